@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Sets up everything loom needs on Debian 12 and builds it. Safe to run twice:
+# packages already installed are skipped, the build is incremental.
+#
+#   scripts/setup.sh            install packages (needs root or sudo), configure, build
+#   LOOM_SKIP_APT=1 scripts/setup.sh   build only
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+BUILD_DIR="${LOOM_BUILD_DIR:-$ROOT/build}"
+
+# Build: compiler, CMake, Ninja. Libraries: oneDNN (matmuls), toml++ (config),
+# OpenMP, GoogleTest. Reference and benchmark: Debian's PyTorch (python3-torch).
+PACKAGES=(
+  build-essential cmake ninja-build pkg-config
+  libdnnl-dev libtomlplusplus-dev libomp-dev libgtest-dev
+  python3 python3-torch python3-numpy
+)
+
+if [[ "${LOOM_SKIP_APT:-0}" != 1 ]]; then
+  missing=()
+  for p in "${PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  if ((${#missing[@]})); then
+    SUDO=""
+    if [[ $(id -u) -ne 0 ]]; then SUDO="sudo"; fi
+    echo "setup: installing ${missing[*]}"
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+  else
+    echo "setup: Debian packages already installed"
+  fi
+fi
+
+cmake -S "$ROOT" -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release > /dev/null
+cmake --build "$BUILD_DIR" -j "$(nproc)"
+echo "setup: built $BUILD_DIR/loom"

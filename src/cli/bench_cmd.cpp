@@ -1,0 +1,210 @@
+// `loom bench step`: tokens/s and peak RSS of a full training step, loom
+// beside PyTorch eager, measured in the same invocation.
+//
+// Every (shape, threads, engine) runs in its own process so that its peak
+// RSS is its own: loom re-executes itself as `loom bench step-child`.
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <sstream>
+#include <vector>
+
+#include "cli/commands.h"
+#include "core/check.h"
+#include "core/rng.h"
+#include "kernels/cpu/grad_norm.h"
+#include "model/gpt.h"
+#include "optim/adamw.h"
+#include "optim/grad_clip.h"
+#include "train/trainer.h"
+
+namespace loom::cli {
+namespace {
+
+struct BenchShape {
+  const char* name;
+  GPTConfig model;
+  int B;
+  int default_steps;
+};
+
+const std::vector<BenchShape>& bench_shapes() {
+  static const std::vector<BenchShape> shapes = {
+      {"tiny", GPTConfig{512, 4, 4, 128, 128}, 8, 10},
+      {"small", GPTConfig{4096, 6, 6, 384, 256}, 4, 5},
+      {"gpt2-124M", GPTConfig{50304, 12, 12, 768, 256}, 4, 3},
+  };
+  return shapes;
+}
+
+const BenchShape& find_shape(const std::string& name) {
+  for (const auto& s : bench_shapes())
+    if (name == s.name) return s;
+  throw UserError(strprintf("bench: unknown shape '%s' (tiny, small, gpt2-124M)", name.c_str()));
+}
+
+std::vector<std::string> split(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  for (std::string item; std::getline(ss, item, ',');)
+    if (!item.empty()) out.push_back(item);
+  return out;
+}
+
+int parse_int(const std::string& s, const char* what) {
+  try {
+    size_t used = 0;
+    int v = std::stoi(s, &used);
+    if (used == s.size() && v > 0) return v;
+  } catch (...) {
+  }
+  throw UserError(strprintf("bench: %s must be a positive integer, got '%s'", what, s.c_str()));
+}
+
+double peak_rss_mib() {
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  return double(ru.ru_maxrss) / 1024.0;  // ru_maxrss is in KiB on Linux
+}
+
+// One configuration, in this process: prints a JSON line.
+int run_child(const BenchShape& shape, int threads, int steps) {
+  set_threads(threads);
+  const GPTConfig& cfg = shape.model;
+  const int B = shape.B, T = cfg.seq_len;
+  GPT model(cfg, B, T);
+  model.init_parameters(1234);
+  AdamW opt(model.layout(), AdamWConfig{});
+  std::vector<int32_t> tokens(size_t(B) * T), targets(tokens.size());
+  for (size_t i = 0; i < tokens.size(); i++) {
+    tokens[i] = int32_t(rng_uniform(7, 1, i) * cfg.vocab_size);
+    targets[i] = int32_t(rng_uniform(7, 2, i) * cfg.vocab_size);
+  }
+  std::vector<double> times;
+  for (int s = 0; s <= steps; s++) {  // step 0 is warm-up
+    auto t0 = std::chrono::steady_clock::now();
+    model.zero_grads();
+    model.forward_backward(tokens.data(), targets.data(), B, T);
+    double norm = global_grad_norm(model.layout(), model.grads());
+    opt.step(model.params(), model.grads(), 1e-4f, cpu::clip_scale(norm, 1.0f));
+    double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (s > 0) times.push_back(dt);
+  }
+  std::sort(times.begin(), times.end());
+  double median = times[times.size() / 2];
+  double tok_s = double(B) * T / median;
+  std::printf("{\"engine\": \"loom\", \"shape\": \"%s\", \"threads\": %d, \"steps\": %d, \"step_ms\": %.2f, "
+              "\"tokens_per_s\": %.2f, \"gflops\": %.2f, \"peak_rss_mb\": %.1f}\n",
+              shape.name, threads, steps, median * 1e3, tok_s, tok_s * cfg.train_flops_per_token(T) * 1e-9,
+              peak_rss_mib());
+  return 0;
+}
+
+struct Measured {
+  bool ok = false;
+  double tokens_per_s = 0, peak_rss_mb = 0;
+};
+
+double json_number(const std::string& line, const char* key) {
+  std::string k = std::string("\"") + key + "\"";
+  size_t at = line.find(k);
+  if (at == std::string::npos) return -1;
+  at = line.find(':', at);
+  return at == std::string::npos ? -1 : std::atof(line.c_str() + at + 1);
+}
+
+Measured run_and_parse(const std::string& command) {
+  Measured m;
+  FILE* pipe = ::popen(command.c_str(), "r");
+  if (!pipe) return m;
+  std::string out;
+  char buf[4096];
+  while (std::fgets(buf, sizeof buf, pipe)) out += buf;
+  int status = ::pclose(pipe);
+  size_t brace = out.rfind('{');
+  if (status != 0 || brace == std::string::npos) {
+    std::fprintf(stderr, "bench: command failed (status %d): %s\n%s", status, command.c_str(), out.c_str());
+    return m;
+  }
+  std::string line = out.substr(brace);
+  m.tokens_per_s = json_number(line, "tokens_per_s");
+  m.peak_rss_mb = json_number(line, "peak_rss_mb");
+  m.ok = m.tokens_per_s > 0;
+  return m;
+}
+
+std::string self_exe() {
+  char buf[4096];
+  ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
+  LOOM_CHECK(n > 0, "cannot read /proc/self/exe");
+  return std::string(buf, size_t(n));
+}
+
+std::string fmt(const Measured& m, const char* f, double v) { return m.ok ? strprintf(f, v) : std::string("-"); }
+
+}  // namespace
+
+int cmd_bench(const Args& args) {
+  LOOM_USER_CHECK(!args.empty() && (args[0] == "step" || args[0] == "step-child"),
+                  "bench: expected 'loom bench step [options]' (try loom --help)");
+  bool child = args[0] == "step-child";
+  std::vector<std::string> shapes = {"tiny", "small", "gpt2-124M"};
+  std::vector<int> threads = {1, 2};
+  int steps = 0;
+  bool pytorch = true;
+  for (size_t i = 1; i < args.size(); i++) {
+    auto value = [&](const char* flag) {
+      LOOM_USER_CHECK(i + 1 < args.size(), "bench: %s needs a value", flag);
+      return args[++i];
+    };
+    const std::string& a = args[i];
+    if (a == "--shapes" || a == "--shape") shapes = split(value("--shapes"));
+    else if (a == "--threads") {
+      threads.clear();
+      for (auto& t : split(value("--threads"))) threads.push_back(parse_int(t, "--threads"));
+    } else if (a == "--steps") steps = parse_int(value("--steps"), "--steps");
+    else if (a == "--no-pytorch") pytorch = false;
+    else throw UserError(strprintf("bench: unknown option '%s'", a.c_str()));
+  }
+  for (auto& s : shapes) find_shape(s);  // reject unknown names before running anything
+  LOOM_USER_CHECK(!threads.empty() && !shapes.empty(), "bench: nothing to run");
+  if (child) {
+    const BenchShape& s = find_shape(shapes.at(0));
+    return run_child(s, threads.at(0), steps > 0 ? steps : s.default_steps);
+  }
+
+  const std::string exe = self_exe(), tool = project_root() + "/tools/bench_pytorch.py";
+  std::printf("loom bench step: median step over N timed steps after 1 warm-up; each run in its own process\n");
+  std::printf("torch = PyTorch eager as the environment is (OPENBLAS_CORETYPE=%s); torch* = "
+              "OPENBLAS_CORETYPE=SkylakeX OMP_WAIT_POLICY=PASSIVE\n\n",
+              std::getenv("OPENBLAS_CORETYPE") ? std::getenv("OPENBLAS_CORETYPE") : "unset");
+  std::printf("%-10s %3s %5s | %10s %8s | %10s %8s | %10s %8s | %10s %10s\n", "shape", "thr", "steps", "loom tok/s",
+              "RSS MiB", "torch tok/s", "RSS MiB", "torch* tok/s", "RSS MiB", "loom/torch", "loom/torch*");
+  for (const auto& name : shapes) {
+    const BenchShape& s = find_shape(name);
+    int n = steps > 0 ? steps : s.default_steps;
+    for (int t : threads) {
+      std::string common = strprintf("--shape %s --threads %d --steps %d", name.c_str(), t, n);
+      Measured loom = run_and_parse("'" + exe + "' bench step-child " + common + " 2>&1");
+      Measured torch, best;
+      if (pytorch) {
+        std::string py = "/usr/bin/python3 '" + tool + "' " + common + " --warmup 1 --json 2>&1";
+        torch = run_and_parse(py);
+        best = run_and_parse("env OPENBLAS_CORETYPE=SkylakeX OMP_WAIT_POLICY=PASSIVE " + py);
+      }
+      std::printf("%-10s %3d %5d | %10s %8s | %10s %8s | %10s %8s | %10s %10s\n", name.c_str(), t, n,
+                  fmt(loom, "%.0f", loom.tokens_per_s).c_str(), fmt(loom, "%.0f", loom.peak_rss_mb).c_str(),
+                  fmt(torch, "%.0f", torch.tokens_per_s).c_str(), fmt(torch, "%.0f", torch.peak_rss_mb).c_str(),
+                  fmt(best, "%.0f", best.tokens_per_s).c_str(), fmt(best, "%.0f", best.peak_rss_mb).c_str(),
+                  fmt(torch, "%.2fx", loom.tokens_per_s / torch.tokens_per_s).c_str(),
+                  fmt(best, "%.2fx", loom.tokens_per_s / best.tokens_per_s).c_str());
+      std::fflush(stdout);
+    }
+  }
+  return 0;
+}
+
+}  // namespace loom::cli

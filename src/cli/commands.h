@@ -1,0 +1,22 @@
+// Subcommands of the `loom` executable. Each returns the process exit code:
+// 0 success, 2 bad input (UserError), 1 internal error.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace loom::cli {
+
+using Args = std::vector<std::string>;
+
+int cmd_train(const Args& args);
+int cmd_bench(const Args& args);
+void print_help();
+
+// Where bundled files (configs/, data/, tools/) live: $LOOM_HOME, else the
+// source tree this binary was built from.
+std::string project_root();
+// `path` as given if it exists, else relative to project_root() if that exists.
+std::string resolve_path(const std::string& path);
+
+}  // namespace loom::cli

@@ -1,0 +1,38 @@
+#include <cstdio>
+
+#include "cli/commands.h"
+
+namespace loom::cli {
+
+void print_help() {
+  std::printf(R"(loom - train GPT-style language models
+
+usage: loom <command> [options]
+
+commands:
+  train   Train a model.
+            loom train                          the default job (small GPT on the bundled text)
+            loom train --config configs/NAME.toml [--set section.key=value ...]
+          Options:
+            --config FILE     TOML run configuration (see configs/)
+            --set KEY=VALUE   override one field, e.g. --set train.steps=100 --set runtime.threads=2
+          Fields: [model] vocab_size n_layer n_head d_model seq_len
+                  [train] batch_size steps lr min_lr warmup_steps weight_decay beta1 beta2
+                          eps grad_clip eval_every eval_batches log_every seed
+                  [data] path format val_fraction     [runtime] threads (0 = all cores)
+          Logs one line per logged step: loss, learning rate, gradient norm, tokens/s,
+          achieved GFLOP/s and its share of the machine's measured fp32 peak.
+  bench   Benchmarks (speed is measured here, never in tests).
+            loom bench step [--shapes tiny,small,gpt2-124M] [--threads 1,2] [--steps N]
+                            [--no-pytorch]
+          Tokens/s and peak RSS of a full training step (forward, backward, clip, AdamW)
+          for each shape and thread count, beside PyTorch eager (tools/bench_pytorch.py,
+          run with the environment as it is and with OPENBLAS_CORETYPE=SkylakeX
+          OMP_WAIT_POLICY=PASSIVE) in the same invocation, with the ratios.
+
+exit codes: 0 success, 2 bad input (the message names the field or file), 1 internal error
+environment: LOOM_HOME  where configs/, data/ and tools/ are (default: the source tree)
+)");
+}
+
+}  // namespace loom::cli

@@ -1,0 +1,175 @@
+#include "config/run_config.h"
+
+#include <set>
+#include <sstream>
+#include <toml++/toml.h>
+
+#include "core/check.h"
+
+namespace loom {
+namespace {
+
+// Reads typed fields out of a TOML tree, remembering which keys it used so
+// that anything left over can be reported as unknown.
+class FieldReader {
+ public:
+  FieldReader(const toml::table& root, std::string origin) : root_(root), origin_(std::move(origin)) {}
+
+  template <class T>
+  void get(const std::string& key, T* out) {
+    used_.insert(key);
+    toml::node_view<const toml::node> node = root_.at_path(key);
+    if (!node) return;
+    if constexpr (std::is_same_v<T, std::string>) {
+      auto v = node.value<std::string>();
+      if (!v || !node.is_string()) fail(key, "a string");
+      *out = *v;
+    } else if constexpr (std::is_floating_point_v<T>) {
+      if (!node.is_number()) fail(key, "a number");
+      *out = T(*node.value<double>());
+    } else {
+      if (!node.is_integer()) fail(key, "an integer");
+      int64_t v = *node.value<int64_t>();
+      LOOM_USER_CHECK(v >= int64_t(std::numeric_limits<T>::min()) && v <= int64_t(std::numeric_limits<T>::max()),
+                      "config field '%s' in %s: %lld is out of range", key.c_str(), origin_.c_str(),
+                      (long long)v);
+      *out = T(v);
+    }
+  }
+
+  // Every key in the tree that no get() asked for.
+  void reject_unknown() const { walk(root_, ""); }
+
+ private:
+  [[noreturn]] void fail(const std::string& key, const char* expected) const {
+    throw UserError(strprintf("config field '%s' in %s: expected %s", key.c_str(), origin_.c_str(), expected));
+  }
+  void walk(const toml::table& t, const std::string& prefix) const {
+    for (auto&& [k, v] : t) {
+      std::string key = prefix.empty() ? std::string(k.str()) : prefix + "." + std::string(k.str());
+      if (const toml::table* sub = v.as_table()) {
+        walk(*sub, key);
+      } else if (!used_.count(key)) {
+        throw UserError(strprintf("unknown config field '%s' in %s", key.c_str(), origin_.c_str()));
+      }
+    }
+  }
+  const toml::table& root_;
+  std::string origin_;
+  std::set<std::string> used_;
+};
+
+void read_fields(FieldReader& r, RunConfig& c) {
+  r.get("model.vocab_size", &c.model.vocab_size);
+  r.get("model.n_layer", &c.model.n_layer);
+  r.get("model.n_head", &c.model.n_head);
+  r.get("model.d_model", &c.model.d_model);
+  r.get("model.seq_len", &c.model.seq_len);
+  r.get("train.batch_size", &c.train.batch_size);
+  r.get("train.steps", &c.train.steps);
+  r.get("train.lr", &c.train.lr);
+  r.get("train.min_lr", &c.train.min_lr);
+  r.get("train.warmup_steps", &c.train.warmup_steps);
+  r.get("train.weight_decay", &c.train.weight_decay);
+  r.get("train.beta1", &c.train.beta1);
+  r.get("train.beta2", &c.train.beta2);
+  r.get("train.eps", &c.train.eps);
+  r.get("train.grad_clip", &c.train.grad_clip);
+  r.get("train.eval_every", &c.train.eval_every);
+  r.get("train.eval_batches", &c.train.eval_batches);
+  r.get("train.log_every", &c.train.log_every);
+  r.get("train.seed", &c.train.seed);
+  r.get("data.path", &c.data.path);
+  r.get("data.format", &c.data.format);
+  r.get("data.val_fraction", &c.data.val_fraction);
+  r.get("runtime.threads", &c.runtime.threads);
+  r.reject_unknown();
+}
+
+// Sets root[a.b.c] = value parsed as TOML, creating tables on the way.
+void apply_override(toml::table& root, const std::string& assignment) {
+  size_t eq = assignment.find('=');
+  LOOM_USER_CHECK(eq != std::string::npos && eq > 0, "--set expects key=value, got '%s'", assignment.c_str());
+  std::string key = assignment.substr(0, eq), text = assignment.substr(eq + 1);
+  toml::table parsed;
+  try {
+    parsed = toml::parse("v = " + text);
+  } catch (const toml::parse_error&) {
+    parsed = toml::table{{"v", text}};  // bare words are strings: --set data.path=foo.txt
+  }
+  toml::table* t = &root;
+  size_t start = 0;
+  for (size_t dot; (dot = key.find('.', start)) != std::string::npos; start = dot + 1) {
+    std::string part = key.substr(start, dot - start);
+    if (!t->contains(part)) t->insert(part, toml::table{});
+    t = (*t)[part].as_table();
+    LOOM_USER_CHECK(t != nullptr, "--set %s: '%s' is not a section", key.c_str(), part.c_str());
+  }
+  t->insert_or_assign(key.substr(start), *parsed["v"].node());
+}
+
+}  // namespace
+
+RunConfig load_run_config(const std::string& path, const std::vector<std::string>& overrides) {
+  toml::table root;
+  std::string origin = path.empty() ? "--set" : path;
+  if (!path.empty()) {
+    try {
+      root = toml::parse_file(path);
+    } catch (const toml::parse_error& e) {
+      const auto& where = e.source().begin;
+      throw UserError(strprintf("config file %s:%u:%u: %s", path.c_str(), where.line, where.column,
+                                std::string(e.description()).c_str()));
+    }
+  }
+  for (const auto& o : overrides) apply_override(root, o);
+  if (!overrides.empty() && !path.empty()) origin = path + " (with --set)";
+  RunConfig c;
+  FieldReader reader(root, origin);
+  read_fields(reader, c);
+  c.validate();
+  return c;
+}
+
+void RunConfig::validate() const {
+  model.validate();
+  const TrainConfig& t = train;
+  auto require = [](bool ok, const char* field, const char* rule) {
+    LOOM_USER_CHECK(ok, "config field '%s' must be %s", field, rule);
+  };
+  require(t.batch_size >= 1, "train.batch_size", ">= 1");
+  require(t.steps >= 1, "train.steps", ">= 1");
+  require(t.lr > 0 && t.lr < 10, "train.lr", "in (0, 10)");
+  require(t.min_lr >= 0 && t.min_lr <= t.lr, "train.min_lr", "in [0, train.lr]");
+  require(t.warmup_steps >= 0, "train.warmup_steps", ">= 0");
+  require(t.weight_decay >= 0, "train.weight_decay", ">= 0");
+  require(t.beta1 >= 0 && t.beta1 < 1, "train.beta1", "in [0, 1)");
+  require(t.beta2 >= 0 && t.beta2 < 1, "train.beta2", "in [0, 1)");
+  require(t.eps > 0, "train.eps", "> 0");
+  require(t.grad_clip >= 0, "train.grad_clip", ">= 0 (0 disables clipping)");
+  require(t.eval_every >= 0, "train.eval_every", ">= 0 (0 disables)");
+  require(t.eval_batches >= 1, "train.eval_batches", ">= 1");
+  require(t.log_every >= 1, "train.log_every", ">= 1");
+  require(t.seed >= 0, "train.seed", ">= 0");
+  require(data.format == "bytes", "data.format", "\"bytes\"");
+  require(!data.path.empty(), "data.path", "a file path");
+  require(data.val_fraction > 0 && data.val_fraction < 1, "data.val_fraction", "in (0, 1)");
+  require(model.vocab_size >= 256 || data.format != "bytes", "model.vocab_size", ">= 256 when data.format = \"bytes\"");
+  require(runtime.threads >= 0, "runtime.threads", ">= 0 (0 = all cores)");
+}
+
+std::string RunConfig::to_toml() const {
+  std::ostringstream s;
+  s << "[model]\nvocab_size = " << model.vocab_size << "\nn_layer = " << model.n_layer
+    << "\nn_head = " << model.n_head << "\nd_model = " << model.d_model << "\nseq_len = " << model.seq_len
+    << "\n[train]\nbatch_size = " << train.batch_size << "\nsteps = " << train.steps << "\nlr = " << train.lr
+    << "\nmin_lr = " << train.min_lr << "\nwarmup_steps = " << train.warmup_steps
+    << "\nweight_decay = " << train.weight_decay << "\nbeta1 = " << train.beta1 << "\nbeta2 = " << train.beta2
+    << "\neps = " << train.eps << "\ngrad_clip = " << train.grad_clip << "\neval_every = " << train.eval_every
+    << "\neval_batches = " << train.eval_batches << "\nlog_every = " << train.log_every
+    << "\nseed = " << train.seed << "\n[data]\npath = \"" << data.path << "\"\nformat = \"" << data.format
+    << "\"\nval_fraction = " << data.val_fraction << "\n[runtime]\nthreads = " << runtime.threads << "\n";
+  return s.str();
+}
+
+}  // namespace loom

@@ -1,0 +1,58 @@
+// The typed configuration of a run, read from TOML with --set overrides.
+//
+// Every field has a default (the default training job); a TOML file and
+// `--set section.key=value` overrides replace them. Unknown fields, wrong
+// types and out-of-range values raise UserError naming the field and file.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "model/config.h"
+
+namespace loom {
+
+struct TrainConfig {
+  int batch_size = 8;     // sequences per step
+  int steps = 600;
+  float lr = 2e-3f;       // peak learning rate
+  float min_lr = 2e-4f;   // end of the cosine decay
+  int warmup_steps = 30;
+  float weight_decay = 0.1f;
+  float beta1 = 0.9f;
+  float beta2 = 0.95f;
+  float eps = 1e-8f;
+  float grad_clip = 1.0f;  // global-norm clip; 0 disables
+  int eval_every = 100;    // validation loss every N steps (and at the end); 0 disables
+  int eval_batches = 8;
+  int log_every = 10;
+  int64_t seed = 1337;
+};
+
+struct DataConfig {
+  std::string path = "data/sample/kjv.txt";
+  std::string format = "bytes";  // one token per byte (vocab 256)
+  float val_fraction = 0.1f;
+};
+
+struct RuntimeConfig {
+  int threads = 0;  // OpenMP / oneDNN threads; 0 = all cores
+};
+
+struct RunConfig {
+  GPTConfig model;
+  TrainConfig train;
+  DataConfig data;
+  RuntimeConfig runtime;
+
+  // Checks ranges and cross-field rules; throws UserError naming the field.
+  void validate() const;
+  std::string to_toml() const;
+};
+
+// Reads `path` (empty: defaults only), then applies "key=value" overrides.
+// `origin` in messages is the file name or "--set".
+RunConfig load_run_config(const std::string& path, const std::vector<std::string>& overrides);
+
+}  // namespace loom

@@ -1,0 +1,44 @@
+#include "kernels/cpu/encoder.h"
+
+#include <algorithm>
+#include <cstddef>
+
+namespace loom::cpu {
+
+void encoder_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int B, int T, int C) {
+#pragma omp parallel for schedule(static)
+  for (int bt = 0; bt < B * T; bt++) {
+    float* o = out + size_t(bt) * C;                 // [C]
+    const float* e = wte + size_t(tokens[bt]) * C;   // [C]
+    const float* p = wpe + size_t(bt % T) * C;       // [C]
+#pragma omp simd
+    for (int c = 0; c < C; c++) o[c] = e[c] + p[c];
+  }
+}
+
+// Threads split the channels; each walks all (b, t) in order, so every
+// element of dwte/dwpe receives its additions in the same order whatever the
+// thread count (bitwise reproducible, no atomics).
+void encoder_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B, int T, int C) {
+  constexpr int kBlock = 32;  // channels per task: two cache lines per row
+  const int nblocks = (C + kBlock - 1) / kBlock;
+#pragma omp parallel for schedule(static)
+  for (int blk = 0; blk < nblocks; blk++) {
+    const int c0 = blk * kBlock, c1 = std::min(C, c0 + kBlock);
+    for (int b = 0; b < B; b++) {
+      for (int t = 0; t < T; t++) {
+        const size_t bt = size_t(b) * T + t;
+        const float* d = dout + bt * C;              // [C]
+        float* gw = dwte + size_t(tokens[bt]) * C;   // [C]
+        float* gp = dwpe + size_t(t) * C;            // [C]
+#pragma omp simd
+        for (int c = c0; c < c1; c++) {
+          gw[c] += d[c];
+          gp[c] += d[c];
+        }
+      }
+    }
+  }
+}
+
+}  // namespace loom::cpu

@@ -1,0 +1,34 @@
+#include "kernels/cpu/grad_norm.h"
+
+#include <algorithm>
+
+namespace loom::cpu {
+
+// A fixed number of chunks, each summed (vectorized) in double, then the chunk
+// sums added in order: the result does not depend on the thread count.
+double sum_of_squares(const float* x, size_t n) {
+  constexpr int kChunks = 64;
+  const size_t chunk = (n + kChunks - 1) / kChunks;
+  double partial[kChunks];
+#pragma omp parallel for schedule(static)
+  for (int k = 0; k < kChunks; k++) {
+    const size_t i0 = std::min(n, k * chunk), i1 = std::min(n, i0 + chunk);
+    double s = 0;
+#pragma omp simd reduction(+ : s)
+    for (size_t i = i0; i < i1; i++) s += double(x[i]) * x[i];
+    partial[k] = s;
+  }
+  double total = 0;
+  for (int k = 0; k < kChunks; k++) total += partial[k];
+  return total;
+}
+
+// Written so that a NaN norm gives a NaN factor (as torch's clamp does) and
+// the caller sees the bad step, instead of silently using 1.
+float clip_scale(double norm, float max_norm) {
+  if (max_norm <= 0.0f) return 1.0f;
+  const double c = double(max_norm) / (norm + 1e-6);
+  return c >= 1.0 ? 1.0f : float(c);
+}
+
+}  // namespace loom::cpu

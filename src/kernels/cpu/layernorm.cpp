@@ -1,0 +1,88 @@
+#include "kernels/cpu/layernorm.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+
+namespace loom::cpu {
+
+// Row statistics are summed in double (vectorized), so they are accurate for
+// any C and independent of the thread count.
+void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight, const float* bias,
+                       int B, int T, int C) {
+#pragma omp parallel for schedule(static)
+  for (int bt = 0; bt < B * T; bt++) {
+    const float* x = inp + size_t(bt) * C;  // [C]
+    float* o = out + size_t(bt) * C;        // [C]
+    double sum = 0;
+#pragma omp simd reduction(+ : sum)
+    for (int c = 0; c < C; c++) sum += x[c];
+    const double m = sum / C;
+    double sq = 0;  // two-pass variance: no cancellation
+#pragma omp simd reduction(+ : sq)
+    for (int c = 0; c < C; c++) {
+      const double dx = x[c] - m;
+      sq += dx * dx;
+    }
+    const float mf = float(m), r = float(1.0 / std::sqrt(sq / C + double(kLayerNormEps)));
+#pragma omp simd
+    for (int c = 0; c < C; c++) o[c] = (x[c] - mf) * r * weight[c] + bias[c];
+    mean[bt] = mf;
+    rstd[bt] = r;
+  }
+}
+
+// Two passes: rows in parallel for dinp, then channels in parallel for
+// dweight/dbias (each channel sums its rows in order: reproducible for any
+// thread count, no scratch buffers, at the price of re-reading inp and dout).
+void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                        const float* weight, const float* mean, const float* rstd, int B, int T, int C) {
+  const int N = B * T;
+#pragma omp parallel for schedule(static)
+  for (int bt = 0; bt < N; bt++) {
+    const float* x = inp + size_t(bt) * C;   // [C]
+    const float* d = dout + size_t(bt) * C;  // [C]
+    float* di = dinp + size_t(bt) * C;       // [C]
+    const float m = mean[bt], r = rstd[bt];
+    // dnorm = weight * dout; dinp += rstd * (dnorm - mean(dnorm) - norm * mean(dnorm * norm))
+    double sum_dn = 0, sum_dn_n = 0;
+#pragma omp simd reduction(+ : sum_dn, sum_dn_n)
+    for (int c = 0; c < C; c++) {
+      const float n = (x[c] - m) * r;
+      const float dn = weight[c] * d[c];
+      sum_dn += dn;
+      sum_dn_n += dn * n;
+    }
+    const float mean_dn = float(sum_dn / C), mean_dn_n = float(sum_dn_n / C);
+#pragma omp simd
+    for (int c = 0; c < C; c++) {
+      const float n = (x[c] - m) * r;
+      const float dn = weight[c] * d[c];
+      di[c] += (dn - mean_dn - n * mean_dn_n) * r;
+    }
+  }
+
+  constexpr int kBlock = 32;  // channels per task
+  const int nblocks = (C + kBlock - 1) / kBlock;
+#pragma omp parallel for schedule(static)
+  for (int blk = 0; blk < nblocks; blk++) {
+    const int c0 = blk * kBlock, w = std::min(C, c0 + kBlock) - c0;
+    double gw[kBlock] = {}, gb[kBlock] = {};
+    for (int bt = 0; bt < N; bt++) {
+      const float* x = inp + size_t(bt) * C + c0;   // [w]
+      const float* d = dout + size_t(bt) * C + c0;  // [w]
+      const float m = mean[bt], r = rstd[bt];
+#pragma omp simd
+      for (int j = 0; j < w; j++) {
+        gw[j] += ((x[j] - m) * r) * d[j];
+        gb[j] += d[j];
+      }
+    }
+    for (int j = 0; j < w; j++) {
+      dweight[c0 + j] += float(gw[j]);
+      dbias[c0 + j] += float(gb[j]);
+    }
+  }
+}
+
+}  // namespace loom::cpu

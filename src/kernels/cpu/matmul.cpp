@@ -1,0 +1,107 @@
+#include "kernels/cpu/matmul.h"
+
+#include <dnnl.hpp>
+#include <vector>
+
+#include "core/check.h"
+
+namespace loom::cpu {
+
+using dnnl::memory;
+
+namespace {
+struct Key {
+  int64_t M, N, K;
+  bool trans_a, trans_b, bias, accumulate;
+  auto tie() const { return std::tie(M, N, K, trans_a, trans_b, bias, accumulate); }
+  bool operator<(const Key& o) const { return tie() < o.tie(); }
+};
+struct Entry {
+  dnnl::matmul::primitive_desc pd;
+  dnnl::matmul prim;
+  std::string impl;
+};
+}  // namespace
+
+struct MatmulEngine::Impl {
+  dnnl::engine engine{dnnl::engine::kind::cpu, 0};
+  dnnl::stream stream{engine};
+  std::map<Key, Entry> cache;
+
+  Entry& get(const Key& k) {
+    auto it = cache.find(k);
+    if (it != cache.end()) return it->second;
+    // Strides express the transposes: no data is copied by us.
+    memory::desc a_md({k.M, k.K}, memory::data_type::f32,
+                      k.trans_a ? memory::dims{1, k.M} : memory::dims{k.K, 1});
+    memory::desc b_md({k.K, k.N}, memory::data_type::f32,
+                      k.trans_b ? memory::dims{1, k.K} : memory::dims{k.N, 1});
+    memory::desc c_md({k.M, k.N}, memory::data_type::f32, memory::dims{k.N, 1});
+    dnnl::primitive_attr attr;
+    if (k.accumulate) {
+      dnnl::post_ops ops;
+      ops.append_sum(1.0f);
+      attr.set_post_ops(ops);
+    }
+    dnnl::matmul::primitive_desc pd;
+    if (k.bias) {
+      memory::desc bias_md({1, k.N}, memory::data_type::f32, memory::dims{k.N, 1});
+      pd = dnnl::matmul::primitive_desc(dnnl::matmul::desc(a_md, b_md, bias_md, c_md), attr, engine);
+    } else {
+      pd = dnnl::matmul::primitive_desc(dnnl::matmul::desc(a_md, b_md, c_md), attr, engine);
+    }
+    return cache.emplace(k, Entry{pd, dnnl::matmul(pd), pd.impl_info_str()}).first->second;
+  }
+};
+
+MatmulEngine::MatmulEngine() : impl_(std::make_unique<Impl>()) {}
+MatmulEngine::~MatmulEngine() = default;
+
+void MatmulEngine::gemm(float* c, const float* a, const float* b, const float* bias, int64_t M, int64_t N,
+                        int64_t K, bool trans_a, bool trans_b, bool accumulate) {
+  Key k{M, N, K, trans_a, trans_b, bias != nullptr, accumulate};
+  Entry& e = impl_->get(k);
+  auto& eng = impl_->engine;
+  auto& pd = e.pd;
+  std::unordered_map<int, memory> args{
+      {DNNL_ARG_SRC, memory(pd.src_desc(), eng, const_cast<float*>(a))},
+      {DNNL_ARG_WEIGHTS, memory(pd.weights_desc(), eng, const_cast<float*>(b))},
+      {DNNL_ARG_DST, memory(pd.dst_desc(), eng, c)}};
+  if (bias) args.emplace(DNNL_ARG_BIAS, memory(pd.bias_desc(), eng, const_cast<float*>(bias)));
+  e.prim.execute(impl_->stream, args);
+  impl_->stream.wait();
+}
+
+const char* MatmulEngine::implementation(int64_t M, int64_t N, int64_t K, bool trans_a, bool trans_b, bool bias,
+                                         bool accumulate) {
+  return impl_->get(Key{M, N, K, trans_a, trans_b, bias, accumulate}).impl.c_str();
+}
+
+void matmul_forward(MatmulEngine& eng, float* out, const float* inp, const float* weight, const float* bias, int N,
+                    int C, int OC) {
+  eng.gemm(out, inp, weight, bias, N, OC, C, /*trans_a=*/false, /*trans_b=*/true, /*accumulate=*/false);
+}
+
+void matmul_backward(MatmulEngine& eng, float* dinp, float* dweight, float* dbias, const float* dout,
+                     const float* inp, const float* weight, int N, int C, int OC) {
+  // dinp[N,C] = dout[N,OC] @ weight[OC,C]
+  if (dinp) eng.gemm(dinp, dout, weight, nullptr, N, C, OC, false, false, false);
+  // dweight[OC,C] += dout[N,OC]^T @ inp[N,C]
+  eng.gemm(dweight, dout, inp, nullptr, OC, C, N, /*trans_a=*/true, false, /*accumulate=*/true);
+  if (dbias) {
+    // Column sums, parallel over output features so the order is fixed.
+#pragma omp parallel for schedule(static)
+    for (int o0 = 0; o0 < OC; o0 += 64) {
+      int o1 = o0 + 64 < OC ? o0 + 64 : OC;
+      float acc[64] = {0};
+      for (int n = 0; n < N; n++) {
+        const float* row = dout + int64_t(n) * OC;
+#pragma omp simd
+        for (int o = o0; o < o1; o++) acc[o - o0] += row[o];
+      }
+      for (int o = o0; o < o1; o++) dbias[o] += acc[o - o0];
+    }
+  }
+}
+
+}  // namespace loom::cpu

@@ -1,0 +1,60 @@
+// The `loom` executable as a user runs it: exit codes and messages.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <fstream>
+#include <string>
+
+namespace {
+
+struct CliResult {
+  int code;
+  std::string output;
+};
+
+CliResult run(const std::string& args) {
+  std::string cmd = std::string("'") + LOOM_EXE + "' " + args + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  std::string out;
+  char buf[4096];
+  while (fgets(buf, sizeof buf, p)) out += buf;
+  int status = pclose(p);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
+
+TEST(Cli, HelpNamesTheCommands) {
+  CliResult r = run("--help");
+  EXPECT_EQ(r.code, 0);
+  for (const char* word : {"train", "bench", "--config", "--set"}) EXPECT_NE(r.output.find(word), std::string::npos);
+}
+
+TEST(Cli, BadInputExitsWithCode2AndNamesTheProblem) {
+  struct Case {
+    std::string args, expect;
+  } cases[] = {
+      {"train --set model.d_model=100 --set model.n_head=3", "model.d_model"},
+      {"train --set train.lrr=1", "train.lrr"},
+      {"train --set model.n_layer=-1", "model.n_layer"},
+      {"train --set data.path=/no/such/file.txt", "/no/such/file.txt"},
+      {"train --config /no/such/config.toml", "/no/such/config.toml"},
+      {"train --bogus", "--bogus"},
+      {"frobnicate", "frobnicate"},
+      {"bench step --shapes huge", "huge"},
+  };
+  for (const auto& c : cases) {
+    CliResult r = run(c.args);
+    EXPECT_EQ(r.code, 2) << c.args << "\n" << r.output;
+    EXPECT_NE(r.output.find(c.expect), std::string::npos) << c.args << "\n" << r.output;
+    EXPECT_EQ(r.output.find("step "), std::string::npos) << "training started for: " << c.args;
+  }
+}
+
+TEST(Cli, TrainRunsAndLogsEveryField) {
+  CliResult r = run("train --config configs/tiny.toml --set train.steps=3 --set train.log_every=1");
+  ASSERT_EQ(r.code, 0) << r.output;
+  for (const char* field : {"step     3/3", "loss", "lr", "grad norm", "tok/s", "GFLOP/s", "% of peak", "val loss"})
+    EXPECT_NE(r.output.find(field), std::string::npos) << field << "\n" << r.output;
+}
+
+}  // namespace

@@ -1,0 +1,48 @@
+#pragma once
+// Reader for the golden reference files written by tools/make_reference.py.
+//
+// Format (little-endian), version 1:
+//   magic    8 bytes "LOOMREF\0"
+//   version  uint32
+//   ints     uint32 count, then {uint32 name_len, name, int64 value}
+//   floats   uint32 count, then {uint32 name_len, name, float64 value}
+//   tensors  uint32 count, then {uint32 name_len, name, uint8 dtype
+//            (0 = float32, 1 = int32), uint32 ndim, int64 dims[ndim],
+//            raw row-major data}
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace loom::test {
+
+struct ReferenceFile {
+  static constexpr char kMagic[8] = {'L', 'O', 'O', 'M', 'R', 'E', 'F', '\0'};
+  static constexpr uint32_t kVersion = 1;
+
+  std::map<std::string, int64_t> ints;
+  std::map<std::string, double> floats;
+
+  struct Tensor {
+    std::vector<int64_t> shape;
+    std::vector<float> f32;    // filled when the record is float32
+    std::vector<int32_t> i32;  // filled when the record is int32
+
+    int64_t numel() const {
+      int64_t n = 1;
+      for (int64_t d : shape) n *= d;
+      return n;
+    }
+  };
+  std::map<std::string, Tensor> tensors;
+
+  // Reads the whole file. Throws std::runtime_error naming the file and the
+  // problem (cannot open, bad magic, unsupported version, truncated, ...).
+  static ReferenceFile load(const std::string& path);
+
+  // Looks up a tensor; throws std::runtime_error if it is missing.
+  const Tensor& tensor(const std::string& name) const;
+};
+
+}  // namespace loom::test

@@ -1,0 +1,78 @@
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "config/run_config.h"
+#include "core/check.h"
+
+namespace {
+
+std::string write_temp(const std::string& name, const std::string& text) {
+  std::string path = std::string(LOOM_BINARY_DIR) + "/" + name;
+  std::ofstream(path) << text;
+  return path;
+}
+
+// The error message of a UserError thrown by load_run_config ("" if none).
+std::string error_of(const std::string& path, std::vector<std::string> overrides = {}) {
+  try {
+    loom::load_run_config(path, overrides);
+  } catch (const loom::UserError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(Config, DefaultFileEqualsBuiltInDefaults) {
+  loom::RunConfig file = loom::load_run_config(LOOM_SOURCE_DIR "/configs/default.toml", {});
+  loom::RunConfig builtin = loom::load_run_config("", {});
+  EXPECT_EQ(file.to_toml(), builtin.to_toml());
+}
+
+TEST(Config, EveryBundledConfigLoads) {
+  for (const char* name : {"default", "tiny", "gpt2-124m"})
+    EXPECT_NO_THROW(loom::load_run_config(std::string(LOOM_SOURCE_DIR "/configs/") + name + ".toml", {})) << name;
+}
+
+TEST(Config, OverridesApply) {
+  auto c = loom::load_run_config("", {"train.lr=3e-4", "model.n_layer=2", "data.path=foo.txt", "train.steps=7"});
+  EXPECT_FLOAT_EQ(c.train.lr, 3e-4f);
+  EXPECT_EQ(c.model.n_layer, 2);
+  EXPECT_EQ(c.data.path, "foo.txt");
+  EXPECT_EQ(c.train.steps, 7);
+}
+
+TEST(Config, UnknownFieldIsNamed) {
+  std::string p = write_temp("unknown.toml", "[train]\nlrr = 1.0\n");
+  EXPECT_NE(error_of(p).find("unknown config field 'train.lrr'"), std::string::npos) << error_of(p);
+  EXPECT_NE(error_of(p).find(p), std::string::npos);
+  EXPECT_NE(error_of("", {"model.depth=3"}).find("'model.depth'"), std::string::npos);
+}
+
+TEST(Config, WrongTypeIsNamed) {
+  std::string p = write_temp("wrongtype.toml", "[model]\nn_layer = \"four\"\n");
+  EXPECT_NE(error_of(p).find("'model.n_layer'"), std::string::npos) << error_of(p);
+  EXPECT_NE(error_of(p).find("integer"), std::string::npos);
+}
+
+TEST(Config, OutOfRangeIsNamed) {
+  EXPECT_NE(error_of("", {"train.lr=-1"}).find("'train.lr'"), std::string::npos);
+  EXPECT_NE(error_of("", {"model.n_layer=0"}).find("'model.n_layer'"), std::string::npos);
+  EXPECT_NE(error_of("", {"train.beta2=1.5"}).find("'train.beta2'"), std::string::npos);
+  EXPECT_NE(error_of("", {"model.n_layer=99999999999"}).find("'model.n_layer'"), std::string::npos);
+  EXPECT_NE(error_of("", {"model.vocab_size=100"}).find("'model.vocab_size'"), std::string::npos);
+}
+
+TEST(Config, HeadsMustDivideWidth) {
+  std::string e = error_of("", {"model.d_model=130", "model.n_head=4"});
+  EXPECT_NE(e.find("'model.d_model'"), std::string::npos) << e;
+  EXPECT_NE(e.find("'model.n_head'"), std::string::npos) << e;
+}
+
+TEST(Config, SyntaxErrorNamesFileAndLine) {
+  std::string p = write_temp("syntax.toml", "[model]\nn_layer = = 3\n");
+  std::string e = error_of(p);
+  EXPECT_NE(e.find(p + ":2:"), std::string::npos) << e;
+}
+
+}  // namespace

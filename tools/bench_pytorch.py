@@ -1,0 +1,155 @@
+"""PyTorch CPU training-throughput baseline for loom.
+
+Usage:
+  /usr/bin/python3 tools/bench_pytorch.py --shape tiny|small|gpt2-124M --threads N
+      [--steps S] [--warmup W] [--json]
+      [--vocab V] [--layers L] [--d-model C] [--heads H] [--seq-len T] [--batch B]
+
+Builds the model from tools/gpt_torch.py and times full training steps on a
+fixed random batch: forward + loss, backward, clip_grad_norm_(1.0), AdamW
+step, zero_grad(set_to_none=True). W warmup steps are run first and not
+timed. The explicit size flags override the chosen --shape (default tiny).
+
+Output: with --json, exactly one JSON line on stdout; otherwise a readable
+per-step listing followed by the same JSON line.
+"""
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import sys
+import time
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from gpt_torch import GPT, GPTConfig, make_adamw  # noqa: E402
+
+# name: (vocab, layers, d_model, heads, seq_len, batch)
+SHAPES = {
+    "tiny": (512, 4, 128, 4, 128, 8),
+    "small": (4096, 6, 384, 6, 256, 4),
+    "gpt2-124M": (50304, 12, 768, 12, 256, 4),
+}
+DIM_FLAGS = ("vocab", "layers", "d_model", "heads", "seq_len", "batch")
+
+
+def parse_args():
+    p = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0])
+    p.add_argument("--shape", choices=sorted(SHAPES), default=None,
+                   help="preset shape (default tiny)")
+    p.add_argument("--threads", type=int, required=True, help="torch intra-op threads")
+    p.add_argument("--steps", type=int, default=5, help="timed steps (default 5)")
+    p.add_argument("--warmup", type=int, default=1, help="untimed warmup steps (default 1)")
+    p.add_argument("--json", action="store_true", help="print only the JSON result line")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--vocab", type=int)
+    p.add_argument("--layers", type=int)
+    p.add_argument("--d-model", type=int)
+    p.add_argument("--heads", type=int)
+    p.add_argument("--seq-len", type=int)
+    p.add_argument("--batch", type=int)
+    args = p.parse_args()
+    if args.steps < 1 or args.warmup < 0 or args.threads < 1:
+        p.error("need --steps >= 1, --warmup >= 0, --threads >= 1")
+    return args
+
+
+def resolve_shape(args):
+    """Returns (label, dims dict) from --shape plus any explicit overrides."""
+    base_name = args.shape or "tiny"
+    dims = dict(zip(DIM_FLAGS, SHAPES[base_name]))
+    overridden = False
+    for flag in DIM_FLAGS:
+        v = getattr(args, flag)
+        if v is not None and v != dims[flag]:
+            dims[flag] = v
+            overridden = True
+    label = base_name if not overridden else "custom"
+    if dims["d_model"] % dims["heads"] != 0:
+        sys.exit(f"d_model {dims['d_model']} is not divisible by heads {dims['heads']}")
+    return label, dims
+
+
+def flops_per_token(model, dims):
+    """Training FLOPs per token, using nanoGPT's estimate: 6*N + 12*L*C*T.
+
+    N is the parameter count without wpe (the position lookup does no
+    matmul; wte stays in because it is also the LM head). 6*N covers the
+    forward (2N) and backward (4N) matmuls. 12*L*C*T is the attention
+    score/value matmuls (QK^T and att@V, forward and backward) over the full
+    TxT matrix; it ignores causality, as nanoGPT and the PaLM paper do, so it
+    slightly overstates the work a causal kernel has to do.
+    """
+    n = model.num_params() - model.wpe.weight.numel()
+    L, C, T = dims["layers"], dims["d_model"], dims["seq_len"]
+    return 6 * n + 12 * L * C * T
+
+
+def main():
+    args = parse_args()
+    label, dims = resolve_shape(args)
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
+
+    cfg = GPTConfig(vocab_size=dims["vocab"], n_layer=dims["layers"], n_head=dims["heads"],
+                    d_model=dims["d_model"], seq_len=dims["seq_len"])
+    model = GPT(cfg)
+    model.train()
+    opt = make_adamw(model, lr=1e-4)
+    params = list(model.parameters())
+
+    B, T = dims["batch"], dims["seq_len"]
+    tokens = torch.randint(0, cfg.vocab_size, (B, T))
+    targets = torch.randint(0, cfg.vocab_size, (B, T))
+
+    def step():
+        _, loss = model(tokens, targets)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        # .item() forces the step to finish (CPU ops are synchronous anyway).
+        return loss.item()
+
+    for _ in range(args.warmup):
+        step()
+
+    times = []
+    for i in range(args.steps):
+        t0 = time.perf_counter()
+        loss = step()
+        dt = time.perf_counter() - t0
+        times.append(dt)
+        if not args.json:
+            print(f"step {i}: {dt * 1e3:9.1f} ms  loss {loss:.4f}  "
+                  f"{B * T / dt:10.1f} tok/s", flush=True)
+
+    fpt = flops_per_token(model, dims)
+    step_s = statistics.median(times)
+    tok_s = statistics.median(B * T / t for t in times)
+    result = {
+        "shape": label,
+        **dims,
+        "threads": args.threads,
+        "steps": args.steps,
+        "warmup": args.warmup,
+        "params": model.num_params(),
+        "tokens_per_s": round(tok_s, 1),
+        "step_ms": round(step_s * 1e3, 2),
+        # achieved GFLOP/s = flops_per_token * tokens/s (median step)
+        "flops_per_token": fpt,
+        "gflops": round(fpt * tok_s / 1e9, 2),
+        # ru_maxrss is in KiB on Linux
+        "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        "torch": torch.__version__,
+        "OPENBLAS_CORETYPE": os.environ.get("OPENBLAS_CORETYPE"),
+        "OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY"),
+    }
+    print(json.dumps(result), flush=True)
+
+
+if __name__ == "__main__":
+    main()

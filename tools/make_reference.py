@@ -1,0 +1,165 @@
+"""Write a golden reference file for loom's tests.
+
+Usage: /usr/bin/python3 tools/make_reference.py OUT_PATH
+
+Builds a tiny GPT-2 (tools/gpt_torch.py), runs one forward/backward on a
+random batch and records the initial parameters, logits, loss and gradients;
+then, from the same initial weights, runs ADAM_STEPS AdamW steps on that batch
+(with grad-norm clipping) and records each step's loss, the pre-clip grad norm
+and the final parameters.
+
+File format (little-endian), version 1:
+  magic     8 bytes  b"LOOMREF\\0"
+  version   uint32
+  ints      uint32 count, then {uint32 name_len, name (utf-8), int64 value}
+  floats    uint32 count, then {uint32 name_len, name (utf-8), float64 value}
+  tensors   uint32 count, then {uint32 name_len, name (utf-8),
+                               uint8 dtype (0 = float32, 1 = int32),
+                               uint32 ndim, int64 dims[ndim],
+                               raw data, row-major}
+"""
+
+import os
+import struct
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from gpt_torch import GPT, GPTConfig, make_adamw  # noqa: E402
+
+MAGIC = b"LOOMREF\0"
+VERSION = 1
+DTYPE_CODES = {torch.float32: 0, torch.int32: 1}
+
+INTS = {
+    "vocab_size": 96,
+    "n_layer": 2,
+    "n_head": 4,
+    "d_model": 32,
+    "seq_len": 16,
+    "batch_size": 4,
+    "adam_steps": 10,
+}
+FLOATS = {
+    "lr": 1e-3,
+    "beta1": 0.9,
+    "beta2": 0.95,
+    "eps": 1e-8,
+    "weight_decay": 0.1,
+    "grad_clip": 1.0,
+}
+
+
+def pack_name(name):
+    b = name.encode("utf-8")
+    return struct.pack("<I", len(b)) + b
+
+
+def pack_tensor(name, t):
+    t = t.detach().contiguous().cpu()
+    if t.dtype not in DTYPE_CODES:
+        raise TypeError(f"{name}: unsupported dtype {t.dtype}")
+    out = pack_name(name)
+    out += struct.pack("<BI", DTYPE_CODES[t.dtype], t.dim())
+    out += struct.pack(f"<{t.dim()}q", *t.shape)
+    # numpy's tobytes() is native order; every platform we run on is little-endian.
+    assert sys.byteorder == "little"
+    out += t.numpy().tobytes()
+    return out
+
+
+def compute(tensors):
+    """Fill `tensors` (an ordered dict name -> tensor) with the reference data."""
+    cfg = GPTConfig(
+        vocab_size=INTS["vocab_size"],
+        n_layer=INTS["n_layer"],
+        n_head=INTS["n_head"],
+        d_model=INTS["d_model"],
+        seq_len=INTS["seq_len"],
+    )
+    B, T, V = INTS["batch_size"], cfg.seq_len, cfg.vocab_size
+
+    model = GPT(cfg)
+    inputs = torch.randint(0, V, (B, T))
+    targets = torch.randint(0, V, (B, T))
+    initial = {n: p.detach().clone() for n, p in model.named_parameters()}
+
+    for n, p in initial.items():
+        tensors[f"param/{n}"] = p
+    tensors["inputs"] = inputs.to(torch.int32)
+    tensors["targets"] = targets.to(torch.int32)
+
+    # First forward/backward: logits, loss and raw (unclipped) gradients.
+    logits, loss = model(inputs, targets)
+    loss.backward()
+    tensors["logits"] = logits.detach().clone()
+    tensors["loss"] = loss.detach().reshape(1).clone()
+    for n, p in model.named_parameters():
+        tensors[f"grad/{n}"] = p.grad.detach().clone()
+
+    # Training run, restarting from the initial weights.
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            p.copy_(initial[n])
+    model.zero_grad(set_to_none=True)
+    opt = make_adamw(model, lr=FLOATS["lr"], betas=(FLOATS["beta1"], FLOATS["beta2"]),
+                     eps=FLOATS["eps"], weight_decay=FLOATS["weight_decay"])
+    params = list(model.parameters())
+    losses, norms = [], []
+    for _ in range(INTS["adam_steps"]):
+        _, loss = model(inputs, targets)
+        loss.backward()
+        # clip_grad_norm_ returns the total norm before clipping.
+        norm = torch.nn.utils.clip_grad_norm_(params, FLOATS["grad_clip"])
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        losses.append(loss.item())
+        norms.append(norm.item())
+    tensors["adam/losses"] = torch.tensor(losses, dtype=torch.float32)
+    tensors["adam/grad_norms"] = torch.tensor(norms, dtype=torch.float32)
+    for n, p in model.named_parameters():
+        tensors[f"final/{n}"] = p.detach().clone()
+
+
+def main():
+    if len(sys.argv) != 2:
+        print(__doc__.strip().splitlines()[2], file=sys.stderr)
+        sys.exit(2)
+    out_path = sys.argv[1]
+
+    torch.manual_seed(1234)
+    torch.set_num_threads(1)
+    torch.set_default_dtype(torch.float32)
+
+    tensors = {}
+    compute(tensors)
+
+    blob = bytearray(MAGIC)
+    blob += struct.pack("<I", VERSION)
+    blob += struct.pack("<I", len(INTS))
+    for k, v in INTS.items():
+        blob += pack_name(k) + struct.pack("<q", v)
+    blob += struct.pack("<I", len(FLOATS))
+    for k, v in FLOATS.items():
+        blob += pack_name(k) + struct.pack("<d", v)
+    blob += struct.pack("<I", len(tensors))
+    for k, t in tensors.items():
+        blob += pack_tensor(k, t)
+
+    # Write to a temp file in the same directory, then rename over the target,
+    # so a reader never sees a half-written file.
+    out_dir = os.path.dirname(os.path.abspath(out_path))
+    os.makedirs(out_dir, exist_ok=True)
+    tmp = f"{out_path}.tmp.{os.getpid()}"
+    with open(tmp, "wb") as f:
+        f.write(blob)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, out_path)
+    print(f"wrote {out_path}: {len(blob)} bytes, {len(tensors)} tensors, "
+          f"loss {tensors['loss'].item():.6f}")
+
+
+if __name__ == "__main__":
+    main()
