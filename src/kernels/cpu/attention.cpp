@@ -18,18 +18,15 @@
 #include <cstdint>
 
 #include "core/check.h"
-
-// glibc declares the libmvec (vector) variants of expf only under -ffast-math
-// (bits/math-vector.h). Declare them here so the `omp simd` softmax loop
-// calls _ZGVeN16v_expf instead of scalar expf 16 times (-fno-math-errno is set).
-extern "C" float expf(float) __attribute__((simd("notinbranch")));
+#include "kernels/cpu/simd_math.h"  // vector expf in the softmax loops
 
 namespace loom::cpu {
 namespace {
 
 constexpr int kTile = 64;
 
-// Row-major C[M,N] = alpha * op(A) op(B) + beta * C.
+// Row-major C[M,N] = alpha * op(A) op(B) + beta * C. It only fails on bad
+// arguments (a bug); inside a parallel region the throw ends the program.
 void sgemm(char ta, char tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
            const float* Bm, int64_t ldb, float beta, float* Cm, int64_t ldc) {
   dnnl_status_t st = dnnl_sgemm(ta, tb, M, N, K, alpha, A, lda, Bm, ldb, beta, Cm, ldc);
@@ -47,7 +44,7 @@ void causal_softmax_row(float* row, int len, int n) {
   std::fill(row + len, row + lenp, -INFINITY);  // exp(-inf) = 0
   float maxval = -INFINITY;
 #pragma omp simd reduction(max : maxval)
-  for (int j = 0; j < lenp; j++) maxval = row[j] > maxval ? row[j] : maxval;  // (std::max: not vectorized)
+  for (int j = 0; j < lenp; j++) maxval = row[j] > maxval ? row[j] : maxval;  // std::max would not vectorize
   float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
   for (int j = 0; j < lenp; j++) {
@@ -64,6 +61,7 @@ void causal_softmax_row(float* row, int len, int n) {
 }  // namespace
 
 void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH) {
+  LOOM_CHECK(NH > 0 && C % NH == 0, "C=%d not divisible by NH=%d", C, NH);
   const int hs = C / NH;
   const int64_t C3 = 3 * int64_t(C);
   const float scale = 1.0f / std::sqrt(float(hs));
@@ -89,6 +87,7 @@ void attention_forward(float* out, float* att, const float* qkv, int B, int T, i
 
 void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv, const float* att, int B,
                         int T, int C, int NH) {
+  LOOM_CHECK(NH > 0 && C % NH == 0, "C=%d not divisible by NH=%d", C, NH);
   const int hs = C / NH;
   const int64_t C3 = 3 * int64_t(C);
   const float scale = 1.0f / std::sqrt(float(hs));
