@@ -15,6 +15,7 @@ PACKAGES=(
   build-essential cmake ninja-build pkg-config
   libdnnl-dev libtomlplusplus-dev libomp-dev libgtest-dev
   python3 python3-torch python3-numpy
+  libopenblas0   # the BLAS that the PyTorch baseline (tools/bench_pytorch.py) runs on
 )
 
 if [[ "${LOOM_SKIP_APT:-0}" != 1 ]]; then
