@@ -10,10 +10,12 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BUILD_DIR="${LOOM_BUILD_DIR:-$ROOT/build}"
 
 # Build: compiler, CMake, Ninja. Libraries: oneDNN (matmuls), toml++ (config),
-# OpenMP, GoogleTest. Reference and benchmark: Debian's PyTorch (python3-torch).
+# OpenMP, GoogleTest, SentencePiece (tokenizer), OpenMPI (communication).
+# Reference and benchmark: Debian's PyTorch (python3-torch) on OpenBLAS.
 PACKAGES=(
   build-essential cmake ninja-build pkg-config
   libdnnl-dev libtomlplusplus-dev libomp-dev libgtest-dev
+  libsentencepiece-dev libopenmpi-dev openmpi-bin
   python3 python3-torch python3-numpy
   libopenblas0   # the BLAS that the PyTorch baseline (tools/bench_pytorch.py) runs on
 )

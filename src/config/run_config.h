@@ -15,10 +15,10 @@ namespace loom {
 
 struct TrainConfig {
   int batch_size = 8;     // sequences per step
-  int steps = 600;
-  float lr = 2e-3f;       // peak learning rate
-  float min_lr = 2e-4f;   // end of the cosine decay
-  int warmup_steps = 30;
+  int steps = 800;
+  float lr = 1.5e-3f;     // peak learning rate
+  float min_lr = 1.5e-4f; // end of the cosine decay
+  int warmup_steps = 40;
   float weight_decay = 0.1f;
   float beta1 = 0.9f;
   float beta2 = 0.95f;
@@ -26,7 +26,7 @@ struct TrainConfig {
   float grad_clip = 1.0f;  // global-norm clip; 0 disables
   int eval_every = 100;    // validation loss every N steps (and at the end); 0 disables
   int eval_batches = 8;
-  int log_every = 10;
+  int log_every = 20;
   int64_t seed = 1337;
 };
 

@@ -7,10 +7,10 @@ namespace loom {
 
 struct GPTConfig {
   int vocab_size = 256;
-  int n_layer = 4;
-  int n_head = 4;
-  int d_model = 128;
-  int seq_len = 128;  // maximum sequence length (rows of the position table)
+  int n_layer = 6;
+  int n_head = 8;
+  int d_model = 256;
+  int seq_len = 256;  // maximum sequence length (rows of the position table)
 
   int head_dim() const { return d_model / n_head; }
   // Checks the fields; throws UserError naming the field ("model.n_head").

@@ -1,6 +1,7 @@
 #include "kernels/cpu/matmul.h"
 
 #include <dnnl.hpp>
+#include <unordered_map>
 #include <vector>
 
 #include "core/check.h"
@@ -16,10 +17,14 @@ struct Key {
   auto tie() const { return std::tie(M, N, K, trans_a, trans_b, bias, accumulate); }
   bool operator<(const Key& o) const { return tie() < o.tie(); }
 };
+// A primitive with its memory objects made once; each call only swaps the
+// data pointers, so a training step allocates nothing here.
 struct Entry {
   dnnl::matmul::primitive_desc pd;
   dnnl::matmul prim;
   std::string impl;
+  memory a, b, c, bias, scratchpad;
+  std::unordered_map<int, memory> args;
 };
 }  // namespace
 
@@ -27,6 +32,9 @@ struct MatmulEngine::Impl {
   dnnl::engine engine{dnnl::engine::kind::cpu, 0};
   dnnl::stream stream{engine};
   std::map<Key, Entry> cache;
+  // One scratchpad shared by all primitives (they run one at a time), grown
+  // when a primitive that needs more is created.
+  std::vector<uint8_t> scratch_bytes;
 
   Entry& get(const Key& k) {
     auto it = cache.find(k);
@@ -38,6 +46,7 @@ struct MatmulEngine::Impl {
                       k.trans_b ? memory::dims{1, k.K} : memory::dims{k.N, 1});
     memory::desc c_md({k.M, k.N}, memory::data_type::f32, memory::dims{k.N, 1});
     dnnl::primitive_attr attr;
+    attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
     if (k.accumulate) {
       dnnl::post_ops ops;
       ops.append_sum(1.0f);
@@ -50,7 +59,19 @@ struct MatmulEngine::Impl {
     } else {
       pd = dnnl::matmul::primitive_desc(dnnl::matmul::desc(a_md, b_md, c_md), attr, engine);
     }
-    return cache.emplace(k, Entry{pd, dnnl::matmul(pd), pd.impl_info_str()}).first->second;
+    Entry e{pd, dnnl::matmul(pd), pd.impl_info_str(), {}, {}, {}, {}, {}, {}};
+    e.a = memory(pd.src_desc(), engine, nullptr);
+    e.b = memory(pd.weights_desc(), engine, nullptr);
+    e.c = memory(pd.dst_desc(), engine, nullptr);
+    e.scratchpad = memory(pd.scratchpad_desc(), engine, nullptr);
+    e.args = {{DNNL_ARG_SRC, e.a}, {DNNL_ARG_WEIGHTS, e.b}, {DNNL_ARG_DST, e.c}, {DNNL_ARG_SCRATCHPAD, e.scratchpad}};
+    if (k.bias) {
+      e.bias = memory(pd.bias_desc(), engine, nullptr);
+      e.args.emplace(DNNL_ARG_BIAS, e.bias);
+    }
+    size_t need = pd.scratchpad_desc().get_size();
+    if (need > scratch_bytes.size()) scratch_bytes.resize(need);
+    return cache.emplace(k, std::move(e)).first->second;
   }
 };
 
@@ -61,14 +82,12 @@ void MatmulEngine::gemm(float* c, const float* a, const float* b, const float* b
                         int64_t K, bool trans_a, bool trans_b, bool accumulate) {
   Key k{M, N, K, trans_a, trans_b, bias != nullptr, accumulate};
   Entry& e = impl_->get(k);
-  auto& eng = impl_->engine;
-  auto& pd = e.pd;
-  std::unordered_map<int, memory> args{
-      {DNNL_ARG_SRC, memory(pd.src_desc(), eng, const_cast<float*>(a))},
-      {DNNL_ARG_WEIGHTS, memory(pd.weights_desc(), eng, const_cast<float*>(b))},
-      {DNNL_ARG_DST, memory(pd.dst_desc(), eng, c)}};
-  if (bias) args.emplace(DNNL_ARG_BIAS, memory(pd.bias_desc(), eng, const_cast<float*>(bias)));
-  e.prim.execute(impl_->stream, args);
+  e.a.set_data_handle(const_cast<float*>(a));
+  e.b.set_data_handle(const_cast<float*>(b));
+  e.c.set_data_handle(c);
+  if (bias) e.bias.set_data_handle(const_cast<float*>(bias));
+  e.scratchpad.set_data_handle(impl_->scratch_bytes.data());
+  e.prim.execute(impl_->stream, e.args);
   impl_->stream.wait();
 }
 

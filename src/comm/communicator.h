@@ -1,0 +1,71 @@
+// Communicator: the collectives and point-to-point transfers every parallel
+// feature uses, over one group of ranks.
+//
+// Every operation has a non-blocking form returning a Work handle, and a
+// blocking form (the same, waited on). Buffers are fp32, bf16 or f16.
+// Reductions of 16-bit data accumulate in fp32 (see MpiComm for how).
+// MpiComm implements this over MPI; an NCCL implementation on GPUs plugs in
+// behind the same interface (its ids bootstrapped over MPI).
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+
+namespace loom {
+
+enum class ReduceOp { Sum, Avg, Max };
+const char* reduce_op_name(ReduceOp op);
+
+// A pending operation. wait() blocks until it is done (and finishes any
+// post-processing, such as the division of an average); test() polls.
+class Work {
+ public:
+  virtual ~Work() = default;
+  virtual bool test() = 0;
+  virtual void wait() = 0;
+};
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+
+  virtual int rank() const = 0;  // within this group
+  virtual int size() const = 0;
+  // The group's name ("dp", "tp", ...) and its members as world ranks.
+  virtual const std::string& name() const = 0;
+  virtual const std::vector<int>& world_ranks() const = 0;
+
+  // In place: buf[count] becomes op over every rank's buf.
+  virtual std::unique_ptr<Work> all_reduce_async(void* buf, size_t count, DType dtype, ReduceOp op) = 0;
+  // send[count * size()] reduced; rank r receives block r into recv[count].
+  virtual std::unique_ptr<Work> reduce_scatter_async(const void* send, void* recv, size_t count, DType dtype,
+                                                     ReduceOp op) = 0;
+  // recv[count * size()] = every rank's send[count], in rank order.
+  virtual std::unique_ptr<Work> all_gather_async(const void* send, void* recv, size_t count, DType dtype) = 0;
+  // buf[count] of rank `root` (a rank of this group) copied to every rank.
+  virtual std::unique_ptr<Work> broadcast_async(void* buf, size_t count, DType dtype, int root) = 0;
+  virtual std::unique_ptr<Work> send_async(const void* buf, size_t count, DType dtype, int peer, int tag) = 0;
+  virtual std::unique_ptr<Work> recv_async(void* buf, size_t count, DType dtype, int peer, int tag) = 0;
+  virtual void barrier() = 0;
+
+  void all_reduce(void* buf, size_t count, DType dtype, ReduceOp op) { all_reduce_async(buf, count, dtype, op)->wait(); }
+  void reduce_scatter(const void* send, void* recv, size_t count, DType dtype, ReduceOp op) {
+    reduce_scatter_async(send, recv, count, dtype, op)->wait();
+  }
+  void all_gather(const void* send, void* recv, size_t count, DType dtype) {
+    all_gather_async(send, recv, count, dtype)->wait();
+  }
+  void broadcast(void* buf, size_t count, DType dtype, int root) { broadcast_async(buf, count, dtype, root)->wait(); }
+  void send(const void* buf, size_t count, DType dtype, int peer, int tag = 0) {
+    send_async(buf, count, dtype, peer, tag)->wait();
+  }
+  void recv(void* buf, size_t count, DType dtype, int peer, int tag = 0) {
+    recv_async(buf, count, dtype, peer, tag)->wait();
+  }
+};
+
+}  // namespace loom

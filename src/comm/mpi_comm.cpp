@@ -1,0 +1,266 @@
+#include "comm/mpi_comm.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <climits>
+#include <cstdio>
+#include <functional>
+#include <thread>
+
+#include "core/check.h"
+
+namespace loom {
+
+const char* reduce_op_name(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::Sum: return "sum";
+    case ReduceOp::Avg: return "avg";
+    case ReduceOp::Max: return "max";
+  }
+  return "?";
+}
+
+// ---------------------------------------------------------------- runtime
+
+MpiRuntime::MpiRuntime(int* argc, char*** argv) {
+  int provided = 0;
+  // Only the main thread calls MPI; OpenMP threads inside a rank never do.
+  MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);
+  // Errors come back as return codes, which we turn into exceptions that
+  // name the rank; the top level then aborts the whole job.
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
+  MPI_Comm_size(MPI_COMM_WORLD, &size_);
+}
+
+MpiRuntime::~MpiRuntime() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized) MPI_Finalize();
+}
+
+void MpiRuntime::abort_job(int code) {
+  std::fflush(stdout);
+  std::fflush(stderr);
+  MPI_Abort(MPI_COMM_WORLD, code);
+  std::_Exit(code);  // not reached
+}
+
+// ---------------------------------------------------------------- work
+
+namespace {
+
+class MpiWork final : public Work {
+ public:
+  MpiWork(MPI_Request req, std::string what, double timeout_s, std::function<void()> finish)
+      : req_(req), what_(std::move(what)), timeout_s_(timeout_s), finish_(std::move(finish)) {}
+  ~MpiWork() override {
+    if (!done_) wait();  // a dropped handle must not leave MPI writing into freed buffers
+  }
+
+  bool test() override {
+    if (done_) return true;
+    int flag = 0;
+    MPI_Test(&req_, &flag, MPI_STATUS_IGNORE);
+    if (flag) complete();
+    return done_;
+  }
+
+  void wait() override {
+    using Clock = std::chrono::steady_clock;
+    auto start = Clock::now();
+    for (long polls = 0; !test(); polls++) {
+      // Spin briefly (latency), then poll more gently (a waiting rank should
+      // not steal its core from the OpenMP threads of an oversubscribed peer).
+      if (polls > 1000) std::this_thread::sleep_for(std::chrono::microseconds(50));
+      if (timeout_s_ > 0 && (polls & 63) == 0 &&
+          std::chrono::duration<double>(Clock::now() - start).count() > timeout_s_)
+        timed_out();
+    }
+  }
+
+ private:
+  void complete() {
+    done_ = true;
+    if (finish_) finish_();
+  }
+  [[noreturn]] void timed_out() {
+    std::fprintf(stderr, "loom: %s: no completion after %.0f s; aborting the job\n", what_.c_str(), timeout_s_);
+    std::fflush(stderr);
+    // Give the other stuck ranks a moment to report what they wait on.
+    std::this_thread::sleep_for(std::chrono::seconds(2));
+    MpiRuntime::abort_job(3);
+  }
+
+  MPI_Request req_;
+  std::string what_;
+  double timeout_s_;
+  std::function<void()> finish_;
+  bool done_ = false;
+};
+
+MPI_Datatype raw_type(DType t) { return t == DType::f32 ? MPI_FLOAT : MPI_UINT16_T; }
+
+MPI_Op mpi_op(ReduceOp op) { return op == ReduceOp::Max ? MPI_MAX : MPI_SUM; }
+
+int as_int(size_t count) {
+  LOOM_CHECK(count <= size_t(INT_MAX), "message of %zu elements exceeds MPI's int count", count);
+  return int(count);
+}
+
+void to_f32(float* out, const void* in, size_t n, DType t) {
+  if (t == DType::bf16) convert_bf16_to_f32(out, static_cast<const bf16*>(in), n);
+  else convert_f16_to_f32(out, static_cast<const f16*>(in), n);
+}
+void from_f32(void* out, const float* in, size_t n, DType t) {
+  if (t == DType::bf16) convert_f32_to_bf16(static_cast<bf16*>(out), in, n);
+  else convert_f32_to_f16(static_cast<f16*>(out), in, n);
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- comm
+
+MpiComm::MpiComm(MPI_Comm comm, std::string name, std::vector<int> members, const MpiOptions& opts)
+    : comm_(comm), name_(std::move(name)), members_(std::move(members)), opts_(opts) {
+  MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
+  MPI_Comm_rank(comm_, &rank_);
+  MPI_Comm_size(comm_, &size_);
+  LOOM_CHECK(size_t(size_) == members_.size(), "group %s: MPI size %d but %zu members", name_.c_str(), size_,
+             members_.size());
+}
+
+MpiComm::~MpiComm() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized && comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
+}
+
+std::unique_ptr<MpiComm> MpiComm::split(const std::string& name, int color, const std::vector<int>& members,
+                                        const MpiOptions& opts) {
+  int world_rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+  int key = -1;
+  for (size_t i = 0; i < members.size(); i++)
+    if (members[i] == world_rank) key = int(i);
+  LOOM_CHECK(key >= 0, "rank %d is not a member of its own %s group", world_rank, name.c_str());
+  MPI_Comm comm;
+  int rc = MPI_Comm_split(MPI_COMM_WORLD, color, key, &comm);
+  LOOM_CHECK(rc == MPI_SUCCESS, "rank %d: MPI_Comm_split for group %s failed (%d)", world_rank, name.c_str(), rc);
+  return std::unique_ptr<MpiComm>(new MpiComm(comm, name, members, opts));
+}
+
+std::unique_ptr<MpiComm> MpiComm::world(const MpiOptions& opts) {
+  int size = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  std::vector<int> all(size);
+  for (int i = 0; i < size; i++) all[i] = i;
+  return split("world", 0, all, opts);
+}
+
+void MpiComm::check(int rc, const char* what) const {
+  if (rc == MPI_SUCCESS) return;
+  char text[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  MPI_Error_string(rc, text, &len);
+  throw Error(strprintf("rank %d: MPI error in %s on group %s: %s", members_.at(rank_), what, name_.c_str(), text));
+}
+
+std::string MpiComm::describe(const char* op, size_t count, DType dtype) const {
+  std::string ranks;
+  for (size_t i = 0; i < members_.size(); i++) ranks += (i ? "," : "") + std::to_string(members_[i]);
+  return strprintf("rank %d waiting for %s of %zu %s elements on group %s (ranks %s)", members_.at(rank_), op,
+                   count, dtype_name(dtype), name_.c_str(), ranks.c_str());
+}
+
+std::unique_ptr<Work> MpiComm::all_reduce_async(void* buf, size_t count, DType dtype, ReduceOp op) {
+  MPI_Request req;
+  std::string what = describe(strprintf("all_reduce(%s)", reduce_op_name(op)).c_str(), count, dtype);
+  const float scale = op == ReduceOp::Avg ? 1.0f / float(size_) : 1.0f;
+  if (dtype == DType::f32) {
+    check(MPI_Iallreduce(MPI_IN_PLACE, buf, as_int(count), MPI_FLOAT, mpi_op(op), comm_, &req), "all_reduce");
+    auto finish = [buf, count, scale] {
+      if (scale == 1.0f) return;
+      float* p = static_cast<float*>(buf);
+      for (size_t i = 0; i < count; i++) p[i] *= scale;
+    };
+    return std::make_unique<MpiWork>(req, what, opts_.timeout_s, finish);
+  }
+  auto wide = std::make_shared<std::vector<float>>(count);
+  to_f32(wide->data(), buf, count, dtype);
+  check(MPI_Iallreduce(MPI_IN_PLACE, wide->data(), as_int(count), MPI_FLOAT, mpi_op(op), comm_, &req),
+        "all_reduce");
+  auto finish = [wide, buf, count, dtype, scale] {
+    if (scale != 1.0f)
+      for (float& x : *wide) x *= scale;
+    from_f32(buf, wide->data(), count, dtype);
+  };
+  return std::make_unique<MpiWork>(req, what, opts_.timeout_s, finish);
+}
+
+std::unique_ptr<Work> MpiComm::reduce_scatter_async(const void* send, void* recv, size_t count, DType dtype,
+                                                    ReduceOp op) {
+  MPI_Request req;
+  std::string what = describe(strprintf("reduce_scatter(%s)", reduce_op_name(op)).c_str(), count, dtype);
+  const float scale = op == ReduceOp::Avg ? 1.0f / float(size_) : 1.0f;
+  if (dtype == DType::f32) {
+    check(MPI_Ireduce_scatter_block(send, recv, as_int(count), MPI_FLOAT, mpi_op(op), comm_, &req),
+          "reduce_scatter");
+    auto finish = [recv, count, scale] {
+      if (scale == 1.0f) return;
+      float* p = static_cast<float*>(recv);
+      for (size_t i = 0; i < count; i++) p[i] *= scale;
+    };
+    return std::make_unique<MpiWork>(req, what, opts_.timeout_s, finish);
+  }
+  auto wide_in = std::make_shared<std::vector<float>>(count * size_t(size_));
+  auto wide_out = std::make_shared<std::vector<float>>(count);
+  to_f32(wide_in->data(), send, wide_in->size(), dtype);
+  check(MPI_Ireduce_scatter_block(wide_in->data(), wide_out->data(), as_int(count), MPI_FLOAT, mpi_op(op), comm_,
+                                  &req),
+        "reduce_scatter");
+  auto finish = [wide_in, wide_out, recv, count, dtype, scale] {
+    if (scale != 1.0f)
+      for (float& x : *wide_out) x *= scale;
+    from_f32(recv, wide_out->data(), count, dtype);
+  };
+  return std::make_unique<MpiWork>(req, what, opts_.timeout_s, finish);
+}
+
+std::unique_ptr<Work> MpiComm::all_gather_async(const void* send, void* recv, size_t count, DType dtype) {
+  MPI_Request req;
+  check(MPI_Iallgather(send, as_int(count), raw_type(dtype), recv, as_int(count), raw_type(dtype), comm_, &req),
+        "all_gather");
+  return std::make_unique<MpiWork>(req, describe("all_gather", count, dtype), opts_.timeout_s, nullptr);
+}
+
+std::unique_ptr<Work> MpiComm::broadcast_async(void* buf, size_t count, DType dtype, int root) {
+  MPI_Request req;
+  check(MPI_Ibcast(buf, as_int(count), raw_type(dtype), root, comm_, &req), "broadcast");
+  return std::make_unique<MpiWork>(req, describe(strprintf("broadcast(root %d)", root).c_str(), count, dtype),
+                                   opts_.timeout_s, nullptr);
+}
+
+std::unique_ptr<Work> MpiComm::send_async(const void* buf, size_t count, DType dtype, int peer, int tag) {
+  MPI_Request req;
+  check(MPI_Isend(buf, as_int(count), raw_type(dtype), peer, tag, comm_, &req), "send");
+  return std::make_unique<MpiWork>(req, describe(strprintf("send(to %d, tag %d)", peer, tag).c_str(), count, dtype),
+                                   opts_.timeout_s, nullptr);
+}
+
+std::unique_ptr<Work> MpiComm::recv_async(void* buf, size_t count, DType dtype, int peer, int tag) {
+  MPI_Request req;
+  check(MPI_Irecv(buf, as_int(count), raw_type(dtype), peer, tag, comm_, &req), "recv");
+  return std::make_unique<MpiWork>(req,
+                                   describe(strprintf("recv(from %d, tag %d)", peer, tag).c_str(), count, dtype),
+                                   opts_.timeout_s, nullptr);
+}
+
+void MpiComm::barrier() {
+  MPI_Request req;
+  check(MPI_Ibarrier(comm_, &req), "barrier");
+  MpiWork(req, describe("barrier", 0, DType::f32), opts_.timeout_s, nullptr).wait();
+}
+
+}  // namespace loom

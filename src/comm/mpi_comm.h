@@ -1,0 +1,86 @@
+// Communicator over MPI (OpenMPI), and the process-wide MPI lifetime.
+//
+// 16-bit reductions: MPI has no bf16/f16 types, so all_reduce and
+// reduce_scatter of bf16/f16 convert to an fp32 buffer, reduce that in fp32
+// and convert back (the sum is fp32-exact as MPI's; the wire carries fp32).
+// all_gather, broadcast, send and recv move 16-bit data as it is.
+//
+// No silent hangs: every wait polls with a deadline (MpiOptions::timeout_s);
+// a rank whose operation does not finish in time prints what it was waiting
+// on (operation, group, member ranks, size), waits a short grace period so
+// the other stuck ranks can print theirs, then aborts the whole job.
+#pragma once
+
+#include <mpi.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "comm/communicator.h"
+
+namespace loom {
+
+struct MpiOptions {
+  double timeout_s = 300;  // per operation; <= 0 waits forever
+};
+
+// MPI_Init_thread on construction, MPI_Finalize on destruction. Works under
+// mpirun/srun and as a singleton (a plain `loom train`).
+class MpiRuntime {
+ public:
+  MpiRuntime(int* argc, char*** argv);
+  ~MpiRuntime();
+  MpiRuntime(const MpiRuntime&) = delete;
+  MpiRuntime& operator=(const MpiRuntime&) = delete;
+
+  int world_rank() const { return rank_; }
+  int world_size() const { return size_; }
+  // Ends every rank of the job (MPI_Abort on the world) with `code`.
+  [[noreturn]] static void abort_job(int code);
+
+ private:
+  int rank_ = 0, size_ = 1;
+};
+
+class MpiComm final : public Communicator {
+ public:
+  // Collective over MPI_COMM_WORLD: every world rank calls it with the color
+  // of its own group; `members` are that group's world ranks, in group-rank
+  // order (the key of the split is the position in `members`).
+  static std::unique_ptr<MpiComm> split(const std::string& name, int color, const std::vector<int>& members,
+                                        const MpiOptions& opts);
+  // A communicator over every rank (a duplicate of MPI_COMM_WORLD).
+  static std::unique_ptr<MpiComm> world(const MpiOptions& opts);
+  ~MpiComm() override;
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  const std::string& name() const override { return name_; }
+  const std::vector<int>& world_ranks() const override { return members_; }
+
+  std::unique_ptr<Work> all_reduce_async(void* buf, size_t count, DType dtype, ReduceOp op) override;
+  std::unique_ptr<Work> reduce_scatter_async(const void* send, void* recv, size_t count, DType dtype,
+                                             ReduceOp op) override;
+  std::unique_ptr<Work> all_gather_async(const void* send, void* recv, size_t count, DType dtype) override;
+  std::unique_ptr<Work> broadcast_async(void* buf, size_t count, DType dtype, int root) override;
+  std::unique_ptr<Work> send_async(const void* buf, size_t count, DType dtype, int peer, int tag) override;
+  std::unique_ptr<Work> recv_async(void* buf, size_t count, DType dtype, int peer, int tag) override;
+  void barrier() override;
+
+  MPI_Comm handle() const { return comm_; }
+
+ private:
+  MpiComm(MPI_Comm comm, std::string name, std::vector<int> members, const MpiOptions& opts);
+  // Throws loom::Error naming the rank, the group and the MPI error.
+  void check(int mpi_result, const char* what) const;
+  std::string describe(const char* op, size_t count, DType dtype) const;
+
+  MPI_Comm comm_;
+  std::string name_;
+  std::vector<int> members_;
+  MpiOptions opts_;
+  int rank_ = 0, size_ = 1;
+};
+
+}  // namespace loom

@@ -1,0 +1,38 @@
+// ParallelContext: the grid, this rank's place in it, and one Communicator
+// per group kind. Made once at start-up and passed explicitly (no globals).
+#pragma once
+
+#include <array>
+#include <memory>
+
+#include "comm/communicator.h"
+#include "comm/mpi_comm.h"
+#include "parallel/grid/parallel_grid.h"
+
+namespace loom {
+
+class ParallelContext {
+ public:
+  // Collective over every world rank: splits one MPI communicator per group.
+  static std::unique_ptr<ParallelContext> create_mpi(const ParallelGrid& grid, const MpiOptions& opts);
+
+  const ParallelGrid& grid() const { return grid_; }
+  int rank() const { return rank_; }  // world rank
+  const GridCoord& coord() const { return coord_; }
+  bool is_logging_rank() const { return rank_ == 0; }
+
+  Communicator& group(GroupKind kind) const { return *comms_[size_t(kind)]; }
+  Communicator& tp() const { return group(GroupKind::tp); }
+  Communicator& dp() const { return group(GroupKind::dp); }
+  Communicator& pp() const { return group(GroupKind::pp); }
+  Communicator& world() const { return group(GroupKind::world); }
+
+ private:
+  ParallelContext(const ParallelGrid& grid, int rank) : grid_(grid), rank_(rank), coord_(grid.coord(rank)) {}
+  ParallelGrid grid_;
+  int rank_;
+  GridCoord coord_;
+  std::array<std::unique_ptr<Communicator>, kAllGroupKinds.size()> comms_;
+};
+
+}  // namespace loom

@@ -1,0 +1,138 @@
+#include "parallel/grid/parallel_grid.h"
+
+#include <algorithm>
+#include <set>
+
+#include "core/check.h"
+
+namespace loom {
+
+const char* group_kind_name(GroupKind k) {
+  switch (k) {
+    case GroupKind::tp: return "tp";
+    case GroupKind::dp: return "dp";
+    case GroupKind::pp: return "pp";
+    case GroupKind::model: return "model";
+    case GroupKind::embedding: return "embedding";
+    case GroupKind::world: return "world";
+  }
+  return "?";
+}
+
+static Axis parse_axis(const std::string& s, const std::string& order) {
+  if (s == "dp") return Axis::dp;
+  if (s == "tp") return Axis::tp;
+  if (s == "pp") return Axis::pp;
+  throw UserError(strprintf("parallel.order '%s' must be a permutation of tp, dp, pp (like \"tp-dp-pp\")",
+                            order.c_str()));
+}
+
+ParallelGrid::ParallelGrid(int dp, int tp, int pp, const std::string& order) : order_(order) {
+  LOOM_USER_CHECK(dp >= 1, "parallel.dp must be >= 1 (got %d)", dp);
+  LOOM_USER_CHECK(tp >= 1, "parallel.tp must be >= 1 (got %d)", tp);
+  LOOM_USER_CHECK(pp >= 1, "parallel.pp must be >= 1 (got %d)", pp);
+  sizes_ = {dp, tp, pp};
+  std::vector<std::string> parts;
+  size_t start = 0;
+  for (size_t dash; (dash = order.find('-', start)) != std::string::npos; start = dash + 1)
+    parts.push_back(order.substr(start, dash - start));
+  parts.push_back(order.substr(start));
+  std::set<Axis> seen;
+  for (size_t i = 0; i < parts.size() && i < 3; i++) {
+    inner_to_outer_[i] = parse_axis(parts[i], order);
+    seen.insert(inner_to_outer_[i]);
+  }
+  LOOM_USER_CHECK(parts.size() == 3 && seen.size() == 3,
+                  "parallel.order '%s' must be a permutation of tp, dp, pp (like \"tp-dp-pp\")", order.c_str());
+}
+
+ParallelGrid ParallelGrid::for_world(int world, int dp, int tp, int pp, const std::string& order) {
+  LOOM_USER_CHECK(tp >= 1, "parallel.tp must be >= 1 (got %d)", tp);
+  LOOM_USER_CHECK(pp >= 1, "parallel.pp must be >= 1 (got %d)", pp);
+  LOOM_USER_CHECK(dp >= 0, "parallel.dp must be >= 1, or 0 to infer it (got %d)", dp);
+  if (dp == 0) {
+    LOOM_USER_CHECK(world % (tp * pp) == 0,
+                    "the world size %d is not a multiple of parallel.tp (%d) x parallel.pp (%d)", world, tp, pp);
+    dp = world / (tp * pp);
+  }
+  LOOM_USER_CHECK(dp * tp * pp == world,
+                  "the world size %d is not parallel.dp (%d) x parallel.tp (%d) x parallel.pp (%d) = %d", world, dp,
+                  tp, pp, dp * tp * pp);
+  return ParallelGrid(dp, tp, pp, order);
+}
+
+GridCoord ParallelGrid::coord(int rank) const {
+  LOOM_CHECK(rank >= 0 && rank < world_size(), "rank %d outside a grid of %d", rank, world_size());
+  std::array<int, 3> c{};
+  for (Axis a : inner_to_outer_) {
+    c[int(a)] = rank % size(a);
+    rank /= size(a);
+  }
+  return GridCoord{c[0], c[1], c[2]};
+}
+
+int ParallelGrid::rank(const GridCoord& c) const {
+  int r = 0;
+  for (int i = 2; i >= 0; i--) {
+    Axis a = inner_to_outer_[i];
+    LOOM_CHECK(c[a] >= 0 && c[a] < size(a), "coordinate out of range");
+    r = r * size(a) + c[a];
+  }
+  return r;
+}
+
+std::vector<int> ParallelGrid::group(GroupKind kind, int rank) const {
+  GridCoord me = coord(rank);
+  std::vector<int> out;
+  auto along = [&](std::vector<Axis> free_axes) {
+    // Every rank that matches `me` on the other axes; free axes vary, the
+    // first one listed fastest.
+    GridCoord c = me;
+    int total = 1;
+    for (Axis a : free_axes) total *= size(a);
+    for (int i = 0; i < total; i++) {
+      int rest = i;
+      for (Axis a : free_axes) {
+        int v = rest % size(a);
+        rest /= size(a);
+        (a == Axis::dp ? c.dp : a == Axis::tp ? c.tp : c.pp) = v;
+      }
+      out.push_back(this->rank(c));
+    }
+  };
+  switch (kind) {
+    case GroupKind::tp: along({Axis::tp}); break;
+    case GroupKind::dp: along({Axis::dp}); break;
+    case GroupKind::pp: along({Axis::pp}); break;
+    case GroupKind::model: along({Axis::tp, Axis::pp}); break;
+    case GroupKind::world: along({Axis::tp, Axis::dp, Axis::pp}); break;
+    case GroupKind::embedding: {
+      if (pp() > 1 && (me.pp == 0 || me.pp == pp() - 1)) {
+        out.push_back(this->rank(GridCoord{me.dp, me.tp, 0}));
+        out.push_back(this->rank(GridCoord{me.dp, me.tp, pp() - 1}));
+      } else {
+        out.push_back(rank);
+      }
+      break;
+    }
+  }
+  return out;
+}
+
+std::vector<std::vector<int>> ParallelGrid::groups(GroupKind kind) const {
+  std::vector<std::vector<int>> all;
+  std::vector<bool> placed(size_t(world_size()), false);
+  for (int r = 0; r < world_size(); r++) {
+    if (placed[size_t(r)]) continue;
+    auto g = group(kind, r);
+    for (int m : g) placed[size_t(m)] = true;
+    all.push_back(std::move(g));
+  }
+  return all;
+}
+
+std::string ParallelGrid::describe() const {
+  return strprintf("dp=%d tp=%d pp=%d (order %s, %d ranks)", dp(), tp(), pp(), order_.c_str(), world_size());
+}
+
+}  // namespace loom

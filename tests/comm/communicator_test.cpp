@@ -1,0 +1,131 @@
+// Every Communicator operation on every group kind of every grid that fits
+// the world size, in fp32, bf16 and f16. Inputs are small integers built
+// from rank numbers, so every expected result is exact in every dtype.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "comm/mpi_comm.h"
+#include "parallel/grid/parallel_context.h"
+
+namespace {
+
+using loom::DType;
+using loom::ReduceOp;
+
+int world_size() {
+  int n = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &n);
+  return n;
+}
+
+// Typed buffer holding small integers in any of our dtypes.
+struct Buffer {
+  DType dtype;
+  std::vector<uint8_t> bytes;
+  Buffer(DType t, size_t n) : dtype(t), bytes(n * loom::dtype_size(t)) {}
+  size_t size() const { return bytes.size() / loom::dtype_size(dtype); }
+  void* data() { return bytes.data(); }
+  void set(size_t i, float v) {
+    if (dtype == DType::f32) reinterpret_cast<float*>(bytes.data())[i] = v;
+    else if (dtype == DType::bf16) reinterpret_cast<loom::bf16*>(bytes.data())[i] = loom::float_to_bf16(v);
+    else reinterpret_cast<loom::f16*>(bytes.data())[i] = loom::float_to_f16(v);
+  }
+  float get(size_t i) const {
+    if (dtype == DType::f32) return reinterpret_cast<const float*>(bytes.data())[i];
+    if (dtype == DType::bf16) return loom::bf16_to_float(reinterpret_cast<const loom::bf16*>(bytes.data())[i]);
+    return loom::f16_to_float(reinterpret_cast<const loom::f16*>(bytes.data())[i]);
+  }
+};
+
+// The value rank r contributes at element i: small, exact in bf16 and f16.
+float value(int r, size_t i) { return float((r + 1) * (1 + int(i % 3))); }
+
+void check_group(loom::Communicator& comm, DType dtype, const std::string& where) {
+  const int n = comm.size(), me = comm.rank();
+  const size_t count = 37;  // not a multiple of anything
+  SCOPED_TRACE(where + " group " + comm.name() + " dtype " + loom::dtype_name(dtype));
+
+  for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Avg, ReduceOp::Max}) {
+    Buffer buf(dtype, count);
+    for (size_t i = 0; i < count; i++) buf.set(i, value(me, i));
+    comm.all_reduce(buf.data(), count, dtype, op);
+    for (size_t i = 0; i < count; i++) {
+      float sum = 0, max = 0;
+      for (int r = 0; r < n; r++) sum += value(r, i), max = std::max(max, value(r, i));
+      float want = op == ReduceOp::Sum ? sum : op == ReduceOp::Max ? max : sum / float(n);
+      Buffer expect(dtype, 1);
+      expect.set(0, want);  // rounded to the dtype like the result
+      ASSERT_EQ(buf.get(i), expect.get(0)) << loom::reduce_op_name(op) << " element " << i;
+    }
+  }
+  {  // reduce_scatter: rank r gets the sum of everyone's block r
+    Buffer send(dtype, count * size_t(n)), recv(dtype, count);
+    for (int j = 0; j < n; j++)
+      for (size_t i = 0; i < count; i++) send.set(size_t(j) * count + i, value(me, i) + float(j));
+    comm.reduce_scatter(send.data(), recv.data(), count, dtype, ReduceOp::Sum);
+    for (size_t i = 0; i < count; i++) {
+      float want = 0;
+      for (int r = 0; r < n; r++) want += value(r, i) + float(me);
+      ASSERT_EQ(recv.get(i), want) << "reduce_scatter element " << i;
+    }
+  }
+  {  // all_gather
+    Buffer send(dtype, count), recv(dtype, count * size_t(n));
+    for (size_t i = 0; i < count; i++) send.set(i, value(me, i));
+    comm.all_gather(send.data(), recv.data(), count, dtype);
+    for (int r = 0; r < n; r++)
+      for (size_t i = 0; i < count; i++) ASSERT_EQ(recv.get(size_t(r) * count + i), value(r, i)) << "all_gather";
+  }
+  for (int root = 0; root < n; root++) {  // broadcast from every root
+    Buffer buf(dtype, count);
+    for (size_t i = 0; i < count; i++) buf.set(i, value(me, i));
+    comm.broadcast(buf.data(), count, dtype, root);
+    for (size_t i = 0; i < count; i++) ASSERT_EQ(buf.get(i), value(root, i)) << "broadcast root " << root;
+  }
+  if (n > 1) {  // ring: send to the next rank, receive from the previous, non-blocking
+    Buffer out(dtype, count), in(dtype, count);
+    for (size_t i = 0; i < count; i++) out.set(i, value(me, i));
+    auto r = comm.recv_async(in.data(), count, dtype, (me + n - 1) % n, 7);
+    auto s = comm.send_async(out.data(), count, dtype, (me + 1) % n, 7);
+    s->wait();
+    while (!r->test()) {
+    }
+    for (size_t i = 0; i < count; i++) ASSERT_EQ(in.get(i), value((me + n - 1) % n, i)) << "send/recv";
+  }
+  comm.barrier();
+}
+
+TEST(Communicator, EveryOperationOnEveryGroupOfEveryGrid) {
+  const int world = world_size();
+  for (int tp = 1; tp <= world; tp++) {
+    for (int pp = 1; pp <= world; pp++) {
+      if (world % (tp * pp) != 0) continue;
+      for (const char* order : {"tp-dp-pp", "pp-dp-tp"}) {
+        auto grid = loom::ParallelGrid::for_world(world, 0, tp, pp, order);
+        auto ctx = loom::ParallelContext::create_mpi(grid, loom::MpiOptions{60});
+        for (loom::GroupKind kind : loom::kAllGroupKinds) {
+          auto& comm = ctx->group(kind);
+          ASSERT_EQ(comm.size(), int(grid.group(kind, ctx->rank()).size()));
+          ASSERT_EQ(comm.world_ranks()[size_t(comm.rank())], ctx->rank());
+          for (DType dt : {DType::f32, DType::bf16, DType::f16}) check_group(comm, dt, grid.describe());
+        }
+      }
+    }
+  }
+}
+
+TEST(Communicator, NonBlockingOperationsOverlap) {
+  // Several collectives in flight at once on different groups, waited in reverse order.
+  auto grid = loom::ParallelGrid::for_world(world_size(), 0, 1, 1);
+  auto ctx = loom::ParallelContext::create_mpi(grid, loom::MpiOptions{60});
+  std::vector<std::vector<float>> bufs(4, std::vector<float>(1000, float(ctx->rank() + 1)));
+  std::vector<std::unique_ptr<loom::Work>> work;
+  for (auto& b : bufs) work.push_back(ctx->dp().all_reduce_async(b.data(), b.size(), DType::f32, ReduceOp::Sum));
+  for (auto it = work.rbegin(); it != work.rend(); ++it) (*it)->wait();
+  float want = float(world_size() * (world_size() + 1) / 2);
+  for (auto& b : bufs) EXPECT_EQ(b[999], want);
+}
+
+}  // namespace
