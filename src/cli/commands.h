@@ -5,12 +5,18 @@
 #include <string>
 #include <vector>
 
+namespace loom {
+class MpiRuntime;
+}
+
 namespace loom::cli {
 
 using Args = std::vector<std::string>;
 
-int cmd_train(const Args& args);
+// Every rank of an mpirun job runs cmd_train; rank 0 logs.
+int cmd_train(const Args& args, MpiRuntime& mpi);
 int cmd_bench(const Args& args);
+int cmd_prepare(const Args& args);
 void print_help();
 
 // Where bundled files (configs/, data/, tools/) live: $LOOM_HOME, else the

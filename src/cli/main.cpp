@@ -3,7 +3,32 @@
 #include <exception>
 
 #include "cli/commands.h"
+#include "comm/mpi_comm.h"
 #include "core/check.h"
+
+namespace {
+
+// Commands that may run as one rank of many (under mpirun or srun, or alone
+// as an MPI singleton). An error after the set-up phase may hit one rank
+// only, so it is reported with the rank and ends the whole job at once.
+int run_distributed(int* argc, char*** argv, int (*command)(const loom::cli::Args&, loom::MpiRuntime&),
+                    const loom::cli::Args& args) {
+  loom::MpiRuntime mpi(argc, argv);
+  int code = 0;
+  try {
+    return command(args, mpi);
+  } catch (const loom::UserError& e) {
+    std::fprintf(stderr, "loom: rank %d: error: %s\n", mpi.world_rank(), e.what());
+    code = 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "loom: rank %d: internal error: %s\n", mpi.world_rank(), e.what());
+    code = 1;
+  }
+  if (mpi.world_size() > 1) loom::MpiRuntime::abort_job(code);
+  return code;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   using namespace loom;
@@ -15,8 +40,9 @@ int main(int argc, char** argv) {
     }
     std::string cmd = args[0];
     cli::Args rest(args.begin() + 1, args.end());
-    if (cmd == "train") return cli::cmd_train(rest);
+    if (cmd == "train") return run_distributed(&argc, &argv, cli::cmd_train, rest);
     if (cmd == "bench") return cli::cmd_bench(rest);
+    if (cmd == "prepare") return cli::cmd_prepare(rest);
     std::fprintf(stderr, "loom: unknown command '%s' (try loom --help)\n", cmd.c_str());
     return 2;
   } catch (const UserError& e) {

@@ -82,7 +82,12 @@ void read_fields(FieldReader& r, RunConfig& c) {
   r.get("data.path", &c.data.path);
   r.get("data.format", &c.data.format);
   r.get("data.val_fraction", &c.data.val_fraction);
+  r.get("parallel.dp", &c.parallel.dp);
+  r.get("parallel.tp", &c.parallel.tp);
+  r.get("parallel.pp", &c.parallel.pp);
+  r.get("parallel.order", &c.parallel.order);
   r.get("runtime.threads", &c.runtime.threads);
+  r.get("runtime.comm_timeout_s", &c.runtime.comm_timeout_s);
   r.reject_unknown();
 }
 
@@ -156,6 +161,10 @@ void RunConfig::validate() const {
   require(data.val_fraction > 0 && data.val_fraction < 1, "data.val_fraction", "in (0, 1)");
   require(model.vocab_size >= 256 || data.format != "bytes", "model.vocab_size", ">= 256 when data.format = \"bytes\"");
   require(runtime.threads >= 0, "runtime.threads", ">= 0 (0 = all cores)");
+  require(runtime.comm_timeout_s >= 0, "runtime.comm_timeout_s", ">= 0 (0 = wait forever)");
+  require(parallel.dp >= 0, "parallel.dp", ">= 0 (0 = infer from the world size)");
+  require(parallel.tp >= 1, "parallel.tp", ">= 1");
+  require(parallel.pp >= 1, "parallel.pp", ">= 1");
 }
 
 std::string RunConfig::to_toml() const {
@@ -168,7 +177,9 @@ std::string RunConfig::to_toml() const {
     << "\neps = " << train.eps << "\ngrad_clip = " << train.grad_clip << "\neval_every = " << train.eval_every
     << "\neval_batches = " << train.eval_batches << "\nlog_every = " << train.log_every
     << "\nseed = " << train.seed << "\n[data]\npath = \"" << data.path << "\"\nformat = \"" << data.format
-    << "\"\nval_fraction = " << data.val_fraction << "\n[runtime]\nthreads = " << runtime.threads << "\n";
+    << "\"\nval_fraction = " << data.val_fraction << "\n[parallel]\ndp = " << parallel.dp << "\ntp = " << parallel.tp
+    << "\npp = " << parallel.pp << "\norder = \"" << parallel.order << "\"\n[runtime]\nthreads = " << runtime.threads
+    << "\ncomm_timeout_s = " << runtime.comm_timeout_s << "\n";
   return s.str();
 }
 

@@ -36,14 +36,23 @@ struct DataConfig {
   float val_fraction = 0.1f;
 };
 
+struct ParallelConfig {
+  int dp = 0;  // data-parallel replicas; 0 = world size / (tp * pp)
+  int tp = 1;  // tensor-parallel ranks per layer
+  int pp = 1;  // pipeline stages
+  std::string order = "tp-dp-pp";  // rank order, innermost axis first
+};
+
 struct RuntimeConfig {
-  int threads = 0;  // OpenMP / oneDNN threads; 0 = all cores
+  int threads = 0;             // OpenMP / oneDNN threads per rank; 0 = all cores / ranks per node
+  float comm_timeout_s = 300;  // a communication not done by then aborts the job, naming what waited; 0 = never
 };
 
 struct RunConfig {
   GPTConfig model;
   TrainConfig train;
   DataConfig data;
+  ParallelConfig parallel;
   RuntimeConfig runtime;
 
   // Checks ranges and cross-field rules; throws UserError naming the field.

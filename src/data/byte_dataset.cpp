@@ -1,5 +1,6 @@
 #include "data/byte_dataset.h"
 
+#include <algorithm>
 #include <fstream>
 #include <iterator>
 
@@ -8,7 +9,7 @@
 
 namespace loom {
 
-ByteDataset::ByteDataset(const std::string& path, float val_fraction, int seq_len) {
+ByteDataset::ByteDataset(const std::string& path, float val_fraction, int seq_len) : path_(path) {
   std::ifstream in(path, std::ios::binary);
   LOOM_USER_CHECK(in.good(), "data file '%s' (data.path) cannot be opened", path.c_str());
   bytes_.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
@@ -28,23 +29,30 @@ void ByteDataset::window(size_t offset, int T, int32_t* tokens, int32_t* targets
   }
 }
 
-void ByteDataset::train_batch(uint64_t seed, int64_t step, int B, int T, int32_t* tokens,
+void ByteDataset::train_batch(uint64_t seed, int64_t step, int B, int T, RowRange rows, int32_t* tokens,
                               int32_t* targets) const {
   const uint64_t stream = stable_hash("data.train");
   size_t range = train_end_ - size_t(T);  // offsets in [0, range)
-  for (int b = 0; b < B; b++) {
+  for (int b = rows.begin; b < rows.end; b++) {
     double u = rng_uniform(seed, stream, uint64_t(step) * uint64_t(B) + uint64_t(b));
     size_t offset = std::min(range - 1, size_t(u * double(range)));
-    window(offset, T, tokens + size_t(b) * T, targets + size_t(b) * T);
+    size_t out = size_t(b - rows.begin) * T;
+    window(offset, T, tokens + out, targets + out);
   }
 }
 
-void ByteDataset::val_batch(int64_t index, int B, int T, int32_t* tokens, int32_t* targets) const {
+void ByteDataset::val_batch(int64_t index, int B, int T, RowRange rows, int32_t* tokens, int32_t* targets) const {
   size_t windows = (val_size() - 1) / size_t(T);  // whole windows in the validation part
-  for (int b = 0; b < B; b++) {
+  for (int b = rows.begin; b < rows.end; b++) {
     size_t w = (size_t(index) * size_t(B) + size_t(b)) % windows;
-    window(train_end_ + w * size_t(T), T, tokens + size_t(b) * T, targets + size_t(b) * T);
+    size_t out = size_t(b - rows.begin) * T;
+    window(train_end_ + w * size_t(T), T, tokens + out, targets + out);
   }
+}
+
+std::string ByteDataset::describe() const {
+  return strprintf("%s, one token per byte (%zu train / %zu validation bytes)", path_.c_str(), train_size(),
+                   val_size());
 }
 
 }  // namespace loom

@@ -10,23 +10,26 @@
 #include <string>
 #include <vector>
 
+#include "data/token_source.h"
+
 namespace loom {
 
-class ByteDataset {
+class ByteDataset : public TokenSource {
  public:
   // Throws UserError naming the file if it is missing, unreadable or too short.
   ByteDataset(const std::string& path, float val_fraction, int seq_len);
 
-  // tokens[B,T] and targets[B,T] (tokens shifted by one) for a training step.
-  void train_batch(uint64_t seed, int64_t step, int B, int T, int32_t* tokens, int32_t* targets) const;
-  // Validation batch i (wraps around the validation part).
-  void val_batch(int64_t index, int B, int T, int32_t* tokens, int32_t* targets) const;
+  void train_batch(uint64_t seed, int64_t step, int B, int T, RowRange rows, int32_t* tokens,
+                   int32_t* targets) const override;
+  void val_batch(int64_t index, int B, int T, RowRange rows, int32_t* tokens, int32_t* targets) const override;
+  std::string describe() const override;
 
   size_t train_size() const { return train_end_; }
   size_t val_size() const { return bytes_.size() - train_end_; }
 
  private:
   void window(size_t offset, int T, int32_t* tokens, int32_t* targets) const;
+  std::string path_;
   std::vector<uint8_t> bytes_;
   size_t train_end_ = 0;
 };

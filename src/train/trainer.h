@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "config/run_config.h"
+#include "parallel/grid/parallel_context.h"
 
 namespace loom {
 
@@ -18,9 +19,15 @@ struct TrainResult {
   double peak_gflops = 0;           // measured machine peak for the thread count
 };
 
-// Runs the job described by cfg, logging to `log` (nullptr: silent).
+// Runs the job described by cfg on this rank of ctx's layout; rank 0 logs
+// to `log` (nullptr: silent). Data parallel: each replica takes its rows of
+// the global batch and gradients are averaged over the dp group.
 // Throws UserError for problems the user can fix (missing data file, ...).
-TrainResult train(const RunConfig& cfg, FILE* log);
+TrainResult train(const RunConfig& cfg, const ParallelContext& ctx, FILE* log);
+
+// Throws UserError if the config cannot run on this grid (batch not divisible
+// by dp; tp or pp > 1, which later issues add).
+void check_layout(const RunConfig& cfg, const ParallelGrid& grid);
 
 // Applies runtime.threads (0 = all cores) and returns the thread count used.
 int set_threads(int requested);

@@ -18,7 +18,7 @@ loom::RunConfig tiny_run(int steps) {
 }
 
 TEST(Train, LossFalls) {
-  auto result = loom::train(tiny_run(40), nullptr);
+  auto result = loom::train(tiny_run(40), *loom::ParallelContext::create_single(), nullptr);
   ASSERT_EQ(result.train_losses.size(), 40u);
   EXPECT_NEAR(result.train_losses.front(), std::log(256.0), 0.3);  // uniform over bytes at init
   float last5 = 0;
@@ -29,12 +29,12 @@ TEST(Train, LossFalls) {
 }
 
 TEST(Train, SameSeedIsBitwiseIdentical) {
-  auto a = loom::train(tiny_run(8), nullptr), b = loom::train(tiny_run(8), nullptr);
+  auto a = loom::train(tiny_run(8), *loom::ParallelContext::create_single(), nullptr), b = loom::train(tiny_run(8), *loom::ParallelContext::create_single(), nullptr);
   ASSERT_EQ(a.train_losses.size(), b.train_losses.size());
   EXPECT_EQ(0, std::memcmp(a.train_losses.data(), b.train_losses.data(), a.train_losses.size() * sizeof(float)));
   auto other = tiny_run(8);
   other.train.seed = 99;
-  auto c = loom::train(other, nullptr);
+  auto c = loom::train(other, *loom::ParallelContext::create_single(), nullptr);
   EXPECT_NE(0, std::memcmp(a.train_losses.data(), c.train_losses.data(), a.train_losses.size() * sizeof(float)));
 }
 
@@ -42,7 +42,7 @@ TEST(Train, MissingDataFileIsAUserError) {
   auto cfg = tiny_run(2);
   cfg.data.path = "/nonexistent/corpus.txt";
   try {
-    loom::train(cfg, nullptr);
+    loom::train(cfg, *loom::ParallelContext::create_single(), nullptr);
     FAIL() << "expected UserError";
   } catch (const loom::UserError& e) {
     EXPECT_NE(std::string(e.what()).find("/nonexistent/corpus.txt"), std::string::npos) << e.what();

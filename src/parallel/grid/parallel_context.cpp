@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "comm/self_comm.h"
 #include "core/check.h"
 
 namespace loom {
@@ -12,6 +13,10 @@ std::unique_ptr<ParallelContext> ParallelContext::create_mpi(const ParallelGrid&
   MPI_Comm_size(MPI_COMM_WORLD, &world);
   LOOM_CHECK(world == grid.world_size(), "grid of %d ranks for a world of %d", grid.world_size(), world);
   std::unique_ptr<ParallelContext> ctx(new ParallelContext(grid, rank));
+  MPI_Comm node;
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node);
+  MPI_Comm_size(node, &ctx->ranks_on_node_);
+  MPI_Comm_free(&node);
   for (GroupKind kind : kAllGroupKinds) {
     std::vector<int> members = grid.group(kind, rank);
     // Every group is named by its smallest member, which no other group of
@@ -19,6 +24,12 @@ std::unique_ptr<ParallelContext> ParallelContext::create_mpi(const ParallelGrid&
     int color = *std::min_element(members.begin(), members.end());
     ctx->comms_[size_t(kind)] = MpiComm::split(group_kind_name(kind), color, members, opts);
   }
+  return ctx;
+}
+
+std::unique_ptr<ParallelContext> ParallelContext::create_single() {
+  std::unique_ptr<ParallelContext> ctx(new ParallelContext(ParallelGrid(1, 1, 1), 0));
+  for (GroupKind kind : kAllGroupKinds) ctx->comms_[size_t(kind)] = std::make_unique<SelfComm>(group_kind_name(kind));
   return ctx;
 }
 

@@ -15,11 +15,15 @@ class ParallelContext {
  public:
   // Collective over every world rank: splits one MPI communicator per group.
   static std::unique_ptr<ParallelContext> create_mpi(const ParallelGrid& grid, const MpiOptions& opts);
+  // One process, no MPI: every group is this rank alone (SelfComm).
+  static std::unique_ptr<ParallelContext> create_single();
 
   const ParallelGrid& grid() const { return grid_; }
   int rank() const { return rank_; }  // world rank
   const GridCoord& coord() const { return coord_; }
   bool is_logging_rank() const { return rank_ == 0; }
+  // How many ranks of the job share this machine (to split its cores).
+  int ranks_on_node() const { return ranks_on_node_; }
 
   Communicator& group(GroupKind kind) const { return *comms_[size_t(kind)]; }
   Communicator& tp() const { return group(GroupKind::tp); }
@@ -32,6 +36,7 @@ class ParallelContext {
   ParallelGrid grid_;
   int rank_;
   GridCoord coord_;
+  int ranks_on_node_ = 1;
   std::array<std::unique_ptr<Communicator>, kAllGroupKinds.size()> comms_;
 };
 

@@ -1,0 +1,297 @@
+#include "data/prepare.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdarg>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <numeric>
+#include <optional>
+#include <regex>
+#include <set>
+
+#include "core/atomic_file.h"
+#include "core/check.h"
+#include "data/content_hash.h"
+#include "data/corpus.h"
+#include "data/token_shard.h"
+#include "data/tokenizer.h"
+
+namespace loom {
+namespace fs = std::filesystem;
+
+namespace {
+
+// Bump when prepare would write different tokens or shards from the same
+// inputs and options, so that old outputs are not taken as up to date.
+constexpr uint64_t kRecipeVersion = 1;
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+void say(FILE* log, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
+void say(FILE* log, const char* fmt, ...) {
+  if (!log) return;
+  va_list args;
+  va_start(args, fmt);
+  std::fprintf(log, "prepare: %s\n", vstrprintf(fmt, args).c_str());
+  va_end(args);
+  std::fflush(log);
+}
+
+void check_options(const PrepareOptions& o) {
+  LOOM_USER_CHECK(!o.input.empty(), "prepare: --input is empty");
+  LOOM_USER_CHECK(!o.out.empty(), "prepare: --out is empty");
+  LOOM_USER_CHECK(o.vocab_size >= 300 && o.vocab_size <= (1 << 20),
+                  "prepare: --vocab-size must be in [300, 1048576] (256 byte tokens come first), got %d", o.vocab_size);
+  LOOM_USER_CHECK(o.val_fraction > 0 && o.val_fraction < 1, "prepare: --val-fraction must be in (0, 1), got %g",
+                  o.val_fraction);
+  LOOM_USER_CHECK(o.shard_tokens >= 1024, "prepare: --shard-tokens must be >= 1024");
+  LOOM_USER_CHECK(o.sample_mb > 0, "prepare: --sample-mb must be > 0");
+  LOOM_USER_CHECK(o.threads >= 0, "prepare: --threads must be >= 0 (0 = all cores)");
+}
+
+uint64_t corpus_hash(const Corpus& c) {
+  ContentHash h;
+  for (const auto& d : c.documents) h.add(d.hash);
+  return h.value();
+}
+
+// Every `stride`-th non-empty line, so that training fits the time budget.
+std::vector<std::string_view> sample_lines(const Corpus& c, double sample_mb, uint64_t* sample_bytes) {
+  uint64_t budget = uint64_t(sample_mb * 1e6);
+  uint64_t stride = std::max<uint64_t>(1, (c.bytes + budget - 1) / std::max<uint64_t>(1, budget));
+  std::vector<std::string_view> lines;
+  uint64_t counter = 0;
+  *sample_bytes = 0;
+  for (const auto& d : c.documents) {
+    std::string_view text = d.text;
+    while (!text.empty()) {
+      size_t nl = std::min(text.find('\n'), text.size());
+      std::string_view line = text.substr(0, nl);
+      text.remove_prefix(std::min(text.size(), nl + 1));
+      if (line.empty() || counter++ % stride != 0) continue;
+      lines.push_back(line);
+      *sample_bytes += line.size();
+    }
+  }
+  return lines;
+}
+
+// The current outputs are exactly what these stamps describe.
+bool outputs_match(const std::string& out, uint64_t dataset_id, uint64_t tokenizer_stamp, DatasetManifest* found) {
+  if (!fs::exists(out + "/" + kManifestName)) return false;
+  try {
+    DatasetManifest m = read_dataset_manifest(out);
+    if (m.dataset_id != dataset_id || m.tokenizer_stamp != tokenizer_stamp) return false;
+    std::ifstream in(out + "/" + m.tokenizer, std::ios::binary);
+    std::string model((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (!in.good() && !in.eof()) return false;
+    if (content_hash(model) != m.tokenizer_hash) return false;
+    for (const SplitManifest* split : {&m.train, &m.val}) {
+      uint64_t tokens = 0;
+      for (const auto& name : split->shards) {
+        ShardFile shard(out + "/" + name);
+        if (shard.header().dataset_id != dataset_id) return false;
+        tokens += shard.size();
+      }
+      if (tokens != split->tokens) return false;
+    }
+    *found = m;
+    return true;
+  } catch (const UserError&) {
+    return false;  // damaged outputs are remade
+  }
+}
+
+// The tokenizer model: the given one, the one already in `out` if it was made
+// from the same inputs and options, or a new one.
+Tokenizer get_tokenizer(const PrepareOptions& o, std::optional<Tokenizer>& given, const Corpus& corpus,
+                        uint64_t tokenizer_stamp, const std::string& model_path, int threads, bool* trained,
+                        FILE* log) {
+  *trained = false;
+  if (given) {
+    say(log, "tokenizer: %s (%d pieces)", o.tokenizer.c_str(), given->vocab_size());
+    if (!(fs::exists(model_path) && fs::equivalent(o.tokenizer, model_path)))
+      write_file_atomically(model_path, given->model_bytes());
+    return std::move(*given);
+  }
+  if (!o.force && fs::exists(o.out + "/" + kManifestName)) {
+    try {
+      DatasetManifest m = read_dataset_manifest(o.out);
+      if (m.tokenizer_stamp == tokenizer_stamp) {
+        Tokenizer t = Tokenizer::load(model_path);
+        if (t.model_hash() == m.tokenizer_hash) {
+          say(log, "tokenizer: %s is up to date (%d pieces)", model_path.c_str(), t.vocab_size());
+          return t;
+        }
+      }
+    } catch (const UserError&) {
+      // fall through: train a new one
+    }
+  }
+  auto t0 = Clock::now();
+  uint64_t sample_bytes = 0;
+  std::vector<std::string_view> lines = sample_lines(corpus, o.sample_mb, &sample_bytes);
+  say(log, "training the tokenizer: BPE, vocabulary %d, byte fallback, on %zu lines (%.1f MB) of the corpus ...",
+      o.vocab_size, lines.size(), double(sample_bytes) / 1e6);
+  std::string model = Tokenizer::train(lines, o.vocab_size, threads, o.input);
+  Tokenizer t = Tokenizer::from_model(std::move(model), model_path);
+  write_file_atomically(model_path, t.model_bytes());
+  say(log, "tokenizer trained in %.1f s: %s", seconds_since(t0), model_path.c_str());
+  *trained = true;
+  return t;
+}
+
+// Each document's ids followed by end-of-text; parallel over documents
+// (largest first), the result in corpus order whatever the thread count.
+std::vector<std::vector<int32_t>> tokenize(const Corpus& corpus, const Tokenizer& tok, int threads, FILE* log) {
+  const auto& docs = corpus.documents;
+  std::vector<std::vector<int32_t>> ids(docs.size());
+  std::vector<size_t> order(docs.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return docs[a].text.size() > docs[b].text.size(); });
+  uint64_t done_bytes = 0;
+  int reported = 0;
+  auto t0 = Clock::now();
+#pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
+  for (size_t k = 0; k < order.size(); k++) {
+    const Document& d = docs[order[k]];
+    std::vector<int32_t>& out = ids[order[k]];
+    out.reserve(d.text.size() / 3);
+    tok.encode(d.text, &out);
+    out.push_back(tok.eos_id());
+#pragma omp critical(prepare_progress)
+    {
+      done_bytes += d.text.size();
+      int percent = int(100.0 * double(done_bytes) / double(corpus.bytes));
+      if (percent / 10 > reported / 10 && percent < 100) {
+        reported = percent;
+        say(log, "tokenizing: %3d%% (%.1f MB, %.1f s)", percent, double(done_bytes) / 1e6, seconds_since(t0));
+      }
+    }
+  }
+  return ids;
+}
+
+// Writes the documents of one split into shards named PREFIX_NNNNNN.bin.
+SplitManifest write_split(const std::string& out, const char* prefix, const std::vector<const Document*>& docs,
+                          const Corpus& corpus, const std::vector<std::vector<int32_t>>& ids, ShardHeader header,
+                          uint64_t shard_tokens) {
+  SplitManifest m;
+  std::vector<int32_t> buffer;
+  uint64_t buffer_docs = 0;
+  auto flush = [&] {
+    std::string name = strprintf("%s_%06zu.bin", prefix, m.shards.size());
+    header.document_count = buffer_docs;
+    write_shard(out + "/" + name, header, buffer.data(), buffer.size());
+    m.shards.push_back(name);
+    m.tokens += buffer.size();
+    m.documents += buffer_docs;
+    buffer.clear();
+    buffer_docs = 0;
+  };
+  for (const Document* d : docs) {
+    const auto& doc_ids = ids[size_t(d - corpus.documents.data())];
+    buffer.insert(buffer.end(), doc_ids.begin(), doc_ids.end());
+    buffer_docs++;
+    if (buffer.size() >= shard_tokens) flush();
+  }
+  if (!buffer.empty()) flush();
+  return m;
+}
+
+// Shards of an earlier run that the new manifest no longer lists.
+void remove_stale_shards(const std::string& out, const DatasetManifest& m) {
+  std::set<std::string> keep(m.train.shards.begin(), m.train.shards.end());
+  keep.insert(m.val.shards.begin(), m.val.shards.end());
+  static const std::regex shard_name(R"((train|val)_\d{6}\.bin)");
+  for (const auto& e : fs::directory_iterator(out)) {
+    std::string name = e.path().filename().string();
+    if (std::regex_match(name, shard_name) && !keep.count(name)) fs::remove(e.path());
+  }
+}
+
+}  // namespace
+
+PrepareResult prepare_dataset(const PrepareOptions& o, FILE* log) {
+  check_options(o);
+  auto t0 = Clock::now();
+  const int threads = o.threads > 0 ? o.threads : omp_get_num_procs();
+  PrepareResult result;
+
+  Corpus corpus = read_corpus(o.input);
+  CorpusSplit split = split_corpus(corpus, o.val_fraction);
+  uint64_t val_bytes = 0;
+  for (const Document* d : split.val) val_bytes += d->text.size();
+  say(log, "input %s: %zu documents, %.1f MB (train %zu, validation %zu documents, %.1f MB)", o.input.c_str(),
+      corpus.documents.size(), double(corpus.bytes) / 1e6, split.train.size(), split.val.size(),
+      double(val_bytes) / 1e6);
+
+  std::error_code ec;
+  fs::create_directories(o.out, ec);
+  LOOM_USER_CHECK(fs::is_directory(o.out), "prepare: output folder '%s' cannot be made: %s", o.out.c_str(),
+                  ec ? ec.message().c_str() : "a file of that name is in the way");
+
+  // The stamps: what the outputs would be made from.
+  const uint64_t documents = corpus_hash(corpus);
+  std::optional<Tokenizer> given;
+  uint64_t tokenizer_stamp;
+  if (!o.tokenizer.empty()) {
+    given.emplace(Tokenizer::load(o.tokenizer));
+    tokenizer_stamp = ContentHash().add("given").add(given->model_hash()).value();
+  } else {
+    tokenizer_stamp = ContentHash().add("trained").add(kRecipeVersion).add(uint64_t(o.vocab_size))
+                          .add(uint64_t(o.sample_mb * 1e6)).add(documents).value();
+  }
+  const uint64_t dataset_id = ContentHash().add(kRecipeVersion).add(tokenizer_stamp).add(documents)
+                                  .add(uint64_t(std::llround(o.val_fraction * 1e9))).add(o.shard_tokens).value();
+  if (!o.force && outputs_match(o.out, dataset_id, tokenizer_stamp, &result.manifest)) {
+    result.up_to_date = true;
+    result.seconds = seconds_since(t0);
+    say(log, "%s is up to date (same inputs and options): nothing to do", o.out.c_str());
+    return result;
+  }
+
+  const std::string model_path = o.out + "/tokenizer.model";
+  Tokenizer tok =
+      get_tokenizer(o, given, corpus, tokenizer_stamp, model_path, threads, &result.tokenizer_trained, log);
+
+  auto t1 = Clock::now();
+  std::vector<std::vector<int32_t>> ids = tokenize(corpus, tok, threads, log);
+  uint64_t total = 0;
+  for (const auto& v : ids) total += v.size();
+  say(log, "tokenized in %.1f s: %llu tokens, %.2f bytes per token", seconds_since(t1), (unsigned long long)total,
+      double(corpus.bytes) / double(total));
+
+  DatasetManifest& m = result.manifest;
+  m.tokenizer = "tokenizer.model";
+  m.tokenizer_hash = tok.model_hash();
+  m.vocab_size = uint32_t(tok.vocab_size());
+  m.eos_id = uint32_t(tok.eos_id());
+  m.dataset_id = dataset_id;
+  m.tokenizer_stamp = tokenizer_stamp;
+  m.input = o.input;
+  m.input_bytes = corpus.bytes;
+  ShardHeader header{};
+  header.vocab_size = m.vocab_size;
+  header.eos_id = m.eos_id;
+  header.tokenizer_hash = m.tokenizer_hash;
+  header.dataset_id = dataset_id;
+  m.train = write_split(o.out, "train", split.train, corpus, ids, header, o.shard_tokens);
+  m.val = write_split(o.out, "val", split.val, corpus, ids, header, o.shard_tokens);
+  write_dataset_manifest(o.out, m);
+  remove_stale_shards(o.out, m);
+  result.seconds = seconds_since(t0);
+  say(log, "wrote %s: train %llu tokens in %zu shard(s), validation %llu tokens in %zu shard(s), %s ids; %.1f s in all",
+      o.out.c_str(), (unsigned long long)m.train.tokens, m.train.shards.size(), (unsigned long long)m.val.tokens,
+      m.val.shards.size(), token_bytes_for(m.vocab_size) == 2 ? "uint16" : "uint32", result.seconds);
+  return result;
+}
+
+}  // namespace loom

@@ -1,0 +1,105 @@
+#include "data/token_loader.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+
+#include "core/check.h"
+#include "data/content_hash.h"
+
+namespace loom {
+
+TokenLoader::TokenLoader(const std::string& dir, int batch_size, int seq_len, int model_vocab)
+    : dir_(dir), T_(seq_len) {
+  LOOM_USER_CHECK(std::filesystem::is_directory(dir),
+                  "data folder '%s' (data.path) does not exist; `loom prepare --out %s` makes it", dir.c_str(),
+                  dir.c_str());
+  manifest_ = read_dataset_manifest(dir);
+  const std::string tok_path = dir + "/" + manifest_.tokenizer;
+  std::ifstream in(tok_path, std::ios::binary);
+  LOOM_USER_CHECK(in.good(), "tokenizer model '%s' (named by %s/%s) cannot be opened", tok_path.c_str(), dir.c_str(),
+                  kManifestName);
+  std::string model((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  LOOM_USER_CHECK(content_hash(model) == manifest_.tokenizer_hash,
+                  "tokenizer model '%s' does not match the shards in %s: they were made with another model "
+                  "(run `loom prepare` again)",
+                  tok_path.c_str(), dir.c_str());
+  LOOM_USER_CHECK(uint64_t(model_vocab) >= manifest_.vocab_size,
+                  "config field 'model.vocab_size' (%d) is smaller than the vocabulary of the tokenizer '%s' (%u)",
+                  model_vocab, tok_path.c_str(), manifest_.vocab_size);
+  train_ = open_split(manifest_.train, "training");
+  val_ = open_split(manifest_.val, "validation");
+  LOOM_USER_CHECK(train_.windows >= uint64_t(batch_size),
+                  "the training split of '%s' is smaller than one batch: %llu tokens give %llu windows of "
+                  "model.seq_len + 1 = %d tokens, train.batch_size is %d",
+                  dir.c_str(), (unsigned long long)train_.tokens, (unsigned long long)train_.windows, seq_len + 1,
+                  batch_size);
+  LOOM_USER_CHECK(val_.windows >= 1,
+                  "the validation split of '%s' is too small: %llu tokens, no shard holds model.seq_len + 1 = %d",
+                  dir.c_str(), (unsigned long long)val_.tokens, seq_len + 1);
+  order_ = SampleOrder(train_.windows);
+}
+
+TokenLoader::Split TokenLoader::open_split(const SplitManifest& m, const char* name) const {
+  Split s;
+  LOOM_USER_CHECK(!m.shards.empty(), "dataset '%s' has no %s shards", dir_.c_str(), name);
+  for (const auto& file : m.shards) {
+    ShardFile shard(dir_ + "/" + file);
+    const ShardHeader& h = shard.header();
+    LOOM_USER_CHECK(h.tokenizer_hash == manifest_.tokenizer_hash,
+                    "token shard '%s' was made with a different tokenizer than '%s/%s' (run `loom prepare` again)",
+                    shard.path().c_str(), dir_.c_str(), manifest_.tokenizer.c_str());
+    LOOM_USER_CHECK(h.dataset_id == manifest_.dataset_id,
+                    "token shard '%s' belongs to another `loom prepare` run than '%s/%s' (run it again)",
+                    shard.path().c_str(), dir_.c_str(), kManifestName);
+    LOOM_USER_CHECK(h.vocab_size == manifest_.vocab_size,
+                    "token shard '%s' says vocabulary %u, the dataset %u", shard.path().c_str(), h.vocab_size,
+                    manifest_.vocab_size);
+    shard.check_ids_below(manifest_.vocab_size);
+    uint64_t windows = shard.size() > 0 ? (shard.size() - 1) / uint64_t(T_) : 0;
+    s.first_window.push_back(s.windows);
+    s.windows += windows;
+    s.tokens += shard.size();
+    s.shards.push_back(std::move(shard));
+  }
+  LOOM_USER_CHECK(s.tokens == m.tokens, "dataset '%s': its %s shards hold %llu tokens, %s says %llu", dir_.c_str(),
+                  name, (unsigned long long)s.tokens, kManifestName, (unsigned long long)m.tokens);
+  return s;
+}
+
+void TokenLoader::read_window(const Split& split, uint64_t w, int32_t* tokens, int32_t* targets) const {
+  // The last shard whose first window is <= w (shards without windows are skipped over).
+  size_t s = size_t(std::upper_bound(split.first_window.begin(), split.first_window.end(), w) -
+                    split.first_window.begin()) - 1;
+  uint64_t start = (w - split.first_window[s]) * uint64_t(T_);
+  split.shards[s].read(start, size_t(T_), tokens);
+  split.shards[s].read(start + 1, size_t(T_), targets);
+}
+
+void TokenLoader::train_batch(uint64_t seed, int64_t step, int B, int T, RowRange rows, int32_t* tokens,
+                              int32_t* targets) const {
+  LOOM_CHECK(T == T_, "the loader was opened for T = %d, asked for %d", T_, T);
+  for (int b = rows.begin; b < rows.end; b++) {
+    uint64_t w = order_.window(seed, uint64_t(step) * uint64_t(B) + uint64_t(b));
+    size_t out = size_t(b - rows.begin) * size_t(T);
+    read_window(train_, w, tokens + out, targets + out);
+  }
+}
+
+void TokenLoader::val_batch(int64_t index, int B, int T, RowRange rows, int32_t* tokens, int32_t* targets) const {
+  LOOM_CHECK(T == T_, "the loader was opened for T = %d, asked for %d", T_, T);
+  for (int b = rows.begin; b < rows.end; b++) {
+    uint64_t w = (uint64_t(index) * uint64_t(B) + uint64_t(b)) % val_.windows;
+    size_t out = size_t(b - rows.begin) * size_t(T);
+    read_window(val_, w, tokens + out, targets + out);
+  }
+}
+
+std::string TokenLoader::describe() const {
+  return strprintf("%s, %u-token SentencePiece vocabulary (%llu train tokens in %zu shard%s, %llu validation tokens)",
+                   dir_.c_str(), manifest_.vocab_size, (unsigned long long)train_.tokens, train_.shards.size(),
+                   train_.shards.size() == 1 ? "" : "s", (unsigned long long)val_.tokens);
+}
+
+}  // namespace loom

@@ -1,0 +1,54 @@
+// Reads the token shards that `loom prepare` wrote, memory-mapped.
+//
+// A training sample is a window of T + 1 tokens (inputs and shifted
+// targets); window k of a shard starts at token k*T, so windows tile each
+// shard and never straddle two. Training reads windows in SampleOrder (every
+// window once per epoch); validation reads the validation windows in order.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "data/dataset_manifest.h"
+#include "data/sample_order.h"
+#include "data/token_shard.h"
+#include "data/token_source.h"
+
+namespace loom {
+
+class TokenLoader : public TokenSource {
+ public:
+  // Opens the dataset in `dir` for windows of seq_len + 1 tokens and checks
+  // it: manifest, every shard's header and size, every id below the
+  // vocabulary, the tokenizer model matching the shards, the vocabulary
+  // fitting the model (model_vocab), at least one batch of training windows
+  // and one validation window. Throws UserError naming the file otherwise.
+  TokenLoader(const std::string& dir, int batch_size, int seq_len, int model_vocab);
+
+  void train_batch(uint64_t seed, int64_t step, int B, int T, RowRange rows, int32_t* tokens,
+                   int32_t* targets) const override;
+  void val_batch(int64_t index, int B, int T, RowRange rows, int32_t* tokens, int32_t* targets) const override;
+  std::string describe() const override;
+
+  const DatasetManifest& manifest() const { return manifest_; }
+  uint64_t train_windows() const { return train_.windows; }
+  uint64_t val_windows() const { return val_.windows; }
+
+ private:
+  struct Split {
+    std::vector<ShardFile> shards;
+    std::vector<uint64_t> first_window;  // per shard: windows before it (prefix sums)
+    uint64_t windows = 0, tokens = 0;
+  };
+  Split open_split(const SplitManifest& m, const char* name) const;
+  // tokens/targets of window w of the split.
+  void read_window(const Split& split, uint64_t w, int32_t* tokens, int32_t* targets) const;
+
+  std::string dir_;
+  int T_;
+  DatasetManifest manifest_;
+  Split train_, val_;
+  SampleOrder order_{1};
+};
+
+}  // namespace loom

@@ -1,0 +1,132 @@
+#include "data/token_shard.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <vector>
+
+#include "core/atomic_file.h"
+#include "core/check.h"
+
+namespace loom {
+namespace {
+
+template <class T>
+void copy_ids(const T* src, size_t n, int32_t* out) {
+  for (size_t i = 0; i < n; i++) out[i] = int32_t(src[i]);
+}
+
+template <class T>
+uint64_t first_id_at_or_above(const T* ids, uint64_t n, uint32_t limit) {
+  // Blocks of max-reductions (vectorized) find the block, then a scan the index.
+  constexpr uint64_t kBlock = 4096;
+  for (uint64_t b = 0; b < n; b += kBlock) {
+    uint64_t e = std::min(n, b + kBlock);
+    T m = 0;
+    for (uint64_t i = b; i < e; i++) m = std::max(m, ids[i]);
+    if (uint64_t(m) >= limit)
+      for (uint64_t i = b; i < e; i++)
+        if (uint64_t(ids[i]) >= limit) return i;
+  }
+  return n;
+}
+
+}  // namespace
+
+void write_shard(const std::string& path, ShardHeader header, const int32_t* tokens, size_t count) {
+  std::memcpy(header.magic, kShardMagic, sizeof kShardMagic);
+  header.version = kShardVersion;
+  header.token_bytes = token_bytes_for(header.vocab_size);
+  header.token_count = count;
+  AtomicFile file(path);
+  file.write(&header, sizeof header);
+  std::vector<uint8_t> buf;
+  constexpr size_t kChunk = 1 << 20;
+  for (size_t begin = 0; begin < count; begin += kChunk) {
+    size_t n = std::min(kChunk, count - begin);
+    buf.resize(n * header.token_bytes);
+    for (size_t i = 0; i < n; i++) {
+      int32_t id = tokens[begin + i];
+      LOOM_CHECK(id >= 0 && uint32_t(id) < header.vocab_size, "token %d outside the vocabulary (%u) in %s", id,
+                 header.vocab_size, path.c_str());
+      if (header.token_bytes == 2) {
+        uint16_t v = uint16_t(id);
+        std::memcpy(&buf[i * 2], &v, 2);
+      } else {
+        uint32_t v = uint32_t(id);
+        std::memcpy(&buf[i * 4], &v, 4);
+      }
+    }
+    file.write(buf.data(), buf.size());
+  }
+  file.commit();
+}
+
+ShardFile::ShardFile(const std::string& path) : path_(path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  LOOM_USER_CHECK(fd >= 0, "token shard '%s' cannot be opened: %s", path.c_str(), std::strerror(errno));
+  struct stat st {};
+  ::fstat(fd, &st);
+  size_t bytes = size_t(st.st_size);
+  if (bytes < sizeof(ShardHeader)) {
+    ::close(fd);
+    throw UserError(strprintf("token shard '%s' is truncated: %zu bytes, shorter than its 64-byte header",
+                              path.c_str(), bytes));
+  }
+  void* map = ::mmap(nullptr, bytes, PROT_READ, MAP_PRIVATE, fd, 0);
+  ::close(fd);
+  LOOM_USER_CHECK(map != MAP_FAILED, "token shard '%s' cannot be mapped: %s", path.c_str(), std::strerror(errno));
+  map_ = static_cast<const uint8_t*>(map);
+  map_bytes_ = bytes;
+  std::memcpy(&header_, map_, sizeof header_);
+  tokens_ = map_ + sizeof(ShardHeader);
+
+  const ShardHeader& h = header_;
+  LOOM_USER_CHECK(std::memcmp(h.magic, kShardMagic, sizeof kShardMagic) == 0,
+                  "'%s' is not a loom token shard (wrong magic)", path.c_str());
+  LOOM_USER_CHECK(h.version == kShardVersion, "token shard '%s' has format version %u; this loom reads version %u",
+                  path.c_str(), h.version, kShardVersion);
+  LOOM_USER_CHECK(h.token_bytes == token_bytes_for(h.vocab_size) && h.vocab_size > 0,
+                  "token shard '%s' has a bad header: %u bytes per token for a vocabulary of %u", path.c_str(),
+                  h.token_bytes, h.vocab_size);
+  LOOM_USER_CHECK(h.eos_id < h.vocab_size, "token shard '%s' has a bad header: end-of-text id %u >= vocabulary %u",
+                  path.c_str(), h.eos_id, h.vocab_size);
+  uint64_t body = bytes - sizeof(ShardHeader), expected = h.token_count * h.token_bytes;
+  LOOM_USER_CHECK(body == expected,
+                  "token shard '%s' is %s: its header promises %llu tokens (%llu bytes) but the body has %llu bytes",
+                  path.c_str(), body < expected ? "truncated" : "longer than its header says",
+                  (unsigned long long)h.token_count, (unsigned long long)expected, (unsigned long long)body);
+}
+
+ShardFile::~ShardFile() {
+  if (map_) ::munmap(const_cast<uint8_t*>(map_), map_bytes_);
+}
+
+ShardFile::ShardFile(ShardFile&& o) noexcept
+    : path_(std::move(o.path_)), header_(o.header_), map_(o.map_), map_bytes_(o.map_bytes_), tokens_(o.tokens_) {
+  o.map_ = nullptr;
+}
+
+void ShardFile::read(uint64_t begin, size_t n, int32_t* out) const {
+  LOOM_CHECK(begin + n <= header_.token_count, "read past the end of %s", path_.c_str());
+  if (header_.token_bytes == 2) copy_ids(static_cast<const uint16_t*>(tokens_) + begin, n, out);
+  else copy_ids(static_cast<const uint32_t*>(tokens_) + begin, n, out);
+}
+
+void ShardFile::check_ids_below(uint32_t vocab_size) const {
+  uint64_t n = header_.token_count, at;
+  if (header_.token_bytes == 2) at = first_id_at_or_above(static_cast<const uint16_t*>(tokens_), n, vocab_size);
+  else at = first_id_at_or_above(static_cast<const uint32_t*>(tokens_), n, vocab_size);
+  if (at == n) return;
+  int32_t id;
+  read(at, 1, &id);
+  throw UserError(strprintf("token shard '%s': token %llu has id %u, not below the vocabulary size %u",
+                            path_.c_str(), (unsigned long long)at, uint32_t(id), vocab_size));
+}
+
+}  // namespace loom

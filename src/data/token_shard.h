@@ -1,0 +1,68 @@
+// Token shards: the binary files `loom prepare` writes and the loader maps.
+//
+// A shard is a 64-byte header followed by token ids, little-endian, uint16
+// when the vocabulary fits in 16 bits, else uint32. Documents inside a shard
+// are each followed by the end-of-text id; a document never straddles two
+// shards. The header names the tokenizer (a hash of its model file) and the
+// prepare run (dataset_id), so that shards and tokenizers that do not belong
+// together are caught when the data is opened.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace loom {
+
+struct ShardHeader {
+  char magic[8];             // "LOOMTOK\0"
+  uint32_t version;          // kShardVersion
+  uint32_t token_bytes;      // 2 (uint16) or 4 (uint32)
+  uint64_t token_count;      // tokens after the header
+  uint64_t document_count;
+  uint32_t vocab_size;       // every id is below this
+  uint32_t eos_id;
+  uint64_t tokenizer_hash;   // content_hash of the tokenizer model file
+  uint64_t dataset_id;       // the same for every shard of one prepare run
+  uint64_t reserved;
+};
+static_assert(sizeof(ShardHeader) == 64, "the on-disk header is 64 bytes");
+
+constexpr char kShardMagic[8] = {'L', 'O', 'O', 'M', 'T', 'O', 'K', '\0'};
+constexpr uint32_t kShardVersion = 1;
+
+// Bytes per token for a vocabulary: 2 if every id fits in uint16, else 4.
+inline uint32_t token_bytes_for(uint32_t vocab_size) { return vocab_size <= 65536 ? 2 : 4; }
+
+// Writes a shard atomically (temporary name, fsync, rename). Fills magic,
+// version, token_bytes and token_count of `header` from the arguments.
+void write_shard(const std::string& path, ShardHeader header, const int32_t* tokens, size_t count);
+
+// A shard mapped read-only. The constructor checks the header and the size
+// of the body and throws UserError naming the file if anything is wrong.
+class ShardFile {
+ public:
+  explicit ShardFile(const std::string& path);
+  ~ShardFile();
+  ShardFile(ShardFile&& other) noexcept;
+  ShardFile& operator=(ShardFile&&) = delete;
+  ShardFile(const ShardFile&) = delete;
+
+  const ShardHeader& header() const { return header_; }
+  const std::string& path() const { return path_; }
+  uint64_t size() const { return header_.token_count; }
+
+  // out[i] = token(begin + i) for i < n.
+  void read(uint64_t begin, size_t n, int32_t* out) const;
+  // Throws UserError naming the file and position of the first id >= vocab_size.
+  void check_ids_below(uint32_t vocab_size) const;
+
+ private:
+  std::string path_;
+  ShardHeader header_{};
+  const uint8_t* map_ = nullptr;  // the whole file
+  size_t map_bytes_ = 0;
+  const void* tokens_ = nullptr;  // map_ + 64
+};
+
+}  // namespace loom

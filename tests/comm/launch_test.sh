@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Launching `loom train` under mpirun (issue 4): the layout is printed once by
+# rank 0; a layout that cannot work stops every rank with exit code 2 and one
+# clear message, before any model is built.
+# usage: launch_test.sh LOOM MPIRUN SOURCE_DIR
+set -u
+loom="$1"; mpirun="$2"; src="$3"
+fail() { echo "FAIL: $*"; exit 1; }
+run() { timeout 120 "$mpirun" --oversubscribe -np "$1" "$loom" train --config "$src/configs/tiny.toml" \
+          --set train.steps=2 --set runtime.threads=1 "${@:2}" 2>&1; }
+
+out=$(run 2); rc=$?
+[[ $rc -eq 0 ]] || fail "np 2: exit $rc: $out"
+[[ $(echo "$out" | grep -c "^layout: dp=2 tp=1 pp=1") -eq 1 ]] || fail "np 2: layout not printed once: $out"
+
+expect_bad() {  # np, expected text, --set args...
+  local np="$1" text="$2"; shift 2
+  out=$(run "$np" "$@"); rc=$?
+  [[ $rc -eq 2 ]] || fail "$*: exit $rc (want 2): $out"
+  [[ $(echo "$out" | grep -c -- "$text") -eq 1 ]] || fail "$*: message '$text' not printed exactly once: $out"
+  echo "$out" | grep -q "^step" && fail "$*: training started"
+  echo "ok: np $np $* -> exit 2: $(echo "$out" | grep -- "$text")"
+}
+expect_bad 3 "world size 3 is not a multiple of parallel.tp (2)" --set parallel.tp=2
+expect_bad 4 "world size 4 is not parallel.dp (3)" --set parallel.dp=3
+expect_bad 2 "parallel.order 'tp-tp-pp'" --set parallel.order=tp-tp-pp
+expect_bad 2 "'parallel.tp' must be >= 1" --set parallel.tp=0
+expect_bad 3 "'train.batch_size' (4) must be divisible" --set parallel.dp=3
+expect_bad 2 "tensor parallelism is not implemented yet" --set parallel.tp=2
+echo "1 passed, 0 failed"
