@@ -149,7 +149,7 @@ std::string fmt(const Measured& m, const char* f, double v) { return m.ok ? strp
 
 int cmd_bench(const Args& args) {
   LOOM_USER_CHECK(!args.empty() && (args[0] == "step" || args[0] == "step-child"),
-                  "bench: expected 'loom bench step [options]' (try loom --help)");
+                  "bench: expected 'loom bench step|comm [options]' (try loom --help)");
   bool child = args[0] == "step-child";
   std::vector<std::string> shapes = {"tiny", "small", "gpt2-124M"};
   std::vector<int> threads = {1, 2};

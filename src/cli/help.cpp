@@ -19,7 +19,12 @@ commands:
           Fields: [model] vocab_size n_layer n_head d_model seq_len
                   [train] batch_size steps lr min_lr warmup_steps weight_decay beta1 beta2
                           eps grad_clip eval_every eval_batches log_every seed
-                  [data] path format val_fraction     [runtime] threads (0 = all cores)
+                  [data] path format val_fraction
+                  [parallel] dp (0 = infer) tp pp order ("tp-dp-pp": innermost first)
+                  [runtime] threads (0 = cores / ranks per node) comm_timeout_s
+          Many processes: mpirun -np N loom train ... (add --oversubscribe when N exceeds
+          the cores; as root set OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1).
+          dp = N / (tp * pp) unless given; rank 0 prints the layout and logs.
           Logs one line per logged step: loss, learning rate, gradient norm, tokens/s,
           achieved GFLOP/s and its share of the machine's measured fp32 peak.
   bench   Benchmarks (speed is measured here, never in tests).
@@ -29,6 +34,9 @@ commands:
           for each shape and thread count, beside PyTorch eager (tools/bench_pytorch.py,
           run with the environment as it is and with OPENBLAS_CORETYPE=SkylakeX
           OMP_WAIT_POLICY=PASSIVE) in the same invocation, with the ratios.
+            loom bench comm [--ranks 2,4,8] [--min-bytes 4K] [--max-bytes 256M]
+          all_reduce, reduce_scatter and all_gather bus bandwidth (as nccl-tests define it)
+          over message sizes, each rank count under mpirun, beside memcpy bandwidth.
 
 exit codes: 0 success, 2 bad input (the message names the field or file), 1 internal error
 environment: LOOM_HOME  where configs/, data/ and tools/ are (default: the source tree)

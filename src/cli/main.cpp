@@ -41,6 +41,9 @@ int main(int argc, char** argv) {
     std::string cmd = args[0];
     cli::Args rest(args.begin() + 1, args.end());
     if (cmd == "train") return run_distributed(&argc, &argv, cli::cmd_train, rest);
+    if (cmd == "bench" && !rest.empty() && rest[0] == "comm") return cli::cmd_bench_comm(rest);
+    if (cmd == "bench" && !rest.empty() && rest[0] == "comm-child")
+      return run_distributed(&argc, &argv, cli::cmd_bench_comm_child, rest);
     if (cmd == "bench") return cli::cmd_bench(rest);
     if (cmd == "prepare") return cli::cmd_prepare(rest);
     std::fprintf(stderr, "loom: unknown command '%s' (try loom --help)\n", cmd.c_str());

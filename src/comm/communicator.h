@@ -52,14 +52,20 @@ class Communicator {
   virtual std::unique_ptr<Work> recv_async(void* buf, size_t count, DType dtype, int peer, int tag) = 0;
   virtual void barrier() = 0;
 
-  void all_reduce(void* buf, size_t count, DType dtype, ReduceOp op) { all_reduce_async(buf, count, dtype, op)->wait(); }
-  void reduce_scatter(const void* send, void* recv, size_t count, DType dtype, ReduceOp op) {
+  // Blocking forms. By default the non-blocking operation, waited on; an
+  // implementation may override them with a faster blocking path.
+  virtual void all_reduce(void* buf, size_t count, DType dtype, ReduceOp op) {
+    all_reduce_async(buf, count, dtype, op)->wait();
+  }
+  virtual void reduce_scatter(const void* send, void* recv, size_t count, DType dtype, ReduceOp op) {
     reduce_scatter_async(send, recv, count, dtype, op)->wait();
   }
-  void all_gather(const void* send, void* recv, size_t count, DType dtype) {
+  virtual void all_gather(const void* send, void* recv, size_t count, DType dtype) {
     all_gather_async(send, recv, count, dtype)->wait();
   }
-  void broadcast(void* buf, size_t count, DType dtype, int root) { broadcast_async(buf, count, dtype, root)->wait(); }
+  virtual void broadcast(void* buf, size_t count, DType dtype, int root) {
+    broadcast_async(buf, count, dtype, root)->wait();
+  }
   void send(const void* buf, size_t count, DType dtype, int peer, int tag = 0) {
     send_async(buf, count, dtype, peer, tag)->wait();
   }

@@ -1,5 +1,6 @@
 #include "comm/mpi_comm.h"
 
+#include <sched.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -71,9 +72,10 @@ class MpiWork final : public Work {
     using Clock = std::chrono::steady_clock;
     auto start = Clock::now();
     for (long polls = 0; !test(); polls++) {
-      // Spin briefly (latency), then poll more gently (a waiting rank should
-      // not steal its core from the OpenMP threads of an oversubscribed peer).
-      if (polls > 1000) std::this_thread::sleep_for(std::chrono::microseconds(50));
+      // Each MPI_Test also drives the transfer, so keep polling; after a
+      // short spin, yield between polls so that a waiting rank leaves its core
+      // to oversubscribed peers that have work (returns at once if none do).
+      if (polls > 1000) sched_yield();
       if (timeout_s_ > 0 && (polls & 63) == 0 &&
           std::chrono::duration<double>(Clock::now() - start).count() > timeout_s_)
         timed_out();
@@ -174,58 +176,87 @@ std::string MpiComm::describe(const char* op, size_t count, DType dtype) const {
                    count, dtype_name(dtype), name_.c_str(), ranks.c_str());
 }
 
-std::unique_ptr<Work> MpiComm::all_reduce_async(void* buf, size_t count, DType dtype, ReduceOp op) {
-  MPI_Request req;
-  std::string what = describe(strprintf("all_reduce(%s)", reduce_op_name(op)).c_str(), count, dtype);
-  const float scale = op == ReduceOp::Avg ? 1.0f / float(size_) : 1.0f;
+namespace {
+
+// What MPI reduces: fp32 always. 16-bit data is widened into scratch first
+// and narrowed back by finish(), which also applies the 1/n of an average.
+struct ReduceBuffers {
+  const void* send;  // MPI_IN_PLACE for in-place all_reduce
+  void* recv;
+  std::function<void()> finish;
+};
+
+ReduceBuffers prepare_reduce(const void* send, void* recv, size_t send_count, size_t recv_count, DType dtype,
+                             ReduceOp op, int group_size) {
+  const float scale = op == ReduceOp::Avg ? 1.0f / float(group_size) : 1.0f;
+  const bool in_place = send == nullptr;
   if (dtype == DType::f32) {
-    check(MPI_Iallreduce(MPI_IN_PLACE, buf, as_int(count), MPI_FLOAT, mpi_op(op), comm_, &req), "all_reduce");
-    auto finish = [buf, count, scale] {
+    auto finish = [recv, recv_count, scale] {
       if (scale == 1.0f) return;
-      float* p = static_cast<float*>(buf);
-      for (size_t i = 0; i < count; i++) p[i] *= scale;
+      float* p = static_cast<float*>(recv);
+      for (size_t i = 0; i < recv_count; i++) p[i] *= scale;
     };
-    return std::make_unique<MpiWork>(req, what, opts_.timeout_s, finish);
+    return {in_place ? MPI_IN_PLACE : send, recv, finish};
   }
-  auto wide = std::make_shared<std::vector<float>>(count);
-  to_f32(wide->data(), buf, count, dtype);
-  check(MPI_Iallreduce(MPI_IN_PLACE, wide->data(), as_int(count), MPI_FLOAT, mpi_op(op), comm_, &req),
-        "all_reduce");
-  auto finish = [wide, buf, count, dtype, scale] {
+  auto wide_out = std::make_shared<std::vector<float>>(recv_count);
+  std::shared_ptr<std::vector<float>> wide_in;
+  if (in_place) {
+    to_f32(wide_out->data(), recv, recv_count, dtype);
+  } else {
+    wide_in = std::make_shared<std::vector<float>>(send_count);
+    to_f32(wide_in->data(), send, send_count, dtype);
+  }
+  auto finish = [wide_in, wide_out, recv, recv_count, dtype, scale] {
     if (scale != 1.0f)
-      for (float& x : *wide) x *= scale;
-    from_f32(buf, wide->data(), count, dtype);
+      for (float& x : *wide_out) x *= scale;
+    from_f32(recv, wide_out->data(), recv_count, dtype);
   };
-  return std::make_unique<MpiWork>(req, what, opts_.timeout_s, finish);
+  return {in_place ? MPI_IN_PLACE : wide_in->data(), wide_out->data(), finish};
+}
+
+}  // namespace
+
+Watchdog& MpiComm::watchdog() {
+  if (!watchdog_) watchdog_ = std::make_unique<Watchdog>(opts_.timeout_s);
+  return *watchdog_;
+}
+
+std::unique_ptr<Work> MpiComm::all_reduce_async(void* buf, size_t count, DType dtype, ReduceOp op) {
+  ReduceBuffers rb = prepare_reduce(nullptr, buf, count, count, dtype, op, size_);
+  MPI_Request req;
+  check(MPI_Iallreduce(rb.send, rb.recv, as_int(count), MPI_FLOAT, mpi_op(op), comm_, &req), "all_reduce");
+  return std::make_unique<MpiWork>(req, describe(strprintf("all_reduce(%s)", reduce_op_name(op)).c_str(), count, dtype),
+                                   opts_.timeout_s, rb.finish);
+}
+
+void MpiComm::all_reduce(void* buf, size_t count, DType dtype, ReduceOp op) {
+  ReduceBuffers rb = prepare_reduce(nullptr, buf, count, count, dtype, op, size_);
+  {
+    WatchdogScope guard(watchdog(), describe(strprintf("all_reduce(%s)", reduce_op_name(op)).c_str(), count, dtype));
+    check(MPI_Allreduce(rb.send, rb.recv, as_int(count), MPI_FLOAT, mpi_op(op), comm_), "all_reduce");
+  }
+  rb.finish();
 }
 
 std::unique_ptr<Work> MpiComm::reduce_scatter_async(const void* send, void* recv, size_t count, DType dtype,
                                                     ReduceOp op) {
+  ReduceBuffers rb = prepare_reduce(send, recv, count * size_t(size_), count, dtype, op, size_);
   MPI_Request req;
-  std::string what = describe(strprintf("reduce_scatter(%s)", reduce_op_name(op)).c_str(), count, dtype);
-  const float scale = op == ReduceOp::Avg ? 1.0f / float(size_) : 1.0f;
-  if (dtype == DType::f32) {
-    check(MPI_Ireduce_scatter_block(send, recv, as_int(count), MPI_FLOAT, mpi_op(op), comm_, &req),
-          "reduce_scatter");
-    auto finish = [recv, count, scale] {
-      if (scale == 1.0f) return;
-      float* p = static_cast<float*>(recv);
-      for (size_t i = 0; i < count; i++) p[i] *= scale;
-    };
-    return std::make_unique<MpiWork>(req, what, opts_.timeout_s, finish);
-  }
-  auto wide_in = std::make_shared<std::vector<float>>(count * size_t(size_));
-  auto wide_out = std::make_shared<std::vector<float>>(count);
-  to_f32(wide_in->data(), send, wide_in->size(), dtype);
-  check(MPI_Ireduce_scatter_block(wide_in->data(), wide_out->data(), as_int(count), MPI_FLOAT, mpi_op(op), comm_,
-                                  &req),
+  check(MPI_Ireduce_scatter_block(rb.send, rb.recv, as_int(count), MPI_FLOAT, mpi_op(op), comm_, &req),
         "reduce_scatter");
-  auto finish = [wide_in, wide_out, recv, count, dtype, scale] {
-    if (scale != 1.0f)
-      for (float& x : *wide_out) x *= scale;
-    from_f32(recv, wide_out->data(), count, dtype);
-  };
-  return std::make_unique<MpiWork>(req, what, opts_.timeout_s, finish);
+  return std::make_unique<MpiWork>(
+      req, describe(strprintf("reduce_scatter(%s)", reduce_op_name(op)).c_str(), count, dtype), opts_.timeout_s,
+      rb.finish);
+}
+
+void MpiComm::reduce_scatter(const void* send, void* recv, size_t count, DType dtype, ReduceOp op) {
+  ReduceBuffers rb = prepare_reduce(send, recv, count * size_t(size_), count, dtype, op, size_);
+  {
+    WatchdogScope guard(watchdog(),
+                        describe(strprintf("reduce_scatter(%s)", reduce_op_name(op)).c_str(), count, dtype));
+    check(MPI_Reduce_scatter_block(rb.send, rb.recv, as_int(count), MPI_FLOAT, mpi_op(op), comm_), "reduce_scatter");
+  }
+  rb.finish();
 }
 
 std::unique_ptr<Work> MpiComm::all_gather_async(const void* send, void* recv, size_t count, DType dtype) {
@@ -235,11 +266,22 @@ std::unique_ptr<Work> MpiComm::all_gather_async(const void* send, void* recv, si
   return std::make_unique<MpiWork>(req, describe("all_gather", count, dtype), opts_.timeout_s, nullptr);
 }
 
+void MpiComm::all_gather(const void* send, void* recv, size_t count, DType dtype) {
+  WatchdogScope guard(watchdog(), describe("all_gather", count, dtype));
+  check(MPI_Allgather(send, as_int(count), raw_type(dtype), recv, as_int(count), raw_type(dtype), comm_),
+        "all_gather");
+}
+
 std::unique_ptr<Work> MpiComm::broadcast_async(void* buf, size_t count, DType dtype, int root) {
   MPI_Request req;
   check(MPI_Ibcast(buf, as_int(count), raw_type(dtype), root, comm_, &req), "broadcast");
   return std::make_unique<MpiWork>(req, describe(strprintf("broadcast(root %d)", root).c_str(), count, dtype),
                                    opts_.timeout_s, nullptr);
+}
+
+void MpiComm::broadcast(void* buf, size_t count, DType dtype, int root) {
+  WatchdogScope guard(watchdog(), describe(strprintf("broadcast(root %d)", root).c_str(), count, dtype));
+  check(MPI_Bcast(buf, as_int(count), raw_type(dtype), root, comm_), "broadcast");
 }
 
 std::unique_ptr<Work> MpiComm::send_async(const void* buf, size_t count, DType dtype, int peer, int tag) {
@@ -258,9 +300,8 @@ std::unique_ptr<Work> MpiComm::recv_async(void* buf, size_t count, DType dtype, 
 }
 
 void MpiComm::barrier() {
-  MPI_Request req;
-  check(MPI_Ibarrier(comm_, &req), "barrier");
-  MpiWork(req, describe("barrier", 0, DType::f32), opts_.timeout_s, nullptr).wait();
+  WatchdogScope guard(watchdog(), describe("barrier", 0, DType::f32));
+  check(MPI_Barrier(comm_), "barrier");
 }
 
 }  // namespace loom

@@ -5,10 +5,11 @@
 // and convert back (the sum is fp32-exact as MPI's; the wire carries fp32).
 // all_gather, broadcast, send and recv move 16-bit data as it is.
 //
-// No silent hangs: every wait polls with a deadline (MpiOptions::timeout_s);
-// a rank whose operation does not finish in time prints what it was waiting
+// No silent hangs: every operation has a deadline (MpiOptions::timeout_s):
+// non-blocking ones poll against it, blocking ones run under a Watchdog. A
+// rank whose operation does not finish in time prints what it was waiting
 // on (operation, group, member ranks, size), waits a short grace period so
-// the other stuck ranks can print theirs, then aborts the whole job.
+// the other stuck ranks can print theirs, then ends the whole job.
 #pragma once
 
 #include <mpi.h>
@@ -18,6 +19,7 @@
 #include <vector>
 
 #include "comm/communicator.h"
+#include "comm/watchdog.h"
 
 namespace loom {
 
@@ -66,6 +68,12 @@ class MpiComm final : public Communicator {
   std::unique_ptr<Work> broadcast_async(void* buf, size_t count, DType dtype, int root) override;
   std::unique_ptr<Work> send_async(const void* buf, size_t count, DType dtype, int peer, int tag) override;
   std::unique_ptr<Work> recv_async(void* buf, size_t count, DType dtype, int peer, int tag) override;
+  // Blocking forms use MPI's blocking collectives (faster than the
+  // non-blocking ones for large messages), under a Watchdog deadline.
+  void all_reduce(void* buf, size_t count, DType dtype, ReduceOp op) override;
+  void reduce_scatter(const void* send, void* recv, size_t count, DType dtype, ReduceOp op) override;
+  void all_gather(const void* send, void* recv, size_t count, DType dtype) override;
+  void broadcast(void* buf, size_t count, DType dtype, int root) override;
   void barrier() override;
 
   MPI_Comm handle() const { return comm_; }
@@ -75,12 +83,14 @@ class MpiComm final : public Communicator {
   // Throws loom::Error naming the rank, the group and the MPI error.
   void check(int mpi_result, const char* what) const;
   std::string describe(const char* op, size_t count, DType dtype) const;
+  Watchdog& watchdog();  // started on first blocking use
 
   MPI_Comm comm_;
   std::string name_;
   std::vector<int> members_;
   MpiOptions opts_;
   int rank_ = 0, size_ = 1;
+  std::unique_ptr<Watchdog> watchdog_;
 };
 
 }  // namespace loom

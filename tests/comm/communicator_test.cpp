@@ -42,10 +42,29 @@ struct Buffer {
 // The value rank r contributes at element i: small, exact in bf16 and f16.
 float value(int r, size_t i) { return float((r + 1) * (1 + int(i % 3))); }
 
-void check_group(loom::Communicator& comm, DType dtype, const std::string& where) {
-  const int n = comm.size(), me = comm.rank();
+// Runs each collective blocking, or non-blocking then waited on.
+struct Ops {
+  loom::Communicator& comm;
+  bool async;
+  void all_reduce(void* b, size_t n, DType t, ReduceOp op) {
+    async ? comm.all_reduce_async(b, n, t, op)->wait() : comm.all_reduce(b, n, t, op);
+  }
+  void reduce_scatter(const void* s, void* r, size_t n, DType t, ReduceOp op) {
+    async ? comm.reduce_scatter_async(s, r, n, t, op)->wait() : comm.reduce_scatter(s, r, n, t, op);
+  }
+  void all_gather(const void* s, void* r, size_t n, DType t) {
+    async ? comm.all_gather_async(s, r, n, t)->wait() : comm.all_gather(s, r, n, t);
+  }
+  void broadcast(void* b, size_t n, DType t, int root) {
+    async ? comm.broadcast_async(b, n, t, root)->wait() : comm.broadcast(b, n, t, root);
+  }
+};
+
+void check_group(loom::Communicator& group, DType dtype, bool async, const std::string& where) {
+  Ops comm{group, async};
+  const int n = group.size(), me = group.rank();
   const size_t count = 37;  // not a multiple of anything
-  SCOPED_TRACE(where + " group " + comm.name() + " dtype " + loom::dtype_name(dtype));
+  SCOPED_TRACE(where + " group " + group.name() + " dtype " + loom::dtype_name(dtype) + (async ? " async" : ""));
 
   for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Avg, ReduceOp::Max}) {
     Buffer buf(dtype, count);
@@ -87,14 +106,14 @@ void check_group(loom::Communicator& comm, DType dtype, const std::string& where
   if (n > 1) {  // ring: send to the next rank, receive from the previous, non-blocking
     Buffer out(dtype, count), in(dtype, count);
     for (size_t i = 0; i < count; i++) out.set(i, value(me, i));
-    auto r = comm.recv_async(in.data(), count, dtype, (me + n - 1) % n, 7);
-    auto s = comm.send_async(out.data(), count, dtype, (me + 1) % n, 7);
+    auto r = group.recv_async(in.data(), count, dtype, (me + n - 1) % n, 7);
+    auto s = group.send_async(out.data(), count, dtype, (me + 1) % n, 7);
     s->wait();
     while (!r->test()) {
     }
     for (size_t i = 0; i < count; i++) ASSERT_EQ(in.get(i), value((me + n - 1) % n, i)) << "send/recv";
   }
-  comm.barrier();
+  group.barrier();
 }
 
 TEST(Communicator, EveryOperationOnEveryGroupOfEveryGrid) {
@@ -109,7 +128,8 @@ TEST(Communicator, EveryOperationOnEveryGroupOfEveryGrid) {
           auto& comm = ctx->group(kind);
           ASSERT_EQ(comm.size(), int(grid.group(kind, ctx->rank()).size()));
           ASSERT_EQ(comm.world_ranks()[size_t(comm.rank())], ctx->rank());
-          for (DType dt : {DType::f32, DType::bf16, DType::f16}) check_group(comm, dt, grid.describe());
+          for (DType dt : {DType::f32, DType::bf16, DType::f16})
+            for (bool async : {false, true}) check_group(comm, dt, async, grid.describe());
         }
       }
     }

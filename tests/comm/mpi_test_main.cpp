@@ -3,7 +3,8 @@
 //
 // Fault drills (used by faults_test.sh, not by plain runs):
 //   --fault=kill   rank 1 kills itself while the others wait in an all_reduce
-//   --fault=stuck  rank 1 skips an all_reduce; the others time out after 3 s
+//   --fault=stuck  rank 1 skips a blocking all_reduce; the others time out after 3 s
+//   --fault=stuck-async  the same with a non-blocking all_reduce, waited on
 #include <gtest/gtest.h>
 
 #include <csignal>
@@ -15,7 +16,7 @@
 namespace {
 
 int run_fault_drill(const std::string& kind, int rank) {
-  auto world = loom::MpiComm::world(loom::MpiOptions{kind == "stuck" ? 3.0 : 120.0});
+  auto world = loom::MpiComm::world(loom::MpiOptions{kind == "kill" ? 120.0 : 3.0});
   float x = 1.f;
   world->barrier();
   if (rank == 1) {
@@ -23,7 +24,8 @@ int run_fault_drill(const std::string& kind, int rank) {
     std::this_thread::sleep_for(std::chrono::seconds(60));  // "stuck": never joins
     return 0;
   }
-  world->all_reduce(&x, 1, loom::DType::f32, loom::ReduceOp::Sum);
+  if (kind == "stuck-async") world->all_reduce_async(&x, 1, loom::DType::f32, loom::ReduceOp::Sum)->wait();
+  else world->all_reduce(&x, 1, loom::DType::f32, loom::ReduceOp::Sum);
   return 0;
 }
 
