@@ -48,7 +48,7 @@ for p in "${PACKAGES[@]}"; do
   deb="$(deb_of "$p")"
   [[ -n "$deb" ]] || continue
   stamp="$CACHE/pkgs/$p.control"
-  control="$(dpkg-deb -f "$deb" Package Version)"
+  control="$(dpkg-deb -f "$deb" Package Version; echo "Deb: $(basename "$deb")")"
   if [[ -d "$CACHE/pkgs/$p" && -f "$stamp" && "$(cat "$stamp")" == "$control" ]]; then continue; fi
   echo "corpus: unpacking $(basename "$deb")"
   rm -rf "$CACHE/pkgs/$p" "$CACHE/pkgs/$p.tmp" "$stamp"

@@ -26,6 +26,8 @@ import subprocess
 import sys
 import zlib
 
+from rdata import RReader
+
 # Bump when the text produced for any package changes.
 EXTRACTOR_VERSION = 1
 WORKERS = os.cpu_count() or 2
@@ -255,72 +257,6 @@ def bible_kjv(tree, helpers):
             for i, (abbr, lines) in enumerate(books)]
 
 
-# R's serialization format (XDR, versions 2 and 3): just enough to read the
-# character vectors that janeaustenr stores, one per novel.
-class RReader:
-    NIL, SYM, LIST, CHAR, LGL, INT, REAL, STR, VEC, REF = 254, 1, 2, 9, 10, 13, 14, 16, 19, 255
-    SPECIAL = {254, 253, 252, 251, 250, 242}  # nil, global/empty/base env, unbound, missing
-
-    def __init__(self, raw):
-        if raw[:2] != b"X\n":
-            raise RuntimeError("not XDR R serialization")
-        self.raw, self.pos, self.refs = raw, 2, []
-        version = self.int()
-        self.int(), self.int()  # writer version, minimal reader version
-        if version == 3:
-            length = self.int()  # then the native encoding's name
-            self.pos += length
-        elif version != 2:
-            raise RuntimeError("R serialization version %d" % version)
-
-    def int(self):
-        v = int.from_bytes(self.raw[self.pos:self.pos + 4], "big", signed=True)
-        self.pos += 4
-        return v
-
-    def item(self):
-        flags = self.int()
-        kind, has_attr, has_tag = flags & 0xFF, flags & (1 << 9), flags & (1 << 10)
-        if kind in self.SPECIAL:
-            return None
-        if kind == self.REF:
-            index = flags >> 8 or self.int()
-            return self.refs[index - 1]
-        if kind == self.SYM:
-            name = self.item()
-            self.refs.append(name)
-            return name
-        if kind == self.CHAR:
-            n = self.int()
-            if n == -1:
-                return None  # NA
-            s = self.raw[self.pos:self.pos + n]
-            self.pos += n
-            return s.decode("latin-1" if flags & (1 << 14) else "utf-8")
-        if kind == self.LIST:
-            attr = self.item() if has_attr else None
-            tag = self.item() if has_tag else None
-            head = self.item()
-            rest = self.item()
-            return [(tag, head)] + (rest or [])
-        if kind in (self.STR, self.VEC):
-            value = [self.item() for _ in range(self.int())]
-        elif kind in (self.LGL, self.INT):
-            n = self.int()
-            value = [int.from_bytes(self.raw[self.pos + 4 * i:self.pos + 4 * i + 4], "big", signed=True)
-                     for i in range(n)]
-            self.pos += 4 * n
-        elif kind == self.REAL:
-            self.pos += 8 * self.int()
-            value = None
-        else:
-            raise RuntimeError("R serialization: unsupported type %d" % kind)
-        attributes = dict(self.item()) if has_attr else {}
-        if kind == self.VEC and "names" in attributes:  # a named list
-            return dict(zip(attributes["names"], value))
-        return value
-
-
 def janeaustenr(tree, helpers):
     """The six novels, from R's lazy-load database (an index .rdx and the
     zlib-compressed objects in .rdb)."""
@@ -370,6 +306,21 @@ def read_control(path):
     return fields
 
 
+def deb_info(cache, name, deb):
+    """Where the package came from and where its licence is."""
+    path = os.path.join(cache, "debs", deb)
+    digest = None
+    if os.path.exists(path):
+        with open(path, "rb") as f:
+            digest = hashlib.sha256(f.read()).hexdigest()
+    doc_dir = os.path.join(cache, "pkgs", name, "usr/share/doc", name)
+    if os.path.islink(doc_dir):  # e.g. manpages-dev -> manpages: the licence is in that package
+        name = os.path.basename(os.readlink(doc_dir))
+    copyright = os.path.join("pkgs", name, "usr/share/doc", name, "copyright")
+    return {"deb": deb, "deb_sha256": digest,
+            "copyright": copyright if os.path.exists(os.path.join(cache, copyright)) else None}
+
+
 def write_atomically(path, data):
     tmp = path + ".tmp"
     with open(tmp, "wb") as f:
@@ -410,15 +361,19 @@ def main():
         with open(manifest_path) as f:
             previous = {p["name"]: p for p in json.load(f).get("packages", [])}
 
-    versions = {}
+    versions, debs = {}, {}
     for name in args.packages:
         control = os.path.join(pkgs_dir, name + ".control")
         if os.path.exists(control) and os.path.isdir(os.path.join(pkgs_dir, name)):
-            versions[name] = read_control(control).get("Version", "unknown")
+            fields = read_control(control)
+            versions[name] = fields.get("Version", "unknown")
+            debs[name] = fields.get("Deb")
 
     packages = []
     for name in args.packages:
         entry = {"name": name, "version": versions.get(name)}
+        if debs.get(name):
+            entry.update(deb_info(args.cache, name, debs[name]))
         if name in HELPERS:
             entry.update(status="ok" if name in versions else "missing", role=HELPERS[name], files=[])
             packages.append(entry)
@@ -437,14 +392,22 @@ def main():
         key = {"extractor": EXTRACTOR_VERSION, "versions": {n: versions[n] for n in needed}}
         old = previous.get(name)
         if old and old.get("status") == "ok" and old.get("key") == key and os.path.isdir(out_dir):
-            packages.append(old)
+            packages.append(dict(old, **entry))
             continue
         print("corpus: extracting %s %s" % (name, versions[name]), flush=True)
         tmp_dir = out_dir + ".tmp"
         shutil.rmtree(tmp_dir, ignore_errors=True)
         os.makedirs(tmp_dir)
         helpers = {n: os.path.join(pkgs_dir, n) for n in EXTRACTORS[name][1]}
-        files = extract_package(name, os.path.join(pkgs_dir, name), helpers, tmp_dir)
+        try:
+            files = extract_package(name, os.path.join(pkgs_dir, name), helpers, tmp_dir)
+        except (OSError, RuntimeError, ValueError) as e:  # e.g. groff missing: leave this package out
+            print("corpus: warning: %s left out: %s" % (name, e), file=sys.stderr)
+            shutil.rmtree(tmp_dir, ignore_errors=True)
+            shutil.rmtree(out_dir, ignore_errors=True)
+            entry.update(status="failed: %s" % e, files=[])
+            packages.append(entry)
+            continue
         shutil.rmtree(out_dir, ignore_errors=True)
         os.rename(tmp_dir, out_dir)
         entry.update(status="ok", key=key, documents=len(files), bytes=sum(f["bytes"] for f in files), files=files)

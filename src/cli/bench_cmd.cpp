@@ -3,8 +3,6 @@
 //
 // Every (shape, threads, engine) runs in its own process so that its peak
 // RSS is its own: loom re-executes itself as `loom bench step-child`.
-#include <sys/resource.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -12,6 +10,7 @@
 #include <sstream>
 #include <vector>
 
+#include "cli/bench_util.h"
 #include "cli/commands.h"
 #include "core/check.h"
 #include "core/rng.h"
@@ -64,12 +63,6 @@ int parse_int(const std::string& s, const char* what) {
   throw UserError(strprintf("bench: %s must be a positive integer, got '%s'", what, s.c_str()));
 }
 
-double peak_rss_mib() {
-  rusage ru{};
-  getrusage(RUSAGE_SELF, &ru);
-  return double(ru.ru_maxrss) / 1024.0;  // ru_maxrss is in KiB on Linux
-}
-
 // One configuration, in this process: prints a JSON line.
 int run_child(const BenchShape& shape, int threads, int steps) {
   set_threads(threads);
@@ -77,7 +70,7 @@ int run_child(const BenchShape& shape, int threads, int steps) {
   const int B = shape.B, T = cfg.seq_len;
   GPT model(cfg, B, T);
   model.init_parameters(1234);
-  AdamW opt(model.layout(), AdamWConfig{});
+  AdamW opt(model.layout().flat(), AdamWConfig{});
   std::vector<int32_t> tokens(size_t(B) * T), targets(tokens.size());
   for (size_t i = 0; i < tokens.size(); i++) {
     tokens[i] = int32_t(rng_uniform(7, 1, i) * cfg.vocab_size);
@@ -88,7 +81,7 @@ int run_child(const BenchShape& shape, int threads, int steps) {
     auto t0 = std::chrono::steady_clock::now();
     model.zero_grads();
     model.forward_backward(tokens.data(), targets.data(), B, T);
-    double norm = global_grad_norm(model.layout(), model.grads());
+    double norm = global_grad_norm(model.layout().flat(), model.grads());
     opt.step(model.params(), model.grads(), 1e-4f, cpu::clip_scale(norm, 1.0f));
     double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (s > 0) times.push_back(dt);
@@ -108,39 +101,13 @@ struct Measured {
   double tokens_per_s = 0, peak_rss_mb = 0;
 };
 
-double json_number(const std::string& line, const char* key) {
-  std::string k = std::string("\"") + key + "\"";
-  size_t at = line.find(k);
-  if (at == std::string::npos) return -1;
-  at = line.find(':', at);
-  return at == std::string::npos ? -1 : std::atof(line.c_str() + at + 1);
-}
-
 Measured run_and_parse(const std::string& command) {
   Measured m;
-  FILE* pipe = ::popen(command.c_str(), "r");
-  if (!pipe) return m;
-  std::string out;
-  char buf[4096];
-  while (std::fgets(buf, sizeof buf, pipe)) out += buf;
-  int status = ::pclose(pipe);
-  size_t brace = out.rfind('{');
-  if (status != 0 || brace == std::string::npos) {
-    std::fprintf(stderr, "bench: command failed (status %d): %s\n%s", status, command.c_str(), out.c_str());
-    return m;
-  }
-  std::string line = out.substr(brace);
+  std::string line = run_for_json(command);
   m.tokens_per_s = json_number(line, "tokens_per_s");
   m.peak_rss_mb = json_number(line, "peak_rss_mb");
   m.ok = m.tokens_per_s > 0;
   return m;
-}
-
-std::string self_exe() {
-  char buf[4096];
-  ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
-  LOOM_CHECK(n > 0, "cannot read /proc/self/exe");
-  return std::string(buf, size_t(n));
 }
 
 std::string fmt(const Measured& m, const char* f, double v) { return m.ok ? strprintf(f, v) : std::string("-"); }

@@ -10,8 +10,23 @@ void print_help() {
 usage: loom <command> [options]
 
 commands:
+  prepare Make training data: corpus -> SentencePiece tokenizer -> token shards.
+            loom prepare                        the Debian corpus (scripts/fetch_corpus.sh) into .cache/data
+            loom prepare --input DIR_OR_FILE --out DIR [options]
+          Options:
+            --input PATH        a folder of UTF-8 text files (one document each) or one file
+                                (default .cache/corpus/text)
+            --out DIR           where tokenizer.model, train_*.bin, val_*.bin and dataset.toml go
+                                (default .cache/data)
+            --vocab-size N      BPE vocabulary to train (default 8192; byte fallback, exact round trip)
+            --tokenizer FILE    use this SentencePiece .model instead of training one
+            --val-fraction F    share of the text held out for validation, by document (default 0.02)
+            --shard-tokens N    tokens per shard before a new one starts (default 16777216)
+            --sample-mb M       text the tokenizer is trained on (default 24)
+            --threads N         tokenizing threads (default 0 = all cores)
+            --force             redo everything (otherwise work whose inputs did not change is skipped)
   train   Train a model.
-            loom train                          the default job (small GPT on the bundled text)
+            loom train                          the default job (small GPT on the prepared corpus)
             loom train --config configs/NAME.toml [--set section.key=value ...]
           Options:
             --config FILE     TOML run configuration (see configs/)
@@ -19,7 +34,7 @@ commands:
           Fields: [model] vocab_size n_layer n_head d_model seq_len
                   [train] batch_size steps lr min_lr warmup_steps weight_decay beta1 beta2
                           eps grad_clip eval_every eval_batches log_every seed
-                  [data] path format val_fraction
+                  [data] path format (shards | bytes) val_fraction
                   [parallel] dp (0 = infer) tp pp order ("tp-dp-pp": innermost first)
                   [runtime] threads (0 = cores / ranks per node) comm_timeout_s
           Many processes: mpirun -np N loom train ... (add --oversubscribe when N exceeds

@@ -55,7 +55,9 @@ int cmd_train(const Args& args, MpiRuntime& mpi) {
     }
     cfg = load_run_config(config_path, overrides);
     cfg.data.path = resolve_path(cfg.data.path);
-    LOOM_USER_CHECK(exists(cfg.data.path), "data file '%s' (data.path) not found", cfg.data.path.c_str());
+    LOOM_USER_CHECK(exists(cfg.data.path), "data %s '%s' (data.path) not found%s",
+                    cfg.data.format == "shards" ? "folder" : "file", cfg.data.path.c_str(),
+                    cfg.data.format == "shards" ? " (scripts/setup.sh or `loom prepare` makes it)" : "");
     grid = std::make_unique<ParallelGrid>(ParallelGrid::for_world(mpi.world_size(), cfg.parallel.dp, cfg.parallel.tp,
                                                                   cfg.parallel.pp, cfg.parallel.order));
     check_layout(cfg, *grid);

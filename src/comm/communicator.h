@@ -44,7 +44,8 @@ class Communicator {
   // send[count * size()] reduced; rank r receives block r into recv[count].
   virtual std::unique_ptr<Work> reduce_scatter_async(const void* send, void* recv, size_t count, DType dtype,
                                                      ReduceOp op) = 0;
-  // recv[count * size()] = every rank's send[count], in rank order.
+  // recv[count * size()] = every rank's send[count], in rank order. In place
+  // when send is this rank's own block of recv (recv + rank() * count).
   virtual std::unique_ptr<Work> all_gather_async(const void* send, void* recv, size_t count, DType dtype) = 0;
   // buf[count] of rank `root` (a rank of this group) copied to every rank.
   virtual std::unique_ptr<Work> broadcast_async(void* buf, size_t count, DType dtype, int root) = 0;

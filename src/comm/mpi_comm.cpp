@@ -266,8 +266,15 @@ void MpiComm::reduce_scatter(const void* send, void* recv, size_t count, DType d
   rb.finish();
 }
 
+// In place when `send` is this rank's own block of `recv` (MPI forbids
+// aliased buffers and wants MPI_IN_PLACE instead).
+static const void* gather_source(const void* send, void* recv, size_t count, DType dtype, int rank) {
+  return send == static_cast<char*>(recv) + size_t(rank) * count * dtype_size(dtype) ? MPI_IN_PLACE : send;
+}
+
 std::unique_ptr<Work> MpiComm::all_gather_async(const void* send, void* recv, size_t count, DType dtype) {
   MPI_Request req;
+  send = gather_source(send, recv, count, dtype, rank_);
   check(MPI_Iallgather(send, as_int(count), raw_type(dtype), recv, as_int(count), raw_type(dtype), comm_, &req),
         "all_gather");
   return std::make_unique<MpiWork>(req, describe("all_gather", count, dtype), opts_.timeout_s, nullptr);
@@ -275,6 +282,7 @@ std::unique_ptr<Work> MpiComm::all_gather_async(const void* send, void* recv, si
 
 void MpiComm::all_gather(const void* send, void* recv, size_t count, DType dtype) {
   WatchdogScope guard(watchdog(), describe("all_gather", count, dtype));
+  send = gather_source(send, recv, count, dtype, rank_);
   check(MPI_Allgather(send, as_int(count), raw_type(dtype), recv, as_int(count), raw_type(dtype), comm_),
         "all_gather");
 }

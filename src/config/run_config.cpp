@@ -66,6 +66,7 @@ void read_fields(FieldReader& r, RunConfig& c) {
   r.get("model.d_model", &c.model.d_model);
   r.get("model.seq_len", &c.model.seq_len);
   r.get("train.batch_size", &c.train.batch_size);
+  r.get("train.micro_batch_size", &c.train.micro_batch_size);
   r.get("train.steps", &c.train.steps);
   r.get("train.lr", &c.train.lr);
   r.get("train.min_lr", &c.train.min_lr);
@@ -86,6 +87,8 @@ void read_fields(FieldReader& r, RunConfig& c) {
   r.get("parallel.tp", &c.parallel.tp);
   r.get("parallel.pp", &c.parallel.pp);
   r.get("parallel.order", &c.parallel.order);
+  r.get("parallel.zero", &c.parallel.zero);
+  r.get("parallel.bucket_mb", &c.parallel.bucket_mb);
   r.get("runtime.threads", &c.runtime.threads);
   r.get("runtime.comm_timeout_s", &c.runtime.comm_timeout_s);
   r.reject_unknown();
@@ -143,6 +146,8 @@ void RunConfig::validate() const {
     LOOM_USER_CHECK(ok, "config field '%s' must be %s", field, rule);
   };
   require(t.batch_size >= 1, "train.batch_size", ">= 1");
+  require(t.micro_batch_size >= 0 && t.micro_batch_size <= t.batch_size, "train.micro_batch_size",
+          "in [0, train.batch_size] (0 = batch_size / dp)");
   require(t.steps >= 1, "train.steps", ">= 1");
   require(t.lr > 0 && t.lr < 10, "train.lr", "in (0, 10)");
   require(t.min_lr >= 0 && t.min_lr <= t.lr, "train.min_lr", "in [0, train.lr]");
@@ -156,29 +161,33 @@ void RunConfig::validate() const {
   require(t.eval_batches >= 1, "train.eval_batches", ">= 1");
   require(t.log_every >= 1, "train.log_every", ">= 1");
   require(t.seed >= 0, "train.seed", ">= 0");
-  require(data.format == "bytes", "data.format", "\"bytes\"");
+  require(data.format == "bytes" || data.format == "shards", "data.format", "\"shards\" or \"bytes\"");
   require(!data.path.empty(), "data.path", "a file path");
   require(data.val_fraction > 0 && data.val_fraction < 1, "data.val_fraction", "in (0, 1)");
-  require(model.vocab_size >= 256 || data.format != "bytes", "model.vocab_size", ">= 256 when data.format = \"bytes\"");
+  require(model.vocab_size >= 256, "model.vocab_size", ">= 256 (every byte needs an id)");
   require(runtime.threads >= 0, "runtime.threads", ">= 0 (0 = all cores)");
   require(runtime.comm_timeout_s >= 0, "runtime.comm_timeout_s", ">= 0 (0 = wait forever)");
   require(parallel.dp >= 0, "parallel.dp", ">= 0 (0 = infer from the world size)");
   require(parallel.tp >= 1, "parallel.tp", ">= 1");
   require(parallel.pp >= 1, "parallel.pp", ">= 1");
+  require(parallel.zero >= 0 && parallel.zero <= 2, "parallel.zero", "0, 1 or 2");
+  require(parallel.bucket_mb > 0, "parallel.bucket_mb", "> 0 (MiB of gradients per reduction bucket)");
 }
 
 std::string RunConfig::to_toml() const {
   std::ostringstream s;
   s << "[model]\nvocab_size = " << model.vocab_size << "\nn_layer = " << model.n_layer
     << "\nn_head = " << model.n_head << "\nd_model = " << model.d_model << "\nseq_len = " << model.seq_len
-    << "\n[train]\nbatch_size = " << train.batch_size << "\nsteps = " << train.steps << "\nlr = " << train.lr
+    << "\n[train]\nbatch_size = " << train.batch_size
+    << "\nmicro_batch_size = " << train.micro_batch_size << "\nsteps = " << train.steps << "\nlr = " << train.lr
     << "\nmin_lr = " << train.min_lr << "\nwarmup_steps = " << train.warmup_steps
     << "\nweight_decay = " << train.weight_decay << "\nbeta1 = " << train.beta1 << "\nbeta2 = " << train.beta2
     << "\neps = " << train.eps << "\ngrad_clip = " << train.grad_clip << "\neval_every = " << train.eval_every
     << "\neval_batches = " << train.eval_batches << "\nlog_every = " << train.log_every
     << "\nseed = " << train.seed << "\n[data]\npath = \"" << data.path << "\"\nformat = \"" << data.format
     << "\"\nval_fraction = " << data.val_fraction << "\n[parallel]\ndp = " << parallel.dp << "\ntp = " << parallel.tp
-    << "\npp = " << parallel.pp << "\norder = \"" << parallel.order << "\"\n[runtime]\nthreads = " << runtime.threads
+    << "\npp = " << parallel.pp << "\norder = \"" << parallel.order << "\"\nzero = " << parallel.zero
+    << "\nbucket_mb = " << parallel.bucket_mb << "\n[runtime]\nthreads = " << runtime.threads
     << "\ncomm_timeout_s = " << runtime.comm_timeout_s << "\n";
   return s.str();
 }

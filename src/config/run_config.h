@@ -14,7 +14,9 @@
 namespace loom {
 
 struct TrainConfig {
-  int batch_size = 8;     // sequences per step
+  int batch_size = 8;     // sequences per step (the global batch, over every replica)
+  int micro_batch_size = 0;  // sequences per forward/backward on one replica; 0 = batch_size / dp
+                             // (gradient accumulation steps = batch_size / (dp x micro_batch_size))
   int steps = 800;
   float lr = 1.5e-3f;     // peak learning rate
   float min_lr = 1.5e-4f; // end of the cosine decay
@@ -31,9 +33,9 @@ struct TrainConfig {
 };
 
 struct DataConfig {
-  std::string path = "data/sample/kjv.txt";
-  std::string format = "bytes";  // one token per byte (vocab 256)
-  float val_fraction = 0.1f;
+  std::string path = ".cache/data";  // shards: a `loom prepare` output folder; bytes: a text file
+  std::string format = "shards";     // "shards" (SentencePiece tokens) or "bytes" (one token per byte)
+  float val_fraction = 0.1f;         // bytes only: the held-out tail (shards are split by prepare)
 };
 
 struct ParallelConfig {
@@ -41,6 +43,8 @@ struct ParallelConfig {
   int tp = 1;  // tensor-parallel ranks per layer
   int pp = 1;  // pipeline stages
   std::string order = "tp-dp-pp";  // rank order, innermost axis first
+  int zero = 0;          // ZeRO stage: 0 replicated optimizer, 1 sharded optimizer state, 2 also sharded gradients
+  float bucket_mb = 4;   // MiB of gradients per reduction bucket (reductions overlap backward)
 };
 
 struct RuntimeConfig {

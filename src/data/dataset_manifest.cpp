@@ -99,6 +99,8 @@ DatasetManifest read_dataset_manifest(const std::string& dir) {
                   path.c_str(), (long long)r.get<int64_t>("version"), (long long)kManifestVersion);
   DatasetManifest m;
   m.tokenizer = r.get<std::string>("tokenizer");
+  LOOM_USER_CHECK(!m.tokenizer.empty() && m.tokenizer.find('/') == std::string::npos,
+                  "dataset manifest '%s': 'tokenizer' must be a file name in the same folder", path.c_str());
   m.tokenizer_hash = r.hash("tokenizer_hash");
   m.vocab_size = uint32_t(r.count("vocab_size"));
   m.eos_id = uint32_t(r.count("eos_id"));

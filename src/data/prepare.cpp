@@ -111,8 +111,7 @@ bool outputs_match(const std::string& out, uint64_t dataset_id, uint64_t tokeniz
 // The tokenizer model: the given one, the one already in `out` if it was made
 // from the same inputs and options, or a new one.
 Tokenizer get_tokenizer(const PrepareOptions& o, std::optional<Tokenizer>& given, const Corpus& corpus,
-                        uint64_t tokenizer_stamp, const std::string& model_path, int threads, bool* trained,
-                        FILE* log) {
+                        uint64_t tokenizer_stamp, const std::string& model_path, bool* trained, FILE* log) {
   *trained = false;
   if (given) {
     say(log, "tokenizer: %s (%d pieces)", o.tokenizer.c_str(), given->vocab_size());
@@ -139,7 +138,7 @@ Tokenizer get_tokenizer(const PrepareOptions& o, std::optional<Tokenizer>& given
   std::vector<std::string_view> lines = sample_lines(corpus, o.sample_mb, &sample_bytes);
   say(log, "training the tokenizer: BPE, vocabulary %d, byte fallback, on %zu lines (%.1f MB) of the corpus ...",
       o.vocab_size, lines.size(), double(sample_bytes) / 1e6);
-  std::string model = Tokenizer::train(lines, o.vocab_size, threads, o.input);
+  std::string model = Tokenizer::train(lines, o.vocab_size, o.input);
   Tokenizer t = Tokenizer::from_model(std::move(model), model_path);
   write_file_atomically(model_path, t.model_bytes());
   say(log, "tokenizer trained in %.1f s: %s", seconds_since(t0), model_path.c_str());
@@ -210,7 +209,7 @@ SplitManifest write_split(const std::string& out, const char* prefix, const std:
 void remove_stale_shards(const std::string& out, const DatasetManifest& m) {
   std::set<std::string> keep(m.train.shards.begin(), m.train.shards.end());
   keep.insert(m.val.shards.begin(), m.val.shards.end());
-  static const std::regex shard_name(R"((train|val)_\d{6}\.bin)");
+  const std::regex shard_name(R"((train|val)_\d{6}\.bin)");
   for (const auto& e : fs::directory_iterator(out)) {
     std::string name = e.path().filename().string();
     if (std::regex_match(name, shard_name) && !keep.count(name)) fs::remove(e.path());
@@ -233,11 +232,6 @@ PrepareResult prepare_dataset(const PrepareOptions& o, FILE* log) {
       corpus.documents.size(), double(corpus.bytes) / 1e6, split.train.size(), split.val.size(),
       double(val_bytes) / 1e6);
 
-  std::error_code ec;
-  fs::create_directories(o.out, ec);
-  LOOM_USER_CHECK(fs::is_directory(o.out), "prepare: output folder '%s' cannot be made: %s", o.out.c_str(),
-                  ec ? ec.message().c_str() : "a file of that name is in the way");
-
   // The stamps: what the outputs would be made from.
   const uint64_t documents = corpus_hash(corpus);
   std::optional<Tokenizer> given;
@@ -251,6 +245,12 @@ PrepareResult prepare_dataset(const PrepareOptions& o, FILE* log) {
   }
   const uint64_t dataset_id = ContentHash().add(kRecipeVersion).add(tokenizer_stamp).add(documents)
                                   .add(uint64_t(std::llround(o.val_fraction * 1e9))).add(o.shard_tokens).value();
+
+  std::error_code ec;  // made only once the inputs have been checked
+  fs::create_directories(o.out, ec);
+  LOOM_USER_CHECK(fs::is_directory(o.out), "prepare: output folder '%s' cannot be made: %s", o.out.c_str(),
+                  ec ? ec.message().c_str() : "a file of that name is in the way");
+
   if (!o.force && outputs_match(o.out, dataset_id, tokenizer_stamp, &result.manifest)) {
     result.up_to_date = true;
     result.seconds = seconds_since(t0);
@@ -260,7 +260,7 @@ PrepareResult prepare_dataset(const PrepareOptions& o, FILE* log) {
 
   const std::string model_path = o.out + "/tokenizer.model";
   Tokenizer tok =
-      get_tokenizer(o, given, corpus, tokenizer_stamp, model_path, threads, &result.tokenizer_trained, log);
+      get_tokenizer(o, given, corpus, tokenizer_stamp, model_path, &result.tokenizer_trained, log);
 
   auto t1 = Clock::now();
   std::vector<std::vector<int32_t>> ids = tokenize(corpus, tok, threads, log);

@@ -83,8 +83,7 @@ Tokenizer Tokenizer::from_model(std::string model_bytes, const std::string& orig
   return t;
 }
 
-std::string Tokenizer::train(const std::vector<std::string_view>& lines, int vocab_size, int threads,
-                             const std::string& origin) {
+std::string Tokenizer::train(const std::vector<std::string_view>& lines, int vocab_size, const std::string& origin) {
   const std::unordered_map<std::string, std::string> args = {
       {"model_type", "bpe"},
       {"vocab_size", std::to_string(vocab_size)},
@@ -103,7 +102,9 @@ std::string Tokenizer::train(const std::vector<std::string_view>& lines, int voc
       {"input_sentence_size", "0"},  // the caller samples
       {"shuffle_input_sentence", "false"},
       {"max_sentence_length", "16384"},
-      {"num_threads", std::to_string(std::max(1, threads))},
+      // The model file records the thread count, so it is fixed to keep the
+      // file the same on every machine. BPE training is mostly serial anyway.
+      {"num_threads", "2"},
       {"minloglevel", "1"},
   };
   LineIterator it(lines);

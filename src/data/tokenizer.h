@@ -29,11 +29,10 @@ class Tokenizer {
   // The same from the model's bytes; `origin` names them in messages.
   static Tokenizer from_model(std::string model_bytes, const std::string& origin);
 
-  // Trains a model on `lines` (no '\n' inside), returns its bytes.
-  // Deterministic. Throws UserError naming `origin` if SentencePiece
-  // refuses (e.g. a vocabulary too large for the text).
-  static std::string train(const std::vector<std::string_view>& lines, int vocab_size, int threads,
-                           const std::string& origin);
+  // Trains a model on `lines` (no '\n' inside), returns its bytes, which
+  // depend on nothing else (not on the machine). Throws UserError naming
+  // `origin` if SentencePiece refuses (e.g. a vocabulary too large for the text).
+  static std::string train(const std::vector<std::string_view>& lines, int vocab_size, const std::string& origin);
 
   Tokenizer(Tokenizer&&) noexcept;
   Tokenizer& operator=(Tokenizer&&) noexcept;

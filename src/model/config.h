@@ -6,7 +6,7 @@
 namespace loom {
 
 struct GPTConfig {
-  int vocab_size = 256;
+  int vocab_size = 8192;  // the default SentencePiece tokenizer of `loom prepare`
   int n_layer = 6;
   int n_head = 8;
   int d_model = 256;

@@ -1,5 +1,6 @@
 #include "model/gpt.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "core/check.h"
@@ -13,15 +14,21 @@
 
 namespace loom {
 
-GPT::GPT(const GPTConfig& cfg, int B, int T) : cfg_(cfg), layout_(ParamLayout::gpt2(cfg)), maxB_(B), maxT_(T) {
+GPT::GPT(const GPTConfig& cfg, int B, int T, float* grad_buffer, int64_t param_floats)
+    : cfg_(cfg), layout_(ParamLayout::gpt2(cfg)), maxB_(B), maxT_(T) {
   cfg_.validate();
   LOOM_USER_CHECK(T >= 1 && T <= cfg.seq_len, "sequence length %d is outside [1, model.seq_len=%d]", T,
                   cfg.seq_len);
   LOOM_USER_CHECK(B >= 1, "batch size must be >= 1 (got %d)", B);
-  params_.reserve(size_t(layout_.total) * 4);
-  grads_.reserve(size_t(layout_.total) * 4);
+  params_.reserve(size_t(std::max(layout_.total, param_floats)) * 4);
   params_.allocate();
-  grads_.allocate();
+  if (grad_buffer) {
+    grads_ptr_ = grad_buffer;
+  } else {
+    grads_.reserve(size_t(layout_.total) * 4);
+    grads_.allocate();
+    grads_ptr_ = grads_.at<float>(0);
+  }
 
   // Plan every activation first, then make the one allocation.
   const size_t BT = size_t(B) * T, C = cfg.d_model, NH = cfg.n_head, V = cfg.vocab_size;
@@ -125,6 +132,7 @@ void GPT::run_backward(const int32_t* tokens, int B, int T) {
   const float* last = cfg_.n_layer > 0 ? layers_.back().res3 : encoded_;
   cpu::layernorm_backward(dres_, grad(layout_.lnf_w), grad(layout_.lnf_b), dbuf_c_, last, param(layout_.lnf_w),
                           lnf_mean_, lnf_rstd_, B, T, C);
+  grad_ready(layout_.lnf_w), grad_ready(layout_.lnf_b);
   // dres_ holds the gradient of the residual stream; each block updates it in place.
   for (int l = cfg_.n_layer - 1; l >= 0; l--) {
     const BlockParams& p = layout_.blocks[l];
@@ -133,21 +141,29 @@ void GPT::run_backward(const int32_t* tokens, int B, int T) {
     // MLP: res3 = res2 + fc_proj(gelu(fc(ln2(res2))))
     cpu::matmul_backward(matmul_, dbuf_4c_, grad(p.fc_proj_w), grad(p.fc_proj_b), dres_, a.fch_gelu,
                          param(p.fc_proj_w), BT, 4 * C, C);
+    grad_ready(p.fc_proj_w), grad_ready(p.fc_proj_b);
     cpu::gelu_backward(dbuf_4c_, a.fch, dbuf_4c_, size_t(BT) * 4 * C);
     cpu::matmul_backward(matmul_, dbuf_c_, grad(p.fc_w), grad(p.fc_b), dbuf_4c_, a.ln2, param(p.fc_w), BT, C,
                          4 * C);
+    grad_ready(p.fc_w), grad_ready(p.fc_b);
     cpu::layernorm_backward(dres_, grad(p.ln2_w), grad(p.ln2_b), dbuf_c_, a.res2, param(p.ln2_w), a.ln2_mean,
                             a.ln2_rstd, B, T, C);
+    grad_ready(p.ln2_w), grad_ready(p.ln2_b);
     // Attention: res2 = res_in + attn_proj(attention(qkv(ln1(res_in))))
     cpu::matmul_backward(matmul_, dbuf_c_, grad(p.attn_proj_w), grad(p.attn_proj_b), dres_, a.atty,
                          param(p.attn_proj_w), BT, C, C);
+    grad_ready(p.attn_proj_w), grad_ready(p.attn_proj_b);
     cpu::attention_backward(dbuf_3c_, datt_, dbuf_c_, a.qkv, a.att, B, T, C, NH);
     cpu::matmul_backward(matmul_, dbuf_c_, grad(p.qkv_w), grad(p.qkv_b), dbuf_3c_, a.ln1, param(p.qkv_w), BT, C,
                          3 * C);
+    grad_ready(p.qkv_w), grad_ready(p.qkv_b);
     cpu::layernorm_backward(dres_, grad(p.ln1_w), grad(p.ln1_b), dbuf_c_, res_in, param(p.ln1_w), a.ln1_mean,
                             a.ln1_rstd, B, T, C);
+    grad_ready(p.ln1_w), grad_ready(p.ln1_b);
   }
+  // wte's gradient was first written by the LM head above; this is its last write.
   cpu::encoder_backward(grad(layout_.wte), grad(layout_.wpe), dres_, tokens, B, T, C);
+  grad_ready(layout_.wpe), grad_ready(layout_.wte);
 }
 
 }  // namespace loom

@@ -47,6 +47,13 @@ ParamLayout ParamLayout::gpt2(const GPTConfig& cfg) {
   return lay;
 }
 
+FlatLayout ParamLayout::flat() const {
+  FlatLayout f;
+  for (const auto& p : params) f.tensors.push_back({p.offset, p.numel, p.weight_decay});
+  f.total = total;
+  return f;
+}
+
 const ParamSpec* ParamLayout::find(const std::string& name) const {
   for (const auto& p : params)
     if (p.name == name) return &p;

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "core/flat_layout.h"
 #include "model/config.h"
 
 namespace loom {
@@ -40,6 +41,8 @@ struct ParamLayout {
 
   static ParamLayout gpt2(const GPTConfig& cfg);
   const ParamSpec* find(const std::string& name) const;
+  // The same tensors as plain ranges, for optim/ and parallel/.
+  FlatLayout flat() const;
 };
 
 }  // namespace loom

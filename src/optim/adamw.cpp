@@ -1,12 +1,18 @@
 #include "optim/adamw.h"
 
 #include "kernels/cpu/adamw.h"
+#include "kernels/cpu/grad_norm.h"
 
 namespace loom {
 
-AdamW::AdamW(const ParamLayout& layout, const AdamWConfig& cfg) : layout_(layout), cfg_(cfg) {
-  m_.reserve(size_t(layout.total) * sizeof(float));
-  v_.reserve(size_t(layout.total) * sizeof(float));
+AdamW::AdamW(const FlatLayout& layout, const AdamWConfig& cfg) : AdamW(layout, {{0, layout.total}}, cfg) {}
+
+AdamW::AdamW(const FlatLayout& layout, const std::vector<FlatRange>& owned, const AdamWConfig& cfg)
+    : pieces_(pieces_of(layout, owned)), cfg_(cfg) {
+  for (const auto& p : pieces_) decay_.push_back(layout.tensors[p.tensor].weight_decay);
+  const size_t bytes = size_t(total_size(owned)) * sizeof(float);
+  m_.reserve(bytes);
+  v_.reserve(bytes);
   m_.allocate();
   v_.allocate();
 }
@@ -16,11 +22,18 @@ void AdamW::step(float* params, const float* grads, float lr, float grad_scale) 
   cpu::AdamWStep s{lr, cfg_.beta1, cfg_.beta2, cfg_.eps, t_};
   float* m = m_.at<float>(0);
   float* v = v_.at<float>(0);
-  for (const auto& p : layout_.params) {
-    float wd = p.weight_decay ? cfg_.weight_decay : 0.f;
-    cpu::adamw_update(params + p.offset, m + p.offset, v + p.offset, grads + p.offset, size_t(p.numel), grad_scale,
+  for (size_t i = 0; i < pieces_.size(); i++) {
+    const FlatPiece& p = pieces_[i];
+    float wd = decay_[i] ? cfg_.weight_decay : 0.f;
+    cpu::adamw_update(params + p.offset, m + p.packed, v + p.packed, grads + p.packed, size_t(p.numel), grad_scale,
                       wd, s);
   }
+}
+
+double AdamW::grad_sum_of_squares(const float* grads) const {
+  double sum = 0;
+  for (const auto& p : pieces_) sum += cpu::sum_of_squares(grads + p.packed, size_t(p.numel));
+  return sum;
 }
 
 }  // namespace loom

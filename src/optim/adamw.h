@@ -1,11 +1,14 @@
-// AdamW over the flat parameter buffer: fp32 moments in one allocation each,
-// decoupled weight decay only on tensors marked for it (2-D matrices).
+// AdamW over a flat parameter buffer, or over the part of it a rank owns
+// (a ZeRO shard: ranges that may cut through tensors). fp32 moments exist for
+// the owned elements only; decoupled weight decay applies per element
+// according to the tensor it belongs to (2-D matrices only).
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "core/arena.h"
-#include "model/param_layout.h"
+#include "core/flat_layout.h"
 
 namespace loom {
 
@@ -18,15 +21,26 @@ struct AdamWConfig {
 
 class AdamW {
  public:
-  AdamW(const ParamLayout& layout, const AdamWConfig& cfg);
-  // One update with learning rate lr; grad_scale multiplies every gradient
-  // first (global-norm clipping).
+  // Owns the whole buffer.
+  AdamW(const FlatLayout& layout, const AdamWConfig& cfg);
+  // Owns the elements of `owned` (sorted, disjoint ranges of the buffer).
+  AdamW(const FlatLayout& layout, const std::vector<FlatRange>& owned, const AdamWConfig& cfg);
+
+  // One update with learning rate lr. params: the whole flat buffer (only
+  // owned elements change); grads: the owned elements' gradients packed in
+  // the order of the owned ranges (owning the whole buffer, that is the flat
+  // gradient buffer itself). grad_scale multiplies every gradient first
+  // (global-norm clipping).
   void step(float* params, const float* grads, float lr, float grad_scale);
+  // Sum of squares of the owned gradients (packed as for step), padding excluded.
+  double grad_sum_of_squares(const float* grads) const;
+
   int steps_taken() const { return t_; }
   size_t state_bytes() const { return m_.size() + v_.size(); }
 
  private:
-  const ParamLayout& layout_;
+  std::vector<FlatPiece> pieces_;
+  std::vector<bool> decay_;  // per piece
   AdamWConfig cfg_;
   Arena m_, v_;
   int t_ = 0;

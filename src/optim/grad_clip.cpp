@@ -6,9 +6,9 @@
 
 namespace loom {
 
-double global_grad_norm(const ParamLayout& layout, const float* grads) {
+double global_grad_norm(const FlatLayout& layout, const float* grads) {
   double sum = 0;
-  for (const auto& p : layout.params) sum += cpu::sum_of_squares(grads + p.offset, size_t(p.numel));
+  for (const auto& t : layout.tensors) sum += cpu::sum_of_squares(grads + t.offset, size_t(t.numel));
   return std::sqrt(sum);
 }
 

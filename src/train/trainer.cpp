@@ -10,9 +10,8 @@
 #include "kernels/cpu/grad_norm.h"
 #include "model/gpt.h"
 #include "obs/peak_flops.h"
-#include "optim/adamw.h"
-#include "optim/grad_clip.h"
 #include "optim/lr_schedule.h"
+#include "train/replica.h"
 
 namespace loom {
 
@@ -27,16 +26,19 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-float evaluate(GPT& model, const TokenSource& data, int batches, int B, RowRange rows, int T,
+// rows are read `micro` at a time (the model holds activations for that many).
+float evaluate(GPT& model, const TokenSource& data, int batches, int B, RowRange rows, int micro, int T,
                const ParallelContext& ctx) {
-  std::vector<int32_t> tokens(size_t(rows.size()) * T), targets(tokens.size());
-  ValidationIterator it(data, B, T, rows);
+  std::vector<int32_t> tokens(size_t(micro) * T), targets(tokens.size());
   double sum = 0;
-  for (int i = 0; i < batches; i++) {
-    it.next(tokens.data(), targets.data());
-    sum += model.forward(tokens.data(), targets.data(), rows.size(), T);
+  for (int first = rows.begin; first < rows.end; first += micro) {
+    ValidationIterator it(data, B, T, RowRange{first, first + micro});
+    for (int i = 0; i < batches; i++) {
+      it.next(tokens.data(), targets.data());
+      sum += model.forward(tokens.data(), targets.data(), micro, T);
+    }
   }
-  float loss = float(sum / batches);
+  float loss = float(sum / (batches * (rows.size() / micro)));
   ctx.dp().all_reduce(&loss, 1, DType::f32, ReduceOp::Avg);
   return loss;
 }
@@ -51,9 +53,14 @@ void check_layout(const RunConfig& cfg, const ParallelGrid& grid) {
   LOOM_USER_CHECK(cfg.train.batch_size % grid.dp() == 0,
                   "config field 'train.batch_size' (%d) must be divisible by the data-parallel size %d",
                   cfg.train.batch_size, grid.dp());
+  const int micro = cfg.train.micro_batch_size;
+  LOOM_USER_CHECK(micro == 0 || cfg.train.batch_size % (grid.dp() * micro) == 0,
+                  "config field 'train.batch_size' (%d) must be divisible by parallel.dp (%d) x "
+                  "train.micro_batch_size (%d) = %d: the global batch is replicas x micro-batch x accumulation steps",
+                  cfg.train.batch_size, grid.dp(), micro, grid.dp() * micro);
 }
 
-TrainResult train(const RunConfig& cfg, const ParallelContext& ctx, FILE* log) {
+TrainResult train(const RunConfig& cfg, const ParallelContext& ctx, FILE* log, const TrainOptions& options) {
   cfg.validate();
   check_layout(cfg, ctx.grid());
   if (!ctx.is_logging_rank()) log = nullptr;  // rank 0 logs
@@ -65,10 +72,12 @@ TrainResult train(const RunConfig& cfg, const ParallelContext& ctx, FILE* log) {
   int threads = set_threads(cfg.runtime.threads > 0 ? cfg.runtime.threads
                                                     : std::max(1, omp_get_num_procs() / ctx.ranks_on_node()));
 
-  GPT model(cfg.model, rows.size(), T);
+  // Each replica runs `accumulation` micro-batches of `micro` rows per step.
+  const int micro = cfg.train.micro_batch_size > 0 ? cfg.train.micro_batch_size : rows.size();
+  const int accumulation = rows.size() / micro;
+  Replica replica(cfg, ctx, micro, accumulation);
+  GPT& model = replica.model();
   model.init_parameters(uint64_t(cfg.train.seed));
-  AdamW optimizer(model.layout(), AdamWConfig{cfg.train.beta1, cfg.train.beta2, cfg.train.eps,
-                                              cfg.train.weight_decay});
   LrSchedule schedule{cfg.train.lr, cfg.train.min_lr, cfg.train.warmup_steps, cfg.train.steps};
 
   TrainResult result;
@@ -86,36 +95,57 @@ TrainResult train(const RunConfig& cfg, const ParallelContext& ctx, FILE* log) {
                  double(cfg.model.num_parameters()) / 1e6);
     std::fprintf(log, "data: %s; global batch %d x %d tokens, %d rows per replica\n", data->describe().c_str(), B,
                  T, rows.size());
-    std::fprintf(log, "memory per rank: parameters+gradients %.1f MiB, AdamW state %.1f MiB, activations %.1f MiB\n",
-                 2.0 * double(model.params_size()) * 4 / (1 << 20), double(optimizer.state_bytes()) / (1 << 20),
-                 double(model.activation_bytes()) / (1 << 20));
+    std::fprintf(log,
+                 "data parallel: %d replicas x micro-batch %d x %d accumulation steps; ZeRO-%d; gradients in %zu "
+                 "buckets of %.2f MiB\n",
+                 dp, micro, accumulation, replica.zero_stage(), replica.plan().buckets().size(),
+                 double(replica.plan().buckets()[0].range.size()) * 4 / (1 << 20));
+    const double mib = 1 << 20, params_mib = double(replica.plan().padded_total()) * 4 / mib;
+    std::fprintf(log,
+                 "memory per rank: parameters %.1f MiB, gradients %.1f MiB%s, AdamW state %.1f MiB, activations "
+                 "%.1f MiB\n",
+                 params_mib, replica.zero_stage() == 2 ? params_mib / dp : params_mib,
+                 replica.zero_stage() == 2 ? " (outside backward)" : "", double(replica.optimizer_state_bytes()) / mib,
+                 double(model.activation_bytes()) / mib);
     std::fprintf(log, "threads: %d per rank, measured fp32 peak %.0f GFLOP/s over all ranks\n", threads,
                  result.peak_gflops);
     std::fflush(log);
   }
 
-  std::vector<int32_t> tokens(size_t(rows.size()) * T), targets(tokens.size());
+  std::vector<int32_t> tokens(size_t(micro) * T), targets(tokens.size());
+  ReduceTimes warm_up;  // the reductions of the first step, left out of the overlap figures
+  double optimizer_seconds = 0;  // after the first step
   double timed_seconds = 0, window_seconds = 0;
+  double data_seconds = 0, step_seconds = 0;  // reading batches, within whole steps
   int timed_steps = 0, window_steps = 0;
   for (int step = 0; step < cfg.train.steps; step++) {
     auto t0 = Clock::now();
-    data->train_batch(uint64_t(cfg.train.seed), step, B, T, rows, tokens.data(), targets.data());
-    model.zero_grads();
-    float loss = model.forward_backward(tokens.data(), targets.data(), rows.size(), T);
-    if (dp > 1) {
-      // Each replica's gradient is of its own mean loss; their average is the
-      // gradient of the global mean (equal rows per replica).
-      ctx.dp().all_reduce(model.grads(), size_t(model.params_size()), DType::f32, ReduceOp::Avg);
-      ctx.dp().all_reduce(&loss, 1, DType::f32, ReduceOp::Avg);
+    replica.zero_grads();
+    // Every micro-batch has the same rows, so the mean of their mean losses
+    // (and gradients) is the global batch's.
+    double loss_sum = 0;
+    for (int k = 0; k < accumulation; k++) {
+      auto t_data = Clock::now();
+      const RowRange micro_rows{rows.begin + k * micro, rows.begin + (k + 1) * micro};
+      data->train_batch(uint64_t(cfg.train.seed), step, B, T, micro_rows, tokens.data(), targets.data());
+      data_seconds += seconds_since(t_data);
+      loss_sum += replica.forward_backward(tokens.data(), targets.data(), T, k + 1 == accumulation);
     }
-    double norm = global_grad_norm(model.layout(), model.grads());
+    double norm = replica.reduce();
+    float loss = float(loss_sum / accumulation);
+    if (dp > 1) ctx.dp().all_reduce(&loss, 1, DType::f32, ReduceOp::Avg);
+    if (step == 0 && options.keep_first_step_grads) result.first_step_grads = replica.gather_grads();
     float clip = cpu::clip_scale(norm, cfg.train.grad_clip);
     float lr = schedule.at(step);
-    optimizer.step(model.params(), model.grads(), lr, clip);
+    auto t_update = Clock::now();
+    replica.update(lr, clip);
+    if (step > 0) optimizer_seconds += seconds_since(t_update);
     double dt = seconds_since(t0);
+    if (step == 0) warm_up = replica.reduce_times();
     result.train_losses.push_back(loss);
     if (step > 0) timed_seconds += dt, timed_steps++;  // the first step warms up caches and primitives
     window_seconds += dt, window_steps++;
+    step_seconds += dt;
 
     bool last = step + 1 == cfg.train.steps;
     if (log && (step % cfg.train.log_every == 0 || last)) {
@@ -130,7 +160,7 @@ TrainResult train(const RunConfig& cfg, const ParallelContext& ctx, FILE* log) {
     if (step % cfg.train.log_every == 0 || last) window_seconds = 0, window_steps = 0;
     bool eval_due = cfg.train.eval_every > 0 && ((step + 1) % cfg.train.eval_every == 0 || last);
     if (eval_due) {
-      float val = evaluate(model, *data, cfg.train.eval_batches, B, rows, T, ctx);
+      float val = evaluate(model, *data, cfg.train.eval_batches, B, rows, micro, T, ctx);
       result.val_losses.push_back(val);
       if (log) std::fprintf(log, "step %5d/%d | val loss %.4f\n", step + 1, cfg.train.steps, val), std::fflush(log);
     }
@@ -139,9 +169,27 @@ TrainResult train(const RunConfig& cfg, const ParallelContext& ctx, FILE* log) {
     result.tokens_per_s = double(B) * T * timed_steps / timed_seconds;
     result.gflops = flops_per_step * timed_steps / timed_seconds * 1e-9;
   }
+  const ReduceTimes& all = replica.reduce_times();
+  const int reduced_steps = all.steps - warm_up.steps;
+  if (reduced_steps > 0) {
+    double in_flight = all.in_flight_s - warm_up.in_flight_s, overlapped = all.overlapped_s - warm_up.overlapped_s;
+    result.reduce_overlap = in_flight > 0 ? overlapped / in_flight : 0;
+    result.reduce_wait_ms = 1e3 * (all.wait_s - warm_up.wait_s) / reduced_steps;
+    result.reduce_calls_ms = 1e3 * (all.calls_s - warm_up.calls_s) / reduced_steps;
+  }
+  if (timed_steps > 0) result.optimizer_ms = 1e3 * optimizer_seconds / timed_steps;
+  result.buckets = int(replica.plan().buckets().size());
+  result.optimizer_state_bytes = replica.optimizer_state_bytes();
+  result.grad_bytes = replica.grad_bytes_resident();
+  if (log && dp > 1)
+    std::fprintf(log, "gradient reduction: %d buckets, %.0f%% of its time overlapped with backward, %.1f ms per step "
+                 "waited after backward\n", result.buckets, 100.0 * result.reduce_overlap, result.reduce_wait_ms);
   if (log)
-    std::fprintf(log, "done: %d steps, %.0f tok/s, %.1f GFLOP/s (%.1f%% of the measured peak)\n", cfg.train.steps,
-                 result.tokens_per_s, result.gflops, 100.0 * result.gflops / result.peak_gflops);
+    std::fprintf(log,
+                 "done: %d steps, %.0f tok/s, %.1f GFLOP/s (%.1f%% of the measured peak); reading batches took "
+                 "%.2f%% of the step time\n",
+                 cfg.train.steps, result.tokens_per_s, result.gflops, 100.0 * result.gflops / result.peak_gflops,
+                 100.0 * data_seconds / step_seconds);
   return result;
 }
 

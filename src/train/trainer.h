@@ -17,16 +17,37 @@ struct TrainResult {
   double tokens_per_s = 0;          // over all steps after the first
   double gflops = 0;                // achieved, same window
   double peak_gflops = 0;           // measured machine peak for the thread count
+
+  // Data parallelism, over the steps after the first: the share of
+  // gradient-reduction time (each bucket from its start to its completion)
+  // that ran while backward was still computing, and the mean time per step
+  // spent waiting for reductions after backward.
+  double reduce_overlap = 0;
+  double reduce_wait_ms = 0;
+  double reduce_calls_ms = 0;  // per step: inside the calls that start and poll reductions during backward
+  double optimizer_ms = 0;     // per step: AdamW (and the all-gather of parameters under ZeRO)
+  int buckets = 0;
+  size_t optimizer_state_bytes = 0;  // this rank's AdamW moments
+  size_t grad_bytes = 0;             // gradient memory this rank holds after the last step
+  std::vector<float> first_step_grads;  // see TrainOptions
+};
+
+struct TrainOptions {
+  // Keep the mean gradient of the first step (before clipping, the whole
+  // flat buffer in layout order, gathered from the shards under ZeRO).
+  bool keep_first_step_grads = false;
 };
 
 // Runs the job described by cfg on this rank of ctx's layout; rank 0 logs
 // to `log` (nullptr: silent). Data parallel: each replica takes its rows of
-// the global batch and gradients are averaged over the dp group.
+// the global batch, in micro-batches whose gradients accumulate; gradients
+// are averaged over the dp group bucket by bucket while backward runs, and
+// with parallel.zero >= 1 the optimizer state (and gradients) are sharded.
 // Throws UserError for problems the user can fix (missing data file, ...).
-TrainResult train(const RunConfig& cfg, const ParallelContext& ctx, FILE* log);
+TrainResult train(const RunConfig& cfg, const ParallelContext& ctx, FILE* log, const TrainOptions& options = {});
 
 // Throws UserError if the config cannot run on this grid (batch not divisible
-// by dp; tp or pp > 1, which later issues add).
+// by dp x micro-batch; tp or pp > 1, which later issues add).
 void check_layout(const RunConfig& cfg, const ParallelGrid& grid);
 
 // Applies runtime.threads (0 = all cores) and returns the thread count used.

@@ -27,4 +27,17 @@ expect_bad 2 "parallel.order 'tp-tp-pp'" --set parallel.order=tp-tp-pp
 expect_bad 2 "'parallel.tp' must be >= 1" --set parallel.tp=0
 expect_bad 3 "'train.batch_size' (4) must be divisible" --set parallel.dp=3
 expect_bad 2 "tensor parallelism is not implemented yet" --set parallel.tp=2
+# Data parallelism (issue 5): the global batch must split into dp x micro-batch
+# x accumulation steps; a bucket must hold something.
+expect_bad 2 "'train.batch_size' (4) must be divisible by parallel.dp (2) x train.micro_batch_size (3)" \
+  --set train.micro_batch_size=3
+expect_bad 2 "'parallel.bucket_mb' must be > 0" --set parallel.bucket_mb=0
+expect_bad 2 "'parallel.zero' must be 0, 1 or 2" --set parallel.zero=3
+
+# ZeRO-2 with accumulation trains and reports its layout and overlap once.
+out=$(run 2 --set parallel.zero=2 --set train.micro_batch_size=1 --set parallel.bucket_mb=0.05); rc=$?
+[[ $rc -eq 0 ]] || fail "zero 2: exit $rc: $out"
+[[ $(echo "$out" | grep -c "^data parallel: 2 replicas x micro-batch 1 x 2 accumulation steps; ZeRO-2") -eq 1 ]] ||
+  fail "zero 2: data-parallel layout not printed once: $out"
+[[ $(echo "$out" | grep -c "^gradient reduction: ") -eq 1 ]] || fail "zero 2: no overlap report: $out"
 echo "1 passed, 0 failed"

@@ -1,0 +1,164 @@
+// `loom bench scaling`: weak scaling of data parallelism on the "small"
+// shape (V=4096 L=6 C=384 H=6 T=256), the same micro-batch on every rank:
+// 1 rank x 1 thread against N ranks x 1 thread for each ZeRO stage.
+//
+// Reports efficiency = tokens/s(N) / (N x tokens/s(1)), the share of
+// gradient-reduction time that overlapped backward and the wait after it
+// (from the reducer's timers), and per-rank peak RSS, AdamW state and the
+// gradient memory a rank keeps. Each configuration is one `mpirun` of
+// `loom bench scaling-child`, which runs the real training loop (loom::train)
+// on the bundled text and prints one JSON line from rank 0.
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <sstream>
+#include <vector>
+
+#include "cli/bench_util.h"
+#include "cli/commands.h"
+#include "comm/mpi_comm.h"
+#include "config/run_config.h"
+#include "core/check.h"
+#include "parallel/grid/parallel_context.h"
+#include "train/trainer.h"
+
+namespace loom::cli {
+namespace {
+
+struct Options {
+  int ranks = 2;
+  std::vector<int> zero = {0, 1, 2};
+  int steps = 8;
+  int micro_batch = 4;
+  double bucket_mb = 4;
+  int repeat = 1;
+};
+
+int positive_int(const std::string& s, const char* what, int min = 1) {
+  char* end = nullptr;
+  long v = std::strtol(s.c_str(), &end, 10);
+  LOOM_USER_CHECK(!s.empty() && *end == 0 && v >= min && v < 1 << 20, "bench scaling: %s must be an integer >= %d, got '%s'",
+                  what, min, s.c_str());
+  return int(v);
+}
+
+Options parse(const Args& args) {
+  Options o;
+  for (size_t i = 1; i < args.size(); i++) {
+    auto value = [&]() {
+      LOOM_USER_CHECK(i + 1 < args.size(), "bench scaling: %s needs a value", args[i].c_str());
+      return args[++i];
+    };
+    const std::string& a = args[i];
+    if (a == "--ranks") o.ranks = positive_int(value(), "--ranks", 2);
+    else if (a == "--steps") o.steps = positive_int(value(), "--steps", 2);
+    else if (a == "--micro-batch") o.micro_batch = positive_int(value(), "--micro-batch");
+    else if (a == "--repeat") o.repeat = positive_int(value(), "--repeat");
+    else if (a == "--bucket-mb") {
+      o.bucket_mb = std::atof(value().c_str());
+      LOOM_USER_CHECK(o.bucket_mb > 0, "bench scaling: --bucket-mb must be > 0");
+    } else if (a == "--zero") {
+      o.zero.clear();
+      std::stringstream list(value());
+      for (std::string z; std::getline(list, z, ',');) o.zero.push_back(positive_int(z, "--zero", 0));
+      for (int z : o.zero) LOOM_USER_CHECK(z <= 2, "bench scaling: --zero takes stages 0, 1, 2");
+    } else {
+      throw UserError(strprintf("bench scaling: unknown option '%s'", a.c_str()));
+    }
+  }
+  LOOM_USER_CHECK(!o.zero.empty(), "bench scaling: nothing to run");
+  return o;
+}
+
+struct Row {
+  int ranks = 0, zero = 0;
+  double tokens_per_s = 0, overlap = 0, wait_ms = 0, buckets = 0, rss_mb = 0, state_mb = 0, grad_mb = 0;
+};
+
+Row run_config(const Options& o, int ranks, int zero) {
+  std::string cmd = strprintf(
+      "OMP_NUM_THREADS=1 mpirun --oversubscribe --bind-to none -np %d '%s' bench scaling-child --zero %d --steps %d "
+      "--micro-batch %d --bucket-mb %g 2>&1",
+      ranks, self_exe().c_str(), zero, o.steps, o.micro_batch, o.bucket_mb);
+  std::string line = run_for_json(cmd);
+  LOOM_USER_CHECK(!line.empty(), "bench scaling: the run with %d ranks, ZeRO-%d failed", ranks, zero);
+  Row r{ranks, zero};
+  r.tokens_per_s = json_number(line, "tokens_per_s");
+  r.overlap = json_number(line, "overlap");
+  r.wait_ms = json_number(line, "wait_ms");
+  r.buckets = json_number(line, "buckets");
+  r.rss_mb = json_number(line, "peak_rss_mb");
+  r.state_mb = json_number(line, "adamw_mb");
+  r.grad_mb = json_number(line, "grad_mb");
+  return r;
+}
+
+// The run with the median tokens/s.
+Row median(std::vector<Row> runs) {
+  std::sort(runs.begin(), runs.end(), [](const Row& a, const Row& b) { return a.tokens_per_s < b.tokens_per_s; });
+  return runs[runs.size() / 2];
+}
+
+}  // namespace
+
+int cmd_bench_scaling(const Args& args) {
+  const Options o = parse(args);
+  if (geteuid() == 0) {  // mpirun refuses root without these; a benchmark launched by root means it
+    setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 0);
+    setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0);
+  }
+  std::printf("loom bench scaling: small shape (V=4096 L=6 C=384 H=6 T=256), micro-batch %d per rank, 1 thread per "
+              "rank,\n%d timed steps after 1 warm-up, buckets of %g MiB; median tokens/s of %d run(s) per row\n\n",
+              o.micro_batch, o.steps, o.bucket_mb, o.repeat);
+  std::printf("%5s %4s | %9s %10s | %8s %12s %7s | %13s %10s %10s\n", "ranks", "zero", "tok/s", "efficiency",
+              "overlap", "wait ms/step", "buckets", "peak RSS MiB", "AdamW MiB", "grads MiB");
+  std::fflush(stdout);
+  std::vector<Row> single, many(o.zero.size());
+  std::vector<std::vector<Row>> runs(o.zero.size());
+  for (int rep = 0; rep < o.repeat; rep++) {  // interleaved, so that a noisy minute hits every row alike
+    single.push_back(run_config(o, 1, 0));
+    for (size_t z = 0; z < o.zero.size(); z++) runs[z].push_back(run_config(o, o.ranks, o.zero[z]));
+  }
+  auto print = [&](const Row& r, double efficiency) {
+    std::printf("%5d %4d | %9.0f %10s | %7.0f%% %12.1f %7.0f | %13.0f %10.1f %10.1f\n", r.ranks, r.zero,
+                r.tokens_per_s, efficiency < 0 ? "-" : strprintf("%.3f", efficiency).c_str(), 100 * r.overlap,
+                r.wait_ms, r.buckets, r.rss_mb, r.state_mb, r.grad_mb);
+  };
+  const Row base = median(single);
+  print(base, -1);
+  for (size_t z = 0; z < o.zero.size(); z++) {
+    Row r = median(runs[z]);
+    print(r, r.tokens_per_s / (o.ranks * base.tokens_per_s));
+  }
+  std::printf("\nefficiency = tokens/s(%d ranks) / (%d x tokens/s(1 rank)); overlap = share of the buckets' reduction "
+              "time (start to completion) before backward ended;\nwait = time per step after backward until every "
+              "bucket was reduced; peak RSS = the largest over ranks; grads = gradient memory a rank holds after a "
+              "step\n", o.ranks, o.ranks);
+  return 0;
+}
+
+int cmd_bench_scaling_child(const Args& args, MpiRuntime& mpi) {
+  const Options o = parse(args);
+  const int zero = o.zero.at(0), world = mpi.world_size();
+  RunConfig cfg = load_run_config(
+      "", {"model.vocab_size=4096", "model.n_layer=6", "model.d_model=384", "model.n_head=6", "model.seq_len=256",
+           "train.batch_size=" + std::to_string(o.micro_batch * world), "train.steps=" + std::to_string(o.steps + 1),
+           "train.warmup_steps=2", "train.eval_every=0", "train.log_every=1000", "runtime.threads=1",
+           "parallel.zero=" + std::to_string(zero), strprintf("parallel.bucket_mb=%g", o.bucket_mb),
+           "data.format=\"bytes\"", "data.path=\"" + project_root() + "/data/sample/kjv.txt\""});
+  auto ctx = ParallelContext::create_mpi(ParallelGrid::for_world(world, 0, 1, 1), MpiOptions{600});
+  TrainResult r = train(cfg, *ctx, nullptr);
+  float rss = float(peak_rss_mib());
+  ctx->world().all_reduce(&rss, 1, DType::f32, ReduceOp::Max);
+  if (mpi.world_rank() == 0)
+    std::printf("{\"ranks\": %d, \"zero\": %d, \"tokens_per_s\": %.1f, \"step_ms\": %.1f, \"overlap\": %.4f, "
+                "\"wait_ms\": %.2f, \"calls_ms\": %.2f, \"optimizer_ms\": %.2f, \"buckets\": %d, "
+                "\"peak_rss_mb\": %.1f, \"adamw_mb\": %.2f, \"grad_mb\": %.2f}\n",
+                world, zero, r.tokens_per_s, 1e3 * cfg.train.batch_size * cfg.model.seq_len / r.tokens_per_s,
+                r.reduce_overlap, r.reduce_wait_ms, r.reduce_calls_ms, r.optimizer_ms, r.buckets, rss,
+                double(r.optimizer_state_bytes) / (1 << 20), double(r.grad_bytes) / (1 << 20));
+  return 0;
+}
+
+}  // namespace loom::cli

@@ -1,0 +1,146 @@
+#include "parallel/dp/grad_reducer.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "core/check.h"
+
+namespace loom {
+
+namespace {
+double seconds(std::chrono::steady_clock::duration d) { return std::chrono::duration<double>(d).count(); }
+}  // namespace
+
+GradReducer::GradReducer(const BucketPlan& plan, Communicator& dp, GradBuffer& grads, Mode mode,
+                         bool release_reduced)
+    : plan_(plan), dp_(dp), grads_(grads), mode_(mode), release_reduced_(release_reduced) {
+  LOOM_CHECK(grads.size() >= plan.padded_total(), "gradient buffer of %lld floats, plan needs %lld",
+             (long long)grads.size(), (long long)plan.padded_total());
+  LOOM_CHECK(mode == Mode::ReduceScatter ? plan.shards() == dp.size() : !release_reduced,
+             "reduce-scatter needs one shard per rank; only it can release reduced buckets");
+  if (mode == Mode::ReduceScatter) {
+    shard_.reserve(size_t(plan.shard_total()) * sizeof(float));
+    shard_.allocate();
+  }
+  const auto& buckets = plan.buckets();
+  const size_t n = buckets.size();
+  for (size_t b = 0; b < n; b++) {
+    if (tensor_buckets_.size() < size_t(buckets[b].end_tensor)) tensor_buckets_.resize(buckets[b].end_tensor, {-1, -1});
+    for (int t = buckets[b].first_tensor; t < buckets[b].end_tensor; t++) {
+      if (tensor_buckets_[t].first < 0) tensor_buckets_[t].first = int(b);
+      tensor_buckets_[t].second = int(b) + 1;
+    }
+  }
+  pending_.resize(n);
+  work_.resize(n);
+  started_.resize(n);
+  done_at_.resize(n);
+  done_.resize(n);
+}
+
+void GradReducer::begin() {
+  LOOM_CHECK(!active_, "GradReducer::begin() twice without finish()");
+  active_ = true;
+  const auto& buckets = plan_.buckets();
+  for (size_t b = 0; b < buckets.size(); b++) {
+    pending_[b] = buckets[b].end_tensor - buckets[b].first_tensor;
+    done_[b] = false;
+  }
+  next_launch_ = first_unfinished_ = 0;
+  released_until_ = 0;
+  launch_ready();
+}
+
+void GradReducer::on_grad_ready(int tensor) {
+  LOOM_CHECK(active_, "gradient of tensor %d reported outside a reducing backward", tensor);
+  LOOM_CHECK(tensor >= 0 && size_t(tensor) < tensor_buckets_.size(), "tensor %d is not in the layout", tensor);
+  auto [first, end] = tensor_buckets_[tensor];
+  for (int b = first; b < end; b++) LOOM_CHECK(--pending_[b] >= 0, "tensor %d reported twice", tensor);
+  const auto t0 = Clock::now();
+  launch_ready();
+  poll();
+  times_.calls_s += seconds(Clock::now() - t0);
+}
+
+void GradReducer::launch_ready() {
+  const auto& buckets = plan_.buckets();
+  while (next_launch_ < buckets.size() && pending_[next_launch_] == 0) {
+    const size_t b = next_launch_++;
+    const FlatRange r = buckets[b].range;
+    float* full = grads_.data() + r.begin;
+    started_[b] = Clock::now();
+    if (mode_ == Mode::AllReduce) {
+      if (dp_.size() > 1) work_[b] = dp_.all_reduce_async(full, size_t(r.size()), DType::f32, ReduceOp::Sum);
+    } else {
+      float* shard = shard_.at<float>(0) + plan_.shard_offset(int(b));
+      work_[b] = dp_.reduce_scatter_async(full, shard, size_t(plan_.shard_size(int(b))), DType::f32, ReduceOp::Sum);
+    }
+  }
+}
+
+void GradReducer::poll() {
+  for (size_t b = first_unfinished_; b < next_launch_; b++)
+    if (!done_[b] && (!work_[b] || work_[b]->test())) complete(b);
+  while (first_unfinished_ < next_launch_ && done_[first_unfinished_]) first_unfinished_++;
+  if (release_reduced_) release_reduced_prefix();
+}
+
+void GradReducer::release_reduced_prefix() {
+  const auto& buckets = plan_.buckets();
+  const int64_t page = grads_.page_floats();
+  int64_t end = grads_.size();
+  if (first_unfinished_ < buckets.size()) end = buckets[first_unfinished_].range.begin / page * page;
+  if (end > released_until_) {
+    grads_.release({released_until_, end});
+    released_until_ = end;
+  }
+}
+
+void GradReducer::complete(size_t b) {
+  done_at_[b] = Clock::now();
+  done_[b] = true;
+  work_[b].reset();
+}
+
+void GradReducer::finish() {
+  LOOM_CHECK(active_, "GradReducer::finish() without begin()");
+  const auto backward_end = Clock::now();
+  const auto& buckets = plan_.buckets();
+  // A bucket never started means backward skipped a report: every rank
+  // would wait on its own, so stop here instead.
+  LOOM_CHECK(next_launch_ == buckets.size(),
+             "backward ended with bucket %zu of %zu waiting for %d of its tensors (%d..%d)", next_launch_,
+             buckets.size(), next_launch_ < buckets.size() ? pending_[next_launch_] : 0,
+             next_launch_ < buckets.size() ? buckets[next_launch_].first_tensor : 0,
+             next_launch_ < buckets.size() ? buckets[next_launch_].end_tensor - 1 : 0);
+  for (size_t b = first_unfinished_; b < buckets.size(); b++) {
+    if (!done_[b]) {
+      if (work_[b]) work_[b]->wait();
+      complete(b);
+    }
+    first_unfinished_ = b + 1;
+    if (release_reduced_) release_reduced_prefix();
+  }
+  const auto all_done = Clock::now();
+  for (size_t b = 0; b < buckets.size(); b++) {
+    times_.in_flight_s += seconds(done_at_[b] - started_[b]);
+    times_.overlapped_s += seconds(std::min(done_at_[b], backward_end) - started_[b]) * (started_[b] < backward_end);
+  }
+  times_.wait_s += seconds(all_done - backward_end);
+  times_.steps++;
+  active_ = false;
+}
+
+void GradReducer::gather(float* full) const {
+  LOOM_CHECK(!active_, "gather() during a reduction");
+  const size_t n = size_t(plan_.padded_total());
+  if (mode_ == Mode::AllReduce) {
+    std::memcpy(full, grads_.data(), n * sizeof(float));
+    return;
+  }
+  for (size_t b = 0; b < plan_.buckets().size(); b++)
+    dp_.all_gather(shard_.at<float>(0) + plan_.shard_offset(int(b)), full + plan_.buckets()[b].range.begin,
+                   size_t(plan_.shard_size(int(b))), DType::f32);
+}
+
+}  // namespace loom

@@ -1,0 +1,46 @@
+// ShardedOptimizer: the optimizer step of one data-parallel rank, given its
+// reduced gradients (see GradReducer).
+//
+// ZeRO 0: every rank owns the whole buffer; the update is replicated.
+// ZeRO 1, 2: rank r owns shard r of every bucket (BucketPlan): AdamW keeps
+//   moments for those elements only and updates those parameters only, then
+//   the ranks all-gather the updated shards, bucket by bucket, in place.
+//   Training is fp32 here, so the parameter buffer is the master copy and a
+//   rank's shard of it is its shard of the master weights (with mixed
+//   precision the shard becomes a separate fp32 buffer).
+//
+// Global-norm clipping counts every gradient element exactly once: each
+// rank sums the squares of what it owns; under ZeRO the partial sums are
+// combined in double precision, in rank order, identically on every rank.
+#pragma once
+
+#include <memory>
+
+#include "comm/communicator.h"
+#include "optim/adamw.h"
+#include "parallel/dp/bucket_plan.h"
+
+namespace loom {
+
+class ShardedOptimizer {
+ public:
+  // sharded: ZeRO 1 or 2 (plan.shards() must be dp.size()).
+  ShardedOptimizer(const FlatLayout& layout, const BucketPlan& plan, Communicator& dp, bool sharded,
+                   const AdamWConfig& cfg);
+
+  // L2 norm of the whole gradient; `reduced` as GradReducer::reduced() gives it.
+  double grad_norm(const float* reduced);
+  // AdamW on the owned elements, then (ZeRO) the all-gather of parameters.
+  // params: the whole flat buffer, plan.padded_total() floats.
+  void step(float* params, const float* reduced, float lr, float grad_scale);
+
+  size_t state_bytes() const { return adamw_.state_bytes(); }  // this rank's AdamW moments
+
+ private:
+  const BucketPlan& plan_;
+  Communicator& dp_;
+  bool sharded_;
+  AdamW adamw_;
+};
+
+}  // namespace loom

@@ -1,0 +1,75 @@
+// `loom prepare` and `loom train` on prepared data, as a user runs them.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <filesystem>
+
+#include "data_test_util.h"
+
+namespace {
+
+struct CliResult {
+  int code;
+  std::string output;
+};
+
+CliResult run(const std::string& args) {
+  std::string cmd = std::string("'") + LOOM_EXE + "' " + args + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  std::string out;
+  char buf[4096];
+  while (fgets(buf, sizeof buf, p)) out += buf;
+  int status = pclose(p);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
+
+TEST(PrepareCli, BadInputExitsWithCode2AndNamesTheProblem) {
+  std::string out = loom::test::fresh_dir("cli_prep_out"), empty = loom::test::fresh_dir("cli_prep_empty");
+  struct Case {
+    std::string args, expect;
+  } cases[] = {
+      {"prepare --input /no/such/corpus --out " + out, "/no/such/corpus"},
+      {"prepare --input " + empty + " --out " + out, empty},
+      {"prepare --input " + empty + " --vocab-size lots", "lots"},
+      {"prepare --input " + empty + " --val-fraction 2", "--val-fraction"},
+      {"prepare --tokenizer /no/such.model --vocab-size 512", "--vocab-size"},
+      {"prepare --bogus", "--bogus"},
+  };
+  for (const auto& c : cases) {
+    CliResult r = run(c.args);
+    EXPECT_EQ(r.code, 2) << c.args << "\n" << r.output;
+    EXPECT_NE(r.output.find(c.expect), std::string::npos) << c.args << "\n" << r.output;
+  }
+  EXPECT_TRUE(std::filesystem::is_empty(out));
+}
+
+TEST(PrepareCli, PrepareThenTrainOnShards) {
+  std::string in = loom::test::fresh_dir("cli_prep_in"), out = loom::test::fresh_dir("cli_prep_data");
+  loom::test::write_sample_docs(in, 8, 20000);
+  std::string prepare = "prepare --input " + in + " --out " + out + " --vocab-size 400 --val-fraction 0.2";
+  CliResult r = run(prepare);
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("training the tokenizer"), std::string::npos) << r.output;
+  r = run(prepare);
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("up to date"), std::string::npos) << r.output;
+
+  std::string train = "train --config configs/tiny.toml --set data.format=shards --set data.path=" + out +
+                      " --set train.steps=3 --set train.log_every=1";
+  r = run(train + " --set model.vocab_size=400");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("step     3/3"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("400-token SentencePiece vocabulary"), std::string::npos) << r.output;
+
+  r = run(train + " --set model.vocab_size=300");  // smaller than the tokenizer's
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("model.vocab_size"), std::string::npos) << r.output;
+
+  std::filesystem::resize_file(out + "/val_000000.bin", 70);  // a truncated shard
+  r = run(train + " --set model.vocab_size=400");
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find(out + "/val_000000.bin"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("step "), std::string::npos) << "training started:\n" << r.output;
+}
+
+}  // namespace

@@ -1,0 +1,117 @@
+#include "data/token_shard.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <numeric>
+
+#include "core/atomic_file.h"
+#include "core/check.h"
+#include "data_test_util.h"
+
+namespace {
+
+using loom::test::user_error;
+
+loom::ShardHeader header_for(uint32_t vocab) {
+  loom::ShardHeader h{};
+  h.vocab_size = vocab;
+  h.eos_id = 1;
+  h.tokenizer_hash = 42;
+  h.dataset_id = 7;
+  h.document_count = 3;
+  return h;
+}
+
+std::vector<int32_t> ramp(size_t n, int32_t vocab) {
+  std::vector<int32_t> v(n);
+  for (size_t i = 0; i < n; i++) v[i] = int32_t((i * 7919) % size_t(vocab));
+  return v;
+}
+
+TEST(TokenShard, WriteThenReadBothWidths) {
+  std::string dir = loom::test::fresh_dir("shard_rw");
+  for (uint32_t vocab : {8192u, 100000u}) {
+    std::string path = dir + "/s" + std::to_string(vocab) + ".bin";
+    auto ids = ramp(5000, int32_t(vocab));
+    loom::write_shard(path, header_for(vocab), ids.data(), ids.size());
+    EXPECT_EQ(std::filesystem::file_size(path), 64 + ids.size() * (vocab <= 65536 ? 2 : 4));
+    loom::ShardFile shard(path);
+    EXPECT_EQ(shard.size(), ids.size());
+    EXPECT_EQ(shard.header().token_bytes, vocab <= 65536 ? 2u : 4u);
+    EXPECT_EQ(shard.header().tokenizer_hash, 42u);
+    EXPECT_EQ(shard.header().document_count, 3u);
+    std::vector<int32_t> back(ids.size());
+    shard.read(0, back.size(), back.data());
+    EXPECT_EQ(back, ids);
+    EXPECT_NO_THROW(shard.check_ids_below(vocab));
+  }
+  for (const auto& e : std::filesystem::directory_iterator(dir))  // no temporary left behind
+    EXPECT_EQ(e.path().extension(), ".bin") << e.path();
+}
+
+TEST(TokenShard, WrongMagicIsNamed) {
+  std::string dir = loom::test::fresh_dir("shard_magic");
+  std::string path = dir + "/bad.bin";
+  loom::test::write_text(path, std::string(64, 'x') + std::string(20, '\0'));
+  std::string e = user_error([&] { loom::ShardFile s(path); });
+  EXPECT_NE(e.find(path), std::string::npos) << e;
+  EXPECT_NE(e.find("magic"), std::string::npos) << e;
+}
+
+TEST(TokenShard, TruncatedBodyAndHeaderAreNamed) {
+  std::string dir = loom::test::fresh_dir("shard_truncated");
+  std::string path = dir + "/t.bin";
+  auto ids = ramp(1000, 500);
+  loom::write_shard(path, header_for(500), ids.data(), ids.size());
+  std::filesystem::resize_file(path, 64 + 1000 * 2 - 10);
+  std::string e = user_error([&] { loom::ShardFile s(path); });
+  EXPECT_NE(e.find(path), std::string::npos) << e;
+  EXPECT_NE(e.find("truncated"), std::string::npos) << e;
+  std::filesystem::resize_file(path, 30);
+  e = user_error([&] { loom::ShardFile s(path); });
+  EXPECT_NE(e.find("truncated"), std::string::npos) << e;
+}
+
+TEST(TokenShard, TokenIdAtOrAboveVocabIsNamed) {
+  std::string dir = loom::test::fresh_dir("shard_vocab");
+  std::string path = dir + "/v.bin";
+  auto ids = ramp(10000, 500);
+  loom::write_shard(path, header_for(1000), ids.data(), ids.size());
+  loom::ShardFile shard(path);
+  EXPECT_NO_THROW(shard.check_ids_below(500));
+  std::string e = user_error([&] { shard.check_ids_below(400); });
+  EXPECT_NE(e.find(path), std::string::npos) << e;
+  EXPECT_NE(e.find("vocabulary size 400"), std::string::npos) << e;
+}
+
+TEST(TokenShard, FailedWriteLeavesNothingBehind) {
+  std::string dir = loom::test::fresh_dir("shard_failed");
+  std::string path = dir + "/f.bin";
+  std::vector<int32_t> ids = {1, 2, 3, 999};  // 999 is outside the vocabulary: the write stops
+  EXPECT_THROW(loom::write_shard(path, header_for(100), ids.data(), ids.size()), loom::Error);
+  EXPECT_TRUE(std::filesystem::is_empty(dir));
+  // An existing file is untouched by a failed rewrite.
+  std::vector<int32_t> good = {1, 2, 3};
+  loom::write_shard(path, header_for(100), good.data(), good.size());
+  auto before = loom::test::read_text(path);
+  EXPECT_THROW(loom::write_shard(path, header_for(100), ids.data(), ids.size()), loom::Error);
+  EXPECT_EQ(loom::test::read_text(path), before);
+  EXPECT_EQ(std::distance(std::filesystem::directory_iterator(dir), std::filesystem::directory_iterator()), 1);
+}
+
+TEST(AtomicFile, UncommittedWriteLeavesTargetAlone) {
+  std::string dir = loom::test::fresh_dir("atomic_file");
+  std::string path = dir + "/x.txt";
+  loom::write_file_atomically(path, std::string("old"));
+  {
+    loom::AtomicFile f(path);
+    f.write("new", 3);
+  }  // no commit
+  EXPECT_EQ(loom::test::read_text(path), "old");
+  EXPECT_EQ(std::distance(std::filesystem::directory_iterator(dir), std::filesystem::directory_iterator()), 1);
+  std::string e = user_error([&] { loom::AtomicFile f(dir + "/no/such/dir/y.txt"); });
+  EXPECT_NE(e.find("no/such/dir/y.txt"), std::string::npos) << e;
+}
+
+}  // namespace
