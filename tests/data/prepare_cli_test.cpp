@@ -1,5 +1,7 @@
 // `loom prepare` and `loom train` on prepared data, as a user runs them.
 #include <gtest/gtest.h>
+
+#include "cli/run_loom.h"
 #include <sys/wait.h>
 
 #include <filesystem>
@@ -8,20 +10,8 @@
 
 namespace {
 
-struct CliResult {
-  int code;
-  std::string output;
-};
-
-CliResult run(const std::string& args) {
-  std::string cmd = std::string("'") + LOOM_EXE + "' " + args + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  std::string out;
-  char buf[4096];
-  while (fgets(buf, sizeof buf, p)) out += buf;
-  int status = pclose(p);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
-}
+using loom::test::CliResult;
+CliResult run(const std::string& args) { return loom::test::run_loom(args); }
 
 TEST(PrepareCli, BadInputExitsWithCode2AndNamesTheProblem) {
   std::string out = loom::test::fresh_dir("cli_prep_out"), empty = loom::test::fresh_dir("cli_prep_empty");
