@@ -178,7 +178,10 @@ void MpiComm::check(int rc, const char* what) const {
 
 std::string MpiComm::describe(const char* op, size_t count, DType dtype) const {
   std::string ranks;
-  for (size_t i = 0; i < members_.size(); i++) ranks += (i ? "," : "") + std::to_string(members_[i]);
+  for (size_t i = 0; i < members_.size(); i++) {
+    if (i) ranks += ',';
+    ranks += std::to_string(members_[i]);
+  }
   return strprintf("rank %d waiting for %s of %zu %s elements on group %s (ranks %s)", members_.at(rank_), op,
                    count, dtype_name(dtype), name_.c_str(), ranks.c_str());
 }

@@ -42,8 +42,9 @@ TEST(ParallelGrid, EveryFactorizationAndOrderIsConsistent) {
                           : kind == loom::GroupKind::model ? size_t(tp * pp)
                           : kind == loom::GroupKind::world ? size_t(world)
                                                            : 0;
-            if (want)
+            if (want) {
               for (const auto& grp : groups) EXPECT_EQ(grp.size(), want);
+            }
           }
           // Members of a group agree on the coordinates the group does not vary.
           for (int r = 0; r < world; r++) {
