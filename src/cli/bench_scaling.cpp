@@ -38,8 +38,8 @@ struct Options {
 int positive_int(const std::string& s, const char* what, int min = 1) {
   char* end = nullptr;
   long v = std::strtol(s.c_str(), &end, 10);
-  LOOM_USER_CHECK(!s.empty() && *end == 0 && v >= min && v < 1 << 20, "bench scaling: %s must be an integer >= %d, got '%s'",
-                  what, min, s.c_str());
+  LOOM_USER_CHECK(!s.empty() && *end == 0 && v >= min && v < 1 << 20,
+                  "bench scaling: %s must be an integer >= %d, got '%s'", what, min, s.c_str());
   return int(v);
 }
 
@@ -73,7 +73,8 @@ Options parse(const Args& args) {
 
 struct Row {
   int ranks = 0, zero = 0;
-  double tokens_per_s = 0, overlap = 0, wait_ms = 0, buckets = 0, rss_mb = 0, state_mb = 0, grad_mb = 0;
+  double tokens_per_s = 0, step_ms = 0, overlap = 0, wait_ms = 0, calls_ms = 0, optimizer_ms = 0, buckets = 0;
+  double rss_mb = 0, state_mb = 0, grad_mb = 0;
 };
 
 Row run_config(const Options& o, int ranks, int zero) {
@@ -85,7 +86,10 @@ Row run_config(const Options& o, int ranks, int zero) {
   LOOM_USER_CHECK(!line.empty(), "bench scaling: the run with %d ranks, ZeRO-%d failed", ranks, zero);
   Row r{ranks, zero};
   r.tokens_per_s = json_number(line, "tokens_per_s");
+  r.step_ms = json_number(line, "step_ms");
   r.overlap = json_number(line, "overlap");
+  r.calls_ms = json_number(line, "calls_ms");
+  r.optimizer_ms = json_number(line, "optimizer_ms");
   r.wait_ms = json_number(line, "wait_ms");
   r.buckets = json_number(line, "buckets");
   r.rss_mb = json_number(line, "peak_rss_mb");
@@ -111,8 +115,9 @@ int cmd_bench_scaling(const Args& args) {
   std::printf("loom bench scaling: small shape (V=4096 L=6 C=384 H=6 T=256), micro-batch %d per rank, 1 thread per "
               "rank,\n%d timed steps after 1 warm-up, buckets of %g MiB; median tokens/s of %d run(s) per row\n\n",
               o.micro_batch, o.steps, o.bucket_mb, o.repeat);
-  std::printf("%5s %4s | %9s %10s | %8s %12s %7s | %13s %10s %10s\n", "ranks", "zero", "tok/s", "efficiency",
-              "overlap", "wait ms/step", "buckets", "peak RSS MiB", "AdamW MiB", "grads MiB");
+  std::printf("%5s %4s | %7s %8s %10s | %7s %7s %8s %8s %8s | %12s %9s %9s\n", "ranks", "zero", "tok/s", "step ms",
+              "efficiency", "buckets", "overlap", "wait ms", "calls ms", "optim ms", "peak RSS MiB", "AdamW MiB",
+              "grads MiB");
   std::fflush(stdout);
   std::vector<Row> single, many(o.zero.size());
   std::vector<std::vector<Row>> runs(o.zero.size());
@@ -121,9 +126,11 @@ int cmd_bench_scaling(const Args& args) {
     for (size_t z = 0; z < o.zero.size(); z++) runs[z].push_back(run_config(o, o.ranks, o.zero[z]));
   }
   auto print = [&](const Row& r, double efficiency) {
-    std::printf("%5d %4d | %9.0f %10s | %7.0f%% %12.1f %7.0f | %13.0f %10.1f %10.1f\n", r.ranks, r.zero,
-                r.tokens_per_s, efficiency < 0 ? "-" : strprintf("%.3f", efficiency).c_str(), 100 * r.overlap,
-                r.wait_ms, r.buckets, r.rss_mb, r.state_mb, r.grad_mb);
+    const bool reduces = r.ranks > 1;
+    std::printf("%5d %4d | %7.0f %8.1f %10s | %7.0f %7s %8.1f %8.1f %8.1f | %12.0f %9.1f %9.1f\n", r.ranks, r.zero,
+                r.tokens_per_s, r.step_ms, efficiency < 0 ? "-" : strprintf("%.3f", efficiency).c_str(), r.buckets,
+                reduces ? strprintf("%.0f%%", 100 * r.overlap).c_str() : "-", r.wait_ms, r.calls_ms, r.optimizer_ms,
+                r.rss_mb, r.state_mb, r.grad_mb);
   };
   const Row base = median(single);
   print(base, -1);
@@ -131,10 +138,16 @@ int cmd_bench_scaling(const Args& args) {
     Row r = median(runs[z]);
     print(r, r.tokens_per_s / (o.ranks * base.tokens_per_s));
   }
-  std::printf("\nefficiency = tokens/s(%d ranks) / (%d x tokens/s(1 rank)); overlap = share of the buckets' reduction "
-              "time (start to completion) before backward ended;\nwait = time per step after backward until every "
-              "bucket was reduced; peak RSS = the largest over ranks; grads = gradient memory a rank holds after a "
-              "step\n", o.ranks, o.ranks);
+  std::printf(
+      "\nefficiency = tokens/s(%d ranks) / (%d x tokens/s(1 rank))\n"
+      "overlap    = share of gradient-reduction time (some bucket between its start and its completion) during\n"
+      "             which backward computed: before backward ended and outside the calls that start and poll\n"
+      "             reductions (OpenMPI moves and adds the data inside them, on the rank's own core)\n"
+      "wait ms    = per step, after backward, until every bucket was reduced\n"
+      "calls ms   = per step, during backward, inside those calls\n"
+      "optim ms   = per step, AdamW (and under ZeRO the all-gather of the updated parameters)\n"
+      "peak RSS   = the largest over ranks; AdamW, grads = per rank, grads after a step (ZeRO-2: the shard)\n",
+      o.ranks, o.ranks);
   return 0;
 }
 

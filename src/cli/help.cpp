@@ -32,14 +32,21 @@ commands:
             --config FILE     TOML run configuration (see configs/)
             --set KEY=VALUE   override one field, e.g. --set train.steps=100 --set runtime.threads=2
           Fields: [model] vocab_size n_layer n_head d_model seq_len
-                  [train] batch_size steps lr min_lr warmup_steps weight_decay beta1 beta2
-                          eps grad_clip eval_every eval_batches log_every seed
+                  [train] batch_size micro_batch_size (0 = batch_size / dp) steps lr min_lr
+                          warmup_steps weight_decay beta1 beta2 eps grad_clip eval_every
+                          eval_batches log_every seed
                   [data] path format (shards | bytes) val_fraction
                   [parallel] dp (0 = infer) tp pp order ("tp-dp-pp": innermost first)
+                             zero (0 | 1 | 2) bucket_mb (MiB per gradient bucket, > 0)
                   [runtime] threads (0 = cores / ranks per node) comm_timeout_s
           Many processes: mpirun -np N loom train ... (add --oversubscribe when N exceeds
           the cores; as root set OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1).
           dp = N / (tp * pp) unless given; rank 0 prints the layout and logs.
+          Data parallelism: batch_size = dp x micro_batch_size x accumulation steps;
+          gradients accumulate over the micro-batches, then each bucket is averaged over
+          the replicas while backward goes on. parallel.zero = 1 shards the AdamW state
+          over the dp ranks (gradients reduce-scattered, parameters all-gathered), 2 also
+          the gradients.
           Logs one line per logged step: loss, learning rate, gradient norm, tokens/s,
           achieved GFLOP/s and its share of the machine's measured fp32 peak.
   bench   Benchmarks (speed is measured here, never in tests).
@@ -52,6 +59,12 @@ commands:
             loom bench comm [--ranks 2,4,8] [--min-bytes 4K] [--max-bytes 256M]
           all_reduce, reduce_scatter and all_gather bus bandwidth (as nccl-tests define it)
           over message sizes, each rank count under mpirun, beside memcpy bandwidth.
+            loom bench scaling [--ranks 2] [--zero 0,1,2] [--steps 8] [--micro-batch 4]
+                               [--bucket-mb 4] [--repeat 1]
+          Weak scaling of data parallelism on the "small" shape, 1 thread per rank: 1 rank
+          against N ranks for each ZeRO stage; efficiency = tokens/s(N) / (N x tokens/s(1)),
+          the share of gradient-reduction time overlapped with backward, the wait after it,
+          per-rank peak RSS, AdamW state and gradient memory.
 
 exit codes: 0 success, 2 bad input (the message names the field or file), 1 internal error
 environment: LOOM_HOME  where configs/, data/ and tools/ are (default: the source tree)

@@ -19,9 +19,9 @@ struct TrainResult {
   double peak_gflops = 0;           // measured machine peak for the thread count
 
   // Data parallelism, over the steps after the first: the share of
-  // gradient-reduction time (each bucket from its start to its completion)
-  // that ran while backward was still computing, and the mean time per step
-  // spent waiting for reductions after backward.
+  // gradient-reduction time (some bucket between its start and completion)
+  // during which backward computed (see ReduceTimes), and the mean time per
+  // step spent waiting for reductions after backward.
   double reduce_overlap = 0;
   double reduce_wait_ms = 0;
   double reduce_calls_ms = 0;  // per step: inside the calls that start and poll reductions during backward

@@ -35,7 +35,8 @@ int world_size() {
 loom::RunConfig tiny(int dp, int accumulation, int zero) {
   return loom::load_run_config(
       LOOM_SOURCE_DIR "/configs/tiny.toml",
-      {"train.batch_size=" + std::to_string(kBatch), "train.micro_batch_size=" + std::to_string(kBatch / (dp * accumulation)),
+      {"train.batch_size=" + std::to_string(kBatch),
+       "train.micro_batch_size=" + std::to_string(kBatch / (dp * accumulation)),
        "train.steps=20", "train.eval_every=10", "train.eval_batches=1", "runtime.threads=1",
        "parallel.zero=" + std::to_string(zero), "parallel.bucket_mb=0.05",
        "data.path=\"" LOOM_SOURCE_DIR "/data/sample/kjv.txt\""});

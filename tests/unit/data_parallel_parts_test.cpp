@@ -102,7 +102,8 @@ TEST(ShardedAdamW, ShardsTogetherEqualTheWholeBufferBitwise) {
     auto ranges = plan.shard_ranges(r);
     parts.push_back(std::make_unique<loom::AdamW>(layout, ranges, cfg));
     EXPECT_EQ(parts.back()->state_bytes(), size_t(plan.shard_total()) * 8);
-    for (const auto& range : ranges) packed[r].insert(packed[r].end(), grads.begin() + range.begin, grads.begin() + range.end);
+    for (const auto& range : ranges)
+      packed[r].insert(packed[r].end(), grads.begin() + range.begin, grads.begin() + range.end);
   }
   double sum_sq = 0;
   for (int r = 0; r < shards; r++) sum_sq += parts[r]->grad_sum_of_squares(packed[r].data());

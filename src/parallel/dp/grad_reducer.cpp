@@ -25,7 +25,8 @@ GradReducer::GradReducer(const BucketPlan& plan, Communicator& dp, GradBuffer& g
   const auto& buckets = plan.buckets();
   const size_t n = buckets.size();
   for (size_t b = 0; b < n; b++) {
-    if (tensor_buckets_.size() < size_t(buckets[b].end_tensor)) tensor_buckets_.resize(buckets[b].end_tensor, {-1, -1});
+    if (tensor_buckets_.size() < size_t(buckets[b].end_tensor))
+      tensor_buckets_.resize(size_t(buckets[b].end_tensor), {-1, -1});
     for (int t = buckets[b].first_tensor; t < buckets[b].end_tensor; t++) {
       if (tensor_buckets_[t].first < 0) tensor_buckets_[t].first = int(b);
       tensor_buckets_[t].second = int(b) + 1;
@@ -48,6 +49,7 @@ void GradReducer::begin() {
   }
   next_launch_ = first_unfinished_ = 0;
   released_until_ = 0;
+  calls_s_ = 0;
   launch_ready();
 }
 
@@ -59,7 +61,7 @@ void GradReducer::on_grad_ready(int tensor) {
   const auto t0 = Clock::now();
   launch_ready();
   poll();
-  times_.calls_s += seconds(Clock::now() - t0);
+  calls_s_ += seconds(Clock::now() - t0);
 }
 
 void GradReducer::launch_ready() {
@@ -122,10 +124,22 @@ void GradReducer::finish() {
     if (release_reduced_) release_reduced_prefix();
   }
   const auto all_done = Clock::now();
-  for (size_t b = 0; b < buckets.size(); b++) {
-    times_.in_flight_s += seconds(done_at_[b] - started_[b]);
-    times_.overlapped_s += seconds(std::min(done_at_[b], backward_end) - started_[b]) * (started_[b] < backward_end);
+  // Merge the buckets' [start, completion] intervals (they start in order)
+  // into the time some reduction was in flight, and its part before backward ended.
+  double in_flight = 0, before_end = 0;
+  auto open = started_[0], close = done_at_[0];
+  auto add = [&] {
+    in_flight += seconds(close - open);
+    before_end += seconds(std::min(close, backward_end) - std::min(open, backward_end));
+  };
+  for (size_t b = 1; b < buckets.size(); b++) {
+    if (started_[b] > close) add(), open = started_[b];
+    close = std::max(close, done_at_[b]);
   }
+  add();
+  times_.in_flight_s += in_flight;
+  times_.overlapped_s += std::max(0.0, before_end - calls_s_);
+  times_.calls_s += calls_s_;
   times_.wait_s += seconds(all_done - backward_end);
   times_.steps++;
   active_ = false;

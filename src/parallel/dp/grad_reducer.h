@@ -33,13 +33,16 @@
 namespace loom {
 
 // Timers of the reductions, summed over the steps that reduced.
+//
+// MPI moves and adds the data inside MPI calls, on this rank's own core, so
+// time spent in the calls that start and poll reductions during backward is
+// not time backward computed: it counts as reduction time, not overlapped.
 struct ReduceTimes {
   int steps = 0;
-  double in_flight_s = 0;   // every bucket, from its start to its observed completion
-  double overlapped_s = 0;  // the part of in_flight_s before backward ended
-  double wait_s = 0;        // in finish(): waiting after backward for the rest
+  double in_flight_s = 0;   // time with at least one bucket between its start and its completion
+  double overlapped_s = 0;  // the part of in_flight_s before backward ended, less calls_s
   double calls_s = 0;       // during backward, inside the calls that start and poll reductions
-                            // (MPI moves and adds data there, on this rank's core)
+  double wait_s = 0;        // in finish(): waiting after backward for the rest
   // The share of reduction time that ran while backward was still computing.
   double overlap() const { return in_flight_s > 0 ? overlapped_s / in_flight_s : 0; }
 };
@@ -87,6 +90,7 @@ class GradReducer {
   std::vector<Clock::time_point> started_, done_at_;
   std::vector<bool> done_;
   size_t next_launch_ = 0, first_unfinished_ = 0;
+  double calls_s_ = 0;  // this step's share of times_.calls_s
   int64_t released_until_ = 0;  // floats of the buffer handed back this step
   ReduceTimes times_;
 };
