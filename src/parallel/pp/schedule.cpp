@@ -1,0 +1,171 @@
+#include "parallel/pp/schedule.h"
+
+#include <algorithm>
+#include <set>
+#include <utility>
+
+#include "core/check.h"
+
+namespace loom::pp {
+namespace {
+
+void check_sizes(int pp, int m, int v) {
+  LOOM_USER_CHECK(pp >= 1, "parallel.pp must be at least 1 (got %d)", pp);
+  LOOM_USER_CHECK(m >= 1, "micro-batches must be at least 1 (got %d)", m);
+  LOOM_USER_CHECK(v >= 1, "chunks (model chunks per stage) must be at least 1 (got %d)", v);
+}
+
+// Appends one stage's compute actions with the communication around them.
+class StageWriter {
+ public:
+  StageWriter(int pp, int v, int stage) : pp_(pp), v_(v), stage_(stage) {}
+
+  void forward(int mb, int chunk) {
+    if (!first(chunk)) emit(ActionKind::RecvActivation, mb, chunk);
+    emit(ActionKind::Forward, mb, chunk);
+    if (!last(chunk)) emit(ActionKind::SendActivation, mb, chunk);
+  }
+  void backward(int mb, int chunk) {
+    if (!last(chunk)) emit(ActionKind::RecvGrad, mb, chunk);
+    emit(ActionKind::Backward, mb, chunk);
+    if (!first(chunk)) emit(ActionKind::SendGrad, mb, chunk);
+  }
+  StageSchedule finish() {
+    emit(ActionKind::ReduceGrads, -1, -1);
+    emit(ActionKind::OptimizerStep, -1, -1);
+    return std::move(actions_);
+  }
+
+ private:
+  int virtual_stage(int chunk) const { return chunk * pp_ + stage_; }
+  bool first(int chunk) const { return virtual_stage(chunk) == 0; }
+  bool last(int chunk) const { return virtual_stage(chunk) == pp_ * v_ - 1; }
+  void emit(ActionKind kind, int mb, int chunk) { actions_.push_back({kind, mb, chunk}); }
+
+  int pp_, v_, stage_;
+  StageSchedule actions_;
+};
+
+// Forwards a stage runs before its first backward in the interleaved schedule:
+// Megatron's count, which with v > 1 also covers the round trip through the
+// later stages. With one chunk it is plain 1F1B's warm-up (as in Megatron,
+// which falls back to the non-interleaved schedule there).
+int interleaved_warmup(int pp, int m, int v, int stage) {
+  if (v == 1) return std::min(m, pp - stage - 1);
+  return std::min(m * v, (pp - stage - 1) * 2 + (v - 1) * pp);
+}
+
+}  // namespace
+
+Schedule gpipe(int pp, int m) {
+  check_sizes(pp, m, 1);
+  Schedule schedule;
+  for (int s = 0; s < pp; s++) {
+    StageWriter w(pp, 1, s);
+    for (int mb = 0; mb < m; mb++) w.forward(mb, 0);
+    for (int mb = 0; mb < m; mb++) w.backward(mb, 0);
+    schedule.push_back(w.finish());
+  }
+  return schedule;
+}
+
+Schedule one_f_one_b(int pp, int m) {
+  check_sizes(pp, m, 1);
+  Schedule schedule;
+  for (int s = 0; s < pp; s++) {
+    StageWriter w(pp, 1, s);
+    const int warmup = std::min(pp - s - 1, m);
+    for (int mb = 0; mb < warmup; mb++) w.forward(mb, 0);
+    for (int i = 0; i < m - warmup; i++) {
+      w.forward(warmup + i, 0);
+      w.backward(i, 0);
+    }
+    for (int mb = m - warmup; mb < m; mb++) w.backward(mb, 0);
+    schedule.push_back(w.finish());
+  }
+  return schedule;
+}
+
+// Megatron's order: micro-batches go in groups of pp; a group runs through
+// chunk 0, then chunk 1, ... (backwards through the chunks in reverse).
+Schedule interleaved_1f1b(int pp, int m, int v) {
+  check_sizes(pp, m, v);
+  LOOM_USER_CHECK(m % pp == 0,
+                  "interleaved 1F1B needs micro-batches (%d) to be a multiple of parallel.pp (%d)", m, pp);
+  const int total = m * v;
+  auto microbatch = [&](int k) { return (k / (pp * v)) * pp + k % pp; };
+  auto forward_chunk = [&](int k) { return (k / pp) % v; };
+  auto backward_chunk = [&](int k) { return v - 1 - (k / pp) % v; };
+  Schedule schedule;
+  for (int s = 0; s < pp; s++) {
+    StageWriter w(pp, v, s);
+    const int warmup = interleaved_warmup(pp, m, v, s);
+    for (int k = 0; k < warmup; k++) w.forward(microbatch(k), forward_chunk(k));
+    for (int k = 0; k < total - warmup; k++) {
+      w.forward(microbatch(warmup + k), forward_chunk(warmup + k));
+      w.backward(microbatch(k), backward_chunk(k));
+    }
+    for (int k = total - warmup; k < total; k++) w.backward(microbatch(k), backward_chunk(k));
+    schedule.push_back(w.finish());
+  }
+  return schedule;
+}
+
+Schedule build_schedule(ScheduleKind kind, int pp, int m, int v) {
+  if (kind == ScheduleKind::Interleaved1F1B) return interleaved_1f1b(pp, m, v);
+  LOOM_USER_CHECK(v == 1, "chunks must be 1 unless the schedule is interleaved (got %d)", v);
+  return kind == ScheduleKind::GPipe ? gpipe(pp, m) : one_f_one_b(pp, m);
+}
+
+int max_in_flight(ScheduleKind kind, int pp, int m, int v, int stage) {
+  check_sizes(pp, m, v);
+  LOOM_CHECK(stage >= 0 && stage < pp, "stage %d outside [0, %d)", stage, pp);
+  switch (kind) {
+    case ScheduleKind::GPipe: return m;
+    case ScheduleKind::OneFOneB: return std::min(m, pp - stage);
+    case ScheduleKind::Interleaved1F1B:
+      return std::min(m * v, interleaved_warmup(pp, m, v, stage) + 1);
+  }
+  LOOM_CHECK(false, "unknown schedule kind %d", int(kind));
+}
+
+std::vector<int> max_in_flight_per_stage(ScheduleKind kind, int pp, int m, int v) {
+  std::vector<int> bounds;
+  for (int s = 0; s < pp; s++) bounds.push_back(max_in_flight(kind, pp, m, v, s));
+  return bounds;
+}
+
+std::vector<int> peak_in_flight(const Schedule& schedule) {
+  std::vector<int> peaks;
+  for (const StageSchedule& stage : schedule) {
+    std::set<std::pair<int, int>> live;  // (microbatch, chunk)
+    int peak = 0;
+    for (const Action& a : stage) {
+      if (a.kind == ActionKind::Forward) live.insert({a.microbatch, a.chunk});
+      if (a.kind == ActionKind::Backward) live.erase({a.microbatch, a.chunk});
+      peak = std::max(peak, int(live.size()));
+    }
+    peaks.push_back(peak);
+  }
+  return peaks;
+}
+
+const char* to_string(ActionKind kind) {
+  switch (kind) {
+    case ActionKind::Forward: return "Forward";
+    case ActionKind::Backward: return "Backward";
+    case ActionKind::SendActivation: return "SendActivation";
+    case ActionKind::RecvActivation: return "RecvActivation";
+    case ActionKind::SendGrad: return "SendGrad";
+    case ActionKind::RecvGrad: return "RecvGrad";
+    case ActionKind::ReduceGrads: return "ReduceGrads";
+    case ActionKind::OptimizerStep: return "OptimizerStep";
+  }
+  return "?";
+}
+
+std::string to_string(const Action& a) {
+  return strprintf("%s(mb %d, chunk %d)", to_string(a.kind), a.microbatch, a.chunk);
+}
+
+}  // namespace loom::pp

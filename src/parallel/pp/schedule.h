@@ -1,0 +1,67 @@
+// Pipeline schedules as data (DESIGN.md, "Pipeline schedule as data").
+//
+// A schedule is one action list per pipeline stage. The executor runs the
+// lists; the checker (schedule_check.h) and the planner read the same lists.
+// Sends and receives are explicit actions placed where an executor posts them.
+//
+// Interleaved schedules give each stage v model chunks; chunk c of stage s is
+// virtual stage c * pp + s, so activations flow stage 0 -> pp-1, then wrap to
+// stage 0's next chunk. An Action's chunk is always the chunk of the stage
+// that holds the action (a receive names the receiving chunk).
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace loom::pp {
+
+enum class ActionKind {
+  Forward,
+  Backward,
+  SendActivation,  // after a Forward, unless on the last virtual stage
+  RecvActivation,  // before a Forward, unless on the first virtual stage
+  SendGrad,        // after a Backward, unless on the first virtual stage
+  RecvGrad,        // before a Backward, unless on the last virtual stage
+  ReduceGrads,     // once, after every Backward (microbatch and chunk are -1)
+  OptimizerStep,   // once, last (microbatch and chunk are -1)
+};
+
+struct Action {
+  ActionKind kind;
+  int microbatch;
+  int chunk;  // model chunk on this stage; 0 unless interleaved
+  bool operator==(const Action&) const = default;
+};
+
+using StageSchedule = std::vector<Action>;
+using Schedule = std::vector<StageSchedule>;  // one list per stage
+
+enum class ScheduleKind { GPipe, OneFOneB, Interleaved1F1B };
+
+// All forwards, then all backwards. Keeps every micro-batch in flight.
+Schedule gpipe(int pp, int m);
+// Warm-up forwards, then one forward / one backward, then cool-down backwards.
+Schedule one_f_one_b(int pp, int m);
+// Megatron's interleaved 1F1B with v chunks per stage; needs m % pp == 0.
+Schedule interleaved_1f1b(int pp, int m, int v);
+// Dispatch on kind; v must be 1 unless kind is Interleaved1F1B.
+Schedule build_schedule(ScheduleKind kind, int pp, int m, int v);
+
+// Most (micro-batch, chunk) pairs whose Forward has run and Backward has not,
+// on `stage` at any moment: how many activation sets the stage must hold.
+//   GPipe:       m
+//   1F1B:        min(m, pp - stage)
+//   interleaved: min(m * v, warmup + 1) (micro-batch, chunk) pairs, with
+//                Megatron's warm-up count warmup = (pp - stage - 1) * 2 + (v - 1) * pp
+//                (1F1B's pp - stage - 1 when v == 1); the +1 is the steady
+//                phase's forward that runs before its paired backward.
+int max_in_flight(ScheduleKind kind, int pp, int m, int v, int stage);
+std::vector<int> max_in_flight_per_stage(ScheduleKind kind, int pp, int m, int v);
+
+// The peak in-flight count each stage of `schedule` actually reaches.
+std::vector<int> peak_in_flight(const Schedule& schedule);
+
+const char* to_string(ActionKind kind);
+std::string to_string(const Action& action);  // e.g. "Forward(mb 3, chunk 1)"
+
+}  // namespace loom::pp
