@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <vector>
 
@@ -23,6 +24,7 @@ namespace {
 size_t parse_size(const std::string& s) {
   char* end = nullptr;
   double v = std::strtod(s.c_str(), &end);
+  LOOM_USER_CHECK(std::isfinite(v), "bench comm: bad size '%s' (like 4K, 256M)", s.c_str());
   std::string unit = end ? end : "";
   double mult = unit.empty() || unit == "B" ? 1 : unit == "K" ? 1024.0 : unit == "M" ? 1048576.0
                 : unit == "G" ? 1073741824.0 : -1;
@@ -62,16 +64,20 @@ Options parse(const Args& args, size_t first) {
       std::string list = value();
       for (size_t p = 0; p < list.size();) {
         size_t q = list.find(',', p);
-        int n = std::atoi(list.substr(p, q - p).c_str());
-        LOOM_USER_CHECK(n >= 1, "bench comm: --ranks takes positive integers, got '%s'", list.c_str());
-        o.ranks.push_back(n);
+        std::string item = list.substr(p, q == std::string::npos ? std::string::npos : q - p);
+        char* end = nullptr;
+        long n = std::strtol(item.c_str(), &end, 10);
+        LOOM_USER_CHECK(!item.empty() && *end == 0 && n >= 1 && n <= 1024,
+                        "bench comm: --ranks takes positive integers, got '%s'", list.c_str());
+        o.ranks.push_back(int(n));
         p = q == std::string::npos ? list.size() : q + 1;
       }
     } else if (args[i] == "--min-bytes") o.min_bytes = parse_size(value());
     else if (args[i] == "--max-bytes") o.max_bytes = parse_size(value());
     else throw UserError(strprintf("bench comm: unknown option '%s'", args[i].c_str()));
   }
-  LOOM_USER_CHECK(o.min_bytes <= o.max_bytes, "bench comm: --min-bytes is above --max-bytes");
+  LOOM_USER_CHECK(o.min_bytes >= 4 && o.min_bytes <= o.max_bytes && o.max_bytes <= (size_t(1) << 33),
+                  "bench comm: sizes must satisfy 4 <= --min-bytes <= --max-bytes <= 8G");
   return o;
 }
 

@@ -56,8 +56,11 @@ Options parse(const Args& args) {
     else if (a == "--micro-batch") o.micro_batch = positive_int(value(), "--micro-batch");
     else if (a == "--repeat") o.repeat = positive_int(value(), "--repeat");
     else if (a == "--bucket-mb") {
-      o.bucket_mb = std::atof(value().c_str());
-      LOOM_USER_CHECK(o.bucket_mb > 0, "bench scaling: --bucket-mb must be > 0");
+      std::string text = value();
+      char* end = nullptr;
+      o.bucket_mb = std::strtod(text.c_str(), &end);
+      LOOM_USER_CHECK(!text.empty() && *end == 0 && o.bucket_mb > 0 && o.bucket_mb <= 65536,
+                      "bench scaling: --bucket-mb must be a number in (0, 65536], got '%s'", text.c_str());
     } else if (a == "--zero") {
       o.zero.clear();
       std::stringstream list(value());

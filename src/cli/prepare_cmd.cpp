@@ -1,3 +1,4 @@
+#include <cmath>
 // `loom prepare`: corpus -> SentencePiece tokenizer -> token shards.
 #include <cstdio>
 #include <filesystem>
@@ -48,14 +49,25 @@ int cmd_prepare(const Args& args) {
     if (a == "--input") o.input = value();
     else if (a == "--out") o.out = value();
     else if (a == "--tokenizer") o.tokenizer = value();
-    else if (a == "--vocab-size") o.vocab_size = int(parse_integer(value(), "--vocab-size")), vocab_given = true;
+    else if (a == "--vocab-size") {
+      int64_t v = parse_integer(value(), "--vocab-size");
+      LOOM_USER_CHECK(v > 0 && v <= (1 << 30), "prepare: --vocab-size must be in [1, 2^30], got %lld", (long long)v);
+      o.vocab_size = int(v), vocab_given = true;
+    }
     else if (a == "--val-fraction") o.val_fraction = parse_number(value(), "--val-fraction");
     else if (a == "--shard-tokens") {
       int64_t v = parse_integer(value(), "--shard-tokens");
       LOOM_USER_CHECK(v > 0, "prepare: --shard-tokens must be positive");
       o.shard_tokens = uint64_t(v);
-    } else if (a == "--sample-mb") o.sample_mb = parse_number(value(), "--sample-mb");
-    else if (a == "--threads") o.threads = int(parse_integer(value(), "--threads"));
+    } else if (a == "--sample-mb") {
+      o.sample_mb = parse_number(value(), "--sample-mb");
+      LOOM_USER_CHECK(std::isfinite(o.sample_mb) && o.sample_mb > 0 && o.sample_mb <= 1e6,
+                      "prepare: --sample-mb must be in (0, 1e6]");
+    } else if (a == "--threads") {
+      int64_t v = parse_integer(value(), "--threads");
+      LOOM_USER_CHECK(v >= 0 && v <= 1024, "prepare: --threads must be in [0, 1024] (0 = all cores)");
+      o.threads = int(v);
+    }
     else if (a == "--force") o.force = true;
     else if (a == "-h" || a == "--help") return print_help(), 0;
     else throw UserError(strprintf("prepare: unknown option '%s' (try loom --help)", a.c_str()));

@@ -1,11 +1,14 @@
 #include "comm/watchdog.h"
 
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 
 namespace loom {
 
-Watchdog::Watchdog(double timeout_s) : timeout_s_(timeout_s) {
+// A deadline beyond ~115 days (or not finite) would overflow the clock's
+// duration: treat it as "never".
+Watchdog::Watchdog(double timeout_s) : timeout_s_(std::isfinite(timeout_s) && timeout_s <= 1e7 ? timeout_s : 0) {
   if (timeout_s_ > 0) thread_ = std::thread([this] { run(); });
 }
 

@@ -1,5 +1,6 @@
 #include "config/run_config.h"
 
+#include <cmath>
 #include <set>
 #include <sstream>
 #include <toml++/toml.h>
@@ -25,7 +26,7 @@ class FieldReader {
       if (!v || !node.is_string()) fail(key, "a string");
       *out = *v;
     } else if constexpr (std::is_floating_point_v<T>) {
-      if (!node.is_number()) fail(key, "a number");
+      if (!node.is_number() || !std::isfinite(*node.value<double>())) fail(key, "a finite number");
       *out = T(*node.value<double>());
     } else {
       if (!node.is_integer()) fail(key, "an integer");
@@ -165,13 +166,15 @@ void RunConfig::validate() const {
   require(!data.path.empty(), "data.path", "a file path");
   require(data.val_fraction > 0 && data.val_fraction < 1, "data.val_fraction", "in (0, 1)");
   require(model.vocab_size >= 256, "model.vocab_size", ">= 256 (every byte needs an id)");
-  require(runtime.threads >= 0, "runtime.threads", ">= 0 (0 = all cores)");
-  require(runtime.comm_timeout_s >= 0, "runtime.comm_timeout_s", ">= 0 (0 = wait forever)");
+  require(runtime.threads >= 0 && runtime.threads <= 1024, "runtime.threads", "in [0, 1024] (0 = all cores)");
+  require(runtime.comm_timeout_s == 0 || (runtime.comm_timeout_s >= 1 && runtime.comm_timeout_s <= 1e6),
+          "runtime.comm_timeout_s", "0 (wait forever) or in [1, 1e6] seconds");
   require(parallel.dp >= 0, "parallel.dp", ">= 0 (0 = infer from the world size)");
   require(parallel.tp >= 1, "parallel.tp", ">= 1");
   require(parallel.pp >= 1, "parallel.pp", ">= 1");
   require(parallel.zero >= 0 && parallel.zero <= 2, "parallel.zero", "0, 1 or 2");
-  require(parallel.bucket_mb > 0, "parallel.bucket_mb", "> 0 (MiB of gradients per reduction bucket)");
+  require(parallel.bucket_mb > 0 && parallel.bucket_mb <= 65536, "parallel.bucket_mb",
+          "in (0, 65536] (MiB of gradients per reduction bucket)");
 }
 
 std::string RunConfig::to_toml() const {

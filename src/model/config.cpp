@@ -15,6 +15,11 @@ void GPTConfig::validate() const {
   positive(seq_len, "model.seq_len");
   LOOM_USER_CHECK(d_model % n_head == 0,
                   "config field 'model.d_model' (%d) must be divisible by 'model.n_head' (%d)", d_model, n_head);
+  // Sanity bounds: far beyond any model this code can hold, and they keep
+  // the layout and size arithmetic below from overflowing.
+  LOOM_USER_CHECK(n_layer <= 4096, "config field 'model.n_layer' is too large (%d > 4096)", n_layer);
+  LOOM_USER_CHECK(d_model <= 65536, "config field 'model.d_model' is too large (%d > 65536)", d_model);
+  LOOM_USER_CHECK(seq_len <= (1 << 20), "config field 'model.seq_len' is too large (%d > 1048576)", seq_len);
   // int32 tokens and int offsets inside kernels.
   LOOM_USER_CHECK(vocab_size <= (1 << 30), "config field 'model.vocab_size' is too large (%d)", vocab_size);
   LOOM_USER_CHECK(int64_t(seq_len) * d_model <= (int64_t(1) << 31),

@@ -139,11 +139,13 @@ TrainResult train(const RunConfig& cfg, const ParallelContext& ctx, FILE* log, c
     float lr = schedule.at(step);
     auto t_update = Clock::now();
     replica.update(lr, clip);
-    if (step > 0) optimizer_seconds += seconds_since(t_update);
+    if (step > 0 || cfg.train.steps == 1) optimizer_seconds += seconds_since(t_update);
     double dt = seconds_since(t0);
     if (step == 0) warm_up = replica.reduce_times();
     result.train_losses.push_back(loss);
-    if (step > 0) timed_seconds += dt, timed_steps++;  // the first step warms up caches and primitives
+    // The first step warms up caches and primitives: leave it out of the
+    // averages, unless it is the only step.
+    if (step > 0 || cfg.train.steps == 1) timed_seconds += dt, timed_steps++;
     window_seconds += dt, window_steps++;
     step_seconds += dt;
 

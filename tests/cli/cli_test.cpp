@@ -31,6 +31,14 @@ TEST(Cli, BadInputExitsWithCode2AndNamesTheProblem) {
       {"train --bogus", "--bogus"},
       {"frobnicate", "frobnicate"},
       {"bench step --shapes huge", "huge"},
+      {"train --set runtime.comm_timeout_s=inf", "runtime.comm_timeout_s"},
+      {"train --set train.weight_decay=inf", "train.weight_decay"},
+      {"train --set runtime.threads=100000", "runtime.threads"},
+      {"train --set parallel.bucket_mb=1e30", "parallel.bucket_mb"},
+      {"train --set model.n_layer=100000000", "model.n_layer"},
+      {"bench comm --min-bytes 0.5", "--min-bytes"},
+      {"bench comm --ranks 2x", "--ranks"},
+      {"bench scaling --bucket-mb 4abc", "--bucket-mb"},
   };
   for (const auto& c : cases) {
     CliResult r = run(c.args);

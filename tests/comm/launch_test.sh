@@ -31,7 +31,7 @@ expect_bad 2 "tensor parallelism is not implemented yet" --set parallel.tp=2
 # x accumulation steps; a bucket must hold something.
 expect_bad 2 "'train.batch_size' (4) must be divisible by parallel.dp (2) x train.micro_batch_size (3)" \
   --set train.micro_batch_size=3
-expect_bad 2 "'parallel.bucket_mb' must be > 0" --set parallel.bucket_mb=0
+expect_bad 2 "'parallel.bucket_mb' must be in (0, 65536]" --set parallel.bucket_mb=0
 expect_bad 2 "'parallel.zero' must be 0, 1 or 2" --set parallel.zero=3
 
 # ZeRO-2 with accumulation trains and reports its layout and overlap once.

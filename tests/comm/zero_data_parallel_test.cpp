@@ -22,7 +22,7 @@
 
 namespace {
 
-constexpr int kBatch = 24;
+constexpr int kBatch = 48;  // divisible by dp x accumulation for dp in {1,2,3,4,8}, accumulation in {1,2}
 
 int world_size() {
   int world = 1;
