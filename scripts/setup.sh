@@ -12,13 +12,17 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BUILD_DIR="${LOOM_BUILD_DIR:-$ROOT/build}"
 
 # Build: compiler, CMake, Ninja. Libraries: oneDNN (matmuls), toml++ (config),
-# OpenMP, GoogleTest, SentencePiece (tokenizer), OpenMPI (communication).
+# OpenMP, GoogleTest, SentencePiece (tokenizer), OpenMPI (communication),
+# nlohmann-json (manifests, metrics), OpenSSL (SHA-256).
 # Reference and benchmark: Debian's PyTorch (python3-torch) on OpenBLAS.
 # Corpus extraction (tools/extract_corpus.py): groff (man pages), perl (pod2text).
 PACKAGES=(
   build-essential cmake ninja-build pkg-config
-  libdnnl-dev libtomlplusplus-dev libomp-dev libgtest-dev
+  libdnnl-dev ocl-icd-opencl-dev   # dnnl-config.cmake requires OpenCL headers
+  libtomlplusplus-dev libomp-dev libgtest-dev
   libsentencepiece-dev libopenmpi-dev openmpi-bin
+  nlohmann-json3-dev   # JSON: checkpoint manifests, metrics, traces
+  libssl-dev           # SHA-256 of checkpoint files (OpenSSL's EVP)
   python3 python3-torch python3-numpy
   libopenblas0   # the BLAS that the PyTorch baseline (tools/bench_pytorch.py) runs on
   groff-base perl
