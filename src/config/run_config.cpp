@@ -25,6 +25,9 @@ class FieldReader {
       auto v = node.value<std::string>();
       if (!v || !node.is_string()) fail(key, "a string");
       *out = *v;
+    } else if constexpr (std::is_same_v<T, bool>) {
+      if (!node.is_boolean()) fail(key, "true or false");
+      *out = *node.value<bool>();
     } else if constexpr (std::is_floating_point_v<T>) {
       if (!node.is_number() || !std::isfinite(*node.value<double>())) fail(key, "a finite number");
       *out = T(*node.value<double>());
@@ -87,6 +90,7 @@ void read_fields(FieldReader& r, RunConfig& c) {
   r.get("parallel.dp", &c.parallel.dp);
   r.get("parallel.tp", &c.parallel.tp);
   r.get("parallel.pp", &c.parallel.pp);
+  r.get("parallel.sequence_parallel", &c.parallel.sequence_parallel);
   r.get("parallel.order", &c.parallel.order);
   r.get("parallel.zero", &c.parallel.zero);
   r.get("parallel.bucket_mb", &c.parallel.bucket_mb);
@@ -189,7 +193,8 @@ std::string RunConfig::to_toml() const {
     << "\neval_batches = " << train.eval_batches << "\nlog_every = " << train.log_every
     << "\nseed = " << train.seed << "\n[data]\npath = \"" << data.path << "\"\nformat = \"" << data.format
     << "\"\nval_fraction = " << data.val_fraction << "\n[parallel]\ndp = " << parallel.dp << "\ntp = " << parallel.tp
-    << "\npp = " << parallel.pp << "\norder = \"" << parallel.order << "\"\nzero = " << parallel.zero
+    << "\npp = " << parallel.pp << "\nsequence_parallel = " << (parallel.sequence_parallel ? "true" : "false")
+    << "\norder = \"" << parallel.order << "\"\nzero = " << parallel.zero
     << "\nbucket_mb = " << parallel.bucket_mb << "\n[runtime]\nthreads = " << runtime.threads
     << "\ncomm_timeout_s = " << runtime.comm_timeout_s << "\n";
   return s.str();

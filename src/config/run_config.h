@@ -42,6 +42,7 @@ struct ParallelConfig {
   int dp = 0;  // data-parallel replicas; 0 = world size / (tp * pp)
   int tp = 1;  // tensor-parallel ranks per layer
   int pp = 1;  // pipeline stages
+  bool sequence_parallel = false;  // tp > 1: norms and residuals hold 1/tp of the tokens
   std::string order = "tp-dp-pp";  // rank order, innermost axis first
   int zero = 0;          // ZeRO stage: 0 replicated optimizer, 1 sharded optimizer state, 2 also sharded gradients
   float bucket_mb = 4;   // MiB of gradients per reduction bucket (reductions overlap backward)

@@ -16,6 +16,9 @@ struct FlatTensor {
   int64_t offset = 0;  // floats from the buffer start
   int64_t numel = 0;
   bool weight_decay = false;
+  // Model-parallel ranks holding an identical copy (a norm replicated over
+  // tensor parallelism): the global norm counts each copy 1 / copies.
+  int copies = 1;
 };
 
 struct FlatLayout {

@@ -4,22 +4,35 @@
 #include <cstring>
 
 #include "core/check.h"
-#include "core/rng.h"
 #include "kernels/cpu/attention.h"
-#include "kernels/cpu/encoder.h"
 #include "kernels/cpu/gelu.h"
 #include "kernels/cpu/layernorm.h"
-#include "kernels/cpu/residual.h"
-#include "kernels/cpu/softmax_xent.h"
+#include "parallel/tp/linear.h"
 
 namespace loom {
 
 GPT::GPT(const GPTConfig& cfg, int B, int T, float* grad_buffer, int64_t param_floats)
-    : cfg_(cfg), layout_(ParamLayout::gpt2(cfg)), maxB_(B), maxT_(T) {
+    : GPT(cfg, ModelShard{}, TensorParallel{}, B, T, grad_buffer, param_floats) {}
+
+GPT::GPT(const GPTConfig& cfg, const ModelShard& shard, const TensorParallel& tp, int B, int T, float* grad_buffer,
+         int64_t param_floats)
+    : cfg_(cfg), layout_(ParamLayout::gpt2(cfg, shard)), tp_(tp), maxB_(B), maxT_(T) {
   cfg_.validate();
   LOOM_USER_CHECK(T >= 1 && T <= cfg.seq_len, "sequence length %d is outside [1, model.seq_len=%d]", T,
                   cfg.seq_len);
   LOOM_USER_CHECK(B >= 1, "batch size must be >= 1 (got %d)", B);
+  LOOM_CHECK(shard.tp_size == tp.size() && shard.tp_rank == tp.rank(), "model shard tp %d/%d on a tp group %d/%d",
+             shard.tp_rank, shard.tp_size, tp.rank(), tp.size());
+  LOOM_CHECK(shard.sequence_parallel == tp.sequence_parallel(), "sequence parallelism differs in shard and group");
+  LOOM_CHECK(shard.first_layer == 0 && shard.layers_end(cfg) == cfg.n_layer && shard.embedding && shard.head,
+             "pipeline stages are driven by the pipeline executor");
+  LOOM_USER_CHECK(cfg.n_head % tp.size() == 0, "model.n_head (%d) must be divisible by parallel.tp (%d)",
+                  cfg.n_head, tp.size());
+  LOOM_USER_CHECK(!tp.sequence_parallel() || (int64_t(B) * T) % tp.size() == 0,
+                  "sequence parallelism splits the micro-batch's %d x %d tokens over parallel.tp = %d ranks: "
+                  "they must divide evenly",
+                  B, T, tp.size());
+  vocab_ = {shard.vocab_begin(cfg), int(shard.vocab_per_rank(cfg)), int(shard.vocab_valid(cfg))};
   params_.reserve(size_t(std::max(layout_.total, param_floats)) * 4);
   params_.allocate();
   if (grad_buffer) {
@@ -29,68 +42,83 @@ GPT::GPT(const GPTConfig& cfg, int B, int T, float* grad_buffer, int64_t param_f
     grads_.allocate();
     grads_ptr_ = grads_.at<float>(0);
   }
+  plan_activations(B, T);
+}
 
+void GPT::plan_activations(int B, int T) {
   // Plan every activation first, then make the one allocation.
-  const size_t BT = size_t(B) * T, C = cfg.d_model, NH = cfg.n_head, V = cfg.vocab_size;
+  const size_t N = size_t(B) * T, R = size_t(tp_.local_rows(int64_t(N))), C = cfg_.d_model;
+  const size_t t = size_t(tp_.size()), Cl = C / t, NHl = size_t(cfg_.n_head) / t, Fl = 4 * C / t;
+  const size_t Vl = size_t(vocab_.rows), att = size_t(B) * NHl * T * T;
+  const bool sp = tp_.sequence_parallel();
   std::vector<std::pair<float**, size_t>> plan;
   auto want = [&](float** p, size_t n) { plan.push_back({p, n}); };
-  layers_.resize(cfg.n_layer);
-  want(&encoded_, BT * C);
+  layers_.resize(size_t(cfg_.n_layer));
+  want(&encoded_, R * C);
   for (auto& a : layers_) {
-    want(&a.ln1, BT * C), want(&a.ln1_mean, BT), want(&a.ln1_rstd, BT);
-    want(&a.qkv, BT * 3 * C), want(&a.atty, BT * C), want(&a.att, size_t(B) * NH * T * T);
-    want(&a.res2, BT * C);
-    want(&a.ln2, BT * C), want(&a.ln2_mean, BT), want(&a.ln2_rstd, BT);
-    want(&a.fch, BT * 4 * C), want(&a.fch_gelu, BT * 4 * C), want(&a.res3, BT * C);
+    want(&a.ln1, R * C), want(&a.ln1_mean, R), want(&a.ln1_rstd, R);
+    want(&a.qkv, N * 3 * Cl), want(&a.atty, N * Cl), want(&a.att, att), want(&a.res2, R * C);
+    want(&a.ln2, R * C), want(&a.ln2_mean, R), want(&a.ln2_rstd, R);
+    want(&a.fch, N * Fl), want(&a.fch_gelu, N * Fl), want(&a.res3, R * C);
   }
-  want(&lnf_, BT * C), want(&lnf_mean_, BT), want(&lnf_rstd_, BT);
-  want(&logits_, BT * V), want(&losses_, BT);
-  want(&dres_, BT * C), want(&dbuf_c_, BT * C), want(&dbuf_3c_, BT * 3 * C), want(&dbuf_4c_, BT * 4 * C);
-  want(&datt_, size_t(B) * NH * T * T);
+  want(&lnf_, R * C), want(&lnf_mean_, R), want(&lnf_rstd_, R);
+  if (sp) want(&lnf_full_, N * C), want(&gathered_, N * C), want(&grad_work_, N * C);
+  want(&logits_, N * Vl), want(&losses_, N), want(&xent_scratch_, 3 * N);
+  want(&dres_, R * C), want(&dbuf_c_, R * C), want(&datty_, N * Cl), want(&dbuf_3c_, N * 3 * Cl);
+  want(&dbuf_4c_, N * Fl), want(&datt_, att);
   std::vector<size_t> offsets;
   for (auto& [p, n] : plan) offsets.push_back(acts_.reserve(n * sizeof(float)));
   acts_.allocate();
   for (size_t i = 0; i < plan.size(); i++) *plan[i].first = acts_.at<float>(offsets[i]);
+  if (!sp) lnf_full_ = lnf_;
 }
 
-void GPT::init_parameters(uint64_t seed) {
-  for (const auto& p : layout_.params) {
-    float* dst = params() + p.offset;
-    switch (p.init) {
-      case Init::Zeros: std::fill(dst, dst + p.numel, 0.f); break;
-      case Init::Ones: std::fill(dst, dst + p.numel, 1.f); break;
-      case Init::Normal:
-        rng_fill_normal(dst, p.numel, seed, stable_hash(p.name.c_str()), 0, 0.f, p.init_std);
-        break;
-    }
-  }
-}
+void GPT::init_parameters(uint64_t seed) { layout_.init_parameters(params(), seed); }
 
 void GPT::zero_grads() { std::memset(grads(), 0, size_t(layout_.total) * sizeof(float)); }
 
+std::vector<int> GPT::sequence_partial_grads() const {
+  std::vector<int> out;
+  if (!tp_.sequence_parallel()) return out;
+  for (const BlockParams& b : layout_.blocks)
+    for (int i : {b.ln1_w, b.ln1_b, b.ln2_w, b.ln2_b}) out.push_back(i);
+  for (int i : {layout_.lnf_w, layout_.lnf_b, layout_.wpe})
+    if (i >= 0) out.push_back(i);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
 void GPT::run_forward(const int32_t* tokens, int B, int T) {
   LOOM_CHECK(B <= maxB_ && T <= maxT_, "batch %dx%d exceeds the planned %dx%d", B, T, maxB_, maxT_);
-  const int C = cfg_.d_model, NH = cfg_.n_head, V = cfg_.vocab_size, BT = B * T;
-  cpu::encoder_forward(encoded_, tokens, param(layout_.wte), param(layout_.wpe), B, T, C);
+  const int C = cfg_.d_model, t = tp_.size(), Cl = C / t, NHl = cfg_.n_head / t, Fl = 4 * C / t;
+  const int N = B * T, R = int(tp_.local_rows(N));
+  float* work = gathered_;  // only used with sequence parallelism
+  tp::embedding_forward(tp_, encoded_, grad_work_, tokens, param(layout_.wte), vocab_, param(layout_.wpe), N, T, C);
   const float* res = encoded_;
   for (int l = 0; l < cfg_.n_layer; l++) {
-    const BlockParams& p = layout_.blocks[l];
-    LayerActs& a = layers_[l];
-    cpu::layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, res, param(p.ln1_w), param(p.ln1_b), B, T, C);
-    cpu::matmul_forward(matmul_, a.qkv, a.ln1, param(p.qkv_w), param(p.qkv_b), BT, C, 3 * C);
-    cpu::attention_forward(a.atty, a.att, a.qkv, B, T, C, NH);
-    cpu::matmul_forward(matmul_, a.res2, a.atty, param(p.attn_proj_w), param(p.attn_proj_b), BT, C, C);
-    cpu::residual_forward(a.res2, a.res2, res, size_t(BT) * C);
-    cpu::layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, param(p.ln2_w), param(p.ln2_b), B, T, C);
-    cpu::matmul_forward(matmul_, a.fch, a.ln2, param(p.fc_w), param(p.fc_b), BT, C, 4 * C);
-    cpu::gelu_forward(a.fch_gelu, a.fch, size_t(BT) * 4 * C);
-    cpu::matmul_forward(matmul_, a.res3, a.fch_gelu, param(p.fc_proj_w), param(p.fc_proj_b), BT, 4 * C, C);
-    cpu::residual_forward(a.res3, a.res3, a.res2, size_t(BT) * C);
+    const BlockParams& p = layout_.blocks[size_t(l)];
+    LayerActs& a = layers_[size_t(l)];
+    // Attention: res2 = res + attn_proj(attention(qkv(ln1(res))))
+    cpu::layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, res, param(p.ln1_w), param(p.ln1_b), 1, R, C);
+    const float* x = tp_.gather_rows(a.ln1, work, N, C);
+    tp::column_parallel_forward(matmul_, a.qkv, x, param(p.qkv_w), param(p.qkv_b), N, C, 3 * Cl);
+    cpu::attention_forward(a.atty, a.att, a.qkv, B, T, Cl, NHl);
+    tp::row_parallel_forward(matmul_, tp_, a.res2, tp_.sequence_parallel() ? grad_work_ : a.res2, a.atty,
+                             param(p.attn_proj_w), param(p.attn_proj_b), res, N, Cl, C);
+    // MLP: res3 = res2 + fc_proj(gelu(fc(ln2(res2))))
+    cpu::layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, param(p.ln2_w), param(p.ln2_b), 1, R, C);
+    x = tp_.gather_rows(a.ln2, work, N, C);
+    tp::column_parallel_forward(matmul_, a.fch, x, param(p.fc_w), param(p.fc_b), N, C, Fl);
+    cpu::gelu_forward(a.fch_gelu, a.fch, size_t(N) * Fl);
+    tp::row_parallel_forward(matmul_, tp_, a.res3, tp_.sequence_parallel() ? grad_work_ : a.res3, a.fch_gelu,
+                             param(p.fc_proj_w), param(p.fc_proj_b), a.res2, N, Fl, C);
     res = a.res3;
   }
-  cpu::layernorm_forward(lnf_, lnf_mean_, lnf_rstd_, res, param(layout_.lnf_w), param(layout_.lnf_b), B, T, C);
-  // LM head tied to the token embedding: logits[BT,V] = lnf[BT,C] @ wte[V,C]^T
-  cpu::matmul_forward(matmul_, logits_, lnf_, param(layout_.wte), nullptr, BT, C, V);
+  cpu::layernorm_forward(lnf_, lnf_mean_, lnf_rstd_, res, param(layout_.lnf_w), param(layout_.lnf_b), 1, R, C);
+  tp_.gather_rows(lnf_, lnf_full_, N, C);
+  // LM head tied to the token embedding, column-parallel over the vocabulary:
+  // logits[N, Vl] = lnf[N, C] @ wte_rows[Vl, C]^T
+  tp::column_parallel_forward(matmul_, logits_, lnf_full_, param(layout_.wte), nullptr, N, C, vocab_.rows);
 }
 
 static int count_targets(const int32_t* targets, int n) {
@@ -105,64 +133,77 @@ static float mean_loss(const float* losses, int n, int valid) {
   return valid > 0 ? float(sum / valid) : 0.f;
 }
 
+static void check_targets(const int32_t* targets, int n, int V) {
+  for (int i = 0; i < n; i++)
+    LOOM_CHECK(targets[i] < V, "target %d at row %d is outside the vocabulary (%d)", targets[i], i, V);
+}
+
 float GPT::forward(const int32_t* tokens, const int32_t* targets, int B, int T) {
   run_forward(tokens, B, T);
-  const int BT = B * T;
-  cpu::softmax_xent_forward(losses_, logits_, targets, BT, cfg_.vocab_size);
-  return mean_loss(losses_, BT, count_targets(targets, BT));
+  const int N = B * T;
+  check_targets(targets, N, cfg_.vocab_size);
+  tp::cross_entropy(tp_, losses_, logits_, xent_scratch_, targets, vocab_, N, false, 0.f);
+  return mean_loss(losses_, N, count_targets(targets, N));
 }
 
 float GPT::forward_backward(const int32_t* tokens, const int32_t* targets, int B, int T, float loss_scale) {
   run_forward(tokens, B, T);
-  const int BT = B * T;
-  int valid = count_targets(targets, BT);
+  const int N = B * T;
+  check_targets(targets, N, cfg_.vocab_size);
+  int valid = count_targets(targets, N);
   float dloss = valid > 0 ? loss_scale / float(valid) : 0.f;
   // logits_ becomes d(loss)/d(logits) in place.
-  cpu::softmax_xent_fused(losses_, logits_, targets, dloss, BT, cfg_.vocab_size);
+  tp::cross_entropy(tp_, losses_, logits_, xent_scratch_, targets, vocab_, N, true, dloss);
   run_backward(tokens, B, T);
-  return mean_loss(losses_, BT, valid);
+  return mean_loss(losses_, N, valid);
 }
 
 void GPT::run_backward(const int32_t* tokens, int B, int T) {
-  const int C = cfg_.d_model, NH = cfg_.n_head, V = cfg_.vocab_size, BT = B * T;
-  const float* dlogits = logits_;
-  // LM head: dlnf = dlogits @ wte; dwte += dlogits^T @ lnf
-  cpu::matmul_backward(matmul_, dbuf_c_, grad(layout_.wte), nullptr, dlogits, lnf_, param(layout_.wte), BT, C, V);
-  std::memset(dres_, 0, size_t(BT) * C * sizeof(float));
+  const int C = cfg_.d_model, t = tp_.size(), Cl = C / t, NHl = cfg_.n_head / t, Fl = 4 * C / t;
+  const int N = B * T, R = int(tp_.local_rows(N));
+  const bool sp = tp_.sequence_parallel();
+  float* const partial = sp ? grad_work_ : dbuf_c_;  // input-gradient partial sums before their reduction
+  // LM head: dlnf = reduce(dlogits @ wte_rows); dwte_rows += dlogits^T @ lnf
+  tp::column_parallel_backward(matmul_, tp_, dbuf_c_, partial, grad(layout_.wte), nullptr, logits_, lnf_full_,
+                               param(layout_.wte), N, C, vocab_.rows);
+  std::memset(dres_, 0, size_t(R) * C * sizeof(float));
   const float* last = cfg_.n_layer > 0 ? layers_.back().res3 : encoded_;
   cpu::layernorm_backward(dres_, grad(layout_.lnf_w), grad(layout_.lnf_b), dbuf_c_, last, param(layout_.lnf_w),
-                          lnf_mean_, lnf_rstd_, B, T, C);
+                          lnf_mean_, lnf_rstd_, 1, R, C);
   grad_ready(layout_.lnf_w), grad_ready(layout_.lnf_b);
   // dres_ holds the gradient of the residual stream; each block updates it in place.
   for (int l = cfg_.n_layer - 1; l >= 0; l--) {
-    const BlockParams& p = layout_.blocks[l];
-    LayerActs& a = layers_[l];
-    const float* res_in = l > 0 ? layers_[l - 1].res3 : encoded_;
-    // MLP: res3 = res2 + fc_proj(gelu(fc(ln2(res2))))
-    cpu::matmul_backward(matmul_, dbuf_4c_, grad(p.fc_proj_w), grad(p.fc_proj_b), dres_, a.fch_gelu,
-                         param(p.fc_proj_w), BT, 4 * C, C);
+    const BlockParams& p = layout_.blocks[size_t(l)];
+    LayerActs& a = layers_[size_t(l)];
+    const float* res_in = l > 0 ? layers_[size_t(l - 1)].res3 : encoded_;
+    // MLP. Sequence parallel: ln2's rows are gathered again (not kept whole),
+    // while the row-parallel backward runs.
+    auto ln2_ready = tp_.gather_rows_async(a.ln2, gathered_, N, C);
+    tp::row_parallel_backward(matmul_, tp_, dbuf_4c_, grad(p.fc_proj_w), grad(p.fc_proj_b), dres_, grad_work_,
+                              a.fch_gelu, param(p.fc_proj_w), N, Fl, C);
     grad_ready(p.fc_proj_w), grad_ready(p.fc_proj_b);
-    cpu::gelu_backward(dbuf_4c_, a.fch, dbuf_4c_, size_t(BT) * 4 * C);
-    cpu::matmul_backward(matmul_, dbuf_c_, grad(p.fc_w), grad(p.fc_b), dbuf_4c_, a.ln2, param(p.fc_w), BT, C,
-                         4 * C);
+    cpu::gelu_backward(dbuf_4c_, a.fch, dbuf_4c_, size_t(N) * Fl);
+    tp::column_parallel_backward(matmul_, tp_, dbuf_c_, partial, grad(p.fc_w), grad(p.fc_b), dbuf_4c_,
+                                 sp ? gathered_ : a.ln2, param(p.fc_w), N, C, Fl, ln2_ready.get());
     grad_ready(p.fc_w), grad_ready(p.fc_b);
     cpu::layernorm_backward(dres_, grad(p.ln2_w), grad(p.ln2_b), dbuf_c_, a.res2, param(p.ln2_w), a.ln2_mean,
-                            a.ln2_rstd, B, T, C);
+                            a.ln2_rstd, 1, R, C);
     grad_ready(p.ln2_w), grad_ready(p.ln2_b);
-    // Attention: res2 = res_in + attn_proj(attention(qkv(ln1(res_in))))
-    cpu::matmul_backward(matmul_, dbuf_c_, grad(p.attn_proj_w), grad(p.attn_proj_b), dres_, a.atty,
-                         param(p.attn_proj_w), BT, C, C);
+    // Attention.
+    auto ln1_ready = tp_.gather_rows_async(a.ln1, gathered_, N, C);
+    tp::row_parallel_backward(matmul_, tp_, datty_, grad(p.attn_proj_w), grad(p.attn_proj_b), dres_, grad_work_,
+                              a.atty, param(p.attn_proj_w), N, Cl, C);
     grad_ready(p.attn_proj_w), grad_ready(p.attn_proj_b);
-    cpu::attention_backward(dbuf_3c_, datt_, dbuf_c_, a.qkv, a.att, B, T, C, NH);
-    cpu::matmul_backward(matmul_, dbuf_c_, grad(p.qkv_w), grad(p.qkv_b), dbuf_3c_, a.ln1, param(p.qkv_w), BT, C,
-                         3 * C);
+    cpu::attention_backward(dbuf_3c_, datt_, datty_, a.qkv, a.att, B, T, Cl, NHl);
+    tp::column_parallel_backward(matmul_, tp_, dbuf_c_, partial, grad(p.qkv_w), grad(p.qkv_b), dbuf_3c_,
+                                 sp ? gathered_ : a.ln1, param(p.qkv_w), N, C, 3 * Cl, ln1_ready.get());
     grad_ready(p.qkv_w), grad_ready(p.qkv_b);
     cpu::layernorm_backward(dres_, grad(p.ln1_w), grad(p.ln1_b), dbuf_c_, res_in, param(p.ln1_w), a.ln1_mean,
-                            a.ln1_rstd, B, T, C);
+                            a.ln1_rstd, 1, R, C);
     grad_ready(p.ln1_w), grad_ready(p.ln1_b);
   }
   // wte's gradient was first written by the LM head above; this is its last write.
-  cpu::encoder_backward(grad(layout_.wte), grad(layout_.wpe), dres_, tokens, B, T, C);
+  tp::embedding_backward(tp_, grad(layout_.wte), grad(layout_.wpe), dres_, grad_work_, tokens, vocab_, N, T, C);
   grad_ready(layout_.wpe), grad_ready(layout_.wte);
 }
 

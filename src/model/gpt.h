@@ -1,4 +1,8 @@
-// GPT-2 forward and backward on one process, written out by hand (no autograd).
+// GPT-2 forward and backward, written out by hand (no autograd), on one rank's
+// shard of the model (ModelShard): all of it on one process, or its
+// tensor-parallel slices (Megatron-LM: column/row-parallel linears, heads
+// split, vocabulary-parallel embedding and loss, optional sequence
+// parallelism; the layers in parallel/tp/).
 //
 // Parameters and gradients each live in one allocation (ParamLayout gives the
 // offsets); activations for a (batch, seq_len) are planned and allocated once
@@ -13,6 +17,8 @@
 #include "kernels/cpu/matmul.h"
 #include "model/config.h"
 #include "model/param_layout.h"
+#include "parallel/tp/tensor_parallel.h"
+#include "parallel/tp/vocab_parallel.h"
 
 namespace loom {
 
@@ -24,11 +30,17 @@ class GPT {
   // param_floats: the parameter buffer's size when more than the layout's
   // (ZeRO pads the buffers so that every rank's shard is the same size).
   GPT(const GPTConfig& cfg, int B, int T, float* grad_buffer = nullptr, int64_t param_floats = 0);
+  // A tensor-parallel shard: tp is this rank's group (shard.tp_rank/tp_size
+  // must match it).
+  GPT(const GPTConfig& cfg, const ModelShard& shard, const TensorParallel& tp, int B, int T,
+      float* grad_buffer = nullptr, int64_t param_floats = 0);
 
   const GPTConfig& config() const { return cfg_; }
   const ParamLayout& layout() const { return layout_; }
 
-  // Fills every parameter from the counter-based RNG (GPT-2 initialization).
+  // Fills every parameter from the counter-based RNG (GPT-2 initialization);
+  // each rank fills its slices of the global tensors, so any layout starts
+  // from the same weights.
   void init_parameters(uint64_t seed);
 
   float* params() { return params_.at<float>(0); }
@@ -43,6 +55,9 @@ class GPT {
   // forward + backward; gradients are *added* to grads() (call zero_grads()
   // first unless accumulating). loss_scale multiplies the gradient of the
   // mean loss (1/accumulation steps, or a loss-scaler's factor).
+  // With sequence parallelism the gradients of the norms and the position
+  // table are this rank's partial sums (sequence_partial_grads()); the
+  // caller sums them over the tp group once per step.
   float forward_backward(const int32_t* tokens, const int32_t* targets, int B, int T, float loss_scale = 1.f);
   void zero_grads();
 
@@ -52,7 +67,13 @@ class GPT {
   // bucket's reduction from it. An empty function: no calls.
   void set_grad_ready_hook(std::function<void(int param_index)> hook) { grad_ready_ = std::move(hook); }
 
-  const float* logits() const { return logits_; }  // [B,T,V] after forward()
+  // Parameters whose gradients are partial sums over the tp ranks (sequence
+  // parallelism: each rank sees only its rows); empty otherwise.
+  std::vector<int> sequence_partial_grads() const;
+
+  // [B,T,vocab_slice().rows] after forward(): this rank's vocabulary columns.
+  const float* logits() const { return logits_; }
+  const tp::VocabSlice& vocab_slice() const { return vocab_; }
   size_t activation_bytes() const { return acts_.size(); }
 
  private:
@@ -60,6 +81,7 @@ class GPT {
     float *ln1, *ln1_mean, *ln1_rstd, *qkv, *atty, *att, *res2;
     float *ln2, *ln2_mean, *ln2_rstd, *fch, *fch_gelu, *res3;
   };
+  void plan_activations(int B, int T);
   void run_forward(const int32_t* tokens, int B, int T);
   void run_backward(const int32_t* tokens, int B, int T);
   void grad_ready(int i) const {
@@ -68,17 +90,24 @@ class GPT {
 
   GPTConfig cfg_;
   ParamLayout layout_;
+  TensorParallel tp_;
+  tp::VocabSlice vocab_;
   int maxB_, maxT_;
   Arena params_, grads_, acts_;
   float* grads_ptr_ = nullptr;  // grads_ or the buffer given to the constructor
   std::function<void(int)> grad_ready_;
   cpu::MatmulEngine matmul_;
 
-  float* encoded_;  // [B,T,C] input of layer 0
+  // Rows outside the tensor-parallel regions are this rank's share of the
+  // B x T tokens with sequence parallelism ("local"), all of them otherwise.
+  float* encoded_;  // [local, C] input of layer 0
   std::vector<LayerActs> layers_;
-  float *lnf_, *lnf_mean_, *lnf_rstd_, *logits_, *losses_;
+  float *lnf_, *lnf_mean_, *lnf_rstd_, *lnf_full_, *logits_, *losses_, *xent_scratch_;
+  // Sequence parallelism only: [B*T, C] for gathered activations and for
+  // partial sums / gathered gradients.
+  float *gathered_ = nullptr, *grad_work_ = nullptr;
   // Backward work space, reused by every layer.
-  float *dres_, *dbuf_c_, *dbuf_3c_, *dbuf_4c_, *datt_;
+  float *dres_, *dbuf_c_, *datty_, *dbuf_3c_, *dbuf_4c_, *datt_;
 };
 
 }  // namespace loom

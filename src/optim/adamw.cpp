@@ -9,7 +9,10 @@ AdamW::AdamW(const FlatLayout& layout, const AdamWConfig& cfg) : AdamW(layout, {
 
 AdamW::AdamW(const FlatLayout& layout, const std::vector<FlatRange>& owned, const AdamWConfig& cfg)
     : pieces_(pieces_of(layout, owned)), cfg_(cfg) {
-  for (const auto& p : pieces_) decay_.push_back(layout.tensors[p.tensor].weight_decay);
+  for (const auto& p : pieces_) {
+    decay_.push_back(layout.tensors[p.tensor].weight_decay);
+    weight_.push_back(1.0 / layout.tensors[p.tensor].copies);
+  }
   const size_t bytes = size_t(total_size(owned)) * sizeof(float);
   m_.reserve(bytes);
   v_.reserve(bytes);
@@ -32,7 +35,8 @@ void AdamW::step(float* params, const float* grads, float lr, float grad_scale) 
 
 double AdamW::grad_sum_of_squares(const float* grads) const {
   double sum = 0;
-  for (const auto& p : pieces_) sum += cpu::sum_of_squares(grads + p.packed, size_t(p.numel));
+  for (size_t i = 0; i < pieces_.size(); i++)
+    sum += weight_[i] * cpu::sum_of_squares(grads + pieces_[i].packed, size_t(pieces_[i].numel));
   return sum;
 }
 

@@ -32,7 +32,8 @@ class AdamW {
   // gradient buffer itself). grad_scale multiplies every gradient first
   // (global-norm clipping).
   void step(float* params, const float* grads, float lr, float grad_scale);
-  // Sum of squares of the owned gradients (packed as for step), padding excluded.
+  // Sum of squares of the owned gradients (packed as for step), padding
+  // excluded, each tensor's divided by its copies (FlatTensor::copies).
   double grad_sum_of_squares(const float* grads) const;
 
   int steps_taken() const { return t_; }
@@ -40,7 +41,8 @@ class AdamW {
 
  private:
   std::vector<FlatPiece> pieces_;
-  std::vector<bool> decay_;  // per piece
+  std::vector<bool> decay_;     // per piece
+  std::vector<double> weight_;  // per piece: 1 / copies of its tensor
   AdamWConfig cfg_;
   Arena m_, v_;
   int t_ = 0;

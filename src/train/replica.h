@@ -35,7 +35,9 @@ class Replica {
   // Mean loss of this micro-batch (micro_batch x T tokens); its gradient,
   // scaled by 1 / (replicas x accumulation), is added to the buffer.
   float forward_backward(const int32_t* tokens, const int32_t* targets, int T, bool last_micro_batch);
-  // Waits for the reductions; returns the L2 norm of the whole mean gradient.
+  // Waits for the reductions (and, with sequence parallelism, sums the norms'
+  // partial gradients over the tp group); returns the L2 norm of the whole
+  // mean gradient over every rank of the model.
   double reduce();
   // AdamW with learning rate lr on the gradients scaled by grad_scale.
   void update(float lr, float grad_scale);
@@ -49,8 +51,12 @@ class Replica {
   const ReduceTimes& reduce_times() const { return reducer_->times(); }
 
  private:
+  void reduce_sequence_partial_grads();
+
+  const ParallelContext& ctx_;
   int zero_, micro_batch_;
   float loss_scale_;
+  ModelShard shard_;
   BucketPlan plan_;
   GradBuffer grads_;
   std::unique_ptr<GPT> model_;

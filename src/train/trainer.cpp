@@ -46,14 +46,22 @@ float evaluate(GPT& model, const TokenSource& data, int batches, int B, RowRange
 }  // namespace
 
 void check_layout(const RunConfig& cfg, const ParallelGrid& grid) {
-  LOOM_USER_CHECK(grid.tp() == 1,
-                  "parallel.tp = %d: tensor parallelism is not implemented yet (use parallel.tp = 1)", grid.tp());
+  const int tp = grid.tp();
+  LOOM_USER_CHECK(cfg.model.n_head % tp == 0,
+                  "parallel.tp = %d must divide model.n_head (%d): tensor parallelism splits the attention heads "
+                  "(and the MLP's %d = 4 x model.d_model hidden features) over the tp ranks",
+                  tp, cfg.model.n_head, 4 * cfg.model.d_model);
   LOOM_USER_CHECK(grid.pp() == 1,
                   "parallel.pp = %d: pipeline parallelism is not implemented yet (use parallel.pp = 1)", grid.pp());
   LOOM_USER_CHECK(cfg.train.batch_size % grid.dp() == 0,
                   "config field 'train.batch_size' (%d) must be divisible by the data-parallel size %d",
                   cfg.train.batch_size, grid.dp());
   const int micro = cfg.train.micro_batch_size;
+  const int rows = micro > 0 ? micro : cfg.train.batch_size / grid.dp();
+  LOOM_USER_CHECK(!cfg.parallel.sequence_parallel || tp == 1 || (int64_t(rows) * cfg.model.seq_len) % tp == 0,
+                  "parallel.sequence_parallel splits each micro-batch's %d x %d tokens over parallel.tp = %d ranks: "
+                  "they must divide evenly (change train.micro_batch_size or model.seq_len)",
+                  rows, cfg.model.seq_len, tp);
   LOOM_USER_CHECK(micro == 0 || cfg.train.batch_size % (grid.dp() * micro) == 0,
                   "config field 'train.batch_size' (%d) must be divisible by parallel.dp (%d) x "
                   "train.micro_batch_size (%d) = %d: the global batch is replicas x micro-batch x accumulation steps",
@@ -100,6 +108,15 @@ TrainResult train(const RunConfig& cfg, const ParallelContext& ctx, FILE* log, c
                  "buckets of %.2f MiB\n",
                  dp, micro, accumulation, replica.zero_stage(), replica.plan().buckets().size(),
                  double(replica.plan().buckets()[0].range.size()) * 4 / (1 << 20));
+    if (ctx.grid().tp() > 1) {
+      const ModelShard shard{0, ctx.grid().tp()};
+      std::fprintf(log,
+                   "tensor parallel: %d ranks per layer, %d heads and %d MLP features each; vocabulary %d padded to "
+                   "%lld; sequence parallel: %s\n",
+                   ctx.grid().tp(), cfg.model.n_head / ctx.grid().tp(), 4 * cfg.model.d_model / ctx.grid().tp(),
+                   cfg.model.vocab_size, (long long)shard.padded_vocab(cfg.model),
+                   cfg.parallel.sequence_parallel ? "on" : "off");
+    }
     const double mib = 1 << 20, params_mib = double(replica.plan().padded_total()) * 4 / mib;
     std::fprintf(log,
                  "memory per rank: parameters %.1f MiB, gradients %.1f MiB%s, AdamW state %.1f MiB, activations "

@@ -26,7 +26,15 @@ expect_bad 4 "world size 4 is not parallel.dp (3)" --set parallel.dp=3
 expect_bad 2 "parallel.order 'tp-tp-pp'" --set parallel.order=tp-tp-pp
 expect_bad 2 "'parallel.tp' must be >= 1" --set parallel.tp=0
 expect_bad 3 "'train.batch_size' (4) must be divisible" --set parallel.dp=3
-expect_bad 2 "tensor parallelism is not implemented yet" --set parallel.tp=2
+# Tensor parallelism (issue 6): heads split over tp; sequence parallelism
+# splits each micro-batch's tokens.
+expect_bad 4 "parallel.tp = 4 must divide model.n_head (2)" --set parallel.tp=4
+expect_bad 2 "parallel.sequence_parallel splits each micro-batch's 1 x 63 tokens over parallel.tp = 2" \
+  --set parallel.tp=2 --set parallel.sequence_parallel=true --set train.batch_size=1 --set model.seq_len=63
+expect_bad 2 "'parallel.sequence_parallel' in .* expected true or false" --set parallel.sequence_parallel=1
+out=$(run 2 --set parallel.tp=2 --set parallel.sequence_parallel=true); rc=$?
+[[ $rc -eq 0 ]] || fail "tp 2: exit $rc: $out"
+[[ $(echo "$out" | grep -c "^tensor parallel: 2 ranks per layer, 1 heads") -eq 1 ]] || fail "tp 2: layout not printed once: $out"
 # Data parallelism (issue 5): the global batch must split into dp x micro-batch
 # x accumulation steps; a bucket must hold something.
 expect_bad 2 "'train.batch_size' (4) must be divisible by parallel.dp (2) x train.micro_batch_size (3)" \

@@ -12,3 +12,23 @@ void encoder_forward(float* out, const int32_t* tokens, const float* wte, const 
 void encoder_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B, int T, int C);
 
 }  // namespace loom::cpu
+
+namespace loom::cpu {
+
+// The same lookup in parts, for a table split by vocabulary rows (tensor
+// parallelism) and a residual stream split by rows (sequence parallelism).
+// wte_rows[vocab_rows, C] holds the global rows [vocab_begin, vocab_begin +
+// vocab_rows); a token outside them gives a zero row (another rank adds it).
+// out[N,C] = wte[tokens[n]] or 0; tokens[N]
+void token_embedding_forward(float* out, const int32_t* tokens, const float* wte_rows, int64_t vocab_begin,
+                             int64_t vocab_rows, int N, int C);
+// dwte_rows += dout[n] for the tokens inside this rank's rows.
+void token_embedding_backward(float* dwte_rows, const float* dout, const int32_t* tokens, int64_t vocab_begin,
+                              int64_t vocab_rows, int N, int C);
+// Rows n of out[N,C] are the flat token rows first_row + n of a [B,T] batch:
+// out[n] += wpe[(first_row + n) % T].
+void position_embedding_forward(float* out, const float* wpe, int64_t first_row, int N, int T, int C);
+// dwpe[(first_row + n) % T] += dout[n]
+void position_embedding_backward(float* dwpe, const float* dout, int64_t first_row, int N, int T, int C);
+
+}  // namespace loom::cpu

@@ -106,7 +106,7 @@ void matmul_backward(MatmulEngine& eng, float* dinp, float* dweight, float* dbia
   // dinp[N,C] = dout[N,OC] @ weight[OC,C]
   if (dinp) eng.gemm(dinp, dout, weight, nullptr, N, C, OC, false, false, false);
   // dweight[OC,C] += dout[N,OC]^T @ inp[N,C]
-  eng.gemm(dweight, dout, inp, nullptr, OC, C, N, /*trans_a=*/true, false, /*accumulate=*/true);
+  if (dweight) eng.gemm(dweight, dout, inp, nullptr, OC, C, N, /*trans_a=*/true, false, /*accumulate=*/true);
   if (dbias) {
     // Column sums, parallel over output features so the order is fixed.
 #pragma omp parallel for schedule(static)

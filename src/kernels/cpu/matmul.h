@@ -39,7 +39,7 @@ void matmul_forward(MatmulEngine& eng, float* out, const float* inp, const float
                     int C, int OC);
 
 // dinp[N,C]     = dout[N,OC] @ weight[OC,C]      (overwrites; skipped if null)
-// dweight[OC,C] += dout^T @ inp[N,C]
+// dweight[OC,C] += dout^T @ inp[N,C]           (skipped if null)
 // dbias[OC]     += sum over rows of dout          (skipped if null)
 void matmul_backward(MatmulEngine& eng, float* dinp, float* dweight, float* dbias, const float* dout,
                      const float* inp, const float* weight, int N, int C, int OC);

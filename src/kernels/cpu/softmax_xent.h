@@ -18,3 +18,24 @@ void softmax_xent_forward(float* losses, const float* logits, const int32_t* tar
 void softmax_xent_fused(float* losses, float* logits, const int32_t* targets, float dloss, int N, int V);
 
 }  // namespace loom::cpu
+
+namespace loom::cpu {
+
+// Vocabulary-parallel cross-entropy (tensor parallelism): each rank holds
+// logits[N, Vl], the columns [vocab_begin, vocab_begin + Vl) of the full
+// logits, of which the first `valid` are real (the rest is padding, never
+// counted). The full row is never gathered: the caller reduces two small
+// vectors over the ranks between the three passes.
+//   1. xent_partial_max   -> row_max[N]          (then MAX over ranks)
+//   2. xent_partial_sums  -> sums[N,2]: sum of exp(x - max) over this rank's
+//                            columns, and the target's logit if this rank
+//                            holds it (else 0)     (then SUM over ranks)
+//   3. xent_finish        -> losses[N], and logits overwritten in place by
+//      dloss * (softmax - onehot(target)), padding columns 0.
+void xent_partial_max(float* row_max, const float* logits, int N, int Vl, int valid);
+void xent_partial_sums(float* sums, const float* logits, const float* row_max, const int32_t* targets,
+                       int64_t vocab_begin, int N, int Vl, int valid);
+void xent_finish(float* losses, float* logits, const float* row_max, const float* sums, const int32_t* targets,
+                 int64_t vocab_begin, float dloss, int N, int Vl, int valid);
+
+}  // namespace loom::cpu

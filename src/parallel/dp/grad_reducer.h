@@ -62,6 +62,7 @@ class GradReducer {
 
   // The reduced gradients: the whole buffer (AllReduce) or this rank's shard.
   const float* reduced() const { return mode_ == Mode::AllReduce ? grads_.data() : shard_.at<float>(0); }
+  float* reduced() { return mode_ == Mode::AllReduce ? grads_.data() : shard_.at<float>(0); }
   size_t shard_bytes() const { return shard_.size(); }
   // The whole reduced gradient into full[plan.padded_total()] (all-gathers the
   // shards; blocking; for tests and diagnostics).

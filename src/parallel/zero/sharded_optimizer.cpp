@@ -34,15 +34,20 @@ double sum_over_ranks(Communicator& comm, double local) {
 }  // namespace
 
 ShardedOptimizer::ShardedOptimizer(const FlatLayout& layout, const BucketPlan& plan, Communicator& dp, bool sharded,
-                                   const AdamWConfig& cfg)
-    : plan_(plan), dp_(dp), sharded_(sharded), adamw_(layout, owned_ranges(layout, plan, dp.rank(), sharded), cfg) {
+                                   const AdamWConfig& cfg, Communicator* model_parallel)
+    : plan_(plan),
+      dp_(dp),
+      model_parallel_(model_parallel && model_parallel->size() > 1 ? model_parallel : nullptr),
+      sharded_(sharded), adamw_(layout, owned_ranges(layout, plan, dp.rank(), sharded), cfg) {
   LOOM_CHECK(!sharded || plan.shards() == dp.size(), "ZeRO plan of %d shards for %d ranks", plan.shards(),
              dp.size());
 }
 
 double ShardedOptimizer::grad_norm(const float* reduced) {
-  double local = adamw_.grad_sum_of_squares(reduced);
-  return std::sqrt(sharded_ && dp_.size() > 1 ? sum_over_ranks(dp_, local) : local);
+  double sum = adamw_.grad_sum_of_squares(reduced);
+  if (sharded_ && dp_.size() > 1) sum = sum_over_ranks(dp_, sum);
+  if (model_parallel_) sum = sum_over_ranks(*model_parallel_, sum);
+  return std::sqrt(sum);
 }
 
 void ShardedOptimizer::step(float* params, const float* reduced, float lr, float grad_scale) {

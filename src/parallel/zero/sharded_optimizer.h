@@ -11,7 +11,9 @@
 //
 // Global-norm clipping counts every gradient element exactly once: each
 // rank sums the squares of what it owns; under ZeRO the partial sums are
-// combined in double precision, in rank order, identically on every rank.
+// combined in double precision, in rank order, identically on every rank;
+// then the same over the model-parallel ranks (a tensor replicated over them
+// counts once: FlatTensor::copies).
 #pragma once
 
 #include <memory>
@@ -25,8 +27,10 @@ namespace loom {
 class ShardedOptimizer {
  public:
   // sharded: ZeRO 1 or 2 (plan.shards() must be dp.size()).
+  // model_parallel: the ranks that hold the other parts of the model (tensor
+  // and pipeline parallel), whose squares join the global norm; nullptr: none.
   ShardedOptimizer(const FlatLayout& layout, const BucketPlan& plan, Communicator& dp, bool sharded,
-                   const AdamWConfig& cfg);
+                   const AdamWConfig& cfg, Communicator* model_parallel = nullptr);
 
   // L2 norm of the whole gradient; `reduced` as GradReducer::reduced() gives it.
   double grad_norm(const float* reduced);
@@ -39,6 +43,7 @@ class ShardedOptimizer {
  private:
   const BucketPlan& plan_;
   Communicator& dp_;
+  Communicator* model_parallel_;
   bool sharded_;
   AdamW adamw_;
 };

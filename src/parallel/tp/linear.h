@@ -1,0 +1,47 @@
+// Column- and row-parallel linear layers (Megatron-LM), forward and backward,
+// written out by hand. Weights use the nn.Linear layout [out, in]; N is the
+// number of rows inside the region (all B x T tokens), local_rows = N or
+// N / tp with sequence parallelism (see TensorParallel).
+//
+// Column-parallel: weight[OCl, C] holds this rank's output features; the
+// input is every row, the output this rank's features. No communication in
+// forward; in backward the input gradient is a partial sum, reduced over the
+// ranks while the weight gradient is computed.
+// Row-parallel: weight[C, ICl] holds this rank's input features; the output
+// is a partial sum, reduced over the ranks, then the bias (once) and the
+// residual are added.
+#pragma once
+
+#include "kernels/cpu/matmul.h"
+#include "parallel/tp/tensor_parallel.h"
+
+namespace loom::tp {
+
+// out[N, OCl] = x[N, C] @ weight[OCl, C]^T + bias[OCl]
+void column_parallel_forward(cpu::MatmulEngine& eng, float* out, const float* x, const float* weight,
+                             const float* bias, int N, int C, int OCl);
+
+// dx[local_rows, C] = reduce(dout[N, OCl] @ weight), computed into
+// work[N, C] (work == dx without sequence parallelism); the reduction starts
+// before dweight[OCl, C] += dout^T @ x[N, C] and dbias += column sums, and is
+// waited on after. `x_ready`, if given, is waited on before x is read (an
+// all-gather of x that ran meanwhile).
+void column_parallel_backward(cpu::MatmulEngine& eng, const TensorParallel& tp, float* dx, float* work,
+                              float* dweight, float* dbias, const float* dout, const float* x, const float* weight,
+                              int N, int C, int OCl, Work* x_ready = nullptr);
+
+// out[local_rows, C] = reduce(x[N, ICl] @ weight[C, ICl]^T) + bias[C] + residual[local_rows, C]
+// The partial product goes to work[N, C] (work may be out without sequence
+// parallelism); out must not alias residual.
+void row_parallel_forward(cpu::MatmulEngine& eng, const TensorParallel& tp, float* out, float* work,
+                          const float* x, const float* weight, const float* bias, const float* residual, int N,
+                          int ICl, int C);
+
+// dout[local_rows, C] gathered to every row (into work[N, C] with sequence
+// parallelism), then dx[N, ICl] = dout @ weight, dweight += dout^T @ x,
+// dbias += column sums of every row (complete on every rank).
+void row_parallel_backward(cpu::MatmulEngine& eng, const TensorParallel& tp, float* dx, float* dweight,
+                           float* dbias, const float* dout, float* work, const float* x, const float* weight, int N,
+                           int ICl, int C);
+
+}  // namespace loom::tp

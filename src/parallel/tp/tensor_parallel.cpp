@@ -1,0 +1,45 @@
+#include "parallel/tp/tensor_parallel.h"
+
+#include "core/check.h"
+
+namespace loom {
+
+TensorParallel::TensorParallel(Communicator* comm, bool sequence_parallel) : comm_(comm) {
+  if (comm_) rank_ = comm_->rank(), size_ = comm_->size();
+  if (size_ == 1) comm_ = nullptr;
+  sp_ = sequence_parallel && size_ > 1;
+}
+
+const float* TensorParallel::gather_rows(const float* local, float* full, int64_t rows, int64_t width) const {
+  if (!sp_) return local;
+  gather_rows_async(local, full, rows, width)->wait();
+  return full;
+}
+
+std::unique_ptr<Work> TensorParallel::gather_rows_async(const float* local, float* full, int64_t rows,
+                                                        int64_t width) const {
+  if (!sp_) return nullptr;
+  LOOM_CHECK(rows % size_ == 0, "%lld rows do not split over %d sequence-parallel ranks", (long long)rows, size_);
+  return comm_->all_gather_async(local, full, size_t(local_rows(rows) * width), DType::f32);
+}
+
+std::unique_ptr<Work> TensorParallel::reduce_rows_async(float* partial, float* out, int64_t rows,
+                                                        int64_t width) const {
+  if (!comm_) {
+    LOOM_CHECK(out == partial, "one rank reduces in place");
+    return nullptr;
+  }
+  if (sp_) return comm_->reduce_scatter_async(partial, out, size_t(local_rows(rows) * width), DType::f32, ReduceOp::Sum);
+  LOOM_CHECK(out == partial, "without sequence parallelism the reduction is in place");
+  return comm_->all_reduce_async(partial, size_t(rows * width), DType::f32, ReduceOp::Sum);
+}
+
+void TensorParallel::reduce_rows(float* partial, float* out, int64_t rows, int64_t width) const {
+  if (auto w = reduce_rows_async(partial, out, rows, width)) w->wait();
+}
+
+void TensorParallel::all_reduce(float* buf, size_t count, ReduceOp op) const {
+  if (comm_) comm_->all_reduce(buf, count, DType::f32, op);
+}
+
+}  // namespace loom
