@@ -22,6 +22,9 @@ int cmd_bench_comm_child(const Args& args, MpiRuntime& mpi);
 // `loom bench scaling` (launches mpirun) and its per-rank child.
 int cmd_bench_scaling(const Args& args);
 int cmd_bench_scaling_child(const Args& args, MpiRuntime& mpi);
+// `loom bench tp` (launches mpirun) and its per-rank child.
+int cmd_bench_tp(const Args& args);
+int cmd_bench_tp_child(const Args& args, MpiRuntime& mpi);
 int cmd_prepare(const Args& args);
 void print_help();
 

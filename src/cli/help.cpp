@@ -37,6 +37,7 @@ commands:
                           eval_batches log_every seed
                   [data] path format (shards | bytes) val_fraction
                   [parallel] dp (0 = infer) tp pp order ("tp-dp-pp": innermost first)
+                             sequence_parallel (true | false; with tp > 1)
                              zero (0 | 1 | 2) bucket_mb (MiB per gradient bucket, > 0)
                   [runtime] threads (0 = cores / ranks per node) comm_timeout_s
           Many processes: mpirun -np N loom train ... (add --oversubscribe when N exceeds
@@ -47,6 +48,10 @@ commands:
           the replicas while backward goes on. parallel.zero = 1 shards the AdamW state
           over the dp ranks (gradients reduce-scattered, parameters all-gathered), 2 also
           the gradients.
+          Tensor parallelism (parallel.tp, Megatron-LM's scheme): every block's heads and MLP
+          features, and the vocabulary, split over tp ranks (keep them inside a node); tp must
+          divide model.n_head. parallel.sequence_parallel = true also splits the tokens of the
+          norms and residuals (micro-batch x seq_len must divide by tp).
           Logs one line per logged step: loss, learning rate, gradient norm, tokens/s,
           achieved GFLOP/s and its share of the machine's measured fp32 peak.
   bench   Benchmarks (speed is measured here, never in tests).
@@ -59,6 +64,10 @@ commands:
             loom bench comm [--ranks 2,4,8] [--min-bytes 4K] [--max-bytes 256M]
           all_reduce, reduce_scatter and all_gather bus bandwidth (as nccl-tests define it)
           over message sizes, each rank count under mpirun, beside memcpy bandwidth.
+            loom bench tp [--steps 6] [--micro-batch 4] [--repeat 1]
+          Tensor parallelism on the "small" shape with two cores: tp=1 (1 rank x 2 threads) against
+          tp=2 (2 ranks x 1 thread) without and with sequence parallelism: tokens/s and ratio,
+          share of the step spent waiting on tp communication, per-rank parameter and activation MiB.
             loom bench scaling [--ranks 2] [--zero 0,1,2] [--steps 8] [--micro-batch 4]
                                [--bucket-mb 4] [--repeat 1]
           Weak scaling of data parallelism on the "small" shape, 1 thread per rank: 1 rank

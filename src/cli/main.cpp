@@ -47,6 +47,9 @@ int main(int argc, char** argv) {
     if (cmd == "bench" && !rest.empty() && rest[0] == "scaling") return cli::cmd_bench_scaling(rest);
     if (cmd == "bench" && !rest.empty() && rest[0] == "scaling-child")
       return run_distributed(&argc, &argv, cli::cmd_bench_scaling_child, rest);
+    if (cmd == "bench" && !rest.empty() && rest[0] == "tp") return cli::cmd_bench_tp(rest);
+    if (cmd == "bench" && !rest.empty() && rest[0] == "tp-child")
+      return run_distributed(&argc, &argv, cli::cmd_bench_tp_child, rest);
     if (cmd == "bench") return cli::cmd_bench(rest);
     if (cmd == "prepare") return cli::cmd_prepare(rest);
     std::fprintf(stderr, "loom: unknown command '%s' (try loom --help)\n", cmd.c_str());

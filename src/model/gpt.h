@@ -75,6 +75,8 @@ class GPT {
   const float* logits() const { return logits_; }
   const tp::VocabSlice& vocab_slice() const { return vocab_; }
   size_t activation_bytes() const { return acts_.size(); }
+  // Seconds this rank spent waiting on tensor-parallel communication so far.
+  double tp_comm_seconds() const { return tp_.exposed_seconds(); }
 
  private:
   struct LayerActs {

@@ -131,6 +131,7 @@ TrainResult train(const RunConfig& cfg, const ParallelContext& ctx, FILE* log, c
 
   std::vector<int32_t> tokens(size_t(micro) * T), targets(tokens.size());
   ReduceTimes warm_up;  // the reductions of the first step, left out of the overlap figures
+  double tp_comm_warm_up = 0, tp_comm_eval = 0;  // tensor-parallel waits in the first step / in evaluations
   double optimizer_seconds = 0;  // after the first step
   double timed_seconds = 0, window_seconds = 0;
   double data_seconds = 0, step_seconds = 0;  // reading batches, within whole steps
@@ -158,7 +159,7 @@ TrainResult train(const RunConfig& cfg, const ParallelContext& ctx, FILE* log, c
     replica.update(lr, clip);
     if (step > 0 || cfg.train.steps == 1) optimizer_seconds += seconds_since(t_update);
     double dt = seconds_since(t0);
-    if (step == 0) warm_up = replica.reduce_times();
+    if (step == 0) warm_up = replica.reduce_times(), tp_comm_warm_up = model.tp_comm_seconds();
     result.train_losses.push_back(loss);
     // The first step warms up caches and primitives: leave it out of the
     // averages, unless it is the only step.
@@ -179,7 +180,9 @@ TrainResult train(const RunConfig& cfg, const ParallelContext& ctx, FILE* log, c
     if (step % cfg.train.log_every == 0 || last) window_seconds = 0, window_steps = 0;
     bool eval_due = cfg.train.eval_every > 0 && ((step + 1) % cfg.train.eval_every == 0 || last);
     if (eval_due) {
+      const double tp_before = model.tp_comm_seconds();
       float val = evaluate(model, *data, cfg.train.eval_batches, B, rows, micro, T, ctx);
+      if (step > 0) tp_comm_eval += model.tp_comm_seconds() - tp_before;
       result.val_losses.push_back(val);
       if (log) std::fprintf(log, "step %5d/%d | val loss %.4f\n", step + 1, cfg.train.steps, val), std::fflush(log);
     }
@@ -196,10 +199,19 @@ TrainResult train(const RunConfig& cfg, const ParallelContext& ctx, FILE* log, c
     result.reduce_wait_ms = 1e3 * (all.wait_s - warm_up.wait_s) / reduced_steps;
     result.reduce_calls_ms = 1e3 * (all.calls_s - warm_up.calls_s) / reduced_steps;
   }
-  if (timed_steps > 0) result.optimizer_ms = 1e3 * optimizer_seconds / timed_steps;
+  if (timed_steps > 0) {
+    result.optimizer_ms = 1e3 * optimizer_seconds / timed_steps;
+    result.step_ms = 1e3 * timed_seconds / timed_steps;
+    result.tp_comm_ms = 1e3 * (model.tp_comm_seconds() - tp_comm_warm_up - tp_comm_eval) / timed_steps;
+  }
+  result.param_bytes = size_t(replica.plan().padded_total()) * sizeof(float);
+  result.activation_bytes = model.activation_bytes();
   result.buckets = int(replica.plan().buckets().size());
   result.optimizer_state_bytes = replica.optimizer_state_bytes();
   result.grad_bytes = replica.grad_bytes_resident();
+  if (log && ctx.grid().tp() > 1)
+    std::fprintf(log, "tensor-parallel communication: %.1f ms per step waited (%.1f%% of the step time)\n",
+                 result.tp_comm_ms, 100.0 * result.tp_comm_ms / std::max(result.step_ms, 1e-9));
   if (log && dp > 1)
     std::fprintf(log, "gradient reduction: %d buckets, %.0f%% of its time overlapped with backward, %.1f ms per step "
                  "waited after backward\n", result.buckets, 100.0 * result.reduce_overlap, result.reduce_wait_ms);

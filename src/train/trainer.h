@@ -26,7 +26,11 @@ struct TrainResult {
   double reduce_wait_ms = 0;
   double reduce_calls_ms = 0;  // per step: inside the calls that start and poll reductions during backward
   double optimizer_ms = 0;     // per step: AdamW (and the all-gather of parameters under ZeRO)
+  double tp_comm_ms = 0;       // per step: waiting on tensor-parallel communication (not hidden)
+  double step_ms = 0;          // per step, mean over the steps after the first
   int buckets = 0;
+  size_t param_bytes = 0;            // this rank's parameter buffer
+  size_t activation_bytes = 0;       // this rank's planned activations (one micro-batch)
   size_t optimizer_state_bytes = 0;  // this rank's AdamW moments
   size_t grad_bytes = 0;             // gradient memory this rank holds after the last step
   std::vector<float> first_step_grads;  // see TrainOptions

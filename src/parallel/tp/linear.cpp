@@ -15,9 +15,9 @@ void column_parallel_backward(cpu::MatmulEngine& eng, const TensorParallel& tp, 
   // Input gradient first, so that its reduction overlaps the weight gradient.
   cpu::matmul_backward(eng, work, nullptr, nullptr, dout, x, weight, N, C, OCl);
   auto reduction = tp.reduce_rows_async(work, dx, N, C);
-  if (x_ready) x_ready->wait();
+  tp.wait(x_ready);
   cpu::matmul_backward(eng, nullptr, dweight, dbias, dout, x, weight, N, C, OCl);
-  if (reduction) reduction->wait();
+  tp.wait(reduction.get());
 }
 
 void row_parallel_forward(cpu::MatmulEngine& eng, const TensorParallel& tp, float* out, float* work,

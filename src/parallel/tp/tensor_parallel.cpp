@@ -1,5 +1,7 @@
 #include "parallel/tp/tensor_parallel.h"
 
+#include <chrono>
+
 #include "core/check.h"
 
 namespace loom {
@@ -10,10 +12,26 @@ TensorParallel::TensorParallel(Communicator* comm, bool sequence_parallel) : com
   sp_ = sequence_parallel && size_ > 1;
 }
 
+namespace {
+
+// Adds the time until `f` returns to *total.
+template <class F>
+void timed(double* total, F&& f) {
+  auto t0 = std::chrono::steady_clock::now();
+  f();
+  *total += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
+
 const float* TensorParallel::gather_rows(const float* local, float* full, int64_t rows, int64_t width) const {
   if (!sp_) return local;
-  gather_rows_async(local, full, rows, width)->wait();
+  wait(gather_rows_async(local, full, rows, width).get());
   return full;
+}
+
+void TensorParallel::wait(Work* work) const {
+  if (work) timed(&exposed_s_, [&] { work->wait(); });
 }
 
 std::unique_ptr<Work> TensorParallel::gather_rows_async(const float* local, float* full, int64_t rows,
@@ -35,11 +53,12 @@ std::unique_ptr<Work> TensorParallel::reduce_rows_async(float* partial, float* o
 }
 
 void TensorParallel::reduce_rows(float* partial, float* out, int64_t rows, int64_t width) const {
-  if (auto w = reduce_rows_async(partial, out, rows, width)) w->wait();
+  auto w = reduce_rows_async(partial, out, rows, width);
+  wait(w.get());
 }
 
 void TensorParallel::all_reduce(float* buf, size_t count, ReduceOp op) const {
-  if (comm_) comm_->all_reduce(buf, count, DType::f32, op);
+  if (comm_) timed(&exposed_s_, [&] { comm_->all_reduce(buf, count, DType::f32, op); });
 }
 
 }  // namespace loom

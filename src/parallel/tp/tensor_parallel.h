@@ -53,10 +53,17 @@ class TensorParallel {
   // buf[count] reduced over the group in place (no-op on one rank).
   void all_reduce(float* buf, size_t count, ReduceOp op) const;
 
+  // Waits for work started above (nullptr: nothing to wait for).
+  void wait(Work* work) const;
+  // Seconds spent inside this group's blocking calls and waits so far: the
+  // tensor-parallel communication that computation did not hide.
+  double exposed_seconds() const { return exposed_s_; }
+
  private:
   Communicator* comm_;
   int rank_ = 0, size_ = 1;
   bool sp_;
+  mutable double exposed_s_ = 0;
 };
 
 }  // namespace loom
