@@ -21,7 +21,16 @@ class FieldReader {
     used_.insert(key);
     toml::node_view<const toml::node> node = root_.at_path(key);
     if (!node) return;
-    if constexpr (std::is_same_v<T, std::string>) {
+    if constexpr (std::is_same_v<T, std::vector<int>>) {
+      const toml::array* arr = node.as_array();
+      if (!arr) fail(key, "an array of integers");
+      out->clear();
+      for (const toml::node& e : *arr) {
+        if (!e.is_integer() || *e.value<int64_t>() < INT32_MIN || *e.value<int64_t>() > INT32_MAX)
+          fail(key, "an array of integers");
+        out->push_back(int(*e.value<int64_t>()));
+      }
+    } else if constexpr (std::is_same_v<T, std::string>) {
       auto v = node.value<std::string>();
       if (!v || !node.is_string()) fail(key, "a string");
       *out = *v;
@@ -91,6 +100,9 @@ void read_fields(FieldReader& r, RunConfig& c) {
   r.get("parallel.tp", &c.parallel.tp);
   r.get("parallel.pp", &c.parallel.pp);
   r.get("parallel.sequence_parallel", &c.parallel.sequence_parallel);
+  r.get("parallel.schedule", &c.parallel.schedule);
+  r.get("parallel.virtual_stages", &c.parallel.virtual_stages);
+  r.get("parallel.pp_layers", &c.parallel.pp_layers);
   r.get("parallel.order", &c.parallel.order);
   r.get("parallel.zero", &c.parallel.zero);
   r.get("parallel.bucket_mb", &c.parallel.bucket_mb);
@@ -177,6 +189,11 @@ void RunConfig::validate() const {
   require(parallel.tp >= 1, "parallel.tp", ">= 1");
   require(parallel.pp >= 1, "parallel.pp", ">= 1");
   require(parallel.zero >= 0 && parallel.zero <= 2, "parallel.zero", "0, 1 or 2");
+  require(parallel.schedule == "1f1b" || parallel.schedule == "gpipe" || parallel.schedule == "interleaved",
+          "parallel.schedule", "\"1f1b\", \"gpipe\" or \"interleaved\"");
+  require(parallel.virtual_stages >= 1 && parallel.virtual_stages <= 64, "parallel.virtual_stages", "in [1, 64]");
+  require(parallel.virtual_stages == 1 || parallel.schedule == "interleaved", "parallel.virtual_stages",
+          "1 unless parallel.schedule = \"interleaved\"");
   require(parallel.bucket_mb > 0 && parallel.bucket_mb <= 65536, "parallel.bucket_mb",
           "in (0, 65536] (MiB of gradients per reduction bucket)");
 }
@@ -194,6 +211,12 @@ std::string RunConfig::to_toml() const {
     << "\nseed = " << train.seed << "\n[data]\npath = \"" << data.path << "\"\nformat = \"" << data.format
     << "\"\nval_fraction = " << data.val_fraction << "\n[parallel]\ndp = " << parallel.dp << "\ntp = " << parallel.tp
     << "\npp = " << parallel.pp << "\nsequence_parallel = " << (parallel.sequence_parallel ? "true" : "false")
+    << "\nschedule = \"" << parallel.schedule << "\"\nvirtual_stages = " << parallel.virtual_stages << "\npp_layers = ["
+    << [&] {
+         std::string s;
+         for (size_t i = 0; i < parallel.pp_layers.size(); i++) s += (i ? ", " : "") + std::to_string(parallel.pp_layers[i]);
+         return s;
+       }() << "]"
     << "\norder = \"" << parallel.order << "\"\nzero = " << parallel.zero
     << "\nbucket_mb = " << parallel.bucket_mb << "\n[runtime]\nthreads = " << runtime.threads
     << "\ncomm_timeout_s = " << runtime.comm_timeout_s << "\n";

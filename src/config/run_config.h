@@ -43,6 +43,9 @@ struct ParallelConfig {
   int tp = 1;  // tensor-parallel ranks per layer
   int pp = 1;  // pipeline stages
   bool sequence_parallel = false;  // tp > 1: norms and residuals hold 1/tp of the tokens
+  std::string schedule = "1f1b";   // pipeline schedule: "1f1b", "gpipe" or "interleaved"
+  int virtual_stages = 1;          // model chunks per pipeline stage (interleaved schedule)
+  std::vector<int> pp_layers;      // blocks per (virtual) stage; empty = balanced by cost
   std::string order = "tp-dp-pp";  // rank order, innermost axis first
   int zero = 0;          // ZeRO stage: 0 replicated optimizer, 1 sharded optimizer state, 2 also sharded gradients
   float bucket_mb = 4;   // MiB of gradients per reduction bucket (reductions overlap backward)

@@ -1,12 +1,15 @@
 // GPT-2 forward and backward, written out by hand (no autograd), on one rank's
-// shard of the model (ModelShard): all of it on one process, or its
+// shard of the model (ModelShard): all of it on one process, its
 // tensor-parallel slices (Megatron-LM: column/row-parallel linears, heads
 // split, vocabulary-parallel embedding and loss, optional sequence
-// parallelism; the layers in parallel/tp/).
+// parallelism; the layers in parallel/tp/), and/or one pipeline chunk (a
+// range of blocks, with the embedding on the first and ln_f + the tied head
+// on the last).
 //
 // Parameters and gradients each live in one allocation (ParamLayout gives the
-// offsets); activations for a (batch, seq_len) are planned and allocated once
-// in the constructor, so a training step allocates nothing.
+// offsets); activations are planned and allocated once in the constructor,
+// in `slots` sets (a pipeline stage holds several micro-batches in flight),
+// so a training step allocates nothing.
 #pragma once
 
 #include <cstdint>
@@ -22,18 +25,22 @@
 
 namespace loom {
 
+// Where a model's buffers come from; nullptr: the model allocates its own.
+struct GPTBuffers {
+  float* params = nullptr;  // at least layout().total floats
+  float* grads = nullptr;   // at least layout().total floats, zeroed (e.g. a data-parallel gradient buffer)
+  int64_t param_floats = 0;  // own parameter buffer's size when more than the layout's (ZeRO padding)
+  int slots = 1;             // activation sets (micro-batches in flight)
+};
+
 class GPT {
  public:
-  // B, T: the largest batch and sequence length forward() will be given.
-  // grad_buffer: where gradients live (at least layout().total floats, zeroed),
-  // e.g. a data-parallel gradient buffer; nullptr: the model allocates its own.
-  // param_floats: the parameter buffer's size when more than the layout's
-  // (ZeRO pads the buffers so that every rank's shard is the same size).
+  // B, T: the largest batch and sequence length a forward will be given.
   GPT(const GPTConfig& cfg, int B, int T, float* grad_buffer = nullptr, int64_t param_floats = 0);
-  // A tensor-parallel shard: tp is this rank's group (shard.tp_rank/tp_size
+  // A shard: tp is this rank's tensor-parallel group (shard.tp_rank/tp_size
   // must match it).
   GPT(const GPTConfig& cfg, const ModelShard& shard, const TensorParallel& tp, int B, int T,
-      float* grad_buffer = nullptr, int64_t param_floats = 0);
+      const GPTBuffers& buffers = {});
 
   const GPTConfig& config() const { return cfg_; }
   const ParamLayout& layout() const { return layout_; }
@@ -43,12 +50,13 @@ class GPT {
   // from the same weights.
   void init_parameters(uint64_t seed);
 
-  float* params() { return params_.at<float>(0); }
+  float* params() { return params_ptr_; }
   float* grads() { return grads_ptr_; }
   int64_t params_size() const { return layout_.total; }
   float* param(int i) { return params() + layout_.params[i].offset; }
   float* grad(int i) { return grads() + layout_.params[i].offset; }
 
+  // --- The whole model (embedding and head on this rank), slot 0. ---
   // Mean cross-entropy of the next-token targets; keeps the logits
   // (logits() afterwards). tokens, targets: [B,T]; a target < 0 is ignored.
   float forward(const int32_t* tokens, const int32_t* targets, int B, int T);
@@ -60,6 +68,28 @@ class GPT {
   // caller sums them over the tp group once per step.
   float forward_backward(const int32_t* tokens, const int32_t* targets, int B, int T, float loss_scale = 1.f);
   void zero_grads();
+
+  // --- One pipeline chunk, one micro-batch in activation slot `slot`. ---
+  // Rows are this rank's rows of the micro-batch's B x T tokens (all of them
+  // without sequence parallelism): local_rows(B*T) x d_model floats.
+  int64_t local_rows(int64_t rows) const { return tp_.local_rows(rows); }
+  // Without the embedding: fill this with the previous chunk's output first.
+  float* stage_input(int slot) { return slots_[size_t(slot)].input; }
+  // The blocks (after the embedding lookup on the first chunk; ln_f on the
+  // last). The head's logits and loss wait for backward_stage.
+  void forward_stage(int slot, const int32_t* tokens, int B, int T);
+  // Without the head: the last block's output, for the next chunk.
+  const float* stage_output(int slot) const;
+  // Without the head: fill with the gradient of stage_output before
+  // backward_stage. Afterwards, without the embedding: the gradient of
+  // stage_input, for the previous chunk.
+  float* stage_grad(int slot) { return slots_[size_t(slot)].dres; }
+  // Backward of the micro-batch in `slot`. With the head: computes the
+  // logits, the loss (returned: the mean over counted targets) and its
+  // gradient scaled by loss_scale first; otherwise returns 0.
+  float backward_stage(int slot, const int32_t* tokens, const int32_t* targets, int B, int T, float loss_scale);
+  // With the head, forward only: the mean loss of the micro-batch in `slot`.
+  float stage_loss(int slot, const int32_t* targets, int B, int T);
 
   // Called during backward with a parameter's index as soon as its gradient
   // is final (nothing later in this backward writes it), in the order of the
@@ -83,9 +113,14 @@ class GPT {
     float *ln1, *ln1_mean, *ln1_rstd, *qkv, *atty, *att, *res2;
     float *ln2, *ln2_mean, *ln2_rstd, *fch, *fch_gelu, *res3;
   };
-  void plan_activations(int B, int T);
-  void run_forward(const int32_t* tokens, int B, int T);
-  void run_backward(const int32_t* tokens, int B, int T);
+  struct Slot {
+    float* input;  // [local, C]: the embedding's output or the received activation
+    std::vector<LayerActs> layers;
+    float *lnf, *lnf_mean, *lnf_rstd;
+    float* dres;  // [local, C]: gradient of the residual stream, updated in place
+  };
+  void plan_activations(int B, int T, int slots);
+  void head_logits(Slot& s, int N);
   void grad_ready(int i) const {
     if (grad_ready_) grad_ready_(i);
   }
@@ -96,20 +131,18 @@ class GPT {
   tp::VocabSlice vocab_;
   int maxB_, maxT_;
   Arena params_, grads_, acts_;
+  float* params_ptr_ = nullptr;
   float* grads_ptr_ = nullptr;  // grads_ or the buffer given to the constructor
   std::function<void(int)> grad_ready_;
   cpu::MatmulEngine matmul_;
 
-  // Rows outside the tensor-parallel regions are this rank's share of the
-  // B x T tokens with sequence parallelism ("local"), all of them otherwise.
-  float* encoded_;  // [local, C] input of layer 0
-  std::vector<LayerActs> layers_;
-  float *lnf_, *lnf_mean_, *lnf_rstd_, *lnf_full_, *logits_, *losses_, *xent_scratch_;
+  std::vector<Slot> slots_;
+  // Shared by the slots (used within one action).
+  float *lnf_full_, *logits_, *losses_, *xent_scratch_;
   // Sequence parallelism only: [B*T, C] for gathered activations and for
   // partial sums / gathered gradients.
   float *gathered_ = nullptr, *grad_work_ = nullptr;
-  // Backward work space, reused by every layer.
-  float *dres_, *dbuf_c_, *datty_, *dbuf_3c_, *dbuf_4c_, *datt_;
+  float *dbuf_c_, *datty_, *dbuf_3c_, *dbuf_4c_, *datt_;
 };
 
 }  // namespace loom

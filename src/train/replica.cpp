@@ -1,55 +1,216 @@
 #include "train/replica.h"
 
 #include <algorithm>
+#include <cstring>
+
+#include "core/check.h"
+#include "parallel/pp/partition.h"
 
 namespace loom {
 
+PipelinePlan plan_pipeline(const RunConfig& cfg, int pp) {
+  PipelinePlan plan;
+  const std::string& s = cfg.parallel.schedule;
+  plan.schedule = s == "gpipe" ? pp::ScheduleKind::GPipe
+                  : s == "interleaved" ? pp::ScheduleKind::Interleaved1F1B
+                                       : pp::ScheduleKind::OneFOneB;
+  plan.v = cfg.parallel.virtual_stages;
+  const int parts = pp * plan.v;
+  if (!cfg.parallel.pp_layers.empty()) {
+    pp::check_partition(cfg.parallel.pp_layers, cfg.model.n_layer, parts);
+    plan.layers = cfg.parallel.pp_layers;
+  } else {
+    // Costs in blocks: the head's matmul and loss against a block's matmuls
+    // and attention (per token, forward: 2CV against 24C^2 + 4TC).
+    const double C = cfg.model.d_model, T = cfg.model.seq_len, V = cfg.model.vocab_size;
+    plan.layers = pp::balanced_partition(cfg.model.n_layer, parts, 0.0, 2 * C * V / (24 * C * C + 4 * T * C));
+  }
+  return plan;
+}
+
+// The executor's view of this stage: chunk c's GPT, one micro-batch at a time.
+class Replica::Stage : public pp::StageModel {
+ public:
+  Stage(Replica& r, const std::vector<int32_t>* tokens, const std::vector<int32_t>* targets, int T)
+      : r_(r), tokens_(tokens), targets_(targets), T_(T) {}
+  void set_batch(const std::vector<int32_t>* tokens, const std::vector<int32_t>* targets, int T) {
+    tokens_ = tokens, targets_ = targets, T_ = T, loss_sum_ = 0;
+  }
+  double loss_sum() const { return loss_sum_; }
+
+  void forward(int mb, int c, int slot) override { r_.chunks_[size_t(c)]->forward_stage(slot, tok(mb), B(), T_); }
+  void backward(int mb, int c, int slot) override {
+    GPT& chunk = *r_.chunks_[size_t(c)];
+    // Only each chunk's last micro-batch reports gradients to the reducer.
+    const bool last = mb + 1 == r_.micro_batches_;
+    const bool tied = r_.ctx_.grid().pp() > 1;  // wte is reported after its two copies are summed
+    const int first_tensor = r_.chunk_tensor_[size_t(c)], wte = chunk.layout().wte;
+    if (last)
+      chunk.set_grad_ready_hook([this, first_tensor, wte, tied](int i) {
+        if (!(tied && i == wte)) r_.reducer_->on_grad_ready(first_tensor + i);
+      });
+    loss_sum_ += chunk.backward_stage(slot, tok(mb), tgt(mb), B(), T_, r_.loss_scale_);
+    chunk.set_grad_ready_hook(nullptr);
+  }
+  float* activation_in(int c, int slot) override { return r_.chunks_[size_t(c)]->stage_input(slot); }
+  const float* activation_out(int c, int slot) override { return r_.chunks_[size_t(c)]->stage_output(slot); }
+  float* grad(int c, int slot) override { return r_.chunks_[size_t(c)]->stage_grad(slot); }
+  size_t activation_floats() const override {
+    return size_t(r_.chunks_[0]->local_rows(int64_t(B()) * T_)) * size_t(r_.chunks_[0]->config().d_model);
+  }
+
+ private:
+  int B() const { return r_.micro_batch_; }
+  const int32_t* tok(int mb) const { return tokens_->data() + size_t(mb) * B() * T_; }
+  const int32_t* tgt(int mb) const { return targets_->data() + size_t(mb) * B() * T_; }
+  Replica& r_;
+  const std::vector<int32_t>* tokens_;
+  const std::vector<int32_t>* targets_;
+  int T_;
+  double loss_sum_ = 0;
+};
+
+std::vector<ModelShard> stage_shards(const RunConfig& cfg, const ParallelContext& ctx, const PipelinePlan& plan) {
+  const int pp = ctx.grid().pp(), stage = ctx.coord().pp, parts = pp * plan.v;
+  std::vector<ModelShard> shards;
+  for (int c = 0; c < plan.v; c++) {
+    const int vs = c * pp + stage;
+    ModelShard s;
+    s.tp_rank = ctx.coord().tp;
+    s.tp_size = ctx.grid().tp();
+    s.sequence_parallel = cfg.parallel.sequence_parallel && s.tp_size > 1;
+    for (int i = 0; i < vs; i++) s.first_layer += plan.layers[size_t(i)];
+    s.end_layer = s.first_layer + plan.layers[size_t(vs)];
+    s.embedding = vs == 0;
+    s.head = vs == parts - 1;
+    shards.push_back(s);
+  }
+  return shards;
+}
+
+std::vector<int64_t> chunk_offsets(const GPTConfig& model, const std::vector<ModelShard>& shards) {
+  std::vector<int64_t> offsets(shards.size());
+  int64_t at = 0;
+  for (int c = int(shards.size()) - 1; c >= 0; c--) {
+    offsets[size_t(c)] = at;
+    at += ParamLayout::gpt2(model, shards[size_t(c)]).total;
+  }
+  return offsets;
+}
+
 namespace {
 
-ModelShard tensor_parallel_shard(const RunConfig& cfg, const ParallelContext& ctx) {
-  ModelShard shard;
-  shard.tp_rank = ctx.coord().tp;
-  shard.tp_size = ctx.grid().tp();
-  shard.sequence_parallel = cfg.parallel.sequence_parallel && shard.tp_size > 1;
-  return shard;
+// The stage's flat layout: its chunks' tensors, chunk v-1 first (its
+// backward finishes first).
+FlatLayout stage_flat(const GPTConfig& model, const std::vector<ModelShard>& shards, bool tied) {
+  FlatLayout flat;
+  for (int c = int(shards.size()) - 1; c >= 0; c--) {
+    const ParamLayout lay = ParamLayout::gpt2(model, shards[size_t(c)]);
+    const size_t first = flat.tensors.size();
+    for (FlatTensor t : lay.flat().tensors) {
+      t.offset += flat.total;
+      flat.tensors.push_back(t);
+    }
+    // Pipeline: the first and last stage each hold the tied token table.
+    if (tied && lay.wte >= 0) flat.tensors[first + size_t(lay.wte)].copies *= 2;
+    flat.total += lay.total;
+  }
+  return flat;
 }
 
 }  // namespace
 
-Replica::Replica(const RunConfig& cfg, const ParallelContext& ctx, int micro_batch, int accumulation)
+Replica::Replica(const RunConfig& cfg, const ParallelContext& ctx, int micro_batch, int micro_batches)
     : ctx_(ctx),
       zero_(cfg.parallel.zero),
       micro_batch_(micro_batch),
-      loss_scale_(1.0f / float(ctx.dp().size() * accumulation)),
-      shard_(tensor_parallel_shard(cfg, ctx)),
-      plan_(ParamLayout::gpt2(cfg.model, shard_).flat(), double(cfg.parallel.bucket_mb) * (1 << 20),
-            ctx.dp().size()),
+      micro_batches_(micro_batches),
+      loss_scale_(1.0f / float(ctx.dp().size() * micro_batches)),
+      pipeline_(plan_pipeline(cfg, ctx.grid().pp())),
+      schedule_(pp::build_schedule(pipeline_.schedule, ctx.grid().pp(), micro_batches,
+                                   pipeline_.v)[size_t(ctx.coord().pp)]),
+      shards_(stage_shards(cfg, ctx, pipeline_)),
+      chunk_offset_(shards_.size()),
+      chunk_tensor_(shards_.size()),
+      flat_(stage_flat(cfg.model, shards_, ctx.grid().pp() > 1)),
+      plan_(flat_, double(cfg.parallel.bucket_mb) * (1 << 20), ctx.dp().size()),
       grads_(plan_.padded_total()) {
-  model_ = std::make_unique<GPT>(cfg.model, shard_, TensorParallel(&ctx.tp(), shard_.sequence_parallel), micro_batch,
-                                 cfg.model.seq_len, grads_.data(), plan_.padded_total());
-  const FlatLayout flat = model_->layout().flat();
+  LOOM_CHECK(ctx.pp().rank() == ctx.coord().pp, "pipeline group rank %d is not the stage %d", ctx.pp().rank(),
+             ctx.coord().pp);
+  for (int c = int(shards_.size()) - 1, offset = 0, tensor = 0; c >= 0; c--) {
+    const ParamLayout lay = ParamLayout::gpt2(cfg.model, shards_[size_t(c)]);
+    chunk_offset_[size_t(c)] = offset, chunk_tensor_[size_t(c)] = tensor;
+    offset += int(lay.total), tensor += int(lay.params.size());
+  }
+  params_.reserve(size_t(plan_.padded_total()) * sizeof(float));
+  params_.allocate();
+  const int slots = pp::max_in_flight(pipeline_.schedule, ctx.grid().pp(), micro_batches, pipeline_.v,
+                                      ctx.coord().pp);
+  for (size_t c = 0; c < shards_.size(); c++) {
+    GPTBuffers buffers{params_.at<float>(0) + chunk_offset_[c], grads_.data() + chunk_offset_[c], 0, slots};
+    chunks_.push_back(std::make_unique<GPT>(cfg.model, shards_[c],
+                                            TensorParallel(&ctx.tp(), shards_[c].sequence_parallel), micro_batch,
+                                            cfg.model.seq_len, buffers));
+  }
   using Mode = GradReducer::Mode;
   reducer_ = std::make_unique<GradReducer>(plan_, ctx.dp(), grads_, zero_ == 0 ? Mode::AllReduce : Mode::ReduceScatter,
                                            zero_ == 2);
   optimizer_ = std::make_unique<ShardedOptimizer>(
-      flat, plan_, ctx.dp(), zero_ > 0,
+      flat_, plan_, ctx.dp(), zero_ > 0,
       AdamWConfig{cfg.train.beta1, cfg.train.beta2, cfg.train.eps, cfg.train.weight_decay},
       &ctx.group(GroupKind::model));
+  executor_ = std::make_unique<pp::PipelineExecutor>(ctx.pp(), pipeline_.v, slots);
+  stage_ = std::make_unique<Stage>(*this, nullptr, nullptr, cfg.model.seq_len);
 }
 
-void Replica::zero_grads() {
+void Replica::init_parameters(uint64_t seed) {
+  std::memset(params_.at<float>(0), 0, size_t(plan_.padded_total()) * sizeof(float));
+  for (auto& chunk : chunks_) chunk->init_parameters(seed);
+}
+
+float Replica::forward_backward(const std::vector<int32_t>& tokens, const std::vector<int32_t>& targets, int T) {
   // ZeRO 2 handed every bucket back after reducing it; what remains (none
   // after a whole step) is dropped the same way, without touching the pages.
   if (zero_ == 2) grads_.release_all();
   else grads_.zero();
+  auto& stage = static_cast<Stage&>(*stage_);
+  stage.set_batch(&tokens, &targets, T);
+  reducer_->begin();
+  executor_->run(schedule_, stage);
+  sync_tied_embedding();
+  // The loss lives on the last stage; every stage reports it.
+  float loss = float(stage.loss_sum() / micro_batches_);
+  if (ctx_.grid().pp() > 1) ctx_.pp().all_reduce(&loss, 1, DType::f32, ReduceOp::Sum);
+  return loss;
 }
 
-float Replica::forward_backward(const int32_t* tokens, const int32_t* targets, int T, bool last_micro_batch) {
-  if (!last_micro_batch) return model_->forward_backward(tokens, targets, micro_batch_, T, loss_scale_);
-  reducer_->begin();
-  model_->set_grad_ready_hook([this](int tensor) { reducer_->on_grad_ready(tensor); });
-  float loss = model_->forward_backward(tokens, targets, micro_batch_, T, loss_scale_);
-  model_->set_grad_ready_hook(nullptr);
+// The first stage's embedding and the last stage's head hold copies of the
+// token table: their gradients are summed (then reduced over dp like the rest).
+void Replica::sync_tied_embedding() {
+  if (ctx_.grid().pp() == 1) return;
+  for (size_t c = 0; c < chunks_.size(); c++) {
+    GPT& chunk = *chunks_[c];
+    const int wte = chunk.layout().wte;
+    if (wte < 0) continue;
+    ctx_.group(GroupKind::embedding)
+        .all_reduce(chunk.grad(wte), size_t(chunk.layout().params[size_t(wte)].numel), DType::f32, ReduceOp::Sum);
+    reducer_->on_grad_ready(chunk_tensor_[c] + wte);
+  }
+}
+
+float Replica::evaluate(const int32_t* tokens, const int32_t* targets, int T) {
+  // One micro-batch through the chunks in virtual-stage order, blocking.
+  const int pp = ctx_.grid().pp(), stage = ctx_.coord().pp;
+  const size_t n = size_t(chunks_[0]->local_rows(int64_t(micro_batch_) * T)) * size_t(chunks_[0]->config().d_model);
+  float loss = 0;
+  for (int c = 0; c < pipeline_.v; c++) {
+    GPT& chunk = *chunks_[size_t(c)];
+    if (!chunk.layout().shard.embedding) ctx_.pp().recv(chunk.stage_input(0), n, DType::f32, (stage + pp - 1) % pp, 1);
+    chunk.forward_stage(0, tokens, micro_batch_, T);
+    if (chunk.layout().shard.head) loss = chunk.stage_loss(0, targets, micro_batch_, T);
+    else ctx_.pp().send(chunk.stage_output(0), n, DType::f32, (stage + 1) % pp, 1);
+  }
+  if (pp > 1) ctx_.pp().all_reduce(&loss, 1, DType::f32, ReduceOp::Sum);
   return loss;
 }
 
@@ -60,7 +221,7 @@ double Replica::reduce() {
 }
 
 void Replica::update(float lr, float grad_scale) {
-  optimizer_->step(model_->params(), reducer_->reduced(), lr, grad_scale);
+  optimizer_->step(params_.at<float>(0), reducer_->reduced(), lr, grad_scale);
 }
 
 // With sequence parallelism each tp rank's norm (and position-table)
@@ -69,13 +230,15 @@ void Replica::update(float lr, float grad_scale) {
 // reduction (all of it, or its ZeRO shard: the same ranges on every tp rank,
 // whose layouts have equal sizes).
 void Replica::reduce_sequence_partial_grads() {
-  const std::vector<int> partial = model_->sequence_partial_grads();
+  std::vector<int> partial;
+  for (size_t c = 0; c < chunks_.size(); c++)
+    for (int i : chunks_[c]->sequence_partial_grads()) partial.push_back(chunk_tensor_[c] + i);
   if (partial.empty()) return;
-  const FlatLayout flat = model_->layout().flat();
+  std::sort(partial.begin(), partial.end());
   std::vector<FlatRange> owned = zero_ > 0 ? plan_.shard_ranges(ctx_.dp().rank())
                                            : std::vector<FlatRange>{{0, plan_.padded_total()}};
   std::vector<FlatPiece> pieces;
-  for (const FlatPiece& p : pieces_of(flat, owned))
+  for (const FlatPiece& p : pieces_of(flat_, owned))
     if (std::binary_search(partial.begin(), partial.end(), p.tensor)) pieces.push_back(p);
   std::vector<float> packed;
   float* reduced = reducer_->reduced();
@@ -91,8 +254,26 @@ void Replica::reduce_sequence_partial_grads() {
 std::vector<float> Replica::gather_grads() const {
   std::vector<float> full(size_t(plan_.padded_total()));
   reducer_->gather(full.data());
-  full.resize(size_t(model_->layout().total));
+  full.resize(size_t(flat_.total));
   return full;
+}
+
+std::vector<Replica::ChunkPlace> Replica::chunk_places() const {
+  std::vector<ChunkPlace> out;
+  for (size_t c = 0; c < chunks_.size(); c++) out.push_back({&chunks_[c]->layout(), chunk_offset_[c]});
+  return out;
+}
+
+size_t Replica::activation_bytes() const {
+  size_t sum = 0;
+  for (const auto& c : chunks_) sum += c->activation_bytes();
+  return sum;
+}
+
+double Replica::tp_comm_seconds() const {
+  double sum = 0;
+  for (const auto& c : chunks_) sum += c->tp_comm_seconds();
+  return sum;
 }
 
 }  // namespace loom

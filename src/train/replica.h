@@ -1,12 +1,16 @@
-// Replica: one data-parallel replica as the train loop drives it — the model,
-// its gradient buffer, the bucketed reducer and the (ZeRO-sharded) optimizer,
-// wired together (parallel/ knows nothing of the model; this is where the
-// model's gradient hook meets the reducer).
+// Replica: this rank's part of one data-parallel replica as the train loop
+// drives it — its pipeline stage (one or, interleaved, several model chunks,
+// each a tensor-parallel shard), the stage's one gradient buffer, the
+// bucketed reducer, the (ZeRO-sharded) optimizer and the pipeline executor,
+// wired together. parallel/ knows nothing of the model: this is where the
+// model's gradient hook meets the reducer and the chunks meet the executor.
 //
-// A step: zero_grads(); forward_backward() for each micro-batch (gradients
-// accumulate; only the last one's backward starts reductions, bucket by
-// bucket); reduce() waits for them and returns the global gradient norm;
-// update() runs AdamW (and, under ZeRO, the all-gather of parameters).
+// A step: forward_backward() runs every micro-batch through the pipeline
+// schedule (gradients accumulate; only each chunk's last micro-batch starts
+// reductions, bucket by bucket); reduce() waits for them and returns the
+// global gradient norm; update() runs AdamW (and, under ZeRO, the all-gather
+// of parameters). Without pipeline parallelism the schedule is 1F1B on one
+// stage: forward and backward of each micro-batch in turn.
 #pragma once
 
 #include <memory>
@@ -18,50 +22,91 @@
 #include "parallel/dp/grad_buffer.h"
 #include "parallel/dp/grad_reducer.h"
 #include "parallel/grid/parallel_context.h"
+#include "parallel/pp/executor.h"
+#include "parallel/pp/schedule.h"
 #include "parallel/zero/sharded_optimizer.h"
 
 namespace loom {
 
+// How the train loop splits the model into pipeline chunks.
+struct PipelinePlan {
+  pp::ScheduleKind schedule = pp::ScheduleKind::OneFOneB;
+  int v = 1;                        // chunks per stage
+  std::vector<int> layers;          // blocks per virtual stage (pp x v of them)
+};
+PipelinePlan plan_pipeline(const RunConfig& cfg, int pp);
+// The model chunks of this rank's stage: chunk c holds virtual stage
+// c x pp + stage (the first holds the embedding, the last the head).
+std::vector<ModelShard> stage_shards(const RunConfig& cfg, const ParallelContext& ctx, const PipelinePlan& plan);
+// Where chunk c's tensors start in the stage's buffers (floats): chunk v-1
+// first, since its backward finishes first.
+std::vector<int64_t> chunk_offsets(const GPTConfig& model, const std::vector<ModelShard>& shards);
+
 class Replica {
  public:
-  // micro_batch rows per forward/backward, `accumulation` of them per step.
-  Replica(const RunConfig& cfg, const ParallelContext& ctx, int micro_batch, int accumulation);
+  // micro_batch rows per forward/backward, micro_batches of them per step.
+  Replica(const RunConfig& cfg, const ParallelContext& ctx, int micro_batch, int micro_batches);
 
-  GPT& model() { return *model_; }
+  void init_parameters(uint64_t seed);
   const BucketPlan& plan() const { return plan_; }
   int zero_stage() const { return zero_; }
+  const PipelinePlan& pipeline() const { return pipeline_; }
 
-  void zero_grads();
-  // Mean loss of this micro-batch (micro_batch x T tokens); its gradient,
-  // scaled by 1 / (replicas x accumulation), is added to the buffer.
-  float forward_backward(const int32_t* tokens, const int32_t* targets, int T, bool last_micro_batch);
-  // Waits for the reductions (and, with sequence parallelism, sums the norms'
+  // One step's forward and backward over micro_batches micro-batches:
+  // tokens/targets hold them one after another (micro_batch x T each). The
+  // mean loss, the same on every rank of the replica.
+  float forward_backward(const std::vector<int32_t>& tokens, const std::vector<int32_t>& targets, int T);
+  // Forward only, one micro-batch: its mean loss on every rank of the replica.
+  float evaluate(const int32_t* tokens, const int32_t* targets, int T);
+  // Waits for the reductions (and sums the tied embedding's two copies over
+  // the first and last stage, and with sequence parallelism the norms'
   // partial gradients over the tp group); returns the L2 norm of the whole
   // mean gradient over every rank of the model.
   double reduce();
   // AdamW with learning rate lr on the gradients scaled by grad_scale.
   void update(float lr, float grad_scale);
 
-  // The whole mean gradient of the last reduce(), in layout order (tests).
+  // This stage's whole mean gradient after reduce(), in stage-buffer order
+  // (tests), and where each chunk's tensors sit in it.
   std::vector<float> gather_grads() const;
+  struct ChunkPlace {
+    const ParamLayout* layout;
+    int64_t offset;  // of the chunk's tensors in the stage buffer
+  };
+  std::vector<ChunkPlace> chunk_places() const;
+
   size_t optimizer_state_bytes() const { return optimizer_->state_bytes(); }
   // Gradient memory this rank holds now: the full buffer's resident pages
   // plus the shard buffer.
   size_t grad_bytes_resident() const { return grads_.resident_bytes() + reducer_->shard_bytes(); }
+  size_t param_bytes() const { return size_t(plan_.padded_total()) * sizeof(float); }
+  size_t activation_bytes() const;
   const ReduceTimes& reduce_times() const { return reducer_->times(); }
+  double tp_comm_seconds() const;
+  const pp::StageTimeline& timeline() const { return executor_->timeline(); }
 
  private:
+  class Stage;
+  void sync_tied_embedding();
   void reduce_sequence_partial_grads();
 
   const ParallelContext& ctx_;
-  int zero_, micro_batch_;
+  int zero_, micro_batch_, micro_batches_;
   float loss_scale_;
-  ModelShard shard_;
+  PipelinePlan pipeline_;
+  pp::StageSchedule schedule_;
+  std::vector<ModelShard> shards_;     // chunk c holds virtual stage c x pp + stage
+  std::vector<int64_t> chunk_offset_;  // floats into the stage buffers (chunk v-1 first: backward order)
+  std::vector<int> chunk_tensor_;      // its first tensor in the stage's flat layout
+  FlatLayout flat_;
   BucketPlan plan_;
   GradBuffer grads_;
-  std::unique_ptr<GPT> model_;
+  Arena params_;
+  std::vector<std::unique_ptr<GPT>> chunks_;
   std::unique_ptr<GradReducer> reducer_;
   std::unique_ptr<ShardedOptimizer> optimizer_;
+  std::unique_ptr<pp::PipelineExecutor> executor_;
+  std::unique_ptr<pp::StageModel> stage_;
 };
 
 }  // namespace loom

@@ -11,6 +11,7 @@
 #include "model/gpt.h"
 #include "obs/peak_flops.h"
 #include "optim/lr_schedule.h"
+#include "parallel/pp/partition.h"
 #include "train/replica.h"
 
 namespace loom {
@@ -27,7 +28,7 @@ using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 // rows are read `micro` at a time (the model holds activations for that many).
-float evaluate(GPT& model, const TokenSource& data, int batches, int B, RowRange rows, int micro, int T,
+float evaluate(Replica& replica, const TokenSource& data, int batches, int B, RowRange rows, int micro, int T,
                const ParallelContext& ctx) {
   std::vector<int32_t> tokens(size_t(micro) * T), targets(tokens.size());
   double sum = 0;
@@ -35,7 +36,7 @@ float evaluate(GPT& model, const TokenSource& data, int batches, int B, RowRange
     ValidationIterator it(data, B, T, RowRange{first, first + micro});
     for (int i = 0; i < batches; i++) {
       it.next(tokens.data(), targets.data());
-      sum += model.forward(tokens.data(), targets.data(), micro, T);
+      sum += replica.evaluate(tokens.data(), targets.data(), T);
     }
   }
   float loss = float(sum / (batches * (rows.size() / micro)));
@@ -51,8 +52,6 @@ void check_layout(const RunConfig& cfg, const ParallelGrid& grid) {
                   "parallel.tp = %d must divide model.n_head (%d): tensor parallelism splits the attention heads "
                   "(and the MLP's %d = 4 x model.d_model hidden features) over the tp ranks",
                   tp, cfg.model.n_head, 4 * cfg.model.d_model);
-  LOOM_USER_CHECK(grid.pp() == 1,
-                  "parallel.pp = %d: pipeline parallelism is not implemented yet (use parallel.pp = 1)", grid.pp());
   LOOM_USER_CHECK(cfg.train.batch_size % grid.dp() == 0,
                   "config field 'train.batch_size' (%d) must be divisible by the data-parallel size %d",
                   cfg.train.batch_size, grid.dp());
@@ -66,6 +65,16 @@ void check_layout(const RunConfig& cfg, const ParallelGrid& grid) {
                   "config field 'train.batch_size' (%d) must be divisible by parallel.dp (%d) x "
                   "train.micro_batch_size (%d) = %d: the global batch is replicas x micro-batch x accumulation steps",
                   cfg.train.batch_size, grid.dp(), micro, grid.dp() * micro);
+  // Pipeline: enough blocks for the chunks, and micro-batches for the schedule.
+  const int pp = grid.pp(), v = cfg.parallel.virtual_stages;
+  LOOM_USER_CHECK(v == 1 || pp > 1, "parallel.virtual_stages = %d interleaves pipeline stages: it needs parallel.pp > 1",
+                  v);
+  plan_pipeline(cfg, pp);  // checks model.n_layer >= pp x v and parallel.pp_layers
+  const int micro_batches = cfg.train.batch_size / grid.dp() / std::max(1, rows);
+  LOOM_USER_CHECK(cfg.parallel.schedule != "interleaved" || micro_batches % pp == 0,
+                  "the interleaved schedule needs the micro-batches per step (%d = train.batch_size / (parallel.dp x "
+                  "train.micro_batch_size)) to be a multiple of parallel.pp (%d)",
+                  micro_batches, pp);
 }
 
 TrainResult train(const RunConfig& cfg, const ParallelContext& ctx, FILE* log, const TrainOptions& options) {
@@ -84,8 +93,7 @@ TrainResult train(const RunConfig& cfg, const ParallelContext& ctx, FILE* log, c
   const int micro = cfg.train.micro_batch_size > 0 ? cfg.train.micro_batch_size : rows.size();
   const int accumulation = rows.size() / micro;
   Replica replica(cfg, ctx, micro, accumulation);
-  GPT& model = replica.model();
-  model.init_parameters(uint64_t(cfg.train.seed));
+  replica.init_parameters(uint64_t(cfg.train.seed));
   LrSchedule schedule{cfg.train.lr, cfg.train.min_lr, cfg.train.warmup_steps, cfg.train.steps};
 
   TrainResult result;
@@ -108,6 +116,12 @@ TrainResult train(const RunConfig& cfg, const ParallelContext& ctx, FILE* log, c
                  "buckets of %.2f MiB\n",
                  dp, micro, accumulation, replica.zero_stage(), replica.plan().buckets().size(),
                  double(replica.plan().buckets()[0].range.size()) * 4 / (1 << 20));
+    if (ctx.grid().pp() > 1) {
+      const PipelinePlan& pl = replica.pipeline();
+      std::fprintf(log, "pipeline: %d stages x %d chunks, blocks %s, schedule %s, %d micro-batches per step\n",
+                   ctx.grid().pp(), pl.v, pp::describe_partition(pl.layers).c_str(), cfg.parallel.schedule.c_str(),
+                   accumulation);
+    }
     if (ctx.grid().tp() > 1) {
       const ModelShard shard{0, ctx.grid().tp()};
       std::fprintf(log,
@@ -123,13 +137,16 @@ TrainResult train(const RunConfig& cfg, const ParallelContext& ctx, FILE* log, c
                  "%.1f MiB\n",
                  params_mib, replica.zero_stage() == 2 ? params_mib / dp : params_mib,
                  replica.zero_stage() == 2 ? " (outside backward)" : "", double(replica.optimizer_state_bytes()) / mib,
-                 double(model.activation_bytes()) / mib);
+                 double(replica.activation_bytes()) / mib);
     std::fprintf(log, "threads: %d per rank, measured fp32 peak %.0f GFLOP/s over all ranks\n", threads,
                  result.peak_gflops);
     std::fflush(log);
   }
 
-  std::vector<int32_t> tokens(size_t(micro) * T), targets(tokens.size());
+  // Every micro-batch of the step, one after another.
+  std::vector<int32_t> tokens(size_t(accumulation) * micro * T), targets(tokens.size());
+  const int pp = ctx.grid().pp();
+  std::vector<double> bubble_sum(size_t(pp), 0.0);  // per stage, over the timed steps
   ReduceTimes warm_up;  // the reductions of the first step, left out of the overlap figures
   double tp_comm_warm_up = 0, tp_comm_eval = 0;  // tensor-parallel waits in the first step / in evaluations
   double optimizer_seconds = 0;  // after the first step
@@ -138,19 +155,18 @@ TrainResult train(const RunConfig& cfg, const ParallelContext& ctx, FILE* log, c
   int timed_steps = 0, window_steps = 0;
   for (int step = 0; step < cfg.train.steps; step++) {
     auto t0 = Clock::now();
-    replica.zero_grads();
+    auto t_data = Clock::now();
+    for (int k = 0; k < accumulation; k++) {
+      const RowRange micro_rows{rows.begin + k * micro, rows.begin + (k + 1) * micro};
+      const size_t at = size_t(k) * micro * T;
+      data->train_batch(uint64_t(cfg.train.seed), step, B, T, micro_rows, tokens.data() + at, targets.data() + at);
+    }
+    data_seconds += seconds_since(t_data);
     // Every micro-batch has the same rows, so the mean of their mean losses
     // (and gradients) is the global batch's.
-    double loss_sum = 0;
-    for (int k = 0; k < accumulation; k++) {
-      auto t_data = Clock::now();
-      const RowRange micro_rows{rows.begin + k * micro, rows.begin + (k + 1) * micro};
-      data->train_batch(uint64_t(cfg.train.seed), step, B, T, micro_rows, tokens.data(), targets.data());
-      data_seconds += seconds_since(t_data);
-      loss_sum += replica.forward_backward(tokens.data(), targets.data(), T, k + 1 == accumulation);
-    }
+    float loss = replica.forward_backward(tokens, targets, T);
+    if (step > 0 || cfg.train.steps == 1) bubble_sum[size_t(ctx.coord().pp)] += replica.timeline().bubble();
     double norm = replica.reduce();
-    float loss = float(loss_sum / accumulation);
     if (dp > 1) ctx.dp().all_reduce(&loss, 1, DType::f32, ReduceOp::Avg);
     if (step == 0 && options.keep_first_step_grads) result.first_step_grads = replica.gather_grads();
     float clip = cpu::clip_scale(norm, cfg.train.grad_clip);
@@ -159,7 +175,7 @@ TrainResult train(const RunConfig& cfg, const ParallelContext& ctx, FILE* log, c
     replica.update(lr, clip);
     if (step > 0 || cfg.train.steps == 1) optimizer_seconds += seconds_since(t_update);
     double dt = seconds_since(t0);
-    if (step == 0) warm_up = replica.reduce_times(), tp_comm_warm_up = model.tp_comm_seconds();
+    if (step == 0) warm_up = replica.reduce_times(), tp_comm_warm_up = replica.tp_comm_seconds();
     result.train_losses.push_back(loss);
     // The first step warms up caches and primitives: leave it out of the
     // averages, unless it is the only step.
@@ -180,9 +196,9 @@ TrainResult train(const RunConfig& cfg, const ParallelContext& ctx, FILE* log, c
     if (step % cfg.train.log_every == 0 || last) window_seconds = 0, window_steps = 0;
     bool eval_due = cfg.train.eval_every > 0 && ((step + 1) % cfg.train.eval_every == 0 || last);
     if (eval_due) {
-      const double tp_before = model.tp_comm_seconds();
-      float val = evaluate(model, *data, cfg.train.eval_batches, B, rows, micro, T, ctx);
-      if (step > 0) tp_comm_eval += model.tp_comm_seconds() - tp_before;
+      const double tp_before = replica.tp_comm_seconds();
+      float val = evaluate(replica, *data, cfg.train.eval_batches, B, rows, micro, T, ctx);
+      if (step > 0) tp_comm_eval += replica.tp_comm_seconds() - tp_before;
       result.val_losses.push_back(val);
       if (log) std::fprintf(log, "step %5d/%d | val loss %.4f\n", step + 1, cfg.train.steps, val), std::fflush(log);
     }
@@ -202,13 +218,27 @@ TrainResult train(const RunConfig& cfg, const ParallelContext& ctx, FILE* log, c
   if (timed_steps > 0) {
     result.optimizer_ms = 1e3 * optimizer_seconds / timed_steps;
     result.step_ms = 1e3 * timed_seconds / timed_steps;
-    result.tp_comm_ms = 1e3 * (model.tp_comm_seconds() - tp_comm_warm_up - tp_comm_eval) / timed_steps;
+    result.tp_comm_ms = 1e3 * (replica.tp_comm_seconds() - tp_comm_warm_up - tp_comm_eval) / timed_steps;
   }
   result.param_bytes = size_t(replica.plan().padded_total()) * sizeof(float);
-  result.activation_bytes = model.activation_bytes();
+  result.activation_bytes = replica.activation_bytes();
   result.buckets = int(replica.plan().buckets().size());
   result.optimizer_state_bytes = replica.optimizer_state_bytes();
   result.grad_bytes = replica.grad_bytes_resident();
+  if (pp > 1 && timed_steps > 0) {
+    // Each stage's mean bubble, to every rank (stage s fills entry s).
+    std::vector<float> bubble(size_t(pp), 0.f);
+    bubble[size_t(ctx.coord().pp)] = float(bubble_sum[size_t(ctx.coord().pp)] / timed_steps);
+    ctx.pp().all_reduce(bubble.data(), bubble.size(), DType::f32, ReduceOp::Sum);
+    result.bubble.assign(bubble.begin(), bubble.end());
+  }
+  if (log && pp > 1) {
+    const PipelinePlan& pl = replica.pipeline();
+    std::fprintf(log, "pipeline bubble per stage (measured, %s, m = %d):", cfg.parallel.schedule.c_str(), accumulation);
+    for (int s = 0; s < pp; s++) std::fprintf(log, " %.1f%%", 100.0 * result.bubble[size_t(s)]);
+    std::fprintf(log, "; 1F1B/GPipe theory (pp-1)/(m+pp-1) = %.1f%%%s\n",
+                 100.0 * (pp - 1) / (accumulation + pp - 1), pl.v > 1 ? " (before interleaving)" : "");
+  }
   if (log && ctx.grid().tp() > 1)
     std::fprintf(log, "tensor-parallel communication: %.1f ms per step waited (%.1f%% of the step time)\n",
                  result.tp_comm_ms, 100.0 * result.tp_comm_ms / std::max(result.step_ms, 1e-9));

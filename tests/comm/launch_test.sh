@@ -35,6 +35,20 @@ expect_bad 2 "'parallel.sequence_parallel' in .* expected true or false" --set p
 out=$(run 2 --set parallel.tp=2 --set parallel.sequence_parallel=true); rc=$?
 [[ $rc -eq 0 ]] || fail "tp 2: exit $rc: $out"
 [[ $(echo "$out" | grep -c "^tensor parallel: 2 ranks per layer, 1 heads") -eq 1 ]] || fail "tp 2: layout not printed once: $out"
+# Pipeline parallelism (issue 7): a block or more per chunk, a user split that
+# adds up, and the micro-batches the interleaved schedule needs.
+expect_bad 4 "model.n_layer (2) must be at least the number of pipeline chunks" --set parallel.pp=4
+expect_bad 2 "'parallel.pp_layers' sums to 3 blocks, but model.n_layer is 2" --set parallel.pp=2 \
+  --set "parallel.pp_layers=[1, 2]"
+expect_bad 2 "interleaved schedule needs the micro-batches per step (1 = " --set parallel.pp=2 \
+  --set model.n_layer=4 --set parallel.schedule=interleaved --set parallel.virtual_stages=2
+expect_bad 2 "'parallel.schedule' must be" --set parallel.schedule=zigzag
+out=$(run 2 --set parallel.pp=2 --set train.micro_batch_size=1); rc=$?
+[[ $rc -eq 0 ]] || fail "pp 2: exit $rc: $out"
+[[ $(echo "$out" | grep -c "^pipeline: 2 stages x 1 chunks, blocks 1+1, schedule 1f1b, 4 micro-batches per step") -eq 1 ]] ||
+  fail "pp 2: pipeline layout not printed once: $out"
+[[ $(echo "$out" | grep -c "^pipeline bubble per stage (measured, 1f1b, m = 4):") -eq 1 ]] || fail "pp 2: no bubble report: $out"
+
 # Data parallelism (issue 5): the global batch must split into dp x micro-batch
 # x accumulation steps; a bucket must hold something.
 expect_bad 2 "'train.batch_size' (4) must be divisible by parallel.dp (2) x train.micro_batch_size (3)" \

@@ -1,0 +1,109 @@
+#include "parallel/pp/executor.h"
+
+#include "core/check.h"
+
+namespace loom::pp {
+
+PipelineExecutor::PipelineExecutor(Communicator& pp, int v, int slots) : pp_(pp), v_(v), slots_(slots) {
+  holder_.assign(size_t(v), std::vector<int>(size_t(slots), -1));
+  auto works = [&] {
+    std::vector<std::vector<std::unique_ptr<Work>>> w(static_cast<size_t>(v));
+    for (auto& chunk : w) chunk.resize(size_t(slots));
+    return w;
+  };
+  recv_ = works(), send_out_ = works(), send_grad_ = works();
+}
+
+int PipelineExecutor::slot_of(int microbatch, int chunk, bool allocate) {
+  auto& holders = holder_[size_t(chunk)];
+  for (int s = 0; s < slots_; s++)
+    if (holders[size_t(s)] == microbatch) return s;
+  LOOM_CHECK(allocate, "micro-batch %d of chunk %d has no activation slot", microbatch, chunk);
+  for (int s = 0; s < slots_; s++) {
+    if (holders[size_t(s)] != -1) continue;
+    // A slot's last gradient send must be done before it is reused.
+    if (auto& w = send_grad_[size_t(chunk)][size_t(s)]) w->wait(), w.reset();
+    if (auto& w = send_out_[size_t(chunk)][size_t(s)]) w->wait(), w.reset();
+    holders[size_t(s)] = microbatch;
+    return s;
+  }
+  LOOM_CHECK(false, "chunk %d needs more than %d activation slots (micro-batch %d)", chunk, slots_, microbatch);
+  return -1;
+}
+
+void PipelineExecutor::release(int microbatch, int chunk) {
+  holder_[size_t(chunk)][size_t(slot_of(microbatch, chunk, false))] = -1;
+}
+
+// Messages are matched by (micro-batch, receiving chunk, direction).
+int PipelineExecutor::tag(int microbatch, int chunk, bool grad) const {
+  return (microbatch * v_ + chunk) * 2 + (grad ? 1 : 0);
+}
+
+void PipelineExecutor::run(const StageSchedule& actions, StageModel& model) {
+  using Clock = std::chrono::steady_clock;
+  const auto t0 = Clock::now();
+  auto seconds = [&] { return std::chrono::duration<double>(Clock::now() - t0).count(); };
+  const int stage = pp_.rank(), pp = pp_.size();
+  const size_t n = model.activation_floats();
+  timeline_ = {};
+  for (const Action& a : actions) {
+    if (a.kind == ActionKind::ReduceGrads || a.kind == ActionKind::OptimizerStep) break;
+    const int mb = a.microbatch, c = a.chunk;
+    switch (a.kind) {
+      case ActionKind::RecvActivation: {
+        // From the previous virtual stage: stage - 1, or the last stage's previous chunk.
+        const int s = slot_of(mb, c, true), from = (stage + pp - 1) % pp;
+        recv_[size_t(c)][size_t(s)] = pp_.recv_async(model.activation_in(c, s), n, DType::f32, from, tag(mb, c, false));
+        break;
+      }
+      case ActionKind::RecvGrad: {
+        const int s = slot_of(mb, c, false), from = (stage + 1) % pp;
+        recv_[size_t(c)][size_t(s)] = pp_.recv_async(model.grad(c, s), n, DType::f32, from, tag(mb, c, true));
+        break;
+      }
+      case ActionKind::Forward:
+      case ActionKind::Backward: {
+        const bool forward = a.kind == ActionKind::Forward;
+        const int s = slot_of(mb, c, forward);
+        if (auto& w = recv_[size_t(c)][size_t(s)]) w->wait(), w.reset();
+        TimedAction timed{a, seconds(), 0};
+        if (forward) model.forward(mb, c, s);
+        else model.backward(mb, c, s);
+        timed.end = seconds();
+        timeline_.actions.push_back(timed);
+        timeline_.compute += timed.end - timed.start;
+        break;
+      }
+      case ActionKind::SendActivation: {
+        const int s = slot_of(mb, c, false), to = (stage + 1) % pp, to_chunk = stage + 1 < pp ? c : c + 1;
+        send_out_[size_t(c)][size_t(s)] =
+            pp_.send_async(model.activation_out(c, s), n, DType::f32, to, tag(mb, to_chunk, false));
+        break;
+      }
+      case ActionKind::SendGrad: {
+        const int s = slot_of(mb, c, false), to = (stage + pp - 1) % pp, to_chunk = stage > 0 ? c : c - 1;
+        send_grad_[size_t(c)][size_t(s)] = pp_.send_async(model.grad(c, s), n, DType::f32, to, tag(mb, to_chunk, true));
+        break;
+      }
+      default: break;
+    }
+    // After its Backward (and the send of its gradient, if any, posted
+    // next) a micro-batch's slot is free for the next one.
+    if (a.kind == ActionKind::Backward) {
+      const bool sends_grad = !(stage == 0 && c == 0);
+      if (!sends_grad) release(mb, c);
+    } else if (a.kind == ActionKind::SendGrad) {
+      release(mb, c);
+    }
+  }
+  // Every transfer done before the step ends.
+  for (auto* works : {&recv_, &send_out_, &send_grad_})
+    for (auto& chunk : *works)
+      for (auto& w : chunk)
+        if (w) w->wait(), w.reset();
+  // From the step's start: a later stage's wait for its first activation is bubble.
+  if (!timeline_.actions.empty()) timeline_.span = timeline_.actions.back().end;
+}
+
+}  // namespace loom::pp
