@@ -25,6 +25,9 @@ int cmd_bench_scaling_child(const Args& args, MpiRuntime& mpi);
 // `loom bench tp` (launches mpirun) and its per-rank child.
 int cmd_bench_tp(const Args& args);
 int cmd_bench_tp_child(const Args& args, MpiRuntime& mpi);
+// `loom bench pp` (launches mpirun) and its per-rank child.
+int cmd_bench_pp(const Args& args);
+int cmd_bench_pp_child(const Args& args, MpiRuntime& mpi);
 int cmd_prepare(const Args& args);
 void print_help();
 

@@ -38,6 +38,9 @@ commands:
                   [data] path format (shards | bytes) val_fraction
                   [parallel] dp (0 = infer) tp pp order ("tp-dp-pp": innermost first)
                              sequence_parallel (true | false; with tp > 1)
+                             schedule ("1f1b" | "gpipe" | "interleaved") virtual_stages (chunks
+                             per stage, interleaved) pp_layers ([blocks per virtual stage];
+                             [] = balanced by cost)
                              zero (0 | 1 | 2) bucket_mb (MiB per gradient bucket, > 0)
                   [runtime] threads (0 = cores / ranks per node) comm_timeout_s
           Many processes: mpirun -np N loom train ... (add --oversubscribe when N exceeds
@@ -52,6 +55,10 @@ commands:
           features, and the vocabulary, split over tp ranks (keep them inside a node); tp must
           divide model.n_head. parallel.sequence_parallel = true also splits the tokens of the
           norms and residuals (micro-batch x seq_len must divide by tp).
+          Pipeline parallelism (parallel.pp): blocks split into stages; each step runs
+          m = batch_size / (dp x micro_batch_size) micro-batches through the schedule (GPipe,
+          1F1B, interleaved 1F1B with virtual_stages chunks; interleaved needs m % pp == 0).
+          Rank 0 reports the measured bubble per stage.
           Logs one line per logged step: loss, learning rate, gradient norm, tokens/s,
           achieved GFLOP/s and its share of the machine's measured fp32 peak.
   bench   Benchmarks (speed is measured here, never in tests).
@@ -68,6 +75,10 @@ commands:
           Tensor parallelism on the "small" shape with two cores: tp=1 (1 rank x 2 threads) against
           tp=2 (2 ranks x 1 thread) without and with sequence parallelism: tokens/s and ratio,
           share of the step spent waiting on tp communication, per-rank parameter and activation MiB.
+            loom bench pp [--m 1,2,4,8,16] [--steps 4]
+          Pipeline parallelism, pp=2 with one core per stage, GPipe / 1F1B / interleaved (v=2):
+          measured bubble per stage against (pp-1)/(v m + pp-1), activation sets held and their
+          bound, planned activation MiB per stage, tokens/s.
             loom bench scaling [--ranks 2] [--zero 0,1,2] [--steps 8] [--micro-batch 4]
                                [--bucket-mb 4] [--repeat 1]
           Weak scaling of data parallelism on the "small" shape, 1 thread per rank: 1 rank

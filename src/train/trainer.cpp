@@ -166,6 +166,7 @@ TrainResult train(const RunConfig& cfg, const ParallelContext& ctx, FILE* log, c
     // (and gradients) is the global batch's.
     float loss = replica.forward_backward(tokens, targets, T);
     if (step > 0 || cfg.train.steps == 1) bubble_sum[size_t(ctx.coord().pp)] += replica.timeline().bubble();
+    result.peak_in_flight = std::max(result.peak_in_flight, replica.timeline().peak_in_flight);
     double norm = replica.reduce();
     if (dp > 1) ctx.dp().all_reduce(&loss, 1, DType::f32, ReduceOp::Avg);
     if (step == 0 && options.keep_first_step_grads) result.first_step_grads = replica.gather_grads();

@@ -27,6 +27,7 @@ struct TrainResult {
   double reduce_calls_ms = 0;  // per step: inside the calls that start and poll reductions during backward
   double optimizer_ms = 0;     // per step: AdamW (and the all-gather of parameters under ZeRO)
   std::vector<float> bubble;   // pipeline: per stage, the measured share of the step it idled
+  int peak_in_flight = 0;      // this stage: most micro-batch activation sets held at once
   double tp_comm_ms = 0;       // per step: waiting on tensor-parallel communication (not hidden)
   double step_ms = 0;          // per step, mean over the steps after the first
   int buckets = 0;

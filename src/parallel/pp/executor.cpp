@@ -1,5 +1,7 @@
 #include "parallel/pp/executor.h"
 
+#include <algorithm>
+
 #include "core/check.h"
 
 namespace loom::pp {
@@ -25,6 +27,10 @@ int PipelineExecutor::slot_of(int microbatch, int chunk, bool allocate) {
     if (auto& w = send_grad_[size_t(chunk)][size_t(s)]) w->wait(), w.reset();
     if (auto& w = send_out_[size_t(chunk)][size_t(s)]) w->wait(), w.reset();
     holders[size_t(s)] = microbatch;
+    int held = 0;
+    for (const auto& chunk : holder_)
+      for (int h : chunk) held += h != -1;
+    timeline_.peak_in_flight = std::max(timeline_.peak_in_flight, held);
     return s;
   }
   LOOM_CHECK(false, "chunk %d needs more than %d activation slots (micro-batch %d)", chunk, slots_, microbatch);
@@ -102,8 +108,11 @@ void PipelineExecutor::run(const StageSchedule& actions, StageModel& model) {
     for (auto& chunk : *works)
       for (auto& w : chunk)
         if (w) w->wait(), w.reset();
-  // From the step's start: a later stage's wait for its first activation is bubble.
-  if (!timeline_.actions.empty()) timeline_.span = timeline_.actions.back().end;
+  // From the step's start (a later stage's wait for its first activation is
+  // bubble) to the end of the last stage to finish (so is an early finish).
+  float span = timeline_.actions.empty() ? 0.f : float(timeline_.actions.back().end);
+  if (pp > 1) pp_.all_reduce(&span, 1, DType::f32, ReduceOp::Max);
+  timeline_.span = span;
 }
 
 }  // namespace loom::pp

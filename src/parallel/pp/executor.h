@@ -45,9 +45,11 @@ struct TimedAction {
 
 struct StageTimeline {
   std::vector<TimedAction> actions;  // Forward and Backward, in order
-  double span = 0;                   // the step's start to the last action's end
+  double span = 0;                   // the step's start to the last action's end on any stage
   double compute = 0;                // sum of Forward and Backward durations
-  // The share of the span this stage did not compute (waiting on others).
+  int peak_in_flight = 0;            // most (micro-batch, chunk) activation sets held at once
+  // The share of the pipeline's span this stage did not compute: waiting on
+  // the other stages, or done before them.
   double bubble() const { return span > 0 ? 1.0 - compute / span : 0; }
 };
 
