@@ -28,6 +28,9 @@ int cmd_bench_tp_child(const Args& args, MpiRuntime& mpi);
 // `loom bench pp` (launches mpirun) and its per-rank child.
 int cmd_bench_pp(const Args& args);
 int cmd_bench_pp_child(const Args& args, MpiRuntime& mpi);
+// `loom report RUN_DIR` and `loom diagnose RUN_DIR [--json]` (src/obs/).
+int cmd_report(const Args& args);
+int cmd_diagnose(const Args& args);
 int cmd_prepare(const Args& args);
 void print_help();
 

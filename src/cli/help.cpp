@@ -57,10 +57,28 @@ commands:
           norms and residuals (micro-batch x seq_len must divide by tp).
           Pipeline parallelism (parallel.pp): blocks split into stages; each step runs
           m = batch_size / (dp x micro_batch_size) micro-batches through the schedule (GPipe,
-          1F1B, interleaved 1F1B with virtual_stages chunks; interleaved needs m % pp == 0).
+          1F1B, interleaved 1F1B with virtual_stages chunks; interleaved needs m %% pp == 0).
           Rank 0 reports the measured bubble per stage.
           Logs one line per logged step: loss, learning rate, gradient norm, tokens/s,
           achieved GFLOP/s and its share of the machine's measured fp32 peak.
+  report  Charts and a summary of a run directory (runs/NAME/, written by train).
+            loom report RUN_DIR
+          Writes RUN_DIR/report/: loss.svg, throughput.svg (and mfu.svg, loss_scale.svg when
+          recorded), timeline.svg (one step of trace.json: a row per rank, spans coloured by
+          kind), PNG copies when rsvg-convert is on PATH (Debian: librsvg2-bin), and report.md:
+          MFU, tokens/s, time split, bubble per pipeline stage, exposed communication per group
+          (tp, dp, pp), overlap achieved, predicted vs measured memory and step time.
+          A partial or crashed run is reported as far as it goes, naming what is missing.
+  diagnose  Name the likely causes of a slow or unstable run, with evidence and a change to try.
+            loom diagnose RUN_DIR [--json]
+          Rules: pipeline-bound (a stage idles >= 20%% of the step in the bubble), communication-
+          bound (exposed communication >= 25%% of the step: small per-rank batch, no overlap, tp
+          across nodes), stalled stage (slowest stage >= 1.2x the mean compute), numerics
+          (loss-scale collapse, skipped steps >= 10%% or 3 in a row, fp16 without loss scaling,
+          non-finite loss, grad-norm spikes > 10x or loss spikes > 1.25x the recent median, loss
+          rising). See docs/observability.md.
+          Both read metrics.jsonl, summary.json, layout.json and trace.json, whichever exist;
+          exit code 2 only when none can be read.
   bench   Benchmarks (speed is measured here, never in tests).
             loom bench step [--shapes tiny,small,gpt2-124M] [--threads 1,2] [--steps N]
                             [--no-pytorch]

@@ -55,6 +55,8 @@ int main(int argc, char** argv) {
       return run_distributed(&argc, &argv, cli::cmd_bench_tp_child, rest);
     if (cmd == "bench") return cli::cmd_bench(rest);
     if (cmd == "prepare") return cli::cmd_prepare(rest);
+    if (cmd == "report") return cli::cmd_report(rest);
+    if (cmd == "diagnose") return cli::cmd_diagnose(rest);
     std::fprintf(stderr, "loom: unknown command '%s' (try loom --help)\n", cmd.c_str());
     return 2;
   } catch (const UserError& e) {

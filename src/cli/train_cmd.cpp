@@ -6,6 +6,7 @@
 #include "comm/mpi_comm.h"
 #include "config/run_config.h"
 #include "core/check.h"
+#include "obs/run_dir.h"
 #include "train/trainer.h"
 
 namespace loom::cli {
@@ -69,7 +70,10 @@ int cmd_train(const Args& args, MpiRuntime& mpi) {
     return 2;
   }
   auto ctx = ParallelContext::create_mpi(*grid, MpiOptions{cfg.runtime.comm_timeout_s});
-  train(cfg, *ctx, rank0 ? stdout : nullptr);
+  TrainOptions options;
+  if (rank0 && !cfg.train.run_dir.empty())
+    options.run_dir = obs::RunDir::default_path(cfg.train.run_dir, cfg.train.run_name);
+  train(cfg, *ctx, rank0 ? stdout : nullptr, options);
   return 0;
 }
 

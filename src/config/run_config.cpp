@@ -93,6 +93,8 @@ void read_fields(FieldReader& r, RunConfig& c) {
   r.get("train.eval_batches", &c.train.eval_batches);
   r.get("train.log_every", &c.train.log_every);
   r.get("train.seed", &c.train.seed);
+  r.get("train.run_dir", &c.train.run_dir);
+  r.get("train.run_name", &c.train.run_name);
   r.get("data.path", &c.data.path);
   r.get("data.format", &c.data.format);
   r.get("data.val_fraction", &c.data.val_fraction);
@@ -208,7 +210,8 @@ std::string RunConfig::to_toml() const {
     << "\nweight_decay = " << train.weight_decay << "\nbeta1 = " << train.beta1 << "\nbeta2 = " << train.beta2
     << "\neps = " << train.eps << "\ngrad_clip = " << train.grad_clip << "\neval_every = " << train.eval_every
     << "\neval_batches = " << train.eval_batches << "\nlog_every = " << train.log_every
-    << "\nseed = " << train.seed << "\n[data]\npath = \"" << data.path << "\"\nformat = \"" << data.format
+    << "\nseed = " << train.seed << "\nrun_dir = \"" << train.run_dir << "\"\nrun_name = \"" << train.run_name << "\""
+    << "\n[data]\npath = \"" << data.path << "\"\nformat = \"" << data.format
     << "\"\nval_fraction = " << data.val_fraction << "\n[parallel]\ndp = " << parallel.dp << "\ntp = " << parallel.tp
     << "\npp = " << parallel.pp << "\nsequence_parallel = " << (parallel.sequence_parallel ? "true" : "false")
     << "\nschedule = \"" << parallel.schedule << "\"\nvirtual_stages = " << parallel.virtual_stages << "\npp_layers = ["

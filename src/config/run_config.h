@@ -30,6 +30,8 @@ struct TrainConfig {
   int eval_batches = 8;
   int log_every = 20;
   int64_t seed = 1337;
+  std::string run_dir = "runs";  // `loom train` writes runs/<run_name> here (metrics, trace); "" = none
+  std::string run_name;          // "" = the start time, YYYYmmdd-HHMMSS
 };
 
 struct DataConfig {

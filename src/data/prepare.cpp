@@ -20,6 +20,7 @@
 #include "data/corpus.h"
 #include "data/token_shard.h"
 #include "data/tokenizer.h"
+#include "obs/progress.h"
 
 namespace loom {
 namespace fs = std::filesystem;
@@ -156,8 +157,12 @@ std::vector<std::vector<int32_t>> tokenize(const Corpus& corpus, const Tokenizer
   std::stable_sort(order.begin(), order.end(),
                    [&](size_t a, size_t b) { return docs[a].text.size() > docs[b].text.size(); });
   uint64_t done_bytes = 0;
-  int reported = 0;
-  auto t0 = Clock::now();
+  std::optional<obs::Progress> progress;
+  if (log) {
+    obs::ProgressOptions po;
+    po.out = log, po.unit = "MB", po.scale = 1e-6;
+    progress.emplace("prepare: tokenizing", int64_t(corpus.bytes), po);
+  }
 #pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
   for (size_t k = 0; k < order.size(); k++) {
     const Document& d = docs[order[k]];
@@ -168,13 +173,10 @@ std::vector<std::vector<int32_t>> tokenize(const Corpus& corpus, const Tokenizer
 #pragma omp critical(prepare_progress)
     {
       done_bytes += d.text.size();
-      int percent = int(100.0 * double(done_bytes) / double(corpus.bytes));
-      if (percent / 10 > reported / 10 && percent < 100) {
-        reported = percent;
-        say(log, "tokenizing: %3d%% (%.1f MB, %.1f s)", percent, double(done_bytes) / 1e6, seconds_since(t0));
-      }
+      if (progress) progress->update(int64_t(done_bytes));
     }
   }
+  if (progress) progress->finish();
   return ids;
 }
 

@@ -38,13 +38,17 @@ class Replica::Stage : public pp::StageModel {
   }
   double loss_sum() const { return loss_sum_; }
 
-  void forward(int mb, int c, int slot) override { r_.chunks_[size_t(c)]->forward_stage(slot, tok(mb), B(), T_); }
+  void forward(int mb, int c, int slot) override {
+    obs::ScopedSpan span(r_.trace_, "forward", obs::SpanKind::forward, obs::CommGroup::none, mb);
+    r_.chunks_[size_t(c)]->forward_stage(slot, tok(mb), B(), T_);
+  }
   void backward(int mb, int c, int slot) override {
     GPT& chunk = *r_.chunks_[size_t(c)];
     // Only each chunk's last micro-batch reports gradients to the reducer.
     const bool last = mb + 1 == r_.micro_batches_;
     const bool tied = r_.ctx_.grid().pp() > 1;  // wte is reported after its two copies are summed
     const int first_tensor = r_.chunk_tensor_[size_t(c)], wte = chunk.layout().wte;
+    obs::ScopedSpan span(r_.trace_, "backward", obs::SpanKind::backward, obs::CommGroup::none, mb);
     if (last)
       chunk.set_grad_ready_hook([this, first_tensor, wte, tied](int i) {
         if (!(tied && i == wte)) r_.reducer_->on_grad_ready(first_tensor + i);
@@ -55,6 +59,11 @@ class Replica::Stage : public pp::StageModel {
   float* activation_in(int c, int slot) override { return r_.chunks_[size_t(c)]->stage_input(slot); }
   const float* activation_out(int c, int slot) override { return r_.chunks_[size_t(c)]->stage_output(slot); }
   float* grad(int c, int slot) override { return r_.chunks_[size_t(c)]->stage_grad(slot); }
+  void waiting(bool begins) override {
+    if (!r_.trace_) return;
+    if (begins) r_.trace_->begin("wait for neighbour stage", obs::SpanKind::bubble, obs::CommGroup::pp);
+    else r_.trace_->end();
+  }
   size_t activation_floats() const override {
     return size_t(r_.chunks_[0]->local_rows(int64_t(B()) * T_)) * size_t(r_.chunks_[0]->config().d_model);
   }

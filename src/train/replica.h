@@ -18,6 +18,7 @@
 
 #include "config/run_config.h"
 #include "model/gpt.h"
+#include "obs/trace_recorder.h"
 #include "parallel/dp/bucket_plan.h"
 #include "parallel/dp/grad_buffer.h"
 #include "parallel/dp/grad_reducer.h"
@@ -84,6 +85,8 @@ class Replica {
   const ReduceTimes& reduce_times() const { return reducer_->times(); }
   double tp_comm_seconds() const;
   const pp::StageTimeline& timeline() const { return executor_->timeline(); }
+  // Forward and backward spans of each micro-batch go here (nullptr: none).
+  void set_trace(obs::TraceRecorder* trace) { trace_ = trace; }
 
  private:
   class Stage;
@@ -107,6 +110,7 @@ class Replica {
   std::unique_ptr<ShardedOptimizer> optimizer_;
   std::unique_ptr<pp::PipelineExecutor> executor_;
   std::unique_ptr<pp::StageModel> stage_;
+  obs::TraceRecorder* trace_ = nullptr;
 };
 
 }  // namespace loom

@@ -13,6 +13,7 @@
 #include "optim/lr_schedule.h"
 #include "parallel/pp/partition.h"
 #include "train/replica.h"
+#include "train/run_recorder.h"
 
 namespace loom {
 
@@ -147,6 +148,11 @@ TrainResult train(const RunConfig& cfg, const ParallelContext& ctx, FILE* log, c
   std::vector<int32_t> tokens(size_t(accumulation) * micro * T), targets(tokens.size());
   const int pp = ctx.grid().pp();
   std::vector<double> bubble_sum(size_t(pp), 0.0);  // per stage, over the timed steps
+  RunRecorder recorder(options.run_dir, cfg, ctx, accumulation);
+  replica.set_trace(recorder.trace());
+  obs::TraceRecorder* trace = recorder.trace();
+  const auto run_start = Clock::now();
+  double tp_comm_before = 0, wait_before = 0;  // totals at the previous step's end
   ReduceTimes warm_up;  // the reductions of the first step, left out of the overlap figures
   double tp_comm_warm_up = 0, tp_comm_eval = 0;  // tensor-parallel waits in the first step / in evaluations
   double optimizer_seconds = 0;  // after the first step
@@ -155,26 +161,38 @@ TrainResult train(const RunConfig& cfg, const ParallelContext& ctx, FILE* log, c
   int timed_steps = 0, window_steps = 0;
   for (int step = 0; step < cfg.train.steps; step++) {
     auto t0 = Clock::now();
+    obs::ScopedSpan step_span(trace, "step", obs::SpanKind::step, obs::CommGroup::none, step);
     auto t_data = Clock::now();
+    if (trace) trace->begin("data", obs::SpanKind::data);
     for (int k = 0; k < accumulation; k++) {
       const RowRange micro_rows{rows.begin + k * micro, rows.begin + (k + 1) * micro};
       const size_t at = size_t(k) * micro * T;
       data->train_batch(uint64_t(cfg.train.seed), step, B, T, micro_rows, tokens.data() + at, targets.data() + at);
     }
-    data_seconds += seconds_since(t_data);
+    if (trace) trace->end();
+    const double step_data_s = seconds_since(t_data);
+    data_seconds += step_data_s;
     // Every micro-batch has the same rows, so the mean of their mean losses
     // (and gradients) is the global batch's.
     float loss = replica.forward_backward(tokens, targets, T);
     if (step > 0 || cfg.train.steps == 1) bubble_sum[size_t(ctx.coord().pp)] += replica.timeline().bubble();
     result.peak_in_flight = std::max(result.peak_in_flight, replica.timeline().peak_in_flight);
-    double norm = replica.reduce();
+    double norm;
+    {
+      obs::ScopedSpan wait(trace, "gradient reduction", obs::SpanKind::wait, obs::CommGroup::dp);
+      norm = replica.reduce();
+    }
     if (dp > 1) ctx.dp().all_reduce(&loss, 1, DType::f32, ReduceOp::Avg);
     if (step == 0 && options.keep_first_step_grads) result.first_step_grads = replica.gather_grads();
     float clip = cpu::clip_scale(norm, cfg.train.grad_clip);
     float lr = schedule.at(step);
     auto t_update = Clock::now();
-    replica.update(lr, clip);
-    if (step > 0 || cfg.train.steps == 1) optimizer_seconds += seconds_since(t_update);
+    {
+      obs::ScopedSpan optimizer(trace, "optimizer", obs::SpanKind::optimizer);
+      replica.update(lr, clip);
+    }
+    const double step_optimizer_s = seconds_since(t_update);
+    if (step > 0 || cfg.train.steps == 1) optimizer_seconds += step_optimizer_s;
     double dt = seconds_since(t0);
     if (step == 0) warm_up = replica.reduce_times(), tp_comm_warm_up = replica.tp_comm_seconds();
     result.train_losses.push_back(loss);
@@ -195,13 +213,31 @@ TrainResult train(const RunConfig& cfg, const ParallelContext& ctx, FILE* log, c
       std::fflush(log);
     }
     if (step % cfg.train.log_every == 0 || last) window_seconds = 0, window_steps = 0;
+    // This step's exposed communication: tensor-parallel waits and the
+    // data-parallel wait after backward (before an evaluation adds its own).
+    const double tp_now = replica.tp_comm_seconds(), wait_now = replica.reduce_times().wait_s;
+    const double step_comm_s = (tp_now - tp_comm_before) + (wait_now - wait_before);
     bool eval_due = cfg.train.eval_every > 0 && ((step + 1) % cfg.train.eval_every == 0 || last);
+    float val = NAN;
     if (eval_due) {
       const double tp_before = replica.tp_comm_seconds();
-      float val = evaluate(replica, *data, cfg.train.eval_batches, B, rows, micro, T, ctx);
+      val = evaluate(replica, *data, cfg.train.eval_batches, B, rows, micro, T, ctx);
       if (step > 0) tp_comm_eval += replica.tp_comm_seconds() - tp_before;
       result.val_losses.push_back(val);
       if (log) std::fprintf(log, "step %5d/%d | val loss %.4f\n", step + 1, cfg.train.steps, val), std::fflush(log);
+    }
+    tp_comm_before = replica.tp_comm_seconds(), wait_before = replica.reduce_times().wait_s;
+    if (recorder.active()) {
+      obs::StepMetrics m;
+      m.step = step + 1, m.loss = loss, m.val_loss = val, m.lr = lr, m.grad_norm = norm;
+      m.step_time_s = dt, m.tokens_per_s = double(B) * T / dt;
+      m.mfu = flops_per_step / dt / (result.peak_gflops * 1e9);
+      m.peak_mem_bytes = recorder.peak_memory();
+      const pp::StageTimeline& tl = replica.timeline();
+      m.time.compute = tl.compute;
+      m.time.bubble = pp > 1 ? std::max(0.0, tl.span - tl.compute) : 0;
+      m.time.comm_exposed = step_comm_s, m.time.optimizer = step_optimizer_s, m.time.data = step_data_s;
+      recorder.step(m);
     }
   }
   if (timed_steps > 0) {
@@ -239,6 +275,25 @@ TrainResult train(const RunConfig& cfg, const ParallelContext& ctx, FILE* log, c
     for (int s = 0; s < pp; s++) std::fprintf(log, " %.1f%%", 100.0 * result.bubble[size_t(s)]);
     std::fprintf(log, "; 1F1B/GPipe theory (pp-1)/(m+pp-1) = %.1f%%%s\n",
                  100.0 * (pp - 1) / (accumulation + pp - 1), pl.v > 1 ? " (before interleaving)" : "");
+  }
+  if (recorder.active()) {
+    obs::RunSummary summary;
+    summary.finished = true;
+    summary.steps = cfg.train.steps;
+    summary.wall_s = seconds_since(run_start);
+    summary.tokens_per_s = result.tokens_per_s;
+    summary.mfu = result.gflops / result.peak_gflops;
+    summary.measured_step_s = result.step_ms * 1e-3;
+    const std::vector<int64_t> mem = recorder.peak_memory();
+    summary.measured_mem_bytes = double(*std::max_element(mem.begin(), mem.end()));
+    for (float b : result.bubble) summary.bubble_fraction_per_stage.push_back(b);
+    if (ctx.grid().tp() > 1) summary.exposed_comm_s["tp"] = result.tp_comm_ms * 1e-3;
+    if (dp > 1) {
+      summary.exposed_comm_s["dp"] = result.reduce_wait_ms * 1e-3;
+      summary.overlap["dp"] = result.reduce_overlap;
+    }
+    recorder.finish(summary);
+    if (log) std::fprintf(log, "run directory: %s (loom report / loom diagnose read it)\n", recorder.dir().c_str());
   }
   if (log && ctx.grid().tp() > 1)
     std::fprintf(log, "tensor-parallel communication: %.1f ms per step waited (%.1f%% of the step time)\n",

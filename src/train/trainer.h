@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdio>
+#include <string>
 #include <vector>
 
 #include "config/run_config.h"
@@ -42,6 +43,9 @@ struct TrainOptions {
   // Keep the mean gradient of the first step (before clipping, the whole
   // flat buffer in layout order, gathered from the shards under ZeRO).
   bool keep_first_step_grads = false;
+  // Where rank 0 writes the run directory (config, layout, metrics.jsonl,
+  // trace.json, summary.json for `loom report`); empty: nowhere.
+  std::string run_dir;
 };
 
 // Runs the job described by cfg on this rank of ctx's layout; rank 0 logs

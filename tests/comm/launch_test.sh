@@ -49,6 +49,29 @@ out=$(run 2 --set parallel.pp=2 --set train.micro_batch_size=1); rc=$?
   fail "pp 2: pipeline layout not printed once: $out"
 [[ $(echo "$out" | grep -c "^pipeline bubble per stage (measured, 1f1b, m = 4):") -eq 1 ]] || fail "pp 2: no bubble report: $out"
 
+# A run directory (issue 11): pp 2 with one micro-batch is pipeline-bound, and
+# the merged trace is valid JSON with matched spans on every rank.
+work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
+out=$(cd "$work" && run 2 --set parallel.pp=2 --set train.steps=6 --set train.run_name=pp2m1); rc=$?
+[[ $rc -eq 0 ]] || fail "run dir: exit $rc: $out"
+for f in config.toml layout.json metrics.jsonl summary.json trace.json; do
+  [[ -s "$work/runs/pp2m1/$f" ]] || fail "run dir: $f missing"
+done
+python3 - "$work/runs/pp2m1/trace.json" <<'PY' || fail "trace.json: spans do not match"
+import json, sys
+events = json.load(open(sys.argv[1]))["traceEvents"]
+open_spans, ranks = {}, set()
+for e in events:
+    key = (e.get("pid"), e.get("tid"))
+    if e.get("ph") == "B": open_spans.setdefault(key, []).append(e["name"]); ranks.add(e["pid"])
+    elif e.get("ph") == "E": assert open_spans[key].pop() is not None
+assert all(not v for v in open_spans.values()), "unclosed spans"
+assert len(ranks) == 2, ranks
+PY
+"$loom" diagnose "$work/runs/pp2m1" | grep -q "pipeline-bound" || fail "diagnose did not name pipeline-bound"
+"$loom" report "$work/runs/pp2m1" > /dev/null && [[ -s "$work/runs/pp2m1/report/report.md" ]] || fail "report failed"
+echo "ok: run directory, trace, report, diagnose"
+
 # Data parallelism (issue 5): the global batch must split into dp x micro-batch
 # x accumulation steps; a bucket must hold something.
 expect_bad 2 "'train.batch_size' (4) must be divisible by parallel.dp (2) x train.micro_batch_size (3)" \

@@ -72,7 +72,11 @@ void PipelineExecutor::run(const StageSchedule& actions, StageModel& model) {
       case ActionKind::Backward: {
         const bool forward = a.kind == ActionKind::Forward;
         const int s = slot_of(mb, c, forward);
-        if (auto& w = recv_[size_t(c)][size_t(s)]) w->wait(), w.reset();
+        if (auto& w = recv_[size_t(c)][size_t(s)]) {
+          model.waiting(true);
+          w->wait(), w.reset();
+          model.waiting(false);
+        }
         TimedAction timed{a, seconds(), 0};
         if (forward) model.forward(mb, c, s);
         else model.backward(mb, c, s);

@@ -35,6 +35,9 @@ class StageModel {
   virtual const float* activation_out(int chunk, int slot) = 0;
   virtual float* grad(int chunk, int slot) = 0;
   virtual size_t activation_floats() const = 0;
+  // Called around each wait for a neighbour's activation or gradient (the
+  // bubble), e.g. to trace it.
+  virtual void waiting(bool begins) {}
 };
 
 // When each compute action ran on this rank, in seconds from the step's start.

@@ -1,0 +1,235 @@
+#include "obs/report.h"
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+
+#include "core/atomic_file.h"
+#include "core/check.h"
+#include "obs/diagnosis.h"
+#include "obs/line_chart.h"
+#include "obs/run_figures.h"
+#include "obs/timeline_chart.h"
+
+namespace loom::obs {
+namespace {
+
+std::string num(double v, const char* fmt = "%.3g") { return std::isfinite(v) ? strprintf(fmt, v) : "n/a"; }
+std::string pct(double share) { return std::isfinite(share) ? strprintf("%.1f%%", share * 100) : "n/a"; }
+std::string mib(double bytes) { return std::isfinite(bytes) ? strprintf("%.1f MiB", bytes / (1 << 20)) : "n/a"; }
+std::string ratio(double predicted, double measured) {
+  if (!std::isfinite(predicted) || !std::isfinite(measured) || predicted <= 0) return "n/a";
+  return strprintf("%+.1f%%", (measured / predicted - 1) * 100);
+}
+
+ChartSeries named(const char* name) {
+  ChartSeries s;
+  s.name = name;
+  return s;
+}
+
+std::vector<ChartSeries> loss_series(const RunData& run) {
+  ChartSeries train = named("train loss"), val = named("validation loss");
+  for (const StepMetrics& m : run.steps) {
+    train.x.push_back(double(m.step)), train.y.push_back(m.skipped ? kUnknown : m.loss);
+    if (std::isfinite(m.val_loss)) val.x.push_back(double(m.step)), val.y.push_back(m.val_loss);
+  }
+  std::vector<ChartSeries> out{train};
+  if (!val.x.empty()) out.push_back(val);
+  return out;
+}
+
+ChartSeries series_of(const RunData& run, const char* name, double StepMetrics::*field, double scale = 1) {
+  ChartSeries s = named(name);
+  for (const StepMetrics& m : run.steps) s.x.push_back(double(m.step)), s.y.push_back(m.*field * scale);
+  return s;
+}
+
+bool varies(const RunData& run, double StepMetrics::*field, double baseline) {
+  for (const StepMetrics& m : run.steps)
+    if (std::isfinite(m.*field) && m.*field != baseline) return true;
+  return false;
+}
+
+bool convert_to_png(const std::string& converter, const std::string& svg, const std::string& png) {
+  pid_t pid = ::fork();
+  if (pid < 0) return false;
+  if (pid == 0) {
+    ::execl(converter.c_str(), converter.c_str(), "-o", png.c_str(), svg.c_str(), static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+}
+
+std::string layout_line(const RunLayout& l) {
+  std::string s = strprintf("dp %d x tp %d x pp %d = %d ranks (order %s), ZeRO %d", l.dp, l.tp, l.pp, l.world_size,
+                            l.order.c_str(), l.zero);
+  if (l.pp > 1)
+    s += strprintf(", schedule %s with %d micro-batches%s", l.schedule.c_str(), l.micro_batches,
+                   l.virtual_stages > 1 ? strprintf(" and %d virtual stages", l.virtual_stages).c_str() : "");
+  s += ", compute " + l.dtype + (l.loss_scaling ? " with dynamic loss scaling" : "");
+  if (l.batch_size > 0) s += strprintf(", global batch %d x %d tokens", l.batch_size, l.seq_len);
+  return s;
+}
+
+std::string markdown(const RunData& run, const RunFigures& f, const std::vector<std::string>& charts,
+                     const std::string& png_note) {
+  std::string md = "# Run report: " + run.path + "\n\n";
+  std::string read;
+  if (run.layout) read += " layout.json,";
+  if (!run.steps.empty())
+    read += strprintf(" metrics.jsonl (%zu steps, %lld to %lld),", run.steps.size(), (long long)run.steps.front().step,
+                      (long long)run.steps.back().step);
+  if (run.summary) read += run.summary->finished ? " summary.json (finished)," : " summary.json (not finished),";
+  if (!run.trace.empty()) read += strprintf(" trace.json (%zu ranks),", run.trace.size());
+  if (!read.empty()) read.pop_back();
+  md += "Read:" + read + ".\n";
+  if (!run.missing.empty()) {
+    md += "Missing:";
+    for (const std::string& m : run.missing) md += " " + m;
+    md += ".\n";
+  }
+  for (const std::string& n : run.notes) md += "\n> " + n + "\n";
+  if (run.layout) md += "\nLayout: " + layout_line(*run.layout) + ".\n";
+
+  md += "\n## Throughput\n\n| | |\n|---|---|\n";
+  md += "| step time (median) | " + num(f.step_s * 1e3, "%.1f ms") + " |\n";
+  md += "| tokens/s (median) | " + num(f.tokens_per_s, "%.0f") + " |\n";
+  md += "| MFU (median) | " + pct(f.mfu) + " |\n";
+  md += "| peak memory per rank (max) | " + mib(f.peak_mem_bytes) + " |\n";
+  md += strprintf("| steps measured | %d (the first is left out as warm-up) |\n", f.steps_measured);
+
+  if (f.steps_measured > 0 && f.step_s > 0) {
+    md += "\nTime split of a step (rank 0, medians):\n\n| part | seconds | share |\n|---|---|---|\n";
+    std::pair<const char*, double> parts[] = {{"compute", f.split.compute},     {"communication exposed", f.split.comm_exposed},
+                                              {"pipeline bubble", f.split.bubble}, {"optimizer", f.split.optimizer},
+                                              {"data", f.split.data}};
+    for (const auto& [name, v] : parts) md += strprintf("| %s | %.4f | %s |\n", name, v, pct(v / f.step_s).c_str());
+  }
+
+  md += "\n## Pipeline\n\n";
+  if (f.bubble_per_stage.empty()) md += "Bubble per stage: not measured.\n";
+  else {
+    md += "| stage | bubble (share of step) |" + std::string(f.compute_s_per_stage.empty() ? "" : " compute per step |") +
+          "\n|---|---|" + (f.compute_s_per_stage.empty() ? "" : "---|") + "\n";
+    for (size_t s = 0; s < f.bubble_per_stage.size(); s++) {
+      md += strprintf("| %zu | %s |", s, pct(f.bubble_per_stage[s]).c_str());
+      if (!f.compute_s_per_stage.empty())
+        md += " " + (s < f.compute_s_per_stage.size() ? num(f.compute_s_per_stage[s] * 1e3, "%.2f ms") : "n/a") + " |";
+      md += "\n";
+    }
+    md += "\nSource: " + f.bubble_source + ".\n";
+  }
+
+  md += "\n## Communication\n\n";
+  if (f.exposed_comm_s.empty() && !std::isfinite(f.exposed_comm_share)) md += "Exposed communication: not measured.\n";
+  else {
+    md += "Exposed communication: " + pct(f.exposed_comm_share) + " of the step (" + f.comm_source + ").\n\n";
+    if (!f.exposed_comm_s.empty()) {
+      md += "| group | exposed per step | overlap achieved |\n|---|---|---|\n";
+      for (const auto& [g, v] : f.exposed_comm_s) {
+        auto o = f.overlap.find(g);
+        md += "| " + g + " | " + num(v * 1e3, "%.2f ms") + " | " + (o == f.overlap.end() ? "n/a" : pct(o->second)) + " |\n";
+      }
+    }
+    for (const auto& [g, o] : f.overlap)
+      if (!f.exposed_comm_s.count(g)) md += "Overlap achieved for " + g + ": " + pct(o) + ".\n";
+  }
+
+  md += "\n## Predicted vs measured\n\n";
+  if (!run.summary) md += "No summary.json: nothing predicted to compare.\n";
+  else {
+    const RunSummary& s = *run.summary;
+    md += "| | predicted | measured | measured vs predicted |\n|---|---|---|---|\n";
+    md += "| step time | " + num(s.predicted_step_s * 1e3, "%.1f ms") + " | " + num(s.measured_step_s * 1e3, "%.1f ms") +
+          " | " + ratio(s.predicted_step_s, s.measured_step_s) + " |\n";
+    md += "| peak memory per rank | " + mib(s.predicted_mem_bytes) + " | " + mib(s.measured_mem_bytes) + " | " +
+          ratio(s.predicted_mem_bytes, s.measured_mem_bytes) + " |\n";
+  }
+
+  md += "\n## Charts\n\n";
+  for (const std::string& c : charts) {
+    std::string stem = c.substr(0, c.size() - 4);
+    md += "![" + stem + "](" + c + ")\n";
+  }
+  if (!png_note.empty()) md += "\n" + png_note + "\n";
+
+  Diagnosis d = diagnose(run, f);
+  md += "\n## Likely causes (loom diagnose)\n\n";
+  if (d.findings.empty()) md += "None found.\n";
+  for (const Finding& x : d.findings)
+    md += "- **" + x.cause + "**: " + (x.evidence.empty() ? "" : x.evidence[0]) + ". Change: " + x.recommendation + ".\n";
+  return md;
+}
+
+}  // namespace
+
+std::string find_svg_converter() {
+  const char* path = std::getenv("PATH");
+  std::string dirs = path ? path : "";
+  size_t start = 0;
+  while (start <= dirs.size()) {
+    size_t end = dirs.find(':', start);
+    if (end == std::string::npos) end = dirs.size();
+    std::string candidate = (end > start ? dirs.substr(start, end - start) : ".") + "/rsvg-convert";
+    if (::access(candidate.c_str(), X_OK) == 0) return candidate;
+    start = end + 1;
+  }
+  return "";
+}
+
+ReportOutput write_report(const RunData& run) {
+  ReportOutput out;
+  out.dir = run.path + "/report";
+  std::error_code ec;
+  std::filesystem::create_directories(out.dir, ec);
+  LOOM_USER_CHECK(!ec, "cannot create '%s': %s", out.dir.c_str(), ec.message().c_str());
+  RunFigures f = compute_figures(run);
+
+  std::vector<std::string> charts;
+  auto save = [&](const std::string& name, const std::string& svg) {
+    write_file_atomically(out.dir + "/" + name, svg);
+    charts.push_back(name);
+  };
+  if (!run.steps.empty()) {
+    save("loss.svg", render_line_chart({"Training loss", "step", "loss"}, loss_series(run)));
+    LineChart throughput{"Throughput", "step", "tokens/s"};
+    throughput.y_from_zero = true;
+    save("throughput.svg", render_line_chart(throughput, {series_of(run, "tokens/s", &StepMetrics::tokens_per_s)}));
+    if (varies(run, &StepMetrics::mfu, kUnknown)) {
+      LineChart mfu{"Model FLOPs utilization", "step", "MFU (%)"};
+      mfu.y_from_zero = true;
+      save("mfu.svg", render_line_chart(mfu, {series_of(run, "MFU %", &StepMetrics::mfu, 100)}));
+    }
+    if (varies(run, &StepMetrics::loss_scale, 1)) {
+      LineChart c{"Loss scale", "step", "loss scale"};
+      c.log_y = true;
+      save("loss_scale.svg", render_line_chart(c, {series_of(run, "loss scale", &StepMetrics::loss_scale)}));
+    }
+  }
+  if (!run.trace.empty()) save("timeline.svg", render_timeline(run.trace).svg);
+
+  std::string converter = find_svg_converter();
+  if (charts.empty()) {
+  } else if (converter.empty()) {
+    out.png_note = "No PNGs: rsvg-convert is not on PATH (Debian package librsvg2-bin).";
+  } else {
+    int failed = 0;
+    for (const std::string& c : std::vector<std::string>(charts)) {
+      std::string png = c.substr(0, c.size() - 4) + ".png";
+      if (convert_to_png(converter, out.dir + "/" + c, out.dir + "/" + png)) out.files.push_back(png);
+      else failed++;
+    }
+    if (failed) out.png_note = strprintf("rsvg-convert failed on %d of %zu charts.", failed, charts.size());
+  }
+  out.files.insert(out.files.begin(), charts.begin(), charts.end());
+  write_file_atomically(out.dir + "/report.md", markdown(run, f, charts, out.png_note));
+  out.files.insert(out.files.begin(), "report.md");
+  return out;
+}
+
+}  // namespace loom::obs

@@ -1,0 +1,47 @@
+// RunDir: the folder one training run writes for later reading by
+// `loom report` and `loom diagnose`:
+//
+//   config.toml     the resolved configuration
+//   layout.json     RunLayout
+//   metrics.jsonl   one StepMetrics object per line, appended as steps finish
+//   summary.json    RunSummary, written when the run ends ("finished": true)
+//   trace.json      the merged Chrome trace (see chrome_trace.h)
+//
+// Only rank 0 makes a RunDir. metrics.jsonl is flushed after every line, so
+// a crashed run leaves a readable prefix; the other files appear atomically.
+#pragma once
+
+#include <cstdio>
+#include <string>
+
+#include "obs/run_records.h"
+
+namespace loom::obs {
+
+class RunDir {
+ public:
+  // Creates `path` (and its parents). Throws UserError naming the path if it
+  // cannot. An existing metrics.jsonl there is replaced (one folder, one
+  // run), unless `resume` (a run continued from a checkpoint appends).
+  explicit RunDir(std::string path, bool resume = false);
+  ~RunDir();
+  RunDir(const RunDir&) = delete;
+  RunDir& operator=(const RunDir&) = delete;
+
+  // runs/<name>, or runs/YYYYmmdd-HHMMSS when name is empty, under `root`.
+  static std::string default_path(const std::string& root = "runs", const std::string& name = "");
+
+  const std::string& path() const { return path_; }
+  std::string file(const char* name) const { return path_ + "/" + name; }
+
+  void write_config(const std::string& toml_text);
+  void write_layout(const RunLayout& layout);
+  void append_step(const StepMetrics& step);  // one line, flushed
+  void write_summary(const RunSummary& summary);
+
+ private:
+  std::string path_;
+  FILE* metrics_ = nullptr;
+};
+
+}  // namespace loom::obs

@@ -1,0 +1,95 @@
+#include "obs/run_reader.h"
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "core/check.h"
+#include "obs/chrome_trace.h"
+
+namespace loom::obs {
+namespace {
+
+using nlohmann::json;
+
+// A JSON file parsed whole; nullopt (with a note) when unreadable.
+std::optional<json> read_json(const std::string& file, std::vector<std::string>& notes) {
+  std::ifstream in(file);
+  json j = json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) {
+    notes.push_back(file + ": not a JSON object (cut off or damaged); ignored");
+    return std::nullopt;
+  }
+  return j;
+}
+
+void read_metrics(const std::string& file, RunData& run) {
+  std::ifstream in(file);
+  std::string line;
+  std::vector<int> bad_lines;
+  int number = 0;
+  bool last_bad = false;
+  while (std::getline(in, line)) {
+    number++;
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    json j = json::parse(line, nullptr, false);
+    last_bad = true;
+    if (j.is_discarded() || !j.is_object() || !j.contains("step") || !j["step"].is_number_integer()) {
+      bad_lines.push_back(number);
+      continue;
+    }
+    try {
+      run.steps.push_back(j.get<StepMetrics>());
+      last_bad = false;
+    } catch (const json::exception&) {
+      bad_lines.push_back(number);
+    }
+  }
+  if (number == 0) run.notes.push_back(file + ": empty (the run stopped before its first step)");
+  if (!bad_lines.empty() && last_bad && bad_lines.size() == 1 && bad_lines[0] == number)
+    run.notes.push_back(strprintf("%s: last line (%d) is cut off (a crashed or still-running run); read %zu steps before it",
+                                  file.c_str(), number, run.steps.size()));
+  else if (!bad_lines.empty())
+    run.notes.push_back(strprintf("%s: %zu unreadable lines skipped (first: line %d)", file.c_str(), bad_lines.size(),
+                                  bad_lines[0]));
+}
+
+}  // namespace
+
+RunData read_run_dir(const std::string& path) {
+  namespace fs = std::filesystem;
+  LOOM_USER_CHECK(fs::is_directory(path), "'%s' is not a run directory (no such folder)", path.c_str());
+  RunData run;
+  run.path = path;
+  auto file = [&](const char* name) { return path + "/" + name; };
+  auto present = [&](const char* name) {
+    bool there = fs::is_regular_file(file(name));
+    if (!there) run.missing.push_back(name);
+    return there;
+  };
+
+  run.has_config = present("config.toml");
+  if (present("layout.json"))
+    if (auto j = read_json(file("layout.json"), run.notes)) run.layout = j->get<RunLayout>();
+  if (present("metrics.jsonl")) read_metrics(file("metrics.jsonl"), run);
+  if (present("summary.json")) {
+    if (auto j = read_json(file("summary.json"), run.notes)) run.summary = j->get<RunSummary>();
+  }
+  if (present("trace.json")) {
+    try {
+      run.trace = read_chrome_trace(file("trace.json"), &run.notes);
+    } catch (const UserError& e) {
+      run.notes.push_back(std::string(e.what()) + "; ignored");
+    }
+  }
+  if (!run.summary && !run.steps.empty())
+    run.notes.push_back("no summary.json: the run did not finish (crashed, killed or still running)");
+  else if (run.summary && !run.summary->finished)
+    run.notes.push_back("summary.json says the run did not finish");
+  LOOM_USER_CHECK(run.anything(), "nothing readable in '%s' (expected metrics.jsonl, summary.json, layout.json or trace.json)",
+                  path.c_str());
+  return run;
+}
+
+}  // namespace loom::obs

@@ -1,0 +1,31 @@
+// Reads back whatever a run directory holds, however the run ended. Every
+// file is optional; what is missing or damaged is described in `notes`
+// (a crashed run: no summary.json, a cut-off last line of metrics.jsonl).
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "obs/run_records.h"
+#include "obs/trace_span.h"
+
+namespace loom::obs {
+
+struct RunData {
+  std::string path;
+  bool has_config = false;
+  std::optional<RunLayout> layout;
+  std::vector<StepMetrics> steps;  // in file order
+  std::optional<RunSummary> summary;
+  std::vector<RankTrace> trace;  // empty when there is no trace.json
+  std::vector<std::string> missing;  // files not there
+  std::vector<std::string> notes;    // files there but damaged, and how
+  bool anything() const { return layout || !steps.empty() || summary || !trace.empty(); }
+};
+
+// Throws UserError (exit code 2) only when nothing at all can be read:
+// no such directory, or none of its files usable.
+RunData read_run_dir(const std::string& path);
+
+}  // namespace loom::obs

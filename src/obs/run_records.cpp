@@ -1,0 +1,167 @@
+#include "obs/run_records.h"
+
+#include <nlohmann/json.hpp>
+
+namespace loom::obs {
+namespace {
+
+using nlohmann::json;
+
+// NaN and infinities become null; null (or a missing key) reads back as NaN.
+json number(double v) { return std::isfinite(v) ? json(v) : json(nullptr); }
+
+double get_number(const json& j, const char* key, double fallback = kUnknown) {
+  auto it = j.find(key);
+  if (it == j.end() || !it->is_number()) return fallback;
+  return it->get<double>();
+}
+
+template <typename T>
+void get_if(const json& j, const char* key, T& out) {
+  auto it = j.find(key);
+  if (it != j.end() && !it->is_null()) out = it->get<T>();
+}
+
+json numbers(const std::vector<double>& v) {
+  json a = json::array();
+  for (double x : v) a.push_back(number(x));
+  return a;
+}
+
+std::vector<double> get_numbers(const json& j, const char* key) {
+  std::vector<double> out;
+  auto it = j.find(key);
+  if (it == j.end() || !it->is_array()) return out;
+  for (const json& x : *it) out.push_back(x.is_number() ? x.get<double>() : kUnknown);
+  return out;
+}
+
+json number_map(const std::map<std::string, double>& m) {
+  json o = json::object();
+  for (const auto& [k, v] : m) o[k] = number(v);
+  return o;
+}
+
+std::map<std::string, double> get_number_map(const json& j, const char* key) {
+  std::map<std::string, double> out;
+  auto it = j.find(key);
+  if (it == j.end() || !it->is_object()) return out;
+  for (auto& [k, v] : it->items()) out[k] = v.is_number() ? v.get<double>() : kUnknown;
+  return out;
+}
+
+}  // namespace
+
+void to_json(json& j, const TimeSplit& t) {
+  j = json{{"compute", number(t.compute)},
+           {"comm_exposed", number(t.comm_exposed)},
+           {"bubble", number(t.bubble)},
+           {"optimizer", number(t.optimizer)},
+           {"data", number(t.data)}};
+}
+
+void from_json(const json& j, TimeSplit& t) {
+  t.compute = get_number(j, "compute", 0);
+  t.comm_exposed = get_number(j, "comm_exposed", 0);
+  t.bubble = get_number(j, "bubble", 0);
+  t.optimizer = get_number(j, "optimizer", 0);
+  t.data = get_number(j, "data", 0);
+}
+
+void to_json(json& j, const StepMetrics& m) {
+  j = json{{"step", m.step},
+           {"loss", number(m.loss)},
+           {"lr", number(m.lr)},
+           {"grad_norm", number(m.grad_norm)},
+           {"loss_scale", number(m.loss_scale)},
+           {"skipped", m.skipped},
+           {"step_time_s", number(m.step_time_s)},
+           {"tokens_per_s", number(m.tokens_per_s)},
+           {"mfu", number(m.mfu)},
+           {"peak_mem_bytes", m.peak_mem_bytes},
+           {"time_s", m.time}};
+  if (std::isfinite(m.val_loss)) j["val_loss"] = m.val_loss;
+}
+
+void from_json(const json& j, StepMetrics& m) {
+  m = StepMetrics{};
+  m.step = j.at("step").get<int64_t>();  // the one field a line cannot do without
+  m.loss = get_number(j, "loss");
+  m.val_loss = get_number(j, "val_loss");
+  m.lr = get_number(j, "lr");
+  m.grad_norm = get_number(j, "grad_norm");
+  m.loss_scale = get_number(j, "loss_scale", 1);
+  get_if(j, "skipped", m.skipped);
+  m.step_time_s = get_number(j, "step_time_s");
+  m.tokens_per_s = get_number(j, "tokens_per_s");
+  m.mfu = get_number(j, "mfu");
+  get_if(j, "peak_mem_bytes", m.peak_mem_bytes);
+  if (auto it = j.find("time_s"); it != j.end() && it->is_object()) m.time = it->get<TimeSplit>();
+}
+
+void to_json(json& j, const RunLayout& l) {
+  j = json{{"world_size", l.world_size},   {"dp", l.dp},
+           {"tp", l.tp},                   {"pp", l.pp},
+           {"zero", l.zero},               {"order", l.order},
+           {"schedule", l.schedule},       {"micro_batches", l.micro_batches},
+           {"virtual_stages", l.virtual_stages}, {"micro_batch_size", l.micro_batch_size},
+           {"seq_len", l.seq_len},         {"batch_size", l.batch_size},
+           {"dtype", l.dtype},             {"loss_scaling", l.loss_scaling},
+           {"ranks_per_node", l.ranks_per_node}};
+}
+
+void from_json(const json& j, RunLayout& l) {
+  l = RunLayout{};
+  get_if(j, "world_size", l.world_size);
+  get_if(j, "dp", l.dp);
+  get_if(j, "tp", l.tp);
+  get_if(j, "pp", l.pp);
+  get_if(j, "zero", l.zero);
+  get_if(j, "order", l.order);
+  get_if(j, "schedule", l.schedule);
+  get_if(j, "micro_batches", l.micro_batches);
+  get_if(j, "virtual_stages", l.virtual_stages);
+  get_if(j, "micro_batch_size", l.micro_batch_size);
+  get_if(j, "seq_len", l.seq_len);
+  get_if(j, "batch_size", l.batch_size);
+  get_if(j, "dtype", l.dtype);
+  get_if(j, "loss_scaling", l.loss_scaling);
+  get_if(j, "ranks_per_node", l.ranks_per_node);
+}
+
+void to_json(json& j, const RunSummary& s) {
+  j = json{{"finished", s.finished},
+           {"steps", s.steps},
+           {"wall_s", number(s.wall_s)},
+           {"tokens_per_s", number(s.tokens_per_s)},
+           {"mfu", number(s.mfu)},
+           {"step_s", {{"predicted", number(s.predicted_step_s)}, {"measured", number(s.measured_step_s)}}},
+           {"mem_bytes", {{"predicted", number(s.predicted_mem_bytes)}, {"measured", number(s.measured_mem_bytes)}}},
+           {"bubble_fraction_per_stage", numbers(s.bubble_fraction_per_stage)},
+           {"compute_s_per_stage", numbers(s.compute_s_per_stage)},
+           {"exposed_comm_s", number_map(s.exposed_comm_s)},
+           {"overlap", number_map(s.overlap)}};
+}
+
+void from_json(const json& j, RunSummary& s) {
+  s = RunSummary{};
+  get_if(j, "finished", s.finished);
+  get_if(j, "steps", s.steps);
+  s.wall_s = get_number(j, "wall_s");
+  s.tokens_per_s = get_number(j, "tokens_per_s");
+  s.mfu = get_number(j, "mfu");
+  if (auto it = j.find("step_s"); it != j.end() && it->is_object()) {
+    s.predicted_step_s = get_number(*it, "predicted");
+    s.measured_step_s = get_number(*it, "measured");
+  }
+  if (auto it = j.find("mem_bytes"); it != j.end() && it->is_object()) {
+    s.predicted_mem_bytes = get_number(*it, "predicted");
+    s.measured_mem_bytes = get_number(*it, "measured");
+  }
+  s.bubble_fraction_per_stage = get_numbers(j, "bubble_fraction_per_stage");
+  s.compute_s_per_stage = get_numbers(j, "compute_s_per_stage");
+  s.exposed_comm_s = get_number_map(j, "exposed_comm_s");
+  s.overlap = get_number_map(j, "overlap");
+}
+
+}  // namespace loom::obs

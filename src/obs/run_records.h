@@ -1,0 +1,90 @@
+// What a run directory holds, as types: the layout (layout.json), one record
+// per step (a line of metrics.jsonl) and the end-of-run summary
+// (summary.json). Writers (RunDir) and readers (read_run_dir) share these,
+// so the files and the code cannot drift apart.
+//
+// Unknown numbers are NaN in memory and null in JSON (JSON has no NaN), so a
+// NaN loss survives the round trip and diagnose can see it.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+namespace loom::obs {
+
+inline constexpr double kUnknown = NAN;
+
+// Where one step's wall time went, in seconds (rank 0's view unless the
+// trainer says otherwise). The parts add up to at most the step time.
+struct TimeSplit {
+  double compute = 0;       // forward + backward + other math on the critical path
+  double comm_exposed = 0;  // communication nothing overlapped with
+  double bubble = 0;        // pipeline idle time (waiting for a neighbour stage)
+  double optimizer = 0;     // clipping, AdamW, parameter all-gather
+  double data = 0;          // reading the batch
+  double total() const { return compute + comm_exposed + bubble + optimizer + data; }
+};
+
+// One line of metrics.jsonl.
+struct StepMetrics {
+  int64_t step = 0;              // 1-based, as logged
+  double loss = kUnknown;        // training loss of the step (mean over the global batch)
+  double val_loss = kUnknown;    // validation loss when evaluated at this step
+  double lr = kUnknown;
+  double grad_norm = kUnknown;   // global norm before clipping
+  double loss_scale = 1;         // 1 when no scaling (fp32, bf16)
+  bool skipped = false;          // optimizer step skipped (inf/NaN gradients)
+  double step_time_s = kUnknown;  // wall time of the step
+  double tokens_per_s = kUnknown;
+  double mfu = kUnknown;         // model FLOPs / (step time x peak FLOP/s of the ranks used), in [0, 1]
+  std::vector<int64_t> peak_mem_bytes;  // per world rank (index = rank)
+  TimeSplit time;
+};
+
+// layout.json: how the ranks were arranged and how a step was scheduled.
+struct RunLayout {
+  int world_size = 1;
+  int dp = 1, tp = 1, pp = 1;
+  int zero = 0;                      // ZeRO stage 0, 1, 2
+  std::string order = "tp-dp-pp";    // axes innermost first
+  std::string schedule = "none";     // "gpipe", "1f1b", "interleaved", or "none" when pp = 1
+  int micro_batches = 1;             // per step per pipeline (m)
+  int virtual_stages = 1;            // chunks per stage (interleaved)
+  int micro_batch_size = 0;          // sequences per micro-batch per replica (0 = unknown)
+  int seq_len = 0;                   // tokens per sequence (0 = unknown)
+  int batch_size = 0;                // global batch in sequences (0 = unknown)
+  std::string dtype = "fp32";        // compute dtype: fp32, bf16, fp16
+  bool loss_scaling = false;         // dynamic loss scaling on
+  int ranks_per_node = 0;            // 0 = unknown
+};
+
+// summary.json, written once when a run ends.
+struct RunSummary {
+  bool finished = false;
+  int64_t steps = 0;
+  double wall_s = kUnknown;
+  double tokens_per_s = kUnknown;    // mean over the measured steps
+  double mfu = kUnknown;
+  double predicted_step_s = kUnknown, measured_step_s = kUnknown;
+  double predicted_mem_bytes = kUnknown, measured_mem_bytes = kUnknown;  // peak per rank (max over ranks)
+  std::vector<double> bubble_fraction_per_stage;  // index = pipeline stage, share of step time
+  std::vector<double> compute_s_per_stage;        // forward+backward seconds per step, per stage
+  std::map<std::string, double> exposed_comm_s;   // group ("tp", "dp", "pp") -> seconds per step
+  std::map<std::string, double> overlap;          // group -> share of its communication hidden, [0, 1]
+};
+
+void to_json(nlohmann::json& j, const TimeSplit& t);
+void from_json(const nlohmann::json& j, TimeSplit& t);
+void to_json(nlohmann::json& j, const StepMetrics& m);
+void from_json(const nlohmann::json& j, StepMetrics& m);
+void to_json(nlohmann::json& j, const RunLayout& l);
+void from_json(const nlohmann::json& j, RunLayout& l);
+void to_json(nlohmann::json& j, const RunSummary& s);
+void from_json(const nlohmann::json& j, RunSummary& s);
+
+}  // namespace loom::obs

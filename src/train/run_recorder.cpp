@@ -1,0 +1,68 @@
+#include "train/run_recorder.h"
+
+#include <sys/resource.h>
+
+#include "obs/chrome_trace.h"
+#include "obs/trace_analysis.h"
+
+namespace loom {
+
+RunRecorder::RunRecorder(const std::string& dir, const RunConfig& cfg, const ParallelContext& ctx,
+                         int micro_batches)
+    : ctx_(ctx), steps_(cfg.train.steps) {
+  // Every rank learns whether rank 0 records.
+  float on = ctx.is_logging_rank() && !dir.empty() ? 1.f : 0.f;
+  ctx.world().all_reduce(&on, 1, DType::f32, ReduceOp::Max);
+  active_ = on > 0;
+  if (!active_) return;
+  trace_ = std::make_unique<obs::TraceRecorder>(
+      ctx.rank(), obs::GridPlace{ctx.coord().dp, ctx.coord().tp, ctx.coord().pp}, size_t(1) << 18);
+  ctx.world().barrier();
+  trace_->set_origin_now();
+  if (!ctx.is_logging_rank()) return;
+  dir_ = dir;
+  run_ = std::make_unique<obs::RunDir>(dir);
+  run_->write_config(cfg.to_toml());
+  const ParallelGrid& g = ctx.grid();
+  obs::RunLayout layout;
+  layout.world_size = g.world_size(), layout.dp = g.dp(), layout.tp = g.tp(), layout.pp = g.pp();
+  layout.zero = cfg.parallel.zero, layout.order = cfg.parallel.order;
+  layout.schedule = g.pp() > 1 ? cfg.parallel.schedule : "none";
+  layout.micro_batches = micro_batches, layout.virtual_stages = cfg.parallel.virtual_stages;
+  layout.micro_batch_size = cfg.train.batch_size / g.dp() / micro_batches;
+  layout.seq_len = cfg.model.seq_len, layout.batch_size = cfg.train.batch_size;
+  layout.ranks_per_node = ctx.ranks_on_node();
+  run_->write_layout(layout);
+  progress_ = std::make_unique<obs::Progress>("train", cfg.train.steps);
+}
+
+std::vector<int64_t> RunRecorder::peak_memory() const {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  // MiB travel as fp32 (exact far beyond any machine), one slot per rank.
+  std::vector<float> mib(size_t(ctx_.grid().world_size()), 0.f);
+  mib[size_t(ctx_.rank())] = float(double(usage.ru_maxrss) / 1024.0);
+  ctx_.world().all_reduce(mib.data(), mib.size(), DType::f32, ReduceOp::Sum);
+  std::vector<int64_t> bytes;
+  for (float m : mib) bytes.push_back(int64_t(double(m) * (1 << 20)));
+  return bytes;
+}
+
+void RunRecorder::step(const obs::StepMetrics& metrics) {
+  if (!run_) return;
+  run_->append_step(metrics);
+  char extra[64];
+  std::snprintf(extra, sizeof extra, "loss %.4f", metrics.loss);
+  progress_->update(metrics.step, extra);
+}
+
+void RunRecorder::finish(obs::RunSummary summary) {
+  if (!active_) return;
+  std::vector<obs::RankTrace> ranks = obs::gather_chrome_trace(ctx_.world(), *trace_, dir_ + "/trace.json");
+  if (!run_) return;
+  progress_->finish();
+  obs::fill_summary_from_trace(obs::analyze_trace(ranks), summary);
+  run_->write_summary(summary);
+}
+
+}  // namespace loom

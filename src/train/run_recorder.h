@@ -1,0 +1,46 @@
+// RunRecorder: what `loom train` leaves behind for `loom report` and `loom
+// diagnose` (src/obs/): a run directory with the resolved config, the layout,
+// metrics.jsonl (one line per step, written as it goes) and, at the end,
+// summary.json and trace.json (every rank's spans merged, one track per rank).
+// Rank 0 writes; every rank records its own spans. With no directory it
+// records nothing (tests, benchmarks).
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "config/run_config.h"
+#include "obs/progress.h"
+#include "obs/run_dir.h"
+#include "obs/trace_recorder.h"
+#include "parallel/grid/parallel_context.h"
+
+namespace loom {
+
+class RunRecorder {
+ public:
+  // dir: the run directory (rank 0's choice; empty: record nothing).
+  RunRecorder(const std::string& dir, const RunConfig& cfg, const ParallelContext& ctx, int micro_batches);
+
+  bool active() const { return active_; }
+  // Spans of this rank (nullptr when not recording: ScopedSpan is a no-op).
+  obs::TraceRecorder* trace() { return trace_.get(); }
+  // The peak RSS of every rank, in bytes (collective over the world).
+  std::vector<int64_t> peak_memory() const;
+  // One step: appended to metrics.jsonl (rank 0), progress advanced.
+  void step(const obs::StepMetrics& metrics);
+  // Collective: merges the trace, writes summary.json.
+  void finish(obs::RunSummary summary);
+  const std::string& dir() const { return dir_; }
+
+ private:
+  const ParallelContext& ctx_;
+  bool active_;
+  std::string dir_;
+  int steps_;
+  std::unique_ptr<obs::RunDir> run_;
+  std::unique_ptr<obs::TraceRecorder> trace_;
+  std::unique_ptr<obs::Progress> progress_;
+};
+
+}  // namespace loom

@@ -1,0 +1,225 @@
+// `loom diagnose` names the cause each synthetic run was built to show.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/run_loom.h"
+#include "obs/diagnosis.h"
+#include "obs/obs_test_util.h"
+#include "obs/run_reader.h"
+
+namespace loom::obs {
+namespace {
+
+using namespace loom::obs::test;
+
+Diagnosis diagnose_dir(const std::string& dir) {
+  RunData run = read_run_dir(dir);
+  return diagnose(run, compute_figures(run));
+}
+
+std::vector<std::string> causes(const Diagnosis& d) {
+  std::vector<std::string> c;
+  for (const Finding& f : d.findings) c.push_back(f.cause);
+  return c;
+}
+
+std::string dump(const Diagnosis& d) {
+  std::string s;
+  for (const Finding& f : d.findings) {
+    s += f.cause + ":";
+    for (const auto& e : f.evidence) s += " [" + e + "]";
+    s += " -> " + f.recommendation + "\n";
+  }
+  return s;
+}
+
+TEST(Diagnose, HealthyRunHasNoFindings) {
+  std::string dir = fresh_dir("healthy");
+  write_run(dir, dp_layout(2), healthy_steps(60));
+  Diagnosis d = diagnose_dir(dir);
+  EXPECT_TRUE(d.findings.empty()) << dump(d);
+  EXPECT_FALSE(d.checked.empty());
+}
+
+TEST(Diagnose, TwoStagesOneMicroBatchIsPipelineBound) {
+  std::string dir = fresh_dir("pipeline_bound");
+  RunLayout l;
+  l.world_size = 2, l.pp = 2, l.schedule = "1f1b", l.micro_batches = 1;
+  std::vector<StepMetrics> steps = healthy_steps(20);
+  for (auto& m : steps) m.time = {0.030, 0.0, 0.030, 0.005, 0.0}, m.step_time_s = 0.065;
+  write_run(dir, l, steps, std::nullopt, pipeline_trace_pp2_m1(4));
+  Diagnosis d = diagnose_dir(dir);
+  ASSERT_FALSE(d.findings.empty());
+  const Finding& f = d.findings[0];
+  EXPECT_EQ(f.cause, "pipeline-bound") << dump(d);
+  EXPECT_EQ(f.severity, Severity::high);
+  std::string all = dump(d);
+  EXPECT_NE(all.find("46%"), std::string::npos) << all;       // measured, from the trace
+  EXPECT_NE(all.find("= 50%"), std::string::npos) << all;     // what pp=2, m=1 predicts
+  EXPECT_NE(f.recommendation.find("at least 8"), std::string::npos) << all;
+  for (const auto& c : causes(d)) EXPECT_NE(c, "communication-bound");
+}
+
+TEST(Diagnose, PipelineBoundFromTheLayoutAloneWhenNothingWasTimed) {
+  std::string dir = fresh_dir("pipeline_layout_only");
+  RunLayout l;
+  l.world_size = 4, l.pp = 4, l.schedule = "gpipe", l.micro_batches = 2;
+  RunDir(dir).write_layout(l);
+  Diagnosis d = diagnose_dir(dir);
+  ASSERT_FALSE(d.findings.empty());
+  EXPECT_EQ(d.findings[0].cause, "pipeline-bound");
+  EXPECT_NE(dump(d).find("predicted from layout.json"), std::string::npos);
+}
+
+TEST(Diagnose, SmallBatchWithoutOverlapIsCommunicationBound) {
+  std::string dir = fresh_dir("comm_bound");
+  RunLayout l = dp_layout(8);
+  l.batch_size = 16, l.seq_len = 128;  // 256 tokens per rank per step
+  std::vector<StepMetrics> steps = healthy_steps(30);
+  for (auto& m : steps) m.time = {0.050, 0.040, 0.0, 0.009, 0.001}, m.step_time_s = 0.100;
+  RunSummary s;
+  s.finished = true;
+  s.exposed_comm_s = {{"dp", 0.040}, {"tp", 0.0}};
+  s.overlap = {{"dp", 0.05}};
+  write_run(dir, l, steps, s);
+  Diagnosis d = diagnose_dir(dir);
+  ASSERT_EQ(causes(d), std::vector<std::string>{"communication-bound"}) << dump(d);
+  const Finding& f = d.findings[0];
+  std::string all = dump(d);
+  EXPECT_NE(all.find("40% of the step"), std::string::npos) << all;
+  EXPECT_NE(f.recommendation.find("bucket"), std::string::npos) << all;       // no overlap
+  EXPECT_NE(f.recommendation.find("per-rank batch"), std::string::npos) << all;  // small batch
+}
+
+TEST(Diagnose, TensorParallelAcrossNodesIsNamed) {
+  std::string dir = fresh_dir("tp_slow_link");
+  RunLayout l;
+  l.world_size = 16, l.tp = 16, l.ranks_per_node = 8;
+  std::vector<StepMetrics> steps = healthy_steps(20);
+  for (auto& m : steps) m.time = {0.050, 0.045, 0.0, 0.004, 0.001}, m.step_time_s = 0.100;
+  RunSummary s;
+  s.exposed_comm_s = {{"tp", 0.045}};
+  write_run(dir, l, steps, s);
+  Diagnosis d = diagnose_dir(dir);
+  ASSERT_FALSE(d.findings.empty());
+  EXPECT_EQ(d.findings[0].cause, "communication-bound");
+  EXPECT_NE(d.findings[0].recommendation.find("spans nodes"), std::string::npos) << dump(d);
+}
+
+TEST(Diagnose, ImbalancedStagesShowAStalledStage) {
+  std::string dir = fresh_dir("stalled");
+  RunLayout l;
+  l.world_size = 4, l.pp = 4, l.schedule = "1f1b", l.micro_batches = 32;
+  RunSummary s;
+  s.compute_s_per_stage = {0.050, 0.050, 0.050, 0.090};
+  s.bubble_fraction_per_stage = {0.12, 0.11, 0.10, 0.02};
+  write_run(dir, l, healthy_steps(20), s);
+  Diagnosis d = diagnose_dir(dir);
+  ASSERT_EQ(causes(d), std::vector<std::string>{"stalled-stage"}) << dump(d);
+  EXPECT_NE(d.findings[0].recommendation.find("from stage 3"), std::string::npos);
+}
+
+TEST(Diagnose, Fp16WithoutScalingUnderflows) {
+  std::string dir = fresh_dir("fp16_underflow");
+  RunLayout l = dp_layout(1);
+  l.dtype = "fp16", l.loss_scaling = false;
+  std::vector<StepMetrics> steps;
+  for (int i = 1; i <= 40; i++) {
+    StepMetrics m = healthy_step(i);
+    m.loss = 9.01 - 0.0001 * (i % 3);  // stuck at the start
+    m.grad_norm = i < 4 ? 1e-3 : 0.0;  // every gradient flushed to zero
+    steps.push_back(m);
+  }
+  write_run(dir, l, steps);
+  Diagnosis d = diagnose_dir(dir);
+  ASSERT_FALSE(d.findings.empty());
+  EXPECT_EQ(d.findings[0].cause, "fp16-underflow") << dump(d);
+  EXPECT_EQ(d.findings[0].severity, Severity::high);
+  std::string all = dump(d);
+  EXPECT_NE(all.find("zero on 37 of 40 steps"), std::string::npos) << all;
+  EXPECT_NE(d.findings[0].recommendation.find("loss scaling"), std::string::npos);
+}
+
+TEST(Diagnose, CollapsingLossScaleWithSkippedSteps) {
+  std::string dir = fresh_dir("scale_collapse");
+  RunLayout l = dp_layout(2);
+  l.dtype = "fp16", l.loss_scaling = true;
+  std::vector<StepMetrics> steps;
+  double scale = 65536;
+  for (int i = 1; i <= 40; i++) {
+    StepMetrics m = healthy_step(i);
+    if (i > 10) {  // every step overflows from here: skipped, scale halved
+      m.skipped = true, m.grad_norm = INFINITY, scale = std::max(scale / 2, 1.0);
+    }
+    m.loss_scale = scale;
+    steps.push_back(m);
+  }
+  write_run(dir, l, steps);
+  Diagnosis d = diagnose_dir(dir);
+  ASSERT_FALSE(d.findings.empty());
+  EXPECT_EQ(d.findings[0].cause, "loss-scale-collapse") << dump(d);
+  std::string all = dump(d);
+  EXPECT_NE(all.find("from 65536"), std::string::npos) << all;
+  EXPECT_NE(all.find("30 of 40 steps skipped"), std::string::npos) << all;
+}
+
+TEST(Diagnose, RepeatedSkippedStepsWithoutCollapse) {
+  std::string dir = fresh_dir("skips");
+  RunLayout l = dp_layout(1);
+  l.dtype = "fp16", l.loss_scaling = true;
+  std::vector<StepMetrics> steps = healthy_steps(40);
+  for (auto& m : steps) m.loss_scale = 1024;
+  for (int i : {20, 21, 22, 23}) steps[i].skipped = true;
+  write_run(dir, l, steps);
+  EXPECT_EQ(causes(diagnose_dir(dir)), std::vector<std::string>{"skipped-steps"});
+}
+
+TEST(Diagnose, LossSpikeAndGradNormSpike) {
+  std::string dir = fresh_dir("spike");
+  std::vector<StepMetrics> steps = healthy_steps(60);
+  steps[40].loss = 9.5;  // step 41
+  steps[40].grad_norm = 80;
+  write_run(dir, dp_layout(1), steps);
+  Diagnosis d = diagnose_dir(dir);
+  auto c = causes(d);
+  EXPECT_NE(std::find(c.begin(), c.end(), "loss-spikes"), c.end()) << dump(d);
+  EXPECT_NE(std::find(c.begin(), c.end(), "grad-norm-spikes"), c.end()) << dump(d);
+  EXPECT_NE(dump(d).find("step 41"), std::string::npos);
+}
+
+TEST(Diagnose, RisingLossBlamesTheLearningRate) {
+  std::string dir = fresh_dir("rising");
+  std::vector<StepMetrics> steps = healthy_steps(40);
+  for (auto& m : steps) m.loss = 3.0 + 0.02 * double(m.step), m.lr = 3e-2;
+  write_run(dir, dp_layout(1), steps);
+  Diagnosis d = diagnose_dir(dir);
+  ASSERT_FALSE(d.findings.empty());
+  EXPECT_EQ(d.findings[0].cause, "loss-rising") << dump(d);
+  EXPECT_NE(d.findings[0].recommendation.find("learning rate"), std::string::npos);
+}
+
+TEST(Diagnose, CommandPrintsTextAndJson) {
+  std::string dir = fresh_dir("cli_pipeline");
+  RunLayout l;
+  l.world_size = 2, l.pp = 2, l.schedule = "1f1b", l.micro_batches = 1;
+  write_run(dir, l, healthy_steps(10), std::nullopt, pipeline_trace_pp2_m1(3));
+  auto text = loom::test::run_loom("diagnose '" + dir + "'");
+  EXPECT_EQ(text.code, 0) << text.output;
+  EXPECT_NE(text.output.find("1. pipeline-bound (performance, high)"), std::string::npos) << text.output;
+  EXPECT_NE(text.output.find("change:"), std::string::npos);
+  EXPECT_NE(text.output.find("missing: summary.json"), std::string::npos) << text.output;
+  auto js = loom::test::run_loom("diagnose --json '" + dir + "'");
+  EXPECT_EQ(js.code, 0);
+  nlohmann::json j = nlohmann::json::parse(js.output);
+  EXPECT_EQ(j["findings"][0]["cause"], "pipeline-bound");
+  EXPECT_FALSE(j["findings"][0]["evidence"].empty());
+  auto none = loom::test::run_loom("diagnose '" + fresh_dir("cli_empty") + "'");
+  EXPECT_EQ(none.code, 2);
+  auto bad = loom::test::run_loom("diagnose --frob x");
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_NE(bad.output.find("--frob"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace loom::obs

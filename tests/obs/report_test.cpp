@@ -1,0 +1,124 @@
+// `loom report`: charts that parse and hold their series, report.md with the
+// headline figures, partial and crashed runs.
+#include <gtest/gtest.h>
+
+#include "cli/run_loom.h"
+#include "obs/line_chart.h"
+#include "obs/obs_test_util.h"
+#include "obs/report.h"
+#include "obs/run_reader.h"
+#include "obs/svg.h"
+#include "obs/timeline_chart.h"
+
+namespace loom::obs {
+namespace {
+
+using namespace loom::obs::test;
+
+bool has(const std::string& text, const std::string& what) { return text.find(what) != std::string::npos; }
+
+TEST(Report, NiceTicksCoverTheRange) {
+  std::vector<double> t = nice_ticks(0.3, 9.7);
+  ASSERT_GE(t.size(), 3u);
+  EXPECT_LE(t.front(), 0.3);
+  EXPECT_GE(t.back(), 9.7);
+  EXPECT_EQ(t[1] - t[0], 2);
+  EXPECT_EQ(tick_label(12000, 2000), "12k");
+  EXPECT_EQ(tick_label(40050, 50), "40.05k");
+  EXPECT_EQ(tick_label(0.5, 0.1), "0.5");
+  EXPECT_EQ(tick_label(3, 1), "3");
+}
+
+TEST(Report, LineChartIsWellFormedAndHoldsItsSeries) {
+  std::string dir = fresh_dir("chart");
+  ChartSeries a, b;
+  a.name = "train <loss> & more", b.name = "val";
+  for (int i = 0; i < 50; i++) a.x.push_back(i), a.y.push_back(i == 20 ? NAN : 10.0 / (i + 1));
+  b.x = {10, 20, 30}, b.y = {1, 0.8, 0.6};
+  LineChart c;
+  c.title = "Loss \"quoted\"", c.x_label = "step", c.y_label = "loss";
+  std::string svg = render_line_chart(c, {a, b});
+  std::ofstream(dir + "/c.svg") << svg;
+  EXPECT_TRUE(well_formed_xml(dir + "/c.svg"));
+  EXPECT_TRUE(has(svg, "data-series=\"train &lt;loss&gt; &amp; more\""));
+  EXPECT_TRUE(has(svg, "data-series=\"val\""));
+  EXPECT_EQ(std::count(svg.begin(), svg.end(), '\n') > 10, true);
+  // the NaN breaks the line in two
+  size_t lines = 0;
+  for (size_t at = 0; (at = svg.find("<polyline data-series=\"train", at)) != std::string::npos; at++) lines++;
+  EXPECT_EQ(lines, 2u);
+  std::ofstream(dir + "/empty.svg") << render_line_chart(c, {});
+  EXPECT_TRUE(well_formed_xml(dir + "/empty.svg"));
+}
+
+TEST(Report, FullRunWritesChartsAndSummary) {
+  std::string dir = fresh_dir("full");
+  RunLayout l;
+  l.world_size = 2, l.pp = 2, l.schedule = "1f1b", l.micro_batches = 1;
+  std::vector<StepMetrics> steps = healthy_steps(30);
+  for (auto& m : steps) m.time = {0.030, 0.0, 0.030, 0.005, 0.0}, m.step_time_s = 0.065;
+  RunSummary s;
+  s.finished = true, s.steps = 30, s.predicted_step_s = 0.060, s.measured_step_s = 0.065;
+  s.predicted_mem_bytes = 100 << 20, s.measured_mem_bytes = 110 << 20;
+  s.overlap = {{"dp", 0.75}};
+  write_run(dir, l, steps, s, pipeline_trace_pp2_m1(3));
+
+  ReportOutput out = write_report(read_run_dir(dir));
+  for (const char* f : {"report.md", "loss.svg", "throughput.svg", "mfu.svg", "timeline.svg"}) {
+    EXPECT_TRUE(std::filesystem::exists(out.dir + "/" + f)) << f;
+    if (std::string(f).ends_with(".svg")) EXPECT_TRUE(well_formed_xml(out.dir + "/" + f)) << f;
+  }
+  EXPECT_TRUE(has(read_text(out.dir + "/loss.svg"), "data-series=\"train loss\""));
+  EXPECT_TRUE(has(read_text(out.dir + "/throughput.svg"), "data-series=\"tokens/s\""));
+  std::string timeline = read_text(out.dir + "/timeline.svg");
+  EXPECT_TRUE(has(timeline, "data-rank=\"0\"") && has(timeline, "data-rank=\"1\""));
+  EXPECT_TRUE(has(timeline, "Timeline of step 3"));
+  EXPECT_TRUE(has(timeline, span_kind_color(SpanKind::bubble)));
+
+  std::string md = read_text(out.dir + "/report.md");
+  for (const char* what : {"MFU", "tokens/s", "| 0 | 46.2% |", "| 1 | 46.2% |", "Overlap achieved", "75.0%",
+                           "Predicted vs measured", "+8.3%", "+10.0%", "![loss](loss.svg)",
+                           "![timeline](timeline.svg)", "pipeline-bound"})
+    EXPECT_TRUE(has(md, what)) << what << "\n" << md;
+  if (find_svg_converter().empty()) EXPECT_TRUE(has(md, "rsvg-convert is not on PATH"));
+  else EXPECT_TRUE(std::filesystem::exists(out.dir + "/loss.png"));
+}
+
+TEST(Report, CrashedRunReportsWhatIsThereAndWhatIsMissing) {
+  std::string dir = fresh_dir("crashed");
+  write_run(dir, dp_layout(2), healthy_steps(12));
+  std::ofstream(dir + "/metrics.jsonl", std::ios::app) << R"({"step": 13, "loss": 2.)";
+  auto r = loom::test::run_loom("report '" + dir + "'");
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_TRUE(has(r.output, "missing: summary.json")) << r.output;
+  EXPECT_TRUE(has(r.output, "cut off")) << r.output;
+  std::string md = read_text(dir + "/report/report.md");
+  EXPECT_TRUE(has(md, "Missing: summary.json trace.json")) << md;
+  EXPECT_TRUE(has(md, "12 steps")) << md;
+  EXPECT_TRUE(has(md, "did not finish")) << md;
+  EXPECT_TRUE(well_formed_xml(dir + "/report/loss.svg"));
+}
+
+TEST(Report, SummaryOnlyRunStillReports) {
+  std::string dir = fresh_dir("summary_only");
+  RunSummary s;
+  s.finished = true, s.measured_step_s = 0.2, s.tokens_per_s = 1000;
+  RunDir(dir).write_summary(s);  // an empty metrics.jsonl beside it
+  auto r = loom::test::run_loom("report '" + dir + "'");
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_TRUE(has(read_text(dir + "/report/report.md"), "200.0 ms"));
+}
+
+TEST(Report, NothingToReadExitsWith2) {
+  auto r = loom::test::run_loom("report '" + fresh_dir("nothing") + "'");
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_TRUE(has(r.output, "nothing readable")) << r.output;
+  r = loom::test::run_loom("report /no/such/run");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_TRUE(has(r.output, "/no/such/run"));
+  r = loom::test::run_loom("report");
+  EXPECT_EQ(r.code, 2);
+}
+
+}  // namespace
+}  // namespace loom::obs
