@@ -28,10 +28,17 @@ int cmd_bench_tp_child(const Args& args, MpiRuntime& mpi);
 // `loom bench pp` (launches mpirun) and its per-rank child.
 int cmd_bench_pp(const Args& args);
 int cmd_bench_pp_child(const Args& args, MpiRuntime& mpi);
+int cmd_prepare(const Args& args);
+// `loom plan` and `loom bench calibrate` (src/planner/).
+int cmd_plan(const Args& args);
+int cmd_bench_calibrate(const Args& args);
+// `loom export` and `loom generate` (src/checkpoint/); `loom bench checkpoint`.
+int cmd_export(const Args& args);
+int cmd_generate(const Args& args);
+int cmd_bench_checkpoint(const Args& args);
 // `loom report RUN_DIR` and `loom diagnose RUN_DIR [--json]` (src/obs/).
 int cmd_report(const Args& args);
 int cmd_diagnose(const Args& args);
-int cmd_prepare(const Args& args);
 void print_help();
 
 // Where bundled files (configs/, data/, tools/) live: $LOOM_HOME, else the

@@ -61,24 +61,6 @@ commands:
           Rank 0 reports the measured bubble per stage.
           Logs one line per logged step: loss, learning rate, gradient norm, tokens/s,
           achieved GFLOP/s and its share of the machine's measured fp32 peak.
-  report  Charts and a summary of a run directory (runs/NAME/, written by train).
-            loom report RUN_DIR
-          Writes RUN_DIR/report/: loss.svg, throughput.svg (and mfu.svg, loss_scale.svg when
-          recorded), timeline.svg (one step of trace.json: a row per rank, spans coloured by
-          kind), PNG copies when rsvg-convert is on PATH (Debian: librsvg2-bin), and report.md:
-          MFU, tokens/s, time split, bubble per pipeline stage, exposed communication per group
-          (tp, dp, pp), overlap achieved, predicted vs measured memory and step time.
-          A partial or crashed run is reported as far as it goes, naming what is missing.
-  diagnose  Name the likely causes of a slow or unstable run, with evidence and a change to try.
-            loom diagnose RUN_DIR [--json]
-          Rules: pipeline-bound (a stage idles >= 20%% of the step in the bubble), communication-
-          bound (exposed communication >= 25%% of the step: small per-rank batch, no overlap, tp
-          across nodes), stalled stage (slowest stage >= 1.2x the mean compute), numerics
-          (loss-scale collapse, skipped steps >= 10%% or 3 in a row, fp16 without loss scaling,
-          non-finite loss, grad-norm spikes > 10x or loss spikes > 1.25x the recent median, loss
-          rising). See docs/observability.md.
-          Both read metrics.jsonl, summary.json, layout.json and trace.json, whichever exist;
-          exit code 2 only when none can be read.
   bench   Benchmarks (speed is measured here, never in tests).
             loom bench step [--shapes tiny,small,gpt2-124M] [--threads 1,2] [--steps N]
                             [--no-pytorch]
@@ -103,6 +85,56 @@ commands:
           against N ranks for each ZeRO stage; efficiency = tokens/s(N) / (N x tokens/s(1)),
           the share of gradient-reduction time overlapped with backward, the wait after it,
           per-rank peak RSS, AdamW state and gradient memory.
+            loom bench checkpoint [--mb 256] [--ranks 4] [--repeat 3] [--dir PATH]
+          Checkpoint save (rank files + sha256 + fsync + commit) and load (verify + assemble
+          every tensor from the rank files) in MB/s, beside a plain copy (read + write + fsync)
+          and a plain read of the same files, cold page cache. See docs/checkpoints.md.
+  report  Charts and a summary of a run directory (runs/NAME/, written by train).
+            loom report RUN_DIR
+          Writes RUN_DIR/report/: loss.svg, throughput.svg (and mfu.svg, loss_scale.svg when
+          recorded), timeline.svg (one step of trace.json: a row per rank, spans coloured by
+          kind), PNG copies when rsvg-convert is on PATH (Debian: librsvg2-bin), and report.md:
+          MFU, tokens/s, time split, bubble per pipeline stage, exposed communication per group
+          (tp, dp, pp), overlap achieved, predicted vs measured memory and step time.
+          A partial or crashed run is reported as far as it goes, naming what is missing.
+  diagnose  Name the likely causes of a slow or unstable run, with evidence and a change to try.
+            loom diagnose RUN_DIR [--json]
+          Rules: pipeline-bound (a stage idles >= 20%% of the step in the bubble), communication-
+          bound (exposed communication >= 25%% of the step: small per-rank batch, no overlap, tp
+          across nodes), stalled stage (slowest stage >= 1.2x the mean compute), numerics
+          (loss-scale collapse, skipped steps >= 10%% or 3 in a row, fp16 without loss scaling,
+          non-finite loss, grad-norm spikes > 10x or loss spikes > 1.25x the recent median, loss
+          rising). See docs/observability.md.
+          Both read metrics.jsonl, summary.json, layout.json and trace.json, whichever exist;
+          exit code 2 only when none can be read.
+  export  Write a checkpoint (any layout) as Hugging Face GPT-2 files.
+            loom export --checkpoint DIR --out DIR2 [--format hf] [--dtype f32|bf16|f16]
+          DIR is a checkpoint folder (runs/x/checkpoints/step_000100) or a root with `latest`;
+          every file's sha256 is checked first. Writes DIR2/model.safetensors (transformer.*
+          names, Conv1D weights as [in, out], LM head tied) and DIR2/config.json (GPT2LMHeadModel).
+  generate  Sample text from a checkpoint, single process.
+            loom generate --checkpoint DIR --prompt TEXT [--temperature 0.8] [--top-k 40]
+                          [--max-tokens 100] [--seed 1] [--tokenizer FILE] [--threads N]
+          The run's tokenizer (data.format shards: <data.path>/tokenizer.model; bytes: one token
+          per byte) unless --tokenizer is given. --temperature 0 is greedy; --top-k 0 keeps every
+          token. Stops at end-of-text or after --max-tokens.
+  plan    Which layout of a model fits a cluster and runs fastest: a ranked table and a memo.
+            loom plan --model gpt3-175b --cluster a100-80gb --devices 1024
+            loom plan --config configs/NAME.toml [--set k=v] --cluster local
+            loom plan --config configs/NAME.toml --layout auto --ranks N   (the layout for loom train)
+          Model: --model gpt2-124m|gpt2-350m|gpt2-774m|gpt2-1.5b|gpt3-6.7b|gpt3-13b|gpt3-30b|
+                 gpt3-70b|gpt3-175b, or --config FILE; --layers --d-model --heads --vocab --seq
+                 override sizes; --batch N global batch in sequences.
+          Cluster: --cluster NAME (configs/clusters/NAME.toml, or local = .cache/cluster-local.toml
+                 from loom bench calibrate) or FILE.toml; --devices N; --inter-node-gbit G.
+          Fix dimensions (comma lists): --dp --tp --pp --v --micro-batch --zero 0-3 --sp 0|1
+                 --precision fp32,bf16,fp16 --recompute none,selective,full; --top K (default 5).
+          Deadline: --tokens N [--deadline-days D] (exit 2 if the best plan misses it).
+          No layout fits: exit 2, saying how much memory per device is missing. See docs/planner.md.
+            loom bench calibrate [--mpi] [--out FILE]
+          Measures this machine (fp32 peak per core, memcpy bandwidth, a loom training step's share
+          of peak; with --mpi, 2-rank MPI all-reduce bandwidth and latency) and writes the cluster
+          file loom plan reads as --cluster local (default .cache/cluster-local.toml).
 
 exit codes: 0 success, 2 bad input (the message names the field or file), 1 internal error
 environment: LOOM_HOME  where configs/, data/ and tools/ are (default: the source tree)

@@ -47,6 +47,8 @@ int main(int argc, char** argv) {
     if (cmd == "bench" && !rest.empty() && rest[0] == "scaling") return cli::cmd_bench_scaling(rest);
     if (cmd == "bench" && !rest.empty() && rest[0] == "scaling-child")
       return run_distributed(&argc, &argv, cli::cmd_bench_scaling_child, rest);
+    if (cmd == "bench" && !rest.empty() && rest[0] == "checkpoint") return cli::cmd_bench_checkpoint(rest);
+    if (cmd == "bench" && !rest.empty() && rest[0] == "calibrate") return cli::cmd_bench_calibrate(rest);
     if (cmd == "bench" && !rest.empty() && rest[0] == "tp") return cli::cmd_bench_tp(rest);
     if (cmd == "bench" && !rest.empty() && rest[0] == "pp") return cli::cmd_bench_pp(rest);
     if (cmd == "bench" && !rest.empty() && rest[0] == "pp-child")
@@ -54,7 +56,10 @@ int main(int argc, char** argv) {
     if (cmd == "bench" && !rest.empty() && rest[0] == "tp-child")
       return run_distributed(&argc, &argv, cli::cmd_bench_tp_child, rest);
     if (cmd == "bench") return cli::cmd_bench(rest);
+    if (cmd == "plan") return cli::cmd_plan(rest);
     if (cmd == "prepare") return cli::cmd_prepare(rest);
+    if (cmd == "export") return cli::cmd_export(rest);
+    if (cmd == "generate") return cli::cmd_generate(rest);
     if (cmd == "report") return cli::cmd_report(rest);
     if (cmd == "diagnose") return cli::cmd_diagnose(rest);
     std::fprintf(stderr, "loom: unknown command '%s' (try loom --help)\n", cmd.c_str());

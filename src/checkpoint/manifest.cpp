@@ -1,0 +1,126 @@
+#include "checkpoint/manifest.h"
+
+#include <fstream>
+#include <iterator>
+
+#include "core/check.h"
+
+namespace loom {
+
+std::string manifest_to_text(const CheckpointManifest& m) {
+  nlohmann::ordered_json j;
+  j["format"] = "loom-checkpoint";
+  j["version"] = m.version;
+  j["step"] = m.step;
+  j["config"] = m.config_toml;
+  j["model"] = m.model;
+  j["layout"] = {{"dp", m.layout.dp},     {"tp", m.layout.tp},       {"pp", m.layout.pp},
+                 {"zero", m.layout.zero}, {"order", m.layout.order}, {"world_size", m.layout.world_size}};
+  j["data"] = {{"step", m.data.step}, {"consumed_samples", m.data.consumed_samples}};
+  j["rng"] = {{"seed", m.seed}};
+  j["loss_scaler"] = m.loss_scaler;
+  j["extra"] = m.extra;
+  j["files"] = nlohmann::ordered_json::array();
+  for (const auto& f : m.files) j["files"].push_back({{"name", f.name}, {"bytes", f.bytes}, {"sha256", f.sha256}});
+  j["tensors"] = m.tensors;
+  return j.dump(1) + "\n";
+}
+
+namespace {
+
+// Typed access that names the manifest and the field when something is off.
+class ManifestFields {
+ public:
+  ManifestFields(const nlohmann::json& root, std::string path) : root_(root), path_(std::move(path)) {}
+  const nlohmann::json& at(const nlohmann::json& obj, const char* field, const char* parent = "") const {
+    if (!obj.is_object() || !obj.contains(field))
+      throw UserError(strprintf("checkpoint manifest '%s': missing field '%s%s'", path_.c_str(), parent, field));
+    return obj[field];
+  }
+  template <class T>
+  T get(const nlohmann::json& obj, const char* field, const char* parent = "") const {
+    const nlohmann::json& v = at(obj, field, parent);
+    try {
+      return v.get<T>();
+    } catch (const nlohmann::json::exception&) {
+      throw UserError(strprintf("checkpoint manifest '%s': field '%s%s' has the wrong type (%s)", path_.c_str(), parent,
+                                field, v.dump().substr(0, 60).c_str()));
+    }
+  }
+
+ private:
+  const nlohmann::json& root_;
+  std::string path_;
+};
+
+}  // namespace
+
+CheckpointManifest parse_manifest(const std::string& text, const std::string& path) {
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    throw UserError(strprintf("checkpoint manifest '%s' does not parse: %s", path.c_str(), e.what()));
+  }
+  LOOM_USER_CHECK(j.is_object(), "checkpoint manifest '%s' is not a JSON object", path.c_str());
+  ManifestFields f(j, path);
+  LOOM_USER_CHECK(f.get<std::string>(j, "format") == "loom-checkpoint",
+                  "checkpoint manifest '%s': format is not \"loom-checkpoint\"", path.c_str());
+  CheckpointManifest m;
+  m.version = f.get<int>(j, "version");
+  LOOM_USER_CHECK(m.version == kCheckpointFormatVersion,
+                  "checkpoint manifest '%s': format version %d, this loom reads version %d", path.c_str(), m.version,
+                  kCheckpointFormatVersion);
+  m.step = f.get<int64_t>(j, "step");
+  m.config_toml = f.get<std::string>(j, "config");
+  m.model = f.get<std::map<std::string, int64_t>>(j, "model");
+  const nlohmann::json& lay = f.at(j, "layout");
+  m.layout.dp = f.get<int>(lay, "dp", "layout.");
+  m.layout.tp = f.get<int>(lay, "tp", "layout.");
+  m.layout.pp = f.get<int>(lay, "pp", "layout.");
+  m.layout.zero = f.get<int>(lay, "zero", "layout.");
+  m.layout.order = f.get<std::string>(lay, "order", "layout.");
+  m.layout.world_size = f.get<int>(lay, "world_size", "layout.");
+  const nlohmann::json& data = f.at(j, "data");
+  m.data.step = f.get<int64_t>(data, "step", "data.");
+  m.data.consumed_samples = f.get<int64_t>(data, "consumed_samples", "data.");
+  m.seed = f.get<int64_t>(f.at(j, "rng"), "seed", "rng.");
+  m.loss_scaler = f.at(j, "loss_scaler");
+  m.extra = j.contains("extra") ? j["extra"] : nlohmann::json::object();
+  const nlohmann::json& files = f.at(j, "files");
+  LOOM_USER_CHECK(files.is_array() && !files.empty(), "checkpoint manifest '%s': 'files' is not a non-empty list",
+                  path.c_str());
+  for (const auto& e : files) {
+    FileRecord r{f.get<std::string>(e, "name", "files[]."), f.get<uint64_t>(e, "bytes", "files[]."),
+                 f.get<std::string>(e, "sha256", "files[].")};
+    LOOM_USER_CHECK(!r.name.empty() && r.name.find('/') == std::string::npos && r.name[0] != '.',
+                    "checkpoint manifest '%s': file name '%s' is not a plain name", path.c_str(), r.name.c_str());
+    m.files.push_back(std::move(r));
+  }
+  m.tensors = f.at(j, "tensors");
+  return m;
+}
+
+CheckpointManifest read_manifest(const std::string& dir) {
+  std::string path = dir + "/manifest.json";
+  std::ifstream in(path, std::ios::binary);
+  LOOM_USER_CHECK(in.good(), "checkpoint '%s' has no readable manifest.json (missing or half-written checkpoint)",
+                  dir.c_str());
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  LOOM_USER_CHECK(!in.bad(), "cannot read '%s'", path.c_str());
+  return parse_manifest(text, path);
+}
+
+void check_model_matches(const CheckpointManifest& m, const std::map<std::string, int64_t>& expected,
+                         const std::string& path) {
+  for (const auto& [field, want] : expected) {
+    auto it = m.model.find(field);
+    LOOM_USER_CHECK(it != m.model.end(), "checkpoint '%s' does not record model.%s; it cannot be checked against this run",
+                    path.c_str(), field.c_str());
+    LOOM_USER_CHECK(it->second == want,
+                    "checkpoint '%s' is from a different model: model.%s is %lld there, %lld in this run's config",
+                    path.c_str(), field.c_str(), (long long)it->second, (long long)want);
+  }
+}
+
+}  // namespace loom

@@ -1,0 +1,167 @@
+// `loom bench calibrate`: measures this machine and writes a cluster file the
+// planner reads as preset "local" (.cache/cluster-local.toml).
+//
+// One "device" is one core: loom runs one rank per core or per group of
+// cores. Measured: the fp32 FMA peak over all cores, memcpy bandwidth, the
+// share of that peak a real loom training step reaches (the default model's
+// shape), and with --mpi the all-reduce bandwidth and latency of 2 ranks
+// (mpirun, like `loom bench comm`), and the per-process memory beyond the
+// model's own buffers.
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <sstream>
+#include <vector>
+
+#include "cli/bench_util.h"
+#include "cli/commands.h"
+#include "core/atomic_file.h"
+#include "core/check.h"
+#include "core/rng.h"
+#include "model/gpt.h"
+#include "obs/peak_flops.h"
+#include "optim/adamw.h"
+#include "planner/cluster.h"
+#include "planner/predict.h"
+#include "train/trainer.h"
+
+namespace loom::cli {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+// Bytes moved per second by memcpy (read + write) of a buffer far beyond the caches.
+double memcpy_traffic_bytes_per_s() {
+  const size_t bytes = size_t(128) << 20;
+  std::vector<char> a(bytes, 1), b(bytes, 2);
+  double best = 0;
+  for (int i = 0; i < 4; i++) {
+    auto t0 = Clock::now();
+    std::memcpy(b.data(), a.data(), bytes);
+    best = std::max(best, 2.0 * double(bytes) / since(t0));
+    std::swap(a, b);
+  }
+  return best;
+}
+
+struct StepFigures {
+  double flops_per_s = 0;
+  double overhead_bytes = 0;  // peak RSS beyond the model's own buffers
+};
+
+// Training FLOP/s of a real loom step (forward, backward, AdamW) on the
+// default model's shape (batch 4), the faster of two steps after a warm-up;
+// and the process's memory beyond parameters, gradients, AdamW state and
+// activations (libraries, thread stacks, allocator): the fixed overhead.
+StepFigures measure_training_step(int threads) {
+  set_threads(threads);
+  GPTConfig cfg;  // the default job's model
+  const int B = 4, T = cfg.seq_len;
+  GPT model(cfg, B, T);
+  model.init_parameters(1);
+  AdamW opt(model.layout().flat(), AdamWConfig{});
+  std::vector<int32_t> tokens(size_t(B) * T), targets(tokens.size());
+  for (size_t i = 0; i < tokens.size(); i++) {
+    tokens[i] = int32_t(rng_uniform(3, 1, i) * cfg.vocab_size);
+    targets[i] = int32_t(rng_uniform(3, 2, i) * cfg.vocab_size);
+  }
+  std::vector<double> times;
+  for (int step = 0; step < 3; step++) {
+    auto t0 = Clock::now();
+    model.zero_grads();
+    model.forward_backward(tokens.data(), targets.data(), B, T);
+    opt.step(model.params(), model.grads(), 1e-4f, 1.f);
+    if (step > 0) times.push_back(since(t0));
+  }
+  StepFigures f;
+  // The faster of two timed steps: this machine may be shared and noisy.
+  f.flops_per_s = cfg.train_flops_per_token(T) * B * T / *std::min_element(times.begin(), times.end());
+  const double owned = 16.0 * model.params_size() + double(model.activation_bytes());
+  f.overhead_bytes = std::max(0.0, peak_rss_mib() * 1024 * 1024 - owned);
+  return f;
+}
+
+struct MpiFigures {
+  bool ok = false;
+  double bus_bytes_per_s = 0, latency_s = 0;
+};
+
+// all_reduce of 2 ranks from `loom bench comm-child`: bus bandwidth at 64 MiB,
+// latency from the 4 KiB time (a 2-rank ring takes 2 steps).
+MpiFigures measure_mpi() {
+  if (geteuid() == 0) {
+    setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 0);
+    setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0);
+  }
+  std::string cmd = "OMP_NUM_THREADS=1 mpirun --oversubscribe --bind-to none -np 2 '" + self_exe() +
+                    "' bench comm-child --min-bytes 4K --max-bytes 64M 2>&1";
+  FILE* pipe = popen(cmd.c_str(), "r");
+  MpiFigures f;
+  if (!pipe) return f;
+  char line[512];
+  while (std::fgets(line, sizeof line, pipe)) {
+    unsigned long long bytes, floats;
+    char op[32];
+    double us, algbw, busbw;
+    if (std::sscanf(line, "%llu %llu %31s %lf %lf %lf", &bytes, &floats, op, &us, &algbw, &busbw) != 6) continue;
+    if (std::strcmp(op, "all_reduce") != 0) continue;
+    if (bytes == 4096) f.latency_s = us * 1e-6 / 2;
+    f.bus_bytes_per_s = busbw * 1e9;  // the largest size comes last
+  }
+  f.ok = pclose(pipe) == 0 && f.bus_bytes_per_s > 0;
+  return f;
+}
+
+}  // namespace
+
+int cmd_bench_calibrate(const Args& args) {
+  std::string out = planner::local_cluster_path(planner::default_root());
+  bool mpi = false;
+  for (size_t i = 1; i < args.size(); i++) {
+    if (args[i] == "--out" && i + 1 < args.size()) out = args[++i];
+    else if (args[i] == "--mpi") mpi = true;
+    else throw UserError(strprintf("bench calibrate: unknown option '%s' (--out FILE, --mpi)", args[i].c_str()));
+  }
+  planner::ClusterSpec c = planner::measure_local_cluster_quickly();
+  const int cores = c.devices_per_node;
+  std::printf("loom bench calibrate: %d cores, %.1f GiB memory per core\n", cores, c.memory_bytes / (1 << 30));
+  const double peak = measure_peak_gflops(cores, 0.3) * 1e9;
+  c.peak_flops_fp32 = peak / cores;
+  std::printf("  fp32 FMA peak:        %.1f GFLOP/s over %d threads (%.1f per core)\n", peak * 1e-9, cores,
+              c.peak_flops_fp32 * 1e-9);
+  // Before the memcpy buffers, so that the peak RSS is the training step's.
+  const StepFigures step = measure_training_step(cores);
+  c.matmul_efficiency = std::min(1.0, step.flops_per_s / peak);
+  c.overhead_bytes = step.overhead_bytes;
+  std::printf("  loom training step:   %.1f GFLOP/s = %.1f%% of peak (default model, batch 4, all cores)\n",
+              step.flops_per_s * 1e-9, 100 * c.matmul_efficiency);
+  std::printf("  process overhead:     %.1f MiB beyond the model's buffers (peak RSS)\n",
+              c.overhead_bytes / (1 << 20));
+  c.memory_bandwidth = memcpy_traffic_bytes_per_s();
+  std::printf("  memcpy traffic:       %.1f GB/s (one thread, read + write)\n", c.memory_bandwidth * 1e-9);
+  if (mpi) {
+    MpiFigures f = measure_mpi();
+    LOOM_USER_CHECK(f.ok, "bench calibrate: the MPI measurement failed (is mpirun installed?); run without --mpi");
+    c.intra_bandwidth = f.bus_bytes_per_s;
+    c.intra_latency = f.latency_s;
+    std::printf("  MPI all_reduce:       %.2f GB/s bus bandwidth at 64 MiB, %.1f us per ring step (2 ranks)\n",
+                f.bus_bytes_per_s * 1e-9, f.latency_s * 1e6);
+  } else {
+    std::printf("  MPI all_reduce:       not measured (add --mpi); assuming %.1f GB/s, %.0f us\n",
+                c.intra_bandwidth * 1e-9, c.intra_latency * 1e6);
+  }
+  c.description = strprintf("this machine, measured by loom bench calibrate%s: one device per core",
+                            mpi ? " --mpi" : "");
+  if (std::filesystem::path(out).has_parent_path())
+    std::filesystem::create_directories(std::filesystem::path(out).parent_path());
+  write_file_atomically(out, c.to_toml());
+  std::printf("wrote %s (use it as: loom plan --cluster local)\n", out.c_str());
+  return 0;
+}
+
+}  // namespace loom::cli

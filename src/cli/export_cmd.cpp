@@ -1,0 +1,48 @@
+// `loom export`: a checkpoint of any layout -> Hugging Face GPT-2 files.
+#include <cstdio>
+
+#include "checkpoint/checkpoint_reader.h"
+#include "checkpoint/hf_export.h"
+#include "cli/commands.h"
+#include "core/check.h"
+
+namespace loom::cli {
+
+int cmd_export(const Args& args) {
+  std::string checkpoint, out, format = "hf", dtype_name = "f32";
+  for (size_t i = 0; i < args.size(); i++) {
+    std::string a = args[i], inline_value;
+    bool has_inline = false;
+    if (size_t eq = a.find('='); a.rfind("--", 0) == 0 && eq != std::string::npos)
+      inline_value = a.substr(eq + 1), a = a.substr(0, eq), has_inline = true;
+    auto value = [&]() -> std::string {
+      if (has_inline) return inline_value;
+      LOOM_USER_CHECK(i + 1 < args.size(), "export: %s needs a value", a.c_str());
+      return args[++i];
+    };
+    if (a == "--checkpoint") checkpoint = value();
+    else if (a == "--out") out = value();
+    else if (a == "--format") format = value();
+    else if (a == "--dtype") dtype_name = value();
+    else if (a == "-h" || a == "--help") return print_help(), 0;
+    else throw UserError(strprintf("export: unknown option '%s' (try loom --help)", a.c_str()));
+  }
+  LOOM_USER_CHECK(!checkpoint.empty(), "export: --checkpoint DIR is required");
+  LOOM_USER_CHECK(!out.empty(), "export: --out DIR is required");
+  LOOM_USER_CHECK(format == "hf", "export: unknown --format '%s' (hf)", format.c_str());
+  StDType dtype;
+  if (dtype_name == "f32" || dtype_name == "fp32") dtype = StDType::F32;
+  else if (dtype_name == "bf16") dtype = StDType::BF16;
+  else if (dtype_name == "f16" || dtype_name == "fp16") dtype = StDType::F16;
+  else throw UserError(strprintf("export: unknown --dtype '%s' (f32, bf16, f16)", dtype_name.c_str()));
+
+  ResumeChoice chosen = resolve_resume(checkpoint, "");  // verifies every file's sha256
+  Checkpoint ckpt = Checkpoint::open(chosen.dir);
+  HfExportResult r = export_hf_gpt2(ckpt, out, dtype);
+  std::printf("export: %s (step %lld) -> %s (%d tensors, %.1f MB) and %s\n", ckpt.dir().c_str(),
+              (long long)ckpt.manifest().step, r.weights_path.c_str(), r.tensors, double(r.bytes) / 1e6,
+              r.config_path.c_str());
+  return 0;
+}
+
+}  // namespace loom::cli

@@ -1,0 +1,210 @@
+// `loom generate`: sample text from a checkpoint, single process.
+//
+// The model is rebuilt from the manifest's model section and filled with the
+// global parameters (whatever layout saved them); the tokenizer is the run's
+// (data.format = "shards": <data.path>/tokenizer.model; "bytes": one token
+// per byte). No KV cache: each new token reruns the context (at most seq_len).
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <memory>
+#include <numeric>
+#include <toml++/toml.h>
+
+#include "checkpoint/checkpoint_reader.h"
+#include "checkpoint/hf_export.h"
+#include "checkpoint/model_fields.h"
+#include "cli/commands.h"
+#include "core/check.h"
+#include "core/rng.h"
+#include "data/tokenizer.h"
+#include "model/gpt.h"
+#include "train/trainer.h"
+
+namespace loom::cli {
+namespace {
+
+// ---- The one place that knows the model class. ----------------------------
+
+// A GPT for one sequence of up to cfg.seq_len tokens, holding the
+// checkpoint's global parameters.
+std::unique_ptr<GPT> load_gpt(const Checkpoint& ckpt, const GPTConfig& cfg) {
+  auto model = std::make_unique<GPT>(cfg, 1, cfg.seq_len);
+  for (size_t i = 0; i < model->layout().params.size(); i++) {
+    const ParamSpec& spec = model->layout().params[i];
+    std::vector<float> values = read_parameter(ckpt, spec.name);
+    LOOM_USER_CHECK(int64_t(values.size()) == spec.numel, "checkpoint '%s': parameter '%s' has %zu values, the model needs %lld",
+                    ckpt.dir().c_str(), spec.name.c_str(), values.size(), (long long)spec.numel);
+    std::copy(values.begin(), values.end(), model->param(int(i)));
+  }
+  return model;
+}
+
+// The logits [V] that follow `context` (1 <= size <= seq_len). The context
+// is padded to a power of two (at most seq_len): attention is causal, so the
+// padding does not change these logits, and the matrix products see a few
+// shapes only (each new shape costs the matmul library a set-up).
+const float* next_token_logits(GPT& model, const std::vector<int32_t>& context) {
+  const int n = int(context.size());
+  int T = 1;
+  while (T < n) T *= 2;
+  T = std::min(T, model.config().seq_len);
+  std::vector<int32_t> tokens(context), no_targets(size_t(T), -1);
+  tokens.resize(size_t(T), 0);
+  model.forward(tokens.data(), no_targets.data(), 1, T);
+  return model.logits() + size_t(n - 1) * model.config().vocab_size;
+}
+
+// ---- Tokens <-> text. --------------------------------------------------------
+
+struct TextCodec {
+  std::unique_ptr<Tokenizer> sp;  // null: one token per byte
+  std::vector<int32_t> encode(const std::string& text) const {
+    std::vector<int32_t> ids;
+    if (sp) sp->encode(text, &ids);
+    else for (unsigned char c : text) ids.push_back(c);
+    return ids;
+  }
+  std::string decode(const std::vector<int32_t>& ids) const {
+    if (sp) return sp->decode(ids);
+    std::string s;
+    for (int32_t id : ids) s += char(uint8_t(id));
+    return s;
+  }
+  int eos() const { return sp ? sp->eos_id() : -1; }
+};
+
+TextCodec codec_for(const CheckpointManifest& m, const std::string& origin, const std::string& tokenizer_override) {
+  TextCodec c;
+  if (!tokenizer_override.empty()) {
+    c.sp = std::make_unique<Tokenizer>(Tokenizer::load(resolve_path(tokenizer_override)));
+    return c;
+  }
+  toml::table config;
+  try {
+    config = toml::parse(m.config_toml);
+  } catch (const toml::parse_error& e) {
+    throw UserError(strprintf("%s: the run config it records does not parse: %s", origin.c_str(),
+                              std::string(e.description()).c_str()));
+  }
+  std::string format = config.at_path("data.format").value_or(std::string("shards"));
+  std::string path = config.at_path("data.path").value_or(std::string(".cache/data"));
+  if (format == "bytes") return c;
+  LOOM_USER_CHECK(format == "shards", "%s: unknown data.format '%s'", origin.c_str(), format.c_str());
+  c.sp = std::make_unique<Tokenizer>(Tokenizer::load(resolve_path(path) + "/tokenizer.model"));
+  return c;
+}
+
+// ---- Sampling. ---------------------------------------------------------------
+
+// temperature 0: the most likely token. Otherwise softmax(logits / T) over the
+// top_k most likely (0: all), sampled with the uniform number u in (0, 1).
+int32_t sample(const float* logits, int V, float temperature, int top_k, double u) {
+  if (temperature <= 0) return int32_t(std::max_element(logits, logits + V) - logits);
+  std::vector<int32_t> ids(static_cast<size_t>(V));
+  std::iota(ids.begin(), ids.end(), 0);
+  int k = top_k > 0 ? std::min(top_k, V) : V;
+  std::partial_sort(ids.begin(), ids.begin() + k, ids.end(), [&](int32_t a, int32_t b) { return logits[a] > logits[b]; });
+  std::vector<double> p(static_cast<size_t>(k));
+  double max = logits[ids[0]], sum = 0;
+  for (int i = 0; i < k; i++) sum += p[size_t(i)] = std::exp((double(logits[ids[size_t(i)]]) - max) / temperature);
+  double target = u * sum;
+  for (int i = 0; i < k; i++)
+    if ((target -= p[size_t(i)]) <= 0) return ids[size_t(i)];
+  return ids[size_t(k - 1)];
+}
+
+double number(const std::string& s, const char* flag) {
+  try {
+    size_t used = 0;
+    double v = std::stod(s, &used);
+    if (used == s.size() && std::isfinite(v)) return v;
+  } catch (...) {
+  }
+  throw UserError(strprintf("generate: %s expects a number, got '%s'", flag, s.c_str()));
+}
+
+}  // namespace
+
+int cmd_generate(const Args& args) {
+  std::string checkpoint, prompt, tokenizer;
+  float temperature = 0.8f;
+  int top_k = 40, max_tokens = 100, threads = 0;
+  int64_t seed = 1;
+  bool prompt_given = false;
+  for (size_t i = 0; i < args.size(); i++) {
+    std::string a = args[i], inline_value;
+    bool has_inline = false;
+    if (size_t eq = a.find('='); a.rfind("--", 0) == 0 && eq != std::string::npos)
+      inline_value = a.substr(eq + 1), a = a.substr(0, eq), has_inline = true;
+    auto value = [&]() -> std::string {
+      if (has_inline) return inline_value;
+      LOOM_USER_CHECK(i + 1 < args.size(), "generate: %s needs a value", a.c_str());
+      return args[++i];
+    };
+    auto integer = [&](int64_t lo, int64_t hi) {
+      double v = number(value(), a.c_str());
+      LOOM_USER_CHECK(v == std::floor(v) && v >= double(lo) && v <= double(hi), "generate: %s must be an integer in [%lld, %lld]",
+                      a.c_str(), (long long)lo, (long long)hi);
+      return int64_t(v);
+    };
+    if (a == "--checkpoint") checkpoint = value();
+    else if (a == "--prompt") prompt = value(), prompt_given = true;
+    else if (a == "--tokenizer") tokenizer = value();
+    else if (a == "--temperature") {
+      temperature = float(number(value(), "--temperature"));
+      LOOM_USER_CHECK(temperature >= 0 && temperature <= 100, "generate: --temperature must be in [0, 100] (0 = greedy)");
+    } else if (a == "--top-k") top_k = int(integer(0, 1 << 30));
+    else if (a == "--max-tokens") max_tokens = int(integer(0, 1 << 20));
+    else if (a == "--seed") seed = integer(0, int64_t(1) << 53);
+    else if (a == "--threads") threads = int(integer(0, 1024));
+    else if (a == "-h" || a == "--help") return print_help(), 0;
+    else throw UserError(strprintf("generate: unknown option '%s' (try loom --help)", a.c_str()));
+  }
+  LOOM_USER_CHECK(!checkpoint.empty(), "generate: --checkpoint DIR is required");
+  LOOM_USER_CHECK(prompt_given, "generate: --prompt TEXT is required");
+  set_threads(threads);
+
+  ResumeChoice chosen = resolve_resume(checkpoint, "");
+  Checkpoint ckpt = Checkpoint::open(chosen.dir);
+  const std::string origin = "checkpoint '" + ckpt.dir() + "'";
+  const GPTConfig cfg = gpt_config_from_fields(ckpt.manifest().model, origin);
+  TextCodec codec = codec_for(ckpt.manifest(), origin, tokenizer);
+  std::unique_ptr<GPT> model = load_gpt(ckpt, cfg);
+
+  std::vector<int32_t> tokens = codec.encode(prompt);
+  LOOM_USER_CHECK(!tokens.empty(), "generate: the prompt is empty");
+  for (int32_t t : tokens)
+    LOOM_USER_CHECK(t < cfg.vocab_size, "generate: the tokenizer gives id %d, beyond the model's vocabulary of %d", t,
+                    cfg.vocab_size);
+  std::fputs(prompt.c_str(), stdout);
+  std::fflush(stdout);
+  std::vector<int32_t> generated;
+  std::string printed;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int n = 0; n < max_tokens; n++) {
+    size_t keep = std::min(tokens.size(), size_t(cfg.seq_len));
+    std::vector<int32_t> context(tokens.end() - long(keep), tokens.end());
+    const float* logits = next_token_logits(*model, context);
+    int32_t next = sample(logits, cfg.vocab_size, temperature, top_k, rng_uniform(uint64_t(seed), 0x67656e, uint64_t(n)));
+    if (next == codec.eos()) break;
+    tokens.push_back(next);
+    generated.push_back(next);
+    std::string text = codec.decode(generated);  // decoded whole: pieces may split a UTF-8 character
+    if (text.size() > printed.size() && text.compare(0, printed.size(), printed) == 0) {
+      std::fputs(text.c_str() + printed.size(), stdout);
+      std::fflush(stdout);
+      printed = text;
+    }
+  }
+  std::string text = codec.decode(generated);
+  if (text != printed) std::fputs(text.c_str() + std::min(printed.size(), text.size()), stdout);
+  double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::printf("\n");
+  std::fprintf(stderr, "generate: %zu tokens in %.2f s (%.1f tokens/s) from %s (step %lld)\n", generated.size(), s,
+               s > 0 ? double(generated.size()) / s : 0.0, ckpt.dir().c_str(), (long long)ckpt.manifest().step);
+  return 0;
+}
+
+}  // namespace loom::cli

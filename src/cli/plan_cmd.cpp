@@ -1,0 +1,213 @@
+// `loom plan`: which layout of a model on a cluster fits and runs fastest,
+// with a ranked table and a memo for the best (see docs/planner.md).
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <sstream>
+
+#include "cli/commands.h"
+#include "config/run_config.h"
+#include "core/check.h"
+#include "planner/cluster.h"
+#include "planner/memo.h"
+#include "planner/model_presets.h"
+#include "planner/plan_table.h"
+#include "planner/predict.h"
+#include "planner/search.h"
+
+namespace loom::cli {
+namespace {
+
+using namespace loom::planner;
+
+struct PlanOptions {
+  std::string model = "", config, cluster = "a100-80gb", layout;
+  std::vector<std::string> sets;
+  int devices = 0, batch = 0, seq = 0, top = 5, ranks = 1;
+  int layers = 0, d_model = 0, heads = 0, vocab = 0;
+  double inter_node_gbit = 0, tokens = 0, deadline_days = 0;
+  bool cluster_given = false;
+  SearchSpace space;
+};
+
+double parse_number(const std::string& flag, const std::string& s) {
+  char* end = nullptr;
+  double v = std::strtod(s.c_str(), &end);
+  LOOM_USER_CHECK(!s.empty() && *end == 0 && std::isfinite(v) && v > 0, "plan: %s takes a positive number, got '%s'",
+                  flag.c_str(), s.c_str());
+  return v;
+}
+
+int parse_int(const std::string& flag, const std::string& s, int min = 1) {
+  char* end = nullptr;
+  long v = std::strtol(s.c_str(), &end, 10);
+  LOOM_USER_CHECK(!s.empty() && *end == 0 && v >= min && v <= (1 << 24), "plan: %s takes an integer >= %d, got '%s'",
+                  flag.c_str(), min, s.c_str());
+  return int(v);
+}
+
+std::vector<std::string> split(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  for (std::string item; std::getline(ss, item, ',');) out.push_back(item);
+  return out;
+}
+
+std::vector<int> parse_ints(const std::string& flag, const std::string& s, int min) {
+  std::vector<int> out;
+  for (const auto& item : split(s)) out.push_back(parse_int(flag, item, min));
+  LOOM_USER_CHECK(!out.empty(), "plan: %s needs a value", flag.c_str());
+  return out;
+}
+
+PlanOptions parse(const Args& args) {
+  PlanOptions o;
+  for (size_t i = 0; i < args.size(); i++) {
+    const std::string& a = args[i];
+    auto value = [&]() {
+      LOOM_USER_CHECK(i + 1 < args.size(), "plan: %s needs a value", a.c_str());
+      return args[++i];
+    };
+    if (a == "--model") o.model = value();
+    else if (a == "--config") o.config = value();
+    else if (a == "--set") o.sets.push_back(value());
+    else if (a == "--cluster") o.cluster = value(), o.cluster_given = true;
+    else if (a == "--devices") o.devices = parse_int(a, value());
+    else if (a == "--batch") o.batch = parse_int(a, value());
+    else if (a == "--seq") o.seq = parse_int(a, value());
+    else if (a == "--layers") o.layers = parse_int(a, value());
+    else if (a == "--d-model") o.d_model = parse_int(a, value());
+    else if (a == "--heads") o.heads = parse_int(a, value());
+    else if (a == "--vocab") o.vocab = parse_int(a, value());
+    else if (a == "--top") o.top = parse_int(a, value());
+    else if (a == "--inter-node-gbit") o.inter_node_gbit = parse_number(a, value());
+    else if (a == "--tokens") o.tokens = parse_number(a, value());
+    else if (a == "--deadline-days") o.deadline_days = parse_number(a, value());
+    else if (a == "--layout") o.layout = value();
+    else if (a == "--ranks") o.ranks = parse_int(a, value());
+    else if (a == "--dp") o.space.dp = parse_ints(a, value(), 1);
+    else if (a == "--tp") o.space.tp = parse_ints(a, value(), 1);
+    else if (a == "--pp") o.space.pp = parse_ints(a, value(), 1);
+    else if (a == "--v") o.space.v = parse_ints(a, value(), 1);
+    else if (a == "--micro-batch") o.space.micro_batch = parse_ints(a, value(), 1);
+    else if (a == "--zero") {
+      o.space.zero = parse_ints(a, value(), 0);
+      for (int z : o.space.zero) LOOM_USER_CHECK(z <= 3, "plan: --zero takes 0, 1, 2 or 3, got %d", z);
+    } else if (a == "--sp") {
+      o.space.seq_parallel = parse_ints(a, value(), 0);
+      for (int s : o.space.seq_parallel) LOOM_USER_CHECK(s <= 1, "plan: --sp takes 0 or 1, got %d", s);
+    } else if (a == "--precision") {
+      for (const auto& p : split(value())) o.space.precision.push_back(parse_precision(p));
+    } else if (a == "--recompute") {
+      for (const auto& r : split(value())) o.space.recompute.push_back(parse_recompute(r));
+    } else throw UserError(strprintf("plan: unknown option '%s' (try loom --help)", a.c_str()));
+  }
+  LOOM_USER_CHECK(o.model.empty() || o.config.empty(), "plan: give --model or --config, not both");
+  LOOM_USER_CHECK(o.layout.empty() || o.layout == "auto", "plan: --layout takes 'auto', got '%s'", o.layout.c_str());
+  LOOM_USER_CHECK(o.deadline_days == 0 || o.tokens > 0, "plan: --deadline-days needs --tokens (how much to train)");
+  return o;
+}
+
+Workload workload(const PlanOptions& o) {
+  Workload w;
+  if (!o.config.empty()) {
+    RunConfig cfg = load_run_config(resolve_path(o.config), o.sets);
+    w.model = cfg.model;
+    w.global_batch = cfg.train.batch_size;
+  } else {
+    const ModelPreset& p = model_preset(o.model.empty() ? "gpt3-6.7b" : o.model);
+    w.model = p.model;
+    w.global_batch = p.global_batch;
+  }
+  if (o.layers) w.model.n_layer = o.layers;
+  if (o.d_model) w.model.d_model = o.d_model;
+  if (o.heads) w.model.n_head = o.heads;
+  if (o.vocab) w.model.vocab_size = o.vocab;
+  if (o.seq) w.model.seq_len = o.seq;
+  if (o.batch) w.global_batch = o.batch;
+  w.model.validate();
+  return w;
+}
+
+// `--layout auto` with a loom config: the layout `loom train` should use on
+// --ranks processes of this machine, under loom's own constraints.
+int plan_loom_layout(const PlanOptions& o) {
+  LOOM_USER_CHECK(!o.config.empty() || o.model.empty(), "plan: --layout auto plans a loom run: give --config FILE");
+  RunConfig cfg = load_run_config(o.config.empty() ? "" : resolve_path(o.config), o.sets);
+  ClusterSpec cluster = o.cluster_given && o.cluster != "local" ? load_cluster(o.cluster, default_root())
+                                                                : local_cluster_or_default();
+  int micro = 0;
+  ParallelConfig p = choose_layout(cfg, o.ranks, cluster, &micro);
+  RunConfig chosen = cfg;
+  chosen.parallel = p;
+  chosen.train.micro_batch_size = micro;
+  RunPrediction pred = predict_loom_run(chosen, o.ranks, cluster);
+  std::printf("loom plan --layout auto: %d ranks on %s (%s)\n", o.ranks, cluster.name.c_str(),
+              cluster.description.c_str());
+  std::printf("chosen: dp %d tp %d pp %d zero %d, micro-batch %d\n", p.dp, p.tp, p.pp, p.zero, micro);
+  std::printf("predicted: %s\n", pred.describe().c_str());
+  std::printf("run it:  mpirun -np %d loom train%s%s --set parallel.dp=%d --set parallel.tp=%d --set parallel.pp=%d "
+              "--set parallel.zero=%d --set train.micro_batch_size=%d\n",
+              o.ranks, o.config.empty() ? "" : " --config ", o.config.c_str(), p.dp, p.tp, p.pp, p.zero, micro);
+  return 0;
+}
+
+}  // namespace
+
+int cmd_plan(const Args& args) {
+  const PlanOptions o = parse(args);
+  if (o.layout == "auto") return plan_loom_layout(o);
+  const auto t0 = std::chrono::steady_clock::now();
+  const Workload w = workload(o);
+  ClusterSpec cluster = load_cluster(o.cluster, default_root());
+  if (o.inter_node_gbit > 0) cluster.inter_bandwidth = o.inter_node_gbit * 1e9 / 8;
+  if (o.devices > 0) cluster = with_devices(cluster, o.devices);
+  cluster.validate(cluster.name);
+
+  const double gib = 1024.0 * 1024.0 * 1024.0;
+  std::printf("loom plan: %s, %.2fB parameters (%d layers, d_model %d, %d heads, vocab %d), global batch %d x %d "
+              "tokens\n",
+              o.config.empty() ? (o.model.empty() ? "gpt3-6.7b" : o.model.c_str()) : o.config.c_str(),
+              double(w.model.num_parameters()) / 1e9, w.model.n_layer, w.model.d_model, w.model.n_head,
+              w.model.vocab_size, w.global_batch, w.seq_len());
+  std::printf("cluster: %s: %d node%s x %d devices, %.0f GiB each (%s)\n", cluster.name.c_str(), cluster.nodes,
+              cluster.nodes > 1 ? "s" : "", cluster.devices_per_node, cluster.memory_bytes / gib,
+              cluster.description.c_str());
+
+  const SearchResult r = search_layouts(w, cluster, o.space, o.top);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (r.top.empty()) {
+    LOOM_USER_CHECK(r.have_closest, "no layout of %d devices divides the global batch %d and the model "
+                                    "(dp must divide the batch, tp the heads, pp at most the layers)",
+                    cluster.devices(), w.global_batch);
+    const Candidate& c = r.closest;
+    throw UserError(strprintf(
+        "no layout fits in %d x %.1f GiB: the closest (%s) needs %.1f GiB on pipeline stage %d, %.1f GiB more per "
+        "device than there is (parameters %.1f, gradients %.1f, optimizer %.1f, activations %.1f, buffers %.1f, "
+        "overhead %.1f GiB); use more or larger devices, a smaller micro-batch or global batch",
+        cluster.devices(), cluster.memory_bytes / gib, c.layout.describe().c_str(), c.memory.total() / gib,
+        c.memory.stage, (c.memory.total() - cluster.memory_bytes) / gib, c.memory.params / gib, c.memory.grads / gib,
+        c.memory.optimizer / gib, c.memory.activations / gib, c.memory.comm_buffers / gib, c.memory.overhead / gib));
+  }
+  std::printf("searched %lld layouts: %lld fit, %lld timed by simulating their schedule, in %.2f s\n\n",
+              (long long)r.considered, (long long)r.fitting, (long long)r.timed, seconds);
+  std::printf("%s\n%s", format_plan_table(r.top).c_str(), write_memo(w, cluster, r.top[0]).c_str());
+
+  if (o.tokens > 0) {
+    const double days = o.tokens / r.top[0].time.tokens_per_s / 86400;
+    std::printf("Training %.3g tokens takes %.1f days at %.0f tokens/s.\n", o.tokens, days,
+                r.top[0].time.tokens_per_s);
+    if (o.deadline_days > 0) {
+      LOOM_USER_CHECK(days <= o.deadline_days,
+                      "the deadline of %.1f days is missed by %.1f days: it needs %.2fx the throughput of the best "
+                      "plan, e.g. about %d devices if it scaled linearly",
+                      o.deadline_days, days - o.deadline_days, days / o.deadline_days,
+                      int(std::ceil(cluster.devices() * days / o.deadline_days)));
+      std::printf("Meets the deadline of %.1f days with %.1f days to spare.\n", o.deadline_days,
+                  o.deadline_days - days);
+    }
+  }
+  return 0;
+}
+
+}  // namespace loom::cli

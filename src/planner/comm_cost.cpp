@@ -1,0 +1,43 @@
+#include "planner/comm_cost.h"
+
+#include <algorithm>
+
+#include "parallel/grid/parallel_grid.h"
+
+namespace loom::planner {
+namespace {
+
+Link link_of(const ClusterSpec& c, const ParallelGrid& grid, GroupKind kind) {
+  const std::vector<int> members = grid.group(kind, 0);
+  const int node = members[0] / c.devices_per_node;
+  int on_node = 0;
+  for (int r : members) on_node += r / c.devices_per_node == node;
+  if (on_node == int(members.size())) return {c.intra_bandwidth, c.intra_latency, false};
+  // dpn / on_node groups of this kind leave each node at once and share its NICs.
+  const double share = c.inter_bandwidth * on_node / c.devices_per_node;
+  return {std::min(c.intra_bandwidth, share), std::max(c.intra_latency, c.inter_latency), true};
+}
+
+}  // namespace
+
+GroupLinks group_links(const ClusterSpec& cluster, int dp, int tp, int pp) {
+  ParallelGrid grid(dp, tp, pp, "tp-dp-pp");
+  return {link_of(cluster, grid, GroupKind::tp), link_of(cluster, grid, GroupKind::dp),
+          link_of(cluster, grid, GroupKind::pp)};
+}
+
+double all_reduce_seconds(double bytes, int n, const Link& link) {
+  if (n <= 1) return 0;
+  return 2.0 * (n - 1) * link.latency + 2.0 * (n - 1) / n * bytes / link.bandwidth;
+}
+
+double reduce_scatter_seconds(double bytes, int n, const Link& link) {
+  if (n <= 1) return 0;
+  return (n - 1) * link.latency + double(n - 1) / n * bytes / link.bandwidth;
+}
+
+double all_gather_seconds(double bytes, int n, const Link& link) { return reduce_scatter_seconds(bytes, n, link); }
+
+double p2p_seconds(double bytes, const Link& link) { return link.latency + bytes / link.bandwidth; }
+
+}  // namespace loom::planner

@@ -1,0 +1,37 @@
+// Alpha-beta (latency + bytes / bandwidth) costs of ring collectives on the
+// link a group actually uses.
+//
+// Which link a group uses follows from the rank order (ParallelGrid, tp
+// innermost): ranks fill a node before the next one, so a group whose
+// members all sit on one node talks over the intra-node link; otherwise its
+// ring crosses the network, whose per-node bandwidth is shared by every
+// group of that kind leaving the node at the same time.
+#pragma once
+
+#include "planner/cluster.h"
+
+namespace loom::planner {
+
+struct Link {
+  double bandwidth = 0;  // bytes/s one ring gets on its slowest hop
+  double latency = 0;    // seconds per step of the ring
+  bool crosses_nodes = false;
+};
+
+struct GroupLinks {
+  Link tp, dp, pp;
+};
+
+// Links of the tp, dp and pp groups of a dp x tp x pp grid (order tp-dp-pp)
+// laid over the cluster's nodes.
+GroupLinks group_links(const ClusterSpec& cluster, int dp, int tp, int pp);
+
+// Ring algorithms on n members; `bytes` is the whole buffer (each member's
+// full input for all_reduce, the gathered result for all_gather and the
+// input of reduce_scatter).
+double all_reduce_seconds(double bytes, int n, const Link& link);
+double reduce_scatter_seconds(double bytes, int n, const Link& link);
+double all_gather_seconds(double bytes, int n, const Link& link);
+double p2p_seconds(double bytes, const Link& link);
+
+}  // namespace loom::planner

@@ -1,0 +1,47 @@
+#include "planner/layout.h"
+
+#include "core/check.h"
+
+namespace loom::planner {
+
+const char* to_string(Precision p) {
+  switch (p) {
+    case Precision::FP32: return "fp32";
+    case Precision::BF16: return "bf16";
+    case Precision::FP16: return "fp16";
+  }
+  return "?";
+}
+
+const char* to_string(Recompute r) {
+  switch (r) {
+    case Recompute::None: return "none";
+    case Recompute::Selective: return "selective";
+    case Recompute::Full: return "full";
+  }
+  return "?";
+}
+
+Precision parse_precision(const std::string& s) {
+  for (Precision p : {Precision::FP32, Precision::BF16, Precision::FP16})
+    if (s == to_string(p)) return p;
+  throw UserError(strprintf("unknown precision '%s' (fp32, bf16, fp16)", s.c_str()));
+}
+
+Recompute parse_recompute(const std::string& s) {
+  for (Recompute r : {Recompute::None, Recompute::Selective, Recompute::Full})
+    if (s == to_string(r)) return r;
+  throw UserError(strprintf("unknown recompute '%s' (none, selective, full)", s.c_str()));
+}
+
+std::string Layout::describe() const {
+  return strprintf("dp %d tp %d pp %d v %d | micro-batch %d x %d | zero %d | %s | recompute %s%s", dp, tp, pp, v,
+                   micro_batch, micro_batches, zero, to_string(precision), to_string(recompute),
+                   seq_parallel ? " | seq-parallel" : "");
+}
+
+int layers_on_stage(int n_layer, int pp, int stage) {
+  return n_layer / pp + (stage < n_layer % pp ? 1 : 0);
+}
+
+}  // namespace loom::planner

@@ -1,0 +1,50 @@
+// One way to run a training step: how the devices are split and how each
+// replica runs its share of the global batch.
+#pragma once
+
+#include <string>
+
+#include "model/config.h"
+#include "parallel/pp/schedule.h"
+
+namespace loom::planner {
+
+enum class Precision { FP32, BF16, FP16 };
+// None keeps every activation; Selective recomputes the attention core
+// (Korthikanti et al. 2022); Full keeps only each layer's input.
+enum class Recompute { None, Selective, Full };
+
+const char* to_string(Precision p);
+const char* to_string(Recompute r);
+Precision parse_precision(const std::string& s);  // UserError on anything else
+Recompute parse_recompute(const std::string& s);
+
+// What is trained: the model and the step's batch.
+struct Workload {
+  GPTConfig model;
+  int global_batch = 1;  // sequences per optimizer step
+  int seq_len() const { return model.seq_len; }
+};
+
+struct Layout {
+  int dp = 1, tp = 1, pp = 1;
+  int v = 1;              // model chunks per pipeline stage (interleaved 1F1B when > 1)
+  int micro_batch = 1;    // sequences per forward / backward
+  int micro_batches = 1;  // m: micro-batches per replica per step
+  int zero = 0;           // 0..3
+  Recompute recompute = Recompute::None;
+  bool seq_parallel = false;
+  Precision precision = Precision::BF16;
+
+  int devices() const { return dp * tp * pp; }
+  pp::ScheduleKind schedule() const {
+    return v > 1 ? pp::ScheduleKind::Interleaved1F1B : pp::ScheduleKind::OneFOneB;
+  }
+  // "dp 8 tp 4 pp 2 v 1 | mb 1 x 16 | zero 1 | bf16 | recompute none | sp"
+  std::string describe() const;
+};
+
+// Layers of pipeline stage `stage` (first stages take the remainder).
+int layers_on_stage(int n_layer, int pp, int stage);
+
+}  // namespace loom::planner

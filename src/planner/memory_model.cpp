@@ -1,0 +1,81 @@
+#include "planner/memory_model.h"
+
+#include <algorithm>
+
+namespace loom::planner {
+namespace {
+
+double param_bytes(Precision p) { return p == Precision::FP32 ? 4 : 2; }
+double optimizer_bytes(Precision p) { return p == Precision::FP32 ? 8 : 12; }  // (master +) two moments
+// Korthikanti's counts assume 2-byte activations; fp32 doubles them (the
+// 1-byte dropout masks are counted double too: a small overestimate).
+double activation_scale(Precision p) { return p == Precision::FP32 ? 2 : 1; }
+
+}  // namespace
+
+double layer_activation_bytes(double s, double b, double h, double a, int t, bool sp, Recompute r) {
+  const double sbh = s * b * h, attn = 5 * a * s / h;
+  switch (r) {
+    case Recompute::None: return sp ? sbh * (34 + attn) / t : sbh * (10 + 24.0 / t + attn / t);
+    case Recompute::Selective: return sp ? sbh * 34 / t : sbh * (10 + 24.0 / t);
+    case Recompute::Full: return sp ? 2 * sbh / t : 2 * sbh;
+  }
+  return 0;
+}
+
+double stage_parameters(const GPTConfig& m, const Layout& l, int stage) {
+  const double h = m.d_model, V = m.vocab_size, t = l.tp;
+  // Per layer: qkv, projection, fc, fc projection weights and their
+  // column-split biases are split over tp; the rest is replicated.
+  const double per_layer = (12 * h * h + 7 * h) / t + 6 * h;
+  double n = layers_on_stage(m.n_layer, l.pp, stage) * per_layer;
+  if (stage == 0) n += V * h / t + double(m.seq_len) * h;       // wte (vocab-parallel), wpe
+  if (stage == l.pp - 1) n += (l.pp > 1 ? V * h / t : 0) + 2 * h;  // tied head copy, final layernorm
+  return n;
+}
+
+MemoryBreakdown stage_memory(const Workload& w, const Layout& l, const ClusterSpec& c, int stage) {
+  const GPTConfig& m = w.model;
+  const double s = w.seq_len(), b = l.micro_batch, h = m.d_model;
+  MemoryBreakdown mem;
+  mem.stage = stage;
+
+  const double n = stage_parameters(m, l, stage);
+  mem.params = n * param_bytes(l.precision) / (l.zero >= 3 ? l.dp : 1);
+  mem.grads = n * param_bytes(l.precision) / (l.zero >= 2 ? l.dp : 1);
+  mem.optimizer = n * optimizer_bytes(l.precision) / (l.zero >= 1 ? l.dp : 1);
+
+  // Activations: every (micro-batch, chunk) whose forward ran and backward
+  // has not, as the schedule itself bounds it.
+  const double scale = activation_scale(l.precision);
+  const int in_flight = pp::max_in_flight(l.schedule(), l.pp, l.micro_batches, l.v, stage);
+  const double layers_per_chunk = double(layers_on_stage(m.n_layer, l.pp, stage)) / l.v;
+  const double per_layer = scale * layer_activation_bytes(s, b, h, m.n_head, l.tp, l.seq_parallel, l.recompute);
+  mem.activations = in_flight * layers_per_chunk * per_layer;
+  if (l.recompute == Recompute::Full)  // the layer being recomputed holds everything once
+    mem.activations += scale * layer_activation_bytes(s, b, h, m.n_head, l.tp, l.seq_parallel, Recompute::None);
+  const double sbh_bytes = s * b * h * 2 * scale / (l.seq_parallel ? l.tp : 1);
+  if (stage == 0) mem.activations += in_flight * sbh_bytes;  // embedding output
+  if (stage == l.pp - 1)  // final layernorm input, and fp32 logits for the loss (one micro-batch)
+    mem.activations += sbh_bytes + 4 * s * b * m.vocab_size / l.tp;
+
+  // Communication buffers: two gradient buckets in flight (25 MiB each, as
+  // PyTorch DDP), pipeline send/receive buffers, and under ZeRO-3 the
+  // gathered parameters of the current and the prefetched layer.
+  if (l.dp > 1) mem.comm_buffers += 2 * std::min(25.0 * (1 << 20), mem.grads);
+  if (l.pp > 1) mem.comm_buffers += 2 * sbh_bytes;
+  if (l.zero >= 3) mem.comm_buffers += 2 * (12 * h * h / l.tp) * param_bytes(l.precision);
+  mem.overhead = c.overhead_bytes;
+  return mem;
+}
+
+MemoryBreakdown peak_memory(const Workload& w, const Layout& l, const ClusterSpec& c) {
+  // The first stage holds the most micro-batches and the embedding, the last
+  // the logits; stages in between never need more than the first.
+  MemoryBreakdown first = stage_memory(w, l, c, 0);
+  if (l.pp == 1) return first;
+  MemoryBreakdown last = stage_memory(w, l, c, l.pp - 1);
+  return last.total() > first.total() ? last : first;
+}
+
+}  // namespace loom::planner

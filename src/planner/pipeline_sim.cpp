@@ -1,0 +1,61 @@
+#include "planner/pipeline_sim.h"
+
+#include <algorithm>
+#include <deque>
+
+#include "core/check.h"
+
+namespace loom::planner {
+
+double PipelineTiming::bubble_fraction() const {
+  if (makespan <= 0) return 0;
+  double busiest = *std::max_element(stage_busy.begin(), stage_busy.end());
+  return 1.0 - busiest / makespan;
+}
+
+PipelineTiming simulate_pipeline(const pp::Schedule& schedule, int pp, int v, const StageDurations& d) {
+  using pp::ActionKind;
+  const int stages = pp * v;
+  LOOM_CHECK(int(schedule.size()) == pp && int(d.forward.size()) == stages && int(d.backward.size()) == stages,
+             "pipeline simulation: sizes do not match (pp %d, v %d)", pp, v);
+  // channel (is_grad, receiving stage) -> arrival times of messages posted to it.
+  std::vector<std::deque<double>> channel(2 * pp);
+  std::vector<size_t> next(pp, 0);
+  std::vector<double> clock(pp, 0);
+  PipelineTiming out;
+  out.stage_finish.assign(pp, 0);
+  out.stage_busy.assign(pp, 0);
+  for (bool moved = true; moved;) {
+    moved = false;
+    for (int s = 0; s < pp; s++) {
+      const pp::StageSchedule& actions = schedule[s];
+      while (next[s] < actions.size()) {
+        const pp::Action& a = actions[next[s]];
+        const int vs = a.chunk * pp + s;
+        if (a.kind == ActionKind::RecvActivation || a.kind == ActionKind::RecvGrad) {
+          auto& q = channel[(a.kind == ActionKind::RecvGrad) * pp + s];
+          if (q.empty()) break;  // blocked until the sender posts
+          clock[s] = std::max(clock[s], q.front());
+          q.pop_front();
+        } else if (a.kind == ActionKind::SendActivation || a.kind == ActionKind::SendGrad) {
+          const bool grad = a.kind == ActionKind::SendGrad;
+          const int to = (vs + (grad ? -1 : 1)) % pp;
+          channel[grad * pp + to].push_back(clock[s] + d.p2p_seconds);
+        } else if (a.kind == ActionKind::Forward || a.kind == ActionKind::Backward) {
+          const double t = a.kind == ActionKind::Forward ? d.forward[vs] : d.backward[vs];
+          clock[s] += t;
+          out.stage_busy[s] += t;
+          if (a.kind == ActionKind::Backward) out.stage_finish[s] = clock[s];
+        }
+        next[s]++;
+        moved = true;
+      }
+    }
+  }
+  for (int s = 0; s < pp; s++)
+    LOOM_CHECK(next[s] == schedule[s].size(), "pipeline simulation: stage %d deadlocked", s);
+  out.makespan = *std::max_element(out.stage_finish.begin(), out.stage_finish.end());
+  return out;
+}
+
+}  // namespace loom::planner

@@ -1,0 +1,273 @@
+#include "planner/predict.h"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "core/check.h"
+#include "obs/peak_flops.h"
+#include "planner/comm_cost.h"
+#include "planner/layout.h"
+#include "planner/pipeline_sim.h"
+
+namespace loom::planner {
+namespace {
+
+constexpr double kMiB = 1024.0 * 1024.0;
+
+// The run's shape as loom lays it out.
+struct LoomRun {
+  double b, T, C, H, V, L;
+  int dp, tp, pp, zero, accumulation, world;
+};
+
+LoomRun loom_run(const RunConfig& cfg, int world) {
+  LOOM_USER_CHECK(world >= 1, "world size must be at least 1 (got %d)", world);
+  const ParallelConfig& p = cfg.parallel;
+  LOOM_USER_CHECK(p.tp >= 1 && p.pp >= 1 && world % (p.tp * p.pp) == 0,
+                  "world size %d is not a multiple of parallel.tp x parallel.pp = %d", world, p.tp * p.pp);
+  LOOM_USER_CHECK(cfg.model.n_head % p.tp == 0, "model.n_head %d is not divisible by parallel.tp %d",
+                  cfg.model.n_head, p.tp);
+  LOOM_USER_CHECK(p.pp <= cfg.model.n_layer, "parallel.pp %d is more than model.n_layer %d", p.pp,
+                  cfg.model.n_layer);
+  const int dp = p.dp > 0 ? p.dp : world / (p.tp * p.pp);
+  LOOM_USER_CHECK(dp * p.tp * p.pp == world, "world size %d is not dp x tp x pp = %d x %d x %d", world, dp, p.tp,
+                  p.pp);
+  LOOM_USER_CHECK(cfg.train.batch_size % dp == 0, "train.batch_size %d is not divisible by dp %d",
+                  cfg.train.batch_size, dp);
+  const int rows = cfg.train.batch_size / dp;
+  const int micro = cfg.train.micro_batch_size > 0 ? cfg.train.micro_batch_size : rows;
+  LOOM_USER_CHECK(rows % micro == 0, "train.micro_batch_size %d does not divide the %d rows of a replica", micro,
+                  rows);
+  const GPTConfig& m = cfg.model;
+  return {double(micro), double(m.seq_len), double(m.d_model), double(m.n_head), double(m.vocab_size),
+          double(m.n_layer), dp, p.tp, p.pp, p.zero, rows / micro, world};
+}
+
+// Floats of one layer's activations for one micro-batch (model/gpt.cpp's plan).
+double layer_floats(const LoomRun& r, bool seq_parallel) {
+  const double bTC = r.b * r.T * r.C, stats = 2 * r.b * r.T, t = r.tp, split = seq_parallel ? t : 1;
+  const double ln1 = bTC + stats, res2 = bTC, ln2 = bTC + stats, res3 = bTC;
+  const double qkv = 3 * bTC / t, atty = bTC / t, att = r.b * (r.H / t) * r.T * r.T;
+  const double fch = 4 * bTC / t, gelu = 4 * bTC / t;
+  return (ln1 + res2 + ln2 + res3) / split + qkv + atty + att + fch + gelu;
+}
+
+int layers_of(const LoomRun& r, int stage) { return layers_on_stage(int(r.L), r.pp, stage); }
+
+// Parameters a rank of `stage` holds: its layers' share over tp, the
+// embeddings on the first stage, the tied head and final layernorm on the last.
+double stage_params(const RunConfig& cfg, const LoomRun& r, int stage) {
+  if (r.tp == 1 && r.pp == 1) return double(cfg.model.num_parameters());
+  const double C = r.C, t = r.tp;
+  double n = layers_of(r, stage) * ((12 * C * C + 7 * C) / t + 6 * C);
+  if (stage == 0) n += r.V * C / t + r.T * C;
+  if (stage == r.pp - 1) n += (r.pp > 1 ? r.V * C / t : 0) + 2 * C;
+  return n;
+}
+
+// Training FLOPs of one micro-batch on one rank of `stage` (6N + 12LCT per token, split by stage and tp).
+double stage_flops(const LoomRun& r, int stage) {
+  const double C = r.C, per_layer = 6 * (12 * C * C + 13 * C) + 12 * C * r.T;
+  double per_token = layers_of(r, stage) * per_layer;
+  if (stage == r.pp - 1) per_token += 6 * (r.V * C + 2 * C);
+  return per_token * r.b * r.T / r.tp;
+}
+
+struct StageFigures {
+  double params, grads, optimizer, activations;
+};
+
+StageFigures stage_memory_bytes(const RunConfig& cfg, const LoomRun& r, int stage) {
+  const double n = stage_params(cfg, r, stage);
+  StageFigures f;
+  f.params = 4 * n;
+  if (r.zero == 0) f.grads = 4 * n;
+  else if (r.zero == 1 || r.accumulation > 1) f.grads = 4 * n + 4 * n / r.dp;  // full buffer + reduced shard
+  else f.grads = std::min(4 * n, 4 * n / r.dp + 2 * double(cfg.parallel.bucket_mb) * kMiB);  // shard + buckets in flight
+  f.optimizer = 8 * n / (r.zero >= 1 ? r.dp : 1);
+  // One micro-batch's activations per (micro-batch in flight) on this stage;
+  // 1F1B holds min(m, pp - stage). Rows R: the tokens a rank keeps for
+  // norms and residuals (N / tp under sequence parallelism).
+  const bool sp = cfg.parallel.sequence_parallel && r.tp > 1;
+  const int in_flight = r.pp == 1 ? 1 : std::min(r.accumulation, r.pp - stage);
+  const double N = r.b * r.T, R = sp ? N / r.tp : N, C = r.C, t = r.tp;
+  double floats = in_flight * layers_of(r, stage) * layer_floats(r, sp);
+  if (stage == 0) floats += in_flight * R * C;  // encoded input of layer 0
+  if (stage == r.pp - 1) {
+    const double Vp = r.tp > 1 ? std::ceil(r.V / (64.0 * r.tp)) * 64.0 * r.tp : r.V;
+    floats += R * C + 2 * R;              // final layernorm
+    if (sp) floats += 3 * N * C;          // its gathered output and two work buffers
+    floats += N * Vp / t + N + 3 * N;     // logits (this rank's vocabulary), losses, cross-entropy scratch
+  }
+  // Backward work space, reused by every layer: dres, dbuf_c, datty, dbuf_3c, dbuf_4c, datt.
+  floats += 2 * R * C + 8 * N * C / t + r.b * (r.H / t) * r.T * r.T;
+  f.activations = 4 * floats;
+  return f;
+}
+
+// Cores a rank computes on: runtime.threads, or cores / ranks on the node;
+// ranks beyond the cores share them.
+double rank_cores(const RunConfig& cfg, const LoomRun& r, const ClusterSpec& c) {
+  const double ranks_per_node = std::ceil(double(r.world) / c.nodes);
+  const double cores = c.devices_per_node;
+  const double threads = cfg.runtime.threads > 0 ? cfg.runtime.threads : std::max(1.0, std::floor(cores / ranks_per_node));
+  return std::min(threads, cores / ranks_per_node);
+}
+
+}  // namespace
+
+std::string RunPrediction::describe() const {
+  return strprintf("peak memory per rank %.1f MiB (parameters %.1f, gradients %.1f, AdamW %.1f, activations %.1f, "
+                   "overhead %.1f), step %.3f s (compute %.3f, bubble %.3f, communication %.3f, optimizer %.3f)",
+                   peak_memory_bytes / kMiB, params_bytes / kMiB, grads_bytes / kMiB, optimizer_bytes / kMiB,
+                   activation_bytes / kMiB, overhead_bytes / kMiB, step_seconds, compute_seconds, bubble_seconds,
+                   comm_seconds, optimizer_seconds);
+}
+
+RunPrediction predict_loom_run(const RunConfig& cfg, int world_size, const ClusterSpec& cluster) {
+  const LoomRun r = loom_run(cfg, world_size);
+  RunPrediction out;
+  out.overhead_bytes = cluster.overhead_bytes;
+  for (int s = 0; s < r.pp; s++) {
+    StageFigures f = stage_memory_bytes(cfg, r, s);
+    const double total = f.params + f.grads + f.optimizer + f.activations + cluster.overhead_bytes;
+    if (total > out.peak_memory_bytes) {
+      out.peak_memory_bytes = total;
+      out.params_bytes = f.params, out.grads_bytes = f.grads, out.optimizer_bytes = f.optimizer;
+      out.activation_bytes = f.activations;
+    }
+  }
+
+  const double cores = rank_cores(cfg, r, cluster);
+  const double rate = cluster.peak_flops_fp32 * cores * cluster.matmul_efficiency;
+  const double mem_bw = cluster.memory_bandwidth * cores;
+  const GroupLinks links = group_links(cluster, r.dp, r.tp, r.pp);
+  const double act_bytes = 4 * r.b * r.T * r.C;
+  const double tp_ar = all_reduce_seconds(act_bytes, r.tp, links.tp);
+  StageDurations d;
+  d.p2p_seconds = r.pp > 1 ? p2p_seconds(act_bytes, links.pp) : 0;
+  for (int s = 0; s < r.pp; s++) {
+    const double layers = layers_of(r, s), compute = stage_flops(r, s) / rate;
+    d.forward.push_back(compute / 3 + 2 * layers * tp_ar);
+    d.backward.push_back(2 * compute / 3 + 2 * layers * tp_ar);
+  }
+  const auto schedule = pp::one_f_one_b(r.pp, r.accumulation);
+  const PipelineTiming timing = simulate_pipeline(schedule, r.pp, 1, d);
+  for (int s = 0; s < r.pp; s++) {
+    const double n = stage_params(cfg, r, s), updated = n / (r.zero >= 1 ? r.dp : 1);
+    double reduce = 0, gather = 0;
+    if (r.zero == 0) reduce = all_reduce_seconds(4 * n, r.dp, links.dp);
+    else reduce = reduce_scatter_seconds(4 * n, r.dp, links.dp), gather = all_gather_seconds(4 * n, r.dp, links.dp);
+    // Buckets reduce while the last micro-batch's backward runs.
+    const double exposed = std::max(0.0, reduce - d.backward[s]) + gather;
+    // zero_grads writes 4 B, the norm reads 4 B, AdamW moves about 28 B per parameter.
+    const double opt = (4 * n + 32 * updated) / mem_bw;
+    const double end = timing.stage_finish[s] + exposed + opt;
+    if (end > out.step_seconds) {
+      out.step_seconds = end;
+      out.compute_seconds = r.accumulation * stage_flops(r, s) / rate;
+      out.comm_seconds = exposed + r.accumulation * 4 * layers_of(r, s) * tp_ar;
+      out.optimizer_seconds = opt;
+      out.bubble_seconds = timing.makespan - timing.stage_busy[s];
+    }
+  }
+  return out;
+}
+
+ClusterSpec measure_local_cluster_quickly() {
+  ClusterSpec c;
+  c.name = "local";
+  const int cores = std::max(1u, std::thread::hardware_concurrency());
+  c.description = strprintf("this machine, one device per core (%d cores), measured quickly", cores);
+  c.nodes = 1;
+  c.devices_per_node = cores;
+  double mem_kib = 0;
+  std::ifstream meminfo("/proc/meminfo");
+  for (std::string key; meminfo >> key;) {
+    double value;
+    meminfo >> value;
+    if (key == "MemTotal:") mem_kib = value;
+    meminfo.ignore(256, '\n');
+  }
+  c.memory_bytes = (mem_kib > 0 ? mem_kib * 1024 : 4.0 * (1ull << 30)) / cores;
+  c.peak_flops_fp32 = measure_peak_gflops(cores) * 1e9 / cores;
+  // Uncalibrated guesses, replaced by `loom bench calibrate`: loom's steps
+  // reach about a third of the fp32 peak (README), a core streams ~10 GB/s,
+  // MPI over shared memory moves a few GB/s.
+  c.matmul_efficiency = 0.33;
+  c.memory_bandwidth = 10e9;
+  c.overhead_bytes = 150 * kMiB;
+  c.intra_bandwidth = 4e9;
+  c.intra_latency = 2e-6;
+  c.inter_bandwidth = 12.5e9;
+  c.inter_latency = 5e-6;
+  return c;
+}
+
+ClusterSpec local_cluster_or_default() {
+  const std::string path = local_cluster_path(default_root());
+  if (std::filesystem::exists(path)) return load_cluster_file(path);
+  return measure_local_cluster_quickly();
+}
+
+ParallelConfig choose_layout(const RunConfig& cfg, int world_size, const ClusterSpec& cluster) {
+  int micro = 0;
+  return choose_layout(cfg, world_size, cluster, &micro);
+}
+
+ParallelConfig choose_layout(const RunConfig& cfg, int world_size, const ClusterSpec& cluster, int* micro_batch) {
+  LOOM_USER_CHECK(world_size >= 1, "world size must be at least 1 (got %d)", world_size);
+  const GPTConfig& m = cfg.model;
+  // Ranks of one node share its memory.
+  const double ranks_per_node = std::ceil(double(world_size) / cluster.nodes);
+  const double budget = cluster.memory_bytes * cluster.devices_per_node / ranks_per_node;
+  bool found = false;
+  double best_step = 0, least_missing = -1;
+  ParallelConfig best = cfg.parallel;
+  for (int tp = 1; tp <= world_size; tp++) {
+    if (world_size % tp || m.n_head % tp) continue;
+    for (int pp = 1; pp <= std::min(m.n_layer, world_size / tp); pp++) {
+      if ((world_size / tp) % pp) continue;
+      const int dp = world_size / (tp * pp);
+      if (cfg.train.batch_size % dp) continue;
+      const int rows = cfg.train.batch_size / dp;
+      for (int micro = 1; micro <= rows; micro++) {
+        if (rows % micro) continue;
+        if (cfg.train.micro_batch_size > 0 && micro != cfg.train.micro_batch_size) continue;
+        for (int zero = 0; zero <= (dp > 1 ? 2 : 0); zero++) {
+          RunConfig c = cfg;
+          c.parallel.dp = dp, c.parallel.tp = tp, c.parallel.pp = pp, c.parallel.zero = zero;
+          c.train.micro_batch_size = micro;
+          const RunPrediction p = predict_loom_run(c, world_size, cluster);
+          if (p.peak_memory_bytes > budget) {
+            const double missing = p.peak_memory_bytes - budget;
+            if (least_missing < 0 || missing < least_missing) least_missing = missing;
+            continue;
+          }
+          // Equal predicted times: the larger micro-batch (bigger matrix
+          // products run closer to peak than the model assumes).
+          const bool better = !found || p.step_seconds < best_step * (1 - 1e-9) ||
+                              (p.step_seconds <= best_step * (1 + 1e-9) && micro > *micro_batch);
+          if (better) {
+            found = true, best_step = p.step_seconds;
+            best = c.parallel;
+            *micro_batch = micro;
+          }
+        }
+      }
+    }
+  }
+  LOOM_USER_CHECK(found || least_missing >= 0,
+                  "no layout of %d ranks divides train.batch_size %d over its replicas (dp must divide it)",
+                  world_size, cfg.train.batch_size);
+  LOOM_USER_CHECK(found,
+                  "no layout of %d ranks fits: the closest needs %.1f MiB more per rank than the %.1f MiB each has "
+                  "(%s); use more ranks, a smaller model or a smaller batch",
+                  world_size, least_missing / kMiB, budget / kMiB, cluster.name.c_str());
+  return best;
+}
+
+}  // namespace loom::planner

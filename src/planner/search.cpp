@@ -1,0 +1,122 @@
+#include "planner/search.h"
+
+#include <algorithm>
+#include <cmath>
+#include <memory>
+
+#include "core/check.h"
+
+namespace loom::planner {
+namespace {
+
+std::vector<int> divisors(int n, int max) {
+  std::vector<int> out;
+  for (int d = 1; d <= n && d <= max; d++)
+    if (n % d == 0) out.push_back(d);
+  return out;
+}
+
+bool allowed(const std::vector<int>& list, int value) {
+  return list.empty() || std::find(list.begin(), list.end(), value) != list.end();
+}
+
+// Faster first. Among equally fast layouts (within 1e-6) the simpler one:
+// a lower ZeRO stage (less traffic whose overlap the model takes on faith),
+// less model parallelism, larger micro-batches, then more memory to spare.
+bool better(const Candidate& a, const Candidate& b) {
+  const double ta = a.time.step, tb = b.time.step;
+  if (std::abs(ta - tb) > 1e-6 * std::max(ta, tb)) return ta < tb;
+  const Layout &la = a.layout, &lb = b.layout;
+  if (la.zero != lb.zero) return la.zero < lb.zero;
+  if (la.tp * la.pp != lb.tp * lb.pp) return la.tp * la.pp < lb.tp * lb.pp;
+  if (la.micro_batch != lb.micro_batch) return la.micro_batch > lb.micro_batch;
+  return a.memory.total() < b.memory.total();
+}
+
+}  // namespace
+
+SearchResult search_layouts(const Workload& w, const ClusterSpec& c, const SearchSpace& space, int top_k) {
+  LOOM_USER_CHECK(top_k >= 1, "top-k must be at least 1");
+  LOOM_USER_CHECK(w.global_batch >= 1, "the global batch must be at least 1 sequence");
+  const GPTConfig& m = w.model;
+  const int devices = c.devices();
+  std::vector<Precision> precisions = space.precision;
+  if (precisions.empty()) {
+    if (c.peak_flops_bf16 > 0) precisions.push_back(Precision::BF16);
+    else if (c.peak_flops_fp16 > 0) precisions.push_back(Precision::FP16);
+    precisions.push_back(Precision::FP32);
+  }
+  for (Precision p : precisions)
+    LOOM_USER_CHECK(c.peak_flops(p) > 0, "cluster %s has no %s peak (device.peak_tflops_%s)", c.name.c_str(),
+                    to_string(p), to_string(p));
+  std::vector<Recompute> recomputes = space.recompute;
+  if (recomputes.empty()) recomputes = {Recompute::None, Recompute::Selective, Recompute::Full};
+
+  SearchResult result;
+  struct Pending {
+    double bound;
+    Candidate candidate;
+    const GroupLinks* links;
+  };
+  std::vector<Pending> pending;
+  std::vector<std::unique_ptr<GroupLinks>> links_store;
+  double closest_excess = 0;
+
+  for (int tp : divisors(devices, devices)) {
+    if (m.n_head % tp != 0 || !allowed(space.tp, tp)) continue;
+    for (int pp : divisors(devices / tp, m.n_layer)) {
+      const int dp = devices / (tp * pp);
+      if (!allowed(space.pp, pp) || !allowed(space.dp, dp) || w.global_batch % dp != 0) continue;
+      links_store.push_back(std::make_unique<GroupLinks>(group_links(c, dp, tp, pp)));
+      const GroupLinks* links = links_store.back().get();
+      const int rows = w.global_batch / dp;  // sequences per replica per step
+      for (int b : divisors(rows, space.max_micro_batch)) {
+        if (!allowed(space.micro_batch, b)) continue;
+        const int mbs = rows / b;
+        for (int v = 1; v <= (pp > 1 ? space.max_v : 1); v++) {
+          if (!allowed(space.v, v)) continue;
+          if (v > 1 && (m.n_layer % (pp * v) != 0 || mbs % pp != 0)) continue;  // interleaving's rules
+          for (int zero = 0; zero <= (dp > 1 ? space.max_zero : 0); zero++) {
+            if (!allowed(space.zero, zero)) continue;
+            for (int sp = 0; sp <= (tp > 1 ? 1 : 0); sp++) {
+              if (!allowed(space.seq_parallel, sp)) continue;
+              for (Recompute r : recomputes) {
+                for (Precision p : precisions) {
+                  Candidate cand;
+                  cand.layout = Layout{dp, tp, pp, v, b, mbs, zero, r, sp == 1, p};
+                  cand.memory = peak_memory(w, cand.layout, c);
+                  result.considered++;
+                  const double excess = cand.memory.total() - c.memory_bytes;
+                  if (excess > 0) {
+                    if (!result.have_closest || excess < closest_excess) {
+                      result.have_closest = true;
+                      result.closest = cand;
+                      closest_excess = excess;
+                    }
+                    continue;
+                  }
+                  result.fitting++;
+                  pending.push_back({step_time_lower_bound(w, cand.layout, c, *links), cand, links});
+                }
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+
+  std::sort(pending.begin(), pending.end(), [](const Pending& a, const Pending& b) { return a.bound < b.bound; });
+  PipelineTimer timer;
+  for (Pending& p : pending) {
+    if (int(result.top.size()) == top_k && p.bound > result.top.back().time.step) break;
+    p.candidate.time = step_time(w, p.candidate.layout, c, *p.links, timer);
+    result.timed++;
+    auto at = std::upper_bound(result.top.begin(), result.top.end(), p.candidate, better);
+    result.top.insert(at, p.candidate);
+    if (int(result.top.size()) > top_k) result.top.pop_back();
+  }
+  return result;
+}
+
+}  // namespace loom::planner

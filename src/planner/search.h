@@ -1,0 +1,50 @@
+// The search: every layout of the devices (dp, tp, pp, chunks v, micro-batch
+// size and count, ZeRO stage, recomputation, sequence parallelism,
+// precision) that fits in memory, ranked by predicted step time.
+//
+// Memory is cheap and checked for every layout; the time model simulates the
+// pipeline schedule, so layouts are timed in the order of a lower bound on
+// their step time and the search stops once that bound is slower than the
+// k-th best found (branch and bound: the top k are exact).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "planner/cluster.h"
+#include "planner/layout.h"
+#include "planner/memory_model.h"
+#include "planner/time_model.h"
+
+namespace loom::planner {
+
+// Constraints: an empty list leaves that dimension free.
+struct SearchSpace {
+  std::vector<int> dp, tp, pp, v, micro_batch, zero;
+  std::vector<Precision> precision;  // default: bf16 (else fp16) and fp32
+  std::vector<Recompute> recompute;
+  std::vector<int> seq_parallel;     // 0 and/or 1
+  int max_v = 8;
+  int max_micro_batch = 64;
+  int max_zero = 3;
+};
+
+struct Candidate {
+  Layout layout;
+  MemoryBreakdown memory;
+  StepTime time;
+};
+
+struct SearchResult {
+  std::vector<Candidate> top;  // fastest first, at most top_k
+  int64_t considered = 0;      // layouts whose memory was modelled
+  int64_t fitting = 0;
+  int64_t timed = 0;           // layouts whose step was simulated
+  // When nothing fits: the layout that misses by the least memory.
+  bool have_closest = false;
+  Candidate closest;
+};
+
+SearchResult search_layouts(const Workload& w, const ClusterSpec& c, const SearchSpace& space, int top_k);
+
+}  // namespace loom::planner

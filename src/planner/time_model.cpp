@@ -1,0 +1,159 @@
+#include "planner/time_model.h"
+
+#include <algorithm>
+
+#include "planner/memory_model.h"
+
+namespace loom::planner {
+namespace {
+
+// What one (micro-batch, chunk) costs on each virtual stage, split by kind.
+struct ChunkCosts {
+  std::vector<double> f_compute, b_compute, f_tp, b_tp, f_zero3, b_zero3;
+  std::vector<double> zero3_total;  // all ZeRO-3 traffic of one (micro-batch, chunk), hidden or not
+  double p2p = 0;
+  double forward(int vs) const { return f_compute[vs] + f_tp[vs] + f_zero3[vs]; }
+  double backward(int vs) const { return b_compute[vs] + b_tp[vs] + b_zero3[vs]; }
+};
+
+double act_bytes(Precision p) { return p == Precision::FP32 ? 4 : 2; }
+
+ChunkCosts chunk_costs(const Workload& w, const Layout& l, const ClusterSpec& c, const GroupLinks& links) {
+  const GPTConfig& m = w.model;
+  const double s = w.seq_len(), h = m.d_model, V = m.vocab_size, t = l.tp;
+  const double tokens = double(l.micro_batch) * s;
+  const double rate = c.peak_flops(l.precision) * c.matmul_efficiency;
+  // Forward FLOPs per layer: 24 h^2 per token for the four GEMMs, 4 s h for
+  // the attention scores and their weighted sum (GPTConfig counts the same).
+  const double f_layer = tokens * (24 * h * h + 4 * s * h) / t / rate;
+  const double recompute = l.recompute == Recompute::Full ? f_layer
+                           : l.recompute == Recompute::Selective ? tokens * 4 * s * h / t / rate : 0;
+  const double b_layer = 2 * f_layer + recompute;
+  // Two all-reduces of the layer's output per pass (attention, MLP); with
+  // sequence parallelism an all-gather + reduce-scatter pair moves the same.
+  const double ar = all_reduce_seconds(tokens * h * act_bytes(l.precision), l.tp, links.tp);
+  const double f_tp = 2 * ar, b_tp = 2 * ar + (l.recompute == Recompute::Full ? 2 * ar : 0);
+  const double f_head = tokens * 2 * V * h / t / rate;
+  const double pbytes = act_bytes(l.precision);
+
+  const int stages = l.pp * l.v;
+  ChunkCosts k;
+  for (auto* v : {&k.f_compute, &k.b_compute, &k.f_tp, &k.b_tp, &k.f_zero3, &k.b_zero3, &k.zero3_total})
+    v->assign(stages, 0);
+  for (int vs = 0; vs < stages; vs++) {
+    const int stage = vs % l.pp;
+    const double layers = double(layers_on_stage(m.n_layer, l.pp, stage)) / l.v;
+    k.f_compute[vs] = layers * f_layer + (vs == stages - 1 ? f_head : 0);
+    k.b_compute[vs] = layers * b_layer + (vs == stages - 1 ? 2 * f_head : 0);
+    k.f_tp[vs] = layers * f_tp + (vs == 0 ? ar : 0);  // vocab-parallel embedding sums its output
+    k.b_tp[vs] = layers * b_tp;
+    if (l.zero >= 3) {
+      // Each pass gathers the chunk's parameters (prefetched while the
+      // previous layer computes); backward also reduce-scatters gradients.
+      // One collective per layer, so each pays the ring's latency.
+      const double chunk_params = stage_parameters(m, l, stage) / l.v;
+      const double extra_latency = std::max(0.0, layers - 1) * (l.dp - 1) * links.dp.latency;
+      const double gather = all_gather_seconds(chunk_params * pbytes, l.dp, links.dp) + extra_latency;
+      const double scatter = reduce_scatter_seconds(chunk_params * pbytes, l.dp, links.dp) + extra_latency;
+      k.f_zero3[vs] = std::max(0.0, gather - k.f_compute[vs]);
+      k.b_zero3[vs] = std::max(0.0, gather + scatter - k.b_compute[vs]);
+      k.zero3_total[vs] = 2 * gather + scatter;
+    }
+  }
+  k.p2p = p2p_seconds(tokens * h * act_bytes(l.precision) / (l.seq_parallel ? t : 1), links.pp);
+  return k;
+}
+
+double optimizer_seconds(const GPTConfig& m, const Layout& l, const ClusterSpec& c, int stage) {
+  // AdamW reads parameter, gradient and two moments and writes three of
+  // them back: about 28 bytes per parameter it updates.
+  const double updated = stage_parameters(m, l, stage) / (l.zero >= 1 ? l.dp : 1);
+  return updated * 28 / c.memory_bandwidth;
+}
+
+}  // namespace
+
+PipelineTiming PipelineTimer::time(int pp, int m, int v, const StageDurations& d) {
+  std::vector<double> key = {double(pp), double(m), double(v), d.p2p_seconds};
+  key.insert(key.end(), d.forward.begin(), d.forward.end());
+  key.insert(key.end(), d.backward.begin(), d.backward.end());
+  auto it = cache_.find(key);
+  if (it != cache_.end()) return it->second;
+  const auto kind = v > 1 ? pp::ScheduleKind::Interleaved1F1B : pp::ScheduleKind::OneFOneB;
+  PipelineTiming timing = simulate_pipeline(pp::build_schedule(kind, pp, m, v), pp, v, d);
+  cache_.emplace(std::move(key), timing);
+  return timing;
+}
+
+StepTime step_time(const Workload& w, const Layout& l, const ClusterSpec& c) {
+  PipelineTimer timer;
+  return step_time(w, l, c, group_links(c, l.dp, l.tp, l.pp), timer);
+}
+
+StepTime step_time(const Workload& w, const Layout& l, const ClusterSpec& c, const GroupLinks& links,
+                   PipelineTimer& timer) {
+  StepTime out;
+  out.links = links;
+  const ChunkCosts k = chunk_costs(w, l, c, out.links);
+  const int stages = l.pp * l.v, m = l.micro_batches;
+  StageDurations d;
+  d.p2p_seconds = l.pp > 1 ? k.p2p : 0;
+  for (int vs = 0; vs < stages; vs++) {
+    d.forward.push_back(k.forward(vs));
+    d.backward.push_back(k.backward(vs));
+  }
+  const PipelineTiming timing = timer.time(l.pp, m, l.v, d);
+
+  const double pbytes = act_bytes(l.precision);
+  int busiest = 0;
+  for (int s = 0; s < l.pp; s++) {
+    // Data-parallel reduction of this stage's gradients; it starts bucket by
+    // bucket during the last micro-batch's backward and hides behind it.
+    const double grads = stage_parameters(w.model, l, s) * pbytes;
+    double reduce = 0, gather = 0, window = 0;
+    if (l.zero == 0) reduce = all_reduce_seconds(grads, l.dp, out.links.dp);
+    if (l.zero == 1 || l.zero == 2) {
+      reduce = reduce_scatter_seconds(grads, l.dp, out.links.dp);
+      gather = all_gather_seconds(grads, l.dp, out.links.dp);  // updated parameters, after the step
+    }
+    for (int chunk = 0; chunk < l.v; chunk++) window += d.backward[chunk * l.pp + s];
+    const double exposed = std::max(0.0, reduce - window) + gather;
+    const double opt = optimizer_seconds(w.model, l, c, s);
+    const double end = timing.stage_finish[s] + exposed + opt;
+    if (end > out.step) {
+      out.step = end;
+      out.dp_comm = reduce + gather;
+      out.dp_exposed = exposed;
+      out.optimizer = opt;
+    }
+    if (timing.stage_busy[s] > timing.stage_busy[busiest]) busiest = s;
+  }
+  for (int chunk = 0; chunk < l.v; chunk++) {
+    const int vs = chunk * l.pp + busiest;
+    out.compute += m * (k.f_compute[vs] + k.b_compute[vs]);
+    out.tp_comm += m * (k.f_tp[vs] + k.b_tp[vs]);
+    out.zero3_comm += m * (k.f_zero3[vs] + k.b_zero3[vs]);
+    out.zero3_total += m * k.zero3_total[vs];
+  }
+  out.pp_comm = l.pp > 1 ? 2.0 * (stages - 1) * k.p2p : 0;
+  out.bubble = timing.makespan - timing.stage_busy[busiest];
+  out.bubble_fraction = timing.bubble_fraction();
+  const double tokens = double(w.global_batch) * w.seq_len();
+  out.tokens_per_s = tokens / out.step;
+  out.mfu = w.model.train_flops_per_token(w.seq_len()) * tokens /
+            (out.step * l.devices() * c.peak_flops(l.precision));
+  return out;
+}
+
+double step_time_lower_bound(const Workload& w, const Layout& l, const ClusterSpec& c, const GroupLinks& links) {
+  const ChunkCosts k = chunk_costs(w, l, c, links);
+  double bound = 0;
+  for (int s = 0; s < l.pp; s++) {
+    double busy = 0;
+    for (int chunk = 0; chunk < l.v; chunk++) busy += k.forward(chunk * l.pp + s) + k.backward(chunk * l.pp + s);
+    bound = std::max(bound, l.micro_batches * busy + optimizer_seconds(w.model, l, c, s));
+  }
+  return bound;
+}
+
+}  // namespace loom::planner

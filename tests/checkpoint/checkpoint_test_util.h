@@ -1,0 +1,118 @@
+// Helpers for the checkpoint tests: scratch folders, binary-safe command
+// output, a manifest, and a GPT's parameters as a tensor-parallel rank holds
+// them (the model's own sharded layout).
+#pragma once
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <vector>
+
+#include "checkpoint/manifest.h"
+#include "checkpoint/layout_pieces.h"
+#include "checkpoint/tensor_piece.h"
+#include "model/gpt.h"
+
+namespace loom::test {
+
+struct CkptScratch {
+  std::vector<std::string> dirs;
+  ~CkptScratch() {
+    std::error_code ec;
+    for (const auto& d : dirs) std::filesystem::remove_all(d, ec);
+  }
+};
+
+// An empty folder under the build tree, private to this process, removed at exit.
+inline std::string ckpt_dir(const std::string& name) {
+  static CkptScratch scratch;
+  std::string dir = std::string(LOOM_BINARY_DIR) + "/test-data/ckpt-" + name + "." + std::to_string(::getpid());
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  scratch.dirs.push_back(dir);
+  return dir;
+}
+
+inline std::string slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+inline void spit(const std::string& path, const std::string& bytes) {
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+}
+
+struct CommandResult {
+  int code;
+  std::string output;  // every byte, NULs included
+};
+
+inline CommandResult run_command(const std::string& cmd) {
+  FILE* p = popen(cmd.c_str(), "r");
+  std::string out;
+  char buf[4096];
+  for (size_t n; (n = fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
+  int status = pclose(p);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
+
+inline CommandResult run_loom_cmd(const std::string& args) { return run_command(std::string("'") + LOOM_EXE + "' " + args); }
+
+inline CheckpointManifest test_manifest(int64_t step) {
+  CheckpointManifest m;
+  m.step = step;
+  m.config_toml = "[model]\nn_layer = 2\n";
+  m.model = {{"n_layer", 2}, {"d_model", 32}};
+  m.layout = {2, 2, 1, 1, "tp-dp-pp", 4};
+  m.data = {step, step * 8};
+  m.seed = 1337;
+  m.loss_scaler = {{"scale", 65536.0}, {"good_steps", 12}};
+  m.extra = {{"optimizer_steps", step}};
+  return m;
+}
+
+// Tensor-parallel rank `rank` of `tp`: the model's own sharded layout
+// (ParamLayout::gpt2 with a ModelShard), its buffer filled from the global
+// tensors of a single-process model, and that buffer as checkpoint pieces.
+// Not copyable: the pieces point into the buffer.
+struct RankPieces {
+  ParamLayout layout;
+  std::vector<float> buffer;
+  std::vector<CheckpointPiece> pieces;
+  RankPieces() = default;
+  RankPieces(RankPieces&&) = default;
+  RankPieces(const RankPieces&) = delete;
+};
+
+inline RankPieces tp_pieces(GPT& model, int tp, int rank) {
+  RankPieces out;
+  ModelShard shard;
+  shard.tp_rank = rank;
+  shard.tp_size = tp;
+  out.layout = ParamLayout::gpt2(model.config(), shard);
+  out.buffer.assign(size_t(out.layout.total), 0.f);
+  for (size_t i = 0; i < out.layout.params.size(); i++) {
+    const ParamSpec& local = out.layout.params[i];
+    const ParamSpec* global = model.layout().find(local.name);
+    const float* src = model.params() + global->offset;
+    const int64_t global_cols = global->shape.size() > 1 ? global->shape[1] : 1;
+    for (const TensorPiece& piece : out.layout.pieces(int(i))) {
+      const int64_t rows = piece.shape[0], cols = piece.shape.size() > 1 ? piece.shape[1] : 1;
+      const int64_t col0 = piece.shape.size() > 1 ? piece.global_offset[1] : 0;
+      for (int64_t r = 0; r < rows; r++)
+        std::copy_n(src + (piece.global_offset[0] + r) * global_cols + col0, cols,
+                    out.buffer.data() + local.offset + piece.local_offset + r * cols);
+    }
+  }
+  out.pieces = layout_pieces(out.layout, out.buffer.data());
+  return out;
+}
+
+}  // namespace loom::test

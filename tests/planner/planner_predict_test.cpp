@@ -1,0 +1,106 @@
+// Predictions for loom's own runs: memory as loom allocates it, and the
+// layout chooser `loom train --layout auto` relies on.
+#include <gtest/gtest.h>
+
+#include "config/run_config.h"
+#include "core/check.h"
+#include "model/gpt.h"
+#include "planner/predict.h"
+
+namespace loom::planner {
+namespace {
+
+ClusterSpec test_machine(int cores, double gib_per_core) {
+  ClusterSpec c;
+  c.name = "test-machine";
+  c.nodes = 1, c.devices_per_node = cores;
+  c.memory_bytes = gib_per_core * (1 << 30);
+  c.peak_flops_fp32 = 50e9, c.matmul_efficiency = 0.3, c.memory_bandwidth = 10e9;
+  c.overhead_bytes = 150.0 * (1 << 20);
+  c.intra_bandwidth = 4e9, c.intra_latency = 2e-6, c.inter_bandwidth = 1e9, c.inter_latency = 1e-5;
+  return c;
+}
+
+RunConfig small_run() {
+  RunConfig cfg;
+  cfg.model = GPTConfig{512, 4, 4, 128, 128};
+  cfg.train.batch_size = 8;
+  return cfg;
+}
+
+TEST(PlannerPredict, MemoryIsLoomsOwnAllocations) {
+  RunConfig cfg = small_run();
+  const ClusterSpec c = test_machine(2, 4);
+  RunPrediction p = predict_loom_run(cfg, 1, c);
+  GPT model(cfg.model, cfg.train.batch_size, cfg.model.seq_len);
+  EXPECT_DOUBLE_EQ(p.params_bytes, 4.0 * cfg.model.num_parameters());
+  EXPECT_DOUBLE_EQ(p.grads_bytes, 4.0 * cfg.model.num_parameters());
+  EXPECT_DOUBLE_EQ(p.optimizer_bytes, 8.0 * cfg.model.num_parameters());
+  // Every activation buffer the model plans (alignment padding aside).
+  EXPECT_NEAR(p.activation_bytes, double(model.activation_bytes()), 0.001 * model.activation_bytes());
+  EXPECT_DOUBLE_EQ(p.peak_memory_bytes,
+                   p.params_bytes + p.grads_bytes + p.optimizer_bytes + p.activation_bytes + c.overhead_bytes);
+  EXPECT_GT(p.step_seconds, 0);
+  EXPECT_NE(p.describe().find("MiB"), std::string::npos);
+}
+
+TEST(PlannerPredict, DataParallelAndZeroShrinkWhatEachRankHolds) {
+  RunConfig cfg = small_run();
+  const ClusterSpec c = test_machine(4, 4);
+  const double n = double(cfg.model.num_parameters());
+  cfg.parallel.zero = 1;
+  RunPrediction z1 = predict_loom_run(cfg, 4, c);
+  EXPECT_DOUBLE_EQ(z1.optimizer_bytes, 8 * n / 4);
+  cfg.parallel.zero = 2;
+  RunPrediction z2 = predict_loom_run(cfg, 4, c);
+  EXPECT_LE(z2.grads_bytes, 4 * n);
+  // Each replica runs 2 of the 8 rows: a quarter of the activations.
+  RunConfig one = small_run();
+  EXPECT_NEAR(z1.activation_bytes, predict_loom_run(one, 1, c).activation_bytes / 4, 1e-6 * z1.activation_bytes);
+  // Four ranks on four cores: each computes a quarter of the batch on a quarter of the machine.
+  EXPECT_GT(z1.compute_seconds, 0);
+}
+
+TEST(PlannerPredict, LayoutsLoomCannotRunAreRefused) {
+  RunConfig cfg = small_run();
+  cfg.parallel.tp = 3;
+  EXPECT_THROW(predict_loom_run(cfg, 3, test_machine(2, 4)), UserError);
+  cfg = small_run();
+  cfg.train.batch_size = 6;
+  EXPECT_THROW(predict_loom_run(cfg, 4, test_machine(2, 4)), UserError);
+}
+
+TEST(PlannerPredict, ChooseLayoutFollowsLoomsRules) {
+  RunConfig cfg = small_run();
+  for (int world : {1, 2, 4, 8}) {
+    int micro = 0;
+    ParallelConfig p = choose_layout(cfg, world, test_machine(2, 4), &micro);
+    EXPECT_EQ(p.dp * p.tp * p.pp, world);
+    EXPECT_EQ(cfg.model.n_head % p.tp, 0);
+    EXPECT_LE(p.pp, cfg.model.n_layer);
+    EXPECT_EQ(cfg.train.batch_size % (p.dp * micro), 0);
+    EXPECT_LE(p.zero, 2);
+  }
+}
+
+TEST(PlannerPredict, ChooseLayoutSaysHowMuchMemoryIsMissing) {
+  RunConfig cfg = small_run();
+  cfg.model = GPTConfig{50304, 48, 16, 2048, 1024};  // 2.5B parameters: 40 GB of fp32 state
+  try {
+    choose_layout(cfg, 2, test_machine(2, 1));
+    ADD_FAILURE();
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("MiB more per rank"), std::string::npos) << e.what();
+  }
+}
+
+TEST(PlannerPredict, LocalClusterIsUsable) {
+  ClusterSpec c = local_cluster_or_default();
+  c.validate("local");
+  EXPECT_GT(c.peak_flops_fp32, 0);
+  RunPrediction p = predict_loom_run(RunConfig{}, 1, c);
+  EXPECT_GT(p.peak_memory_bytes, 150.0 * (1 << 20));
+}
+
+}  // namespace
+}  // namespace loom::planner
