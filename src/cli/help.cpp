@@ -31,10 +31,17 @@ commands:
           Options:
             --config FILE     TOML run configuration (see configs/)
             --set KEY=VALUE   override one field, e.g. --set train.steps=100 --set runtime.threads=2
+            --resume auto|DIR continue from the newest good checkpoint under train.checkpoint_dir
+                              (auto; a damaged one is named and the previous one used), or from DIR,
+                              under any layout (dp, tp, pp, ZeRO may differ from the run that saved)
+            --layout auto     let the planner (loom plan) choose dp, tp, pp, ZeRO and micro-batch
           Fields: [model] vocab_size n_layer n_head d_model seq_len
                   [train] batch_size micro_batch_size (0 = batch_size / dp) steps lr min_lr
                           warmup_steps weight_decay beta1 beta2 eps grad_clip eval_every
                           eval_batches log_every seed
+                          run_dir ("runs"; "" = none) run_name ("" = start time)
+                          checkpoint_every (0 = never) checkpoint_dir keep_checkpoints
+                          guard_window guard_z (0 = no spike test) guard_warmup guard_max_skips
                   [data] path format (shards | bytes) val_fraction
                   [parallel] dp (0 = infer) tp pp order ("tp-dp-pp": innermost first)
                              sequence_parallel (true | false; with tp > 1)
@@ -60,7 +67,12 @@ commands:
           1F1B, interleaved 1F1B with virtual_stages chunks; interleaved needs m %% pp == 0).
           Rank 0 reports the measured bubble per stage.
           Logs one line per logged step: loss, learning rate, gradient norm, tokens/s,
-          achieved GFLOP/s and its share of the machine's measured fp32 peak.
+          achieved GFLOP/s and its share of the machine's measured fp32 peak; the planner's
+          predicted peak memory and step time at the start, beside the measured ones at the end.
+          Writes runs/NAME/ (config, layout, metrics.jsonl, trace.json, summary.json) for
+          loom report and loom diagnose. A non-finite loss, or one guard_z standard deviations
+          above the recent mean, skips the step; guard_max_skips in a row roll back to the last
+          checkpoint and skip that data.
   bench   Benchmarks (speed is measured here, never in tests).
             loom bench step [--shapes tiny,small,gpt2-124M] [--threads 1,2] [--steps N]
                             [--no-pytorch]

@@ -6,7 +6,10 @@
 #include "comm/mpi_comm.h"
 #include "config/run_config.h"
 #include "core/check.h"
+#include <mpi.h>
+
 #include "obs/run_dir.h"
+#include "planner/predict.h"
 #include "train/trainer.h"
 
 namespace loom::cli {
@@ -27,14 +30,39 @@ std::string resolve_path(const std::string& path) {
   return exists(alt) ? alt : path;
 }
 
+// --layout auto: rank 0 asks the planner for the fastest layout that fits
+// (dp, tp, pp, ZeRO stage, micro-batch) and every rank takes it, or every
+// rank fails with rank 0's message.
+static void choose_layout_on_rank0(RunConfig& cfg, MpiRuntime& mpi) {
+  int chosen[6] = {0, 0, 0, 0, 0, 0};  // ok, dp, tp, pp, zero, micro-batch
+  std::string error;
+  if (mpi.world_rank() == 0) {
+    try {
+      int micro = 0;
+      ParallelConfig p = planner::choose_layout(cfg, mpi.world_size(), planner::local_cluster_or_default(), &micro);
+      chosen[0] = 1, chosen[1] = p.dp, chosen[2] = p.tp, chosen[3] = p.pp, chosen[4] = p.zero, chosen[5] = micro;
+    } catch (const UserError& e) {
+      error = e.what();
+    }
+  }
+  MPI_Bcast(chosen, 6, MPI_INT, 0, MPI_COMM_WORLD);
+  LOOM_USER_CHECK(chosen[0] == 1, "--layout auto: %s", mpi.world_rank() == 0 ? error.c_str() : "no layout fits");
+  cfg.parallel.dp = chosen[1], cfg.parallel.tp = chosen[2], cfg.parallel.pp = chosen[3], cfg.parallel.zero = chosen[4];
+  cfg.train.micro_batch_size = chosen[5];
+  if (mpi.world_rank() == 0)
+    std::printf("loom train: --layout auto chose dp %d x tp %d x pp %d, ZeRO-%d, micro-batch %d (loom plan)\n",
+                chosen[1], chosen[2], chosen[3], chosen[4], chosen[5]);
+}
+
 int cmd_train(const Args& args, MpiRuntime& mpi) {
   const bool rank0 = mpi.world_rank() == 0;
   RunConfig cfg;
+  TrainOptions options;
   std::unique_ptr<ParallelGrid> grid;
   try {
     // Set-up: every rank reads the same config and checks the same things,
     // so every rank fails alike; rank 0 alone prints the message.
-    std::string config_path;
+    std::string config_path, layout = "config";
     std::vector<std::string> overrides;
     for (size_t i = 0; i < args.size(); i++) {
       const std::string& a = args[i];
@@ -45,6 +73,8 @@ int cmd_train(const Args& args, MpiRuntime& mpi) {
       if (a == "--config") config_path = value("--config");
       else if (a.rfind("--config=", 0) == 0) config_path = a.substr(9);
       else if (a == "--set") overrides.push_back(value("--set"));
+      else if (a == "--layout") layout = value("--layout");
+      else if (a == "--resume") options.resume = value("--resume");
       else if (a.rfind("--set=", 0) == 0) overrides.push_back(a.substr(6));
       else if (a == "-h" || a == "--help") return rank0 ? (print_help(), 0) : 0;
       else throw UserError(strprintf("train: unknown option '%s' (try loom --help)", a.c_str()));
@@ -54,7 +84,10 @@ int cmd_train(const Args& args, MpiRuntime& mpi) {
       LOOM_USER_CHECK(exists(resolved), "config file '%s' not found", config_path.c_str());
       config_path = resolved;
     }
+    LOOM_USER_CHECK(layout == "config" || layout == "auto", "train: --layout takes auto or config, got '%s'",
+                    layout.c_str());
     cfg = load_run_config(config_path, overrides);
+    if (layout == "auto") choose_layout_on_rank0(cfg, mpi);
     cfg.data.path = resolve_path(cfg.data.path);
     LOOM_USER_CHECK(exists(cfg.data.path), "data %s '%s' (data.path) not found%s",
                     cfg.data.format == "shards" ? "folder" : "file", cfg.data.path.c_str(),
@@ -70,7 +103,6 @@ int cmd_train(const Args& args, MpiRuntime& mpi) {
     return 2;
   }
   auto ctx = ParallelContext::create_mpi(*grid, MpiOptions{cfg.runtime.comm_timeout_s});
-  TrainOptions options;
   if (rank0 && !cfg.train.run_dir.empty())
     options.run_dir = obs::RunDir::default_path(cfg.train.run_dir, cfg.train.run_name);
   train(cfg, *ctx, rank0 ? stdout : nullptr, options);

@@ -95,6 +95,13 @@ void read_fields(FieldReader& r, RunConfig& c) {
   r.get("train.seed", &c.train.seed);
   r.get("train.run_dir", &c.train.run_dir);
   r.get("train.run_name", &c.train.run_name);
+  r.get("train.checkpoint_every", &c.train.checkpoint_every);
+  r.get("train.checkpoint_dir", &c.train.checkpoint_dir);
+  r.get("train.keep_checkpoints", &c.train.keep_checkpoints);
+  r.get("train.guard_window", &c.train.guard_window);
+  r.get("train.guard_z", &c.train.guard_z);
+  r.get("train.guard_warmup", &c.train.guard_warmup);
+  r.get("train.guard_max_skips", &c.train.guard_max_skips);
   r.get("data.path", &c.data.path);
   r.get("data.format", &c.data.format);
   r.get("data.val_fraction", &c.data.val_fraction);
@@ -168,6 +175,13 @@ void RunConfig::validate() const {
   require(t.micro_batch_size >= 0 && t.micro_batch_size <= t.batch_size, "train.micro_batch_size",
           "in [0, train.batch_size] (0 = batch_size / dp)");
   require(t.steps >= 1, "train.steps", ">= 1");
+  require(t.checkpoint_every >= 0, "train.checkpoint_every", ">= 0 (0 = never)");
+  require(t.keep_checkpoints >= 1, "train.keep_checkpoints", ">= 1");
+  require(t.checkpoint_every == 0 || !t.checkpoint_dir.empty(), "train.checkpoint_dir", "a folder");
+  require(t.guard_window >= 2, "train.guard_window", ">= 2");
+  require(t.guard_z >= 0, "train.guard_z", ">= 0 (0 = off)");
+  require(t.guard_warmup >= 0, "train.guard_warmup", ">= 0");
+  require(t.guard_max_skips >= 1, "train.guard_max_skips", ">= 1");
   require(t.lr > 0 && t.lr < 10, "train.lr", "in (0, 10)");
   require(t.min_lr >= 0 && t.min_lr <= t.lr, "train.min_lr", "in [0, train.lr]");
   require(t.warmup_steps >= 0, "train.warmup_steps", ">= 0");
@@ -210,7 +224,10 @@ std::string RunConfig::to_toml() const {
     << "\nweight_decay = " << train.weight_decay << "\nbeta1 = " << train.beta1 << "\nbeta2 = " << train.beta2
     << "\neps = " << train.eps << "\ngrad_clip = " << train.grad_clip << "\neval_every = " << train.eval_every
     << "\neval_batches = " << train.eval_batches << "\nlog_every = " << train.log_every
-    << "\nseed = " << train.seed << "\nrun_dir = \"" << train.run_dir << "\"\nrun_name = \"" << train.run_name << "\""
+    << "\nseed = " << train.seed << "\ncheckpoint_every = " << train.checkpoint_every << "\ncheckpoint_dir = \""
+    << train.checkpoint_dir << "\"\nkeep_checkpoints = " << train.keep_checkpoints << "\nguard_window = "
+    << train.guard_window << "\nguard_z = " << train.guard_z << "\nguard_warmup = " << train.guard_warmup
+    << "\nguard_max_skips = " << train.guard_max_skips << "\nrun_dir = \"" << train.run_dir << "\"\nrun_name = \"" << train.run_name << "\""
     << "\n[data]\npath = \"" << data.path << "\"\nformat = \"" << data.format
     << "\"\nval_fraction = " << data.val_fraction << "\n[parallel]\ndp = " << parallel.dp << "\ntp = " << parallel.tp
     << "\npp = " << parallel.pp << "\nsequence_parallel = " << (parallel.sequence_parallel ? "true" : "false")

@@ -32,6 +32,16 @@ struct TrainConfig {
   int64_t seed = 1337;
   std::string run_dir = "runs";  // `loom train` writes runs/<run_name> here (metrics, trace); "" = none
   std::string run_name;          // "" = the start time, YYYYmmdd-HHMMSS
+  int checkpoint_every = 0;      // save every N steps (and at the end); 0 = never
+  std::string checkpoint_dir = "checkpoints";  // step_N/ folders and `latest` (what --resume auto reads)
+  int keep_checkpoints = 3;      // the newest N are kept
+  // Loss guard: a non-finite loss, or one guard_z standard deviations above
+  // the mean of the last guard_window accepted ones, skips the step;
+  // guard_max_skips in a row roll back to the last checkpoint past that data.
+  int guard_window = 50;
+  float guard_z = 6;             // 0 = spikes are not judged (non-finite losses still are)
+  int guard_warmup = 20;
+  int guard_max_skips = 3;
 };
 
 struct DataConfig {

@@ -37,6 +37,11 @@ class AdamW {
   double grad_sum_of_squares(const float* grads) const;
 
   int steps_taken() const { return t_; }
+  // The moments of the owned elements, packed as the gradients are (for
+  // checkpoints), and the step count the bias correction uses.
+  float* first_moment() { return m_.at<float>(0); }
+  float* second_moment() { return v_.at<float>(0); }
+  void set_steps_taken(int t) { t_ = t; }
   size_t state_bytes() const { return m_.size() + v_.size(); }
 
  private:

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "checkpoint/layout_pieces.h"
 #include "core/check.h"
 #include "parallel/pp/partition.h"
 
@@ -277,6 +278,56 @@ size_t Replica::activation_bytes() const {
   size_t sum = 0;
   for (const auto& c : chunks_) sum += c->activation_bytes();
   return sum;
+}
+
+bool Replica::writes_checkpoint() const { return ctx_.coord().dp == 0 || zero_ > 0; }
+
+// Calls f(chunk, layout, begin, end, packed) for each owned range's part in
+// each chunk: [begin, end) in the chunk's own offsets, packed = where that
+// part starts in the packed moments.
+template <class F>
+static void for_owned_parts(const std::vector<FlatRange>& owned, const std::vector<std::unique_ptr<GPT>>& chunks,
+                            const std::vector<int64_t>& chunk_offset, F&& f) {
+  int64_t packed = 0;
+  for (const FlatRange& r : owned) {
+    for (size_t c = 0; c < chunks.size(); c++) {
+      const int64_t lo = chunk_offset[c], hi = lo + chunks[c]->layout().total;
+      const int64_t b = std::max(r.begin, lo), e = std::min(r.end, hi);
+      if (b < e) f(c, chunks[c]->layout(), b - lo, e - lo, packed + (b - r.begin));
+    }
+    packed += r.size();
+  }
+}
+
+std::vector<CheckpointPiece> Replica::checkpoint_pieces() {
+  std::vector<CheckpointPiece> pieces;
+  if (ctx_.coord().dp == 0)
+    for (size_t c = 0; c < chunks_.size(); c++) {
+      auto p = layout_pieces(chunks_[c]->layout(), chunks_[c]->params());
+      pieces.insert(pieces.end(), p.begin(), p.end());
+    }
+  if (!writes_checkpoint()) return pieces;
+  AdamW& adam = optimizer_->adamw();
+  for_owned_parts(optimizer_->owned(), chunks_, chunk_offset_,
+                  [&](size_t, const ParamLayout& lay, int64_t b, int64_t e, int64_t packed) {
+                    for (auto [prefix, moment] : {std::pair{"adam.m.", adam.first_moment()},
+                                                  std::pair{"adam.v.", adam.second_moment()}}) {
+                      auto p = layout_pieces(lay, moment + packed, prefix, b, e);
+                      pieces.insert(pieces.end(), p.begin(), p.end());
+                    }
+                  });
+  return pieces;
+}
+
+void Replica::load(const Checkpoint& checkpoint, int adam_steps) {
+  for (auto& chunk : chunks_) fill_from_checkpoint(checkpoint.tensors(), chunk->layout(), chunk->params());
+  AdamW& adam = optimizer_->adamw();
+  for_owned_parts(optimizer_->owned(), chunks_, chunk_offset_,
+                  [&](size_t, const ParamLayout& lay, int64_t b, int64_t e, int64_t packed) {
+                    fill_from_checkpoint(checkpoint.tensors(), lay, adam.first_moment() + packed, "adam.m.", b, e);
+                    fill_from_checkpoint(checkpoint.tensors(), lay, adam.second_moment() + packed, "adam.v.", b, e);
+                  });
+  adam.set_steps_taken(adam_steps);
 }
 
 double Replica::tp_comm_seconds() const {

@@ -17,6 +17,8 @@
 #include <vector>
 
 #include "config/run_config.h"
+#include "checkpoint/checkpoint_reader.h"
+#include "checkpoint/tensor_piece.h"
 #include "model/gpt.h"
 #include "obs/trace_recorder.h"
 #include "parallel/dp/bucket_plan.h"
@@ -84,6 +86,16 @@ class Replica {
   size_t activation_bytes() const;
   const ReduceTimes& reduce_times() const { return reducer_->times(); }
   double tp_comm_seconds() const;
+  // Checkpoints (src/checkpoint/): this rank's pieces of the global
+  // tensors — its stage's parameters (written by dp rank 0) and the AdamW
+  // moments it holds ("adam.m." / "adam.v."; its ZeRO shard) — and the
+  // reverse, from a checkpoint of any layout. load() also restores the
+  // AdamW step count.
+  bool writes_checkpoint() const;
+  std::vector<CheckpointPiece> checkpoint_pieces();
+  int adam_steps() { return optimizer_->adamw().steps_taken(); }
+  void load(const Checkpoint& checkpoint, int adam_steps);
+
   const pp::StageTimeline& timeline() const { return executor_->timeline(); }
   // Forward and backward spans of each micro-batch go here (nullptr: none).
   void set_trace(obs::TraceRecorder* trace) { trace_ = trace; }

@@ -2,7 +2,11 @@
 
 #include <omp.h>
 
+#include <algorithm>
+#include <sys/resource.h>
+
 #include <chrono>
+#include <optional>
 #include <cmath>
 
 #include "core/check.h"
@@ -12,6 +16,9 @@
 #include "obs/peak_flops.h"
 #include "optim/lr_schedule.h"
 #include "parallel/pp/partition.h"
+#include "planner/predict.h"
+#include "checkpoint/loss_guard.h"
+#include "train/checkpointing.h"
 #include "train/replica.h"
 #include "train/run_recorder.h"
 
@@ -98,6 +105,7 @@ TrainResult train(const RunConfig& cfg, const ParallelContext& ctx, FILE* log, c
   LrSchedule schedule{cfg.train.lr, cfg.train.min_lr, cfg.train.warmup_steps, cfg.train.steps};
 
   TrainResult result;
+  std::optional<planner::RunPrediction> prediction;  // rank 0
   // Every rank measures at once, so ranks sharing cores see the peak they share.
   ctx.world().barrier();
   float peak = float(measure_peak_gflops(threads));
@@ -141,6 +149,13 @@ TrainResult train(const RunConfig& cfg, const ParallelContext& ctx, FILE* log, c
                  double(replica.activation_bytes()) / mib);
     std::fprintf(log, "threads: %d per rank, measured fp32 peak %.0f GFLOP/s over all ranks\n", threads,
                  result.peak_gflops);
+    // The planner's prediction for this very run, checked at the end.
+    try {
+      prediction = planner::predict_loom_run(cfg, ctx.grid().world_size(), planner::local_cluster_or_default());
+      std::fprintf(log, "plan: predicted %s\n", prediction->describe().c_str());
+    } catch (const UserError& e) {
+      std::fprintf(log, "plan: no prediction (%s)\n", e.what());
+    }
     std::fflush(log);
   }
 
@@ -159,7 +174,17 @@ TrainResult train(const RunConfig& cfg, const ParallelContext& ctx, FILE* log, c
   double timed_seconds = 0, window_seconds = 0;
   double data_seconds = 0, step_seconds = 0;  // reading batches, within whole steps
   int timed_steps = 0, window_steps = 0;
-  for (int step = 0; step < cfg.train.steps; step++) {
+  TrainCheckpoints checkpoints(cfg, ctx);
+  TrainPosition position = checkpoints.resume(options.resume, replica, log);
+  bool have_checkpoint = position.next_step > 0;
+  LossGuard guard(LossGuardConfig{cfg.train.guard_window, cfg.train.guard_z, cfg.train.guard_warmup,
+                                  cfg.train.guard_max_skips});
+  const int first_step = int(position.next_step);
+  const int end_step = options.stop_after > 0 ? std::min(options.stop_after, cfg.train.steps) : cfg.train.steps;
+  for (int step = first_step; step < end_step; step++) {
+    // The first step warms up caches and primitives: leave it out of the
+    // averages, unless it is the only step.
+    const bool timed = step > first_step || end_step - first_step == 1;
     auto t0 = Clock::now();
     obs::ScopedSpan step_span(trace, "step", obs::SpanKind::step, obs::CommGroup::none, step);
     auto t_data = Clock::now();
@@ -167,7 +192,7 @@ TrainResult train(const RunConfig& cfg, const ParallelContext& ctx, FILE* log, c
     for (int k = 0; k < accumulation; k++) {
       const RowRange micro_rows{rows.begin + k * micro, rows.begin + (k + 1) * micro};
       const size_t at = size_t(k) * micro * T;
-      data->train_batch(uint64_t(cfg.train.seed), step, B, T, micro_rows, tokens.data() + at, targets.data() + at);
+      data->train_batch(uint64_t(cfg.train.seed), step + position.data_skip, B, T, micro_rows, tokens.data() + at, targets.data() + at);
     }
     if (trace) trace->end();
     const double step_data_s = seconds_since(t_data);
@@ -175,7 +200,7 @@ TrainResult train(const RunConfig& cfg, const ParallelContext& ctx, FILE* log, c
     // Every micro-batch has the same rows, so the mean of their mean losses
     // (and gradients) is the global batch's.
     float loss = replica.forward_backward(tokens, targets, T);
-    if (step > 0 || cfg.train.steps == 1) bubble_sum[size_t(ctx.coord().pp)] += replica.timeline().bubble();
+    if (timed) bubble_sum[size_t(ctx.coord().pp)] += replica.timeline().bubble();
     result.peak_in_flight = std::max(result.peak_in_flight, replica.timeline().peak_in_flight);
     double norm;
     {
@@ -183,22 +208,28 @@ TrainResult train(const RunConfig& cfg, const ParallelContext& ctx, FILE* log, c
       norm = replica.reduce();
     }
     if (dp > 1) ctx.dp().all_reduce(&loss, 1, DType::f32, ReduceOp::Avg);
-    if (step == 0 && options.keep_first_step_grads) result.first_step_grads = replica.gather_grads();
+    if (step == first_step && options.keep_first_step_grads) result.first_step_grads = replica.gather_grads();
     float clip = cpu::clip_scale(norm, cfg.train.grad_clip);
     float lr = schedule.at(step);
+    if (std::count(options.poison_steps.begin(), options.poison_steps.end(), step + position.data_skip)) loss = NAN;
+    // Every rank holds the same loss, so every rank decides alike.
+    const LossVerdict verdict = guard.observe(loss);
     auto t_update = Clock::now();
-    {
+    if (verdict == LossVerdict::Ok) {
       obs::ScopedSpan optimizer(trace, "optimizer", obs::SpanKind::optimizer);
       replica.update(lr, clip);
+    } else {
+      result.skipped_steps++;
+      if (log) std::fprintf(log, "step %5d/%d | skipped: %s\n", step + 1, cfg.train.steps, guard.reason().c_str());
     }
     const double step_optimizer_s = seconds_since(t_update);
-    if (step > 0 || cfg.train.steps == 1) optimizer_seconds += step_optimizer_s;
+    if (timed) optimizer_seconds += step_optimizer_s;
     double dt = seconds_since(t0);
-    if (step == 0) warm_up = replica.reduce_times(), tp_comm_warm_up = replica.tp_comm_seconds();
+    if (step == first_step) warm_up = replica.reduce_times(), tp_comm_warm_up = replica.tp_comm_seconds();
     result.train_losses.push_back(loss);
     // The first step warms up caches and primitives: leave it out of the
     // averages, unless it is the only step.
-    if (step > 0 || cfg.train.steps == 1) timed_seconds += dt, timed_steps++;
+    if (timed) timed_seconds += dt, timed_steps++;
     window_seconds += dt, window_steps++;
     step_seconds += dt;
 
@@ -222,13 +253,36 @@ TrainResult train(const RunConfig& cfg, const ParallelContext& ctx, FILE* log, c
     if (eval_due) {
       const double tp_before = replica.tp_comm_seconds();
       val = evaluate(replica, *data, cfg.train.eval_batches, B, rows, micro, T, ctx);
-      if (step > 0) tp_comm_eval += replica.tp_comm_seconds() - tp_before;
+      if (timed) tp_comm_eval += replica.tp_comm_seconds() - tp_before;
       result.val_losses.push_back(val);
       if (log) std::fprintf(log, "step %5d/%d | val loss %.4f\n", step + 1, cfg.train.steps, val), std::fflush(log);
     }
     tp_comm_before = replica.tp_comm_seconds(), wait_before = replica.reduce_times().wait_s;
+    if (verdict == LossVerdict::Rollback) {
+      guard.after_rollback();
+      if (!have_checkpoint) {
+        if (log) std::fprintf(log, "step %5d/%d | %d bad steps in a row and no checkpoint to roll back to: going on\n",
+                              step + 1, cfg.train.steps, cfg.train.guard_max_skips);
+      } else {
+        // Back to the last checkpoint, past the data window that went bad.
+        const int64_t skip = position.data_skip;
+        TrainPosition back = checkpoints.resume("auto", replica, log);
+        position.data_skip = skip + (step + 1 - back.next_step);
+        result.rollbacks++;
+        if (log)
+          std::fprintf(log, "step %5d/%d | rolled back to step %lld; skipping %lld steps of data\n", step + 1,
+                       cfg.train.steps, (long long)back.next_step, (long long)(step + 1 - back.next_step));
+        step = int(back.next_step) - 1;
+        continue;
+      }
+    }
+    if (cfg.train.checkpoint_every > 0 && ((step + 1) % cfg.train.checkpoint_every == 0 || last)) {
+      checkpoints.save(TrainPosition{step + 1, position.data_skip}, replica, log);
+      have_checkpoint = true;
+    }
     if (recorder.active()) {
       obs::StepMetrics m;
+      m.skipped = verdict != LossVerdict::Ok;
       m.step = step + 1, m.loss = loss, m.val_loss = val, m.lr = lr, m.grad_norm = norm;
       m.step_time_s = dt, m.tokens_per_s = double(B) * T / dt;
       m.mfu = flops_per_step / dt / (result.peak_gflops * 1e9);
@@ -276,16 +330,33 @@ TrainResult train(const RunConfig& cfg, const ParallelContext& ctx, FILE* log, c
     std::fprintf(log, "; 1F1B/GPipe theory (pp-1)/(m+pp-1) = %.1f%%%s\n",
                  100.0 * (pp - 1) / (accumulation + pp - 1), pl.v > 1 ? " (before interleaving)" : "");
   }
+  // Peak memory: the largest resident set of any rank.
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  float peak_mib = float(double(usage.ru_maxrss) / 1024.0);
+  ctx.world().all_reduce(&peak_mib, 1, DType::f32, ReduceOp::Max);
+  result.peak_rss_bytes = double(peak_mib) * (1 << 20);
+  if (log && prediction && timed_steps > 0) {
+    const double mem = prediction->peak_memory_bytes, step_s = result.step_ms * 1e-3;
+    std::fprintf(log,
+                 "plan vs measured: peak memory per rank %.0f MiB predicted, %.0f MiB measured (%+.0f%%); step time "
+                 "%.3f s predicted, %.3f s measured (%+.0f%%)\n",
+                 mem / (1 << 20), result.peak_rss_bytes / (1 << 20), 100.0 * (mem / result.peak_rss_bytes - 1),
+                 prediction->step_seconds, step_s, 100.0 * (prediction->step_seconds / step_s - 1));
+  }
   if (recorder.active()) {
     obs::RunSummary summary;
+    if (prediction) {
+      summary.predicted_mem_bytes = prediction->peak_memory_bytes;
+      summary.predicted_step_s = prediction->step_seconds;
+    }
     summary.finished = true;
     summary.steps = cfg.train.steps;
     summary.wall_s = seconds_since(run_start);
     summary.tokens_per_s = result.tokens_per_s;
     summary.mfu = result.gflops / result.peak_gflops;
     summary.measured_step_s = result.step_ms * 1e-3;
-    const std::vector<int64_t> mem = recorder.peak_memory();
-    summary.measured_mem_bytes = double(*std::max_element(mem.begin(), mem.end()));
+    summary.measured_mem_bytes = result.peak_rss_bytes;
     for (float b : result.bubble) summary.bubble_fraction_per_stage.push_back(b);
     if (ctx.grid().tp() > 1) summary.exposed_comm_s["tp"] = result.tp_comm_ms * 1e-3;
     if (dp > 1) {

@@ -13,7 +13,10 @@
 namespace loom {
 
 struct TrainResult {
-  std::vector<float> train_losses;  // one per step
+  std::vector<float> train_losses;  // one per step run (from the resumed step on)
+  double peak_rss_bytes = 0;        // the largest peak resident set of any rank
+  int skipped_steps = 0;            // steps the loss guard skipped
+  int rollbacks = 0;                // returns to the last checkpoint
   std::vector<float> val_losses;    // one per evaluation
   double tokens_per_s = 0;          // over all steps after the first
   double gflops = 0;                // achieved, same window
@@ -46,6 +49,14 @@ struct TrainOptions {
   // Where rank 0 writes the run directory (config, layout, metrics.jsonl,
   // trace.json, summary.json for `loom report`); empty: nowhere.
   std::string run_dir;
+  // "auto": continue from the newest good checkpoint under
+  // train.checkpoint_dir (if any); a folder: from that checkpoint; "": fresh.
+  std::string resume;
+  // Stop after this many steps (as if interrupted; 0 = train.steps).
+  int stop_after = 0;
+  // Fault injection for tests: the losses of these data steps read as NaN
+  // (bad batches).
+  std::vector<int> poison_steps;
 };
 
 // Runs the job described by cfg on this rank of ctx's layout; rank 0 logs

@@ -38,7 +38,9 @@ ShardedOptimizer::ShardedOptimizer(const FlatLayout& layout, const BucketPlan& p
     : plan_(plan),
       dp_(dp),
       model_parallel_(model_parallel && model_parallel->size() > 1 ? model_parallel : nullptr),
-      sharded_(sharded), adamw_(layout, owned_ranges(layout, plan, dp.rank(), sharded), cfg) {
+      sharded_(sharded),
+      owned_(owned_ranges(layout, plan, dp.rank(), sharded)),
+      adamw_(layout, owned_, cfg) {
   LOOM_CHECK(!sharded || plan.shards() == dp.size(), "ZeRO plan of %d shards for %d ranks", plan.shards(),
              dp.size());
 }

@@ -39,12 +39,17 @@ class ShardedOptimizer {
   void step(float* params, const float* reduced, float lr, float grad_scale);
 
   size_t state_bytes() const { return adamw_.state_bytes(); }  // this rank's AdamW moments
+  AdamW& adamw() { return adamw_; }
+  // The ranges of the flat buffer whose state this rank holds (the moments
+  // are packed in this order).
+  const std::vector<FlatRange>& owned() const { return owned_; }
 
  private:
   const BucketPlan& plan_;
   Communicator& dp_;
   Communicator* model_parallel_;
   bool sharded_;
+  std::vector<FlatRange> owned_;
   AdamW adamw_;
 };
 
