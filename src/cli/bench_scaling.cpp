@@ -33,6 +33,7 @@ struct Options {
   int micro_batch = 4;
   double bucket_mb = 4;
   int repeat = 1;
+  std::vector<std::string> layouts = {"dp"};  // how the N ranks split the work: dp, tp or pp
 };
 
 int positive_int(const std::string& s, const char* what, int min = 1) {
@@ -61,6 +62,14 @@ Options parse(const Args& args) {
       o.bucket_mb = std::strtod(text.c_str(), &end);
       LOOM_USER_CHECK(!text.empty() && *end == 0 && o.bucket_mb > 0 && o.bucket_mb <= 65536,
                       "bench scaling: --bucket-mb must be a number in (0, 65536], got '%s'", text.c_str());
+    } else if (a == "--layouts" || a == "--layout") {
+      o.layouts.clear();
+      std::stringstream list(value());
+      for (std::string l; std::getline(list, l, ',');) {
+        LOOM_USER_CHECK(l == "dp" || l == "tp" || l == "pp", "bench scaling: --layouts takes dp, tp, pp; got '%s'",
+                        l.c_str());
+        o.layouts.push_back(l);
+      }
     } else if (a == "--zero") {
       o.zero.clear();
       std::stringstream list(value());
@@ -75,19 +84,24 @@ Options parse(const Args& args) {
 }
 
 struct Row {
+  std::string layout = "dp";
   int ranks = 0, zero = 0;
+  double tp_comm_ms = 0, bubble = 0;
   double tokens_per_s = 0, step_ms = 0, overlap = 0, wait_ms = 0, calls_ms = 0, optimizer_ms = 0, buckets = 0;
   double rss_mb = 0, state_mb = 0, grad_mb = 0;
 };
 
-Row run_config(const Options& o, int ranks, int zero) {
+Row run_config(const Options& o, int ranks, int zero, const std::string& layout = "dp") {
   std::string cmd = strprintf(
       "OMP_NUM_THREADS=1 mpirun --oversubscribe --bind-to none -np %d '%s' bench scaling-child --zero %d --steps %d "
-      "--micro-batch %d --bucket-mb %g 2>&1",
-      ranks, self_exe().c_str(), zero, o.steps, o.micro_batch, o.bucket_mb);
+      "--micro-batch %d --bucket-mb %g --layouts %s 2>&1",
+      ranks, self_exe().c_str(), zero, o.steps, o.micro_batch, o.bucket_mb, layout.c_str());
   std::string line = run_for_json(cmd);
   LOOM_USER_CHECK(!line.empty(), "bench scaling: the run with %d ranks, ZeRO-%d failed", ranks, zero);
-  Row r{ranks, zero};
+  Row r;
+  r.layout = layout, r.ranks = ranks, r.zero = zero;
+  r.tp_comm_ms = json_number(line, "tp_comm_ms");
+  r.bubble = json_number(line, "bubble");
   r.tokens_per_s = json_number(line, "tokens_per_s");
   r.step_ms = json_number(line, "step_ms");
   r.overlap = json_number(line, "overlap");
@@ -118,27 +132,34 @@ int cmd_bench_scaling(const Args& args) {
   std::printf("loom bench scaling: small shape (V=4096 L=6 C=384 H=6 T=256), micro-batch %d per rank, 1 thread per "
               "rank,\n%d timed steps after 1 warm-up, buckets of %g MiB; median tokens/s of %d run(s) per row\n\n",
               o.micro_batch, o.steps, o.bucket_mb, o.repeat);
-  std::printf("%5s %4s | %7s %8s %10s | %7s %7s %8s %8s %8s | %12s %9s %9s\n", "ranks", "zero", "tok/s", "step ms",
-              "efficiency", "buckets", "overlap", "wait ms", "calls ms", "optim ms", "peak RSS MiB", "AdamW MiB",
-              "grads MiB");
+  std::printf("%6s %5s %4s | %7s %8s %10s | %7s %7s %8s %8s %8s %8s %7s | %12s %9s %9s\n", "layout", "ranks",
+              "zero", "tok/s", "step ms", "efficiency", "buckets", "overlap", "wait ms", "calls ms", "tp ms",
+              "optim ms", "bubble", "peak RSS MiB", "AdamW MiB", "grads MiB");
   std::fflush(stdout);
-  std::vector<Row> single, many(o.zero.size());
-  std::vector<std::vector<Row>> runs(o.zero.size());
+  // One row per (layout, ZeRO stage): ZeRO stages apply to data parallelism.
+  std::vector<std::pair<std::string, int>> configs;
+  for (const std::string& layout : o.layouts)
+    if (layout == "dp") for (int z : o.zero) configs.push_back({layout, z});
+    else configs.push_back({layout, 0});
+  std::vector<Row> single;
+  std::vector<std::vector<Row>> runs(configs.size());
   for (int rep = 0; rep < o.repeat; rep++) {  // interleaved, so that a noisy minute hits every row alike
     single.push_back(run_config(o, 1, 0));
-    for (size_t z = 0; z < o.zero.size(); z++) runs[z].push_back(run_config(o, o.ranks, o.zero[z]));
+    for (size_t c = 0; c < configs.size(); c++)
+      runs[c].push_back(run_config(o, o.ranks, configs[c].second, configs[c].first));
   }
   auto print = [&](const Row& r, double efficiency) {
-    const bool reduces = r.ranks > 1;
-    std::printf("%5d %4d | %7.0f %8.1f %10s | %7.0f %7s %8.1f %8.1f %8.1f | %12.0f %9.1f %9.1f\n", r.ranks, r.zero,
-                r.tokens_per_s, r.step_ms, efficiency < 0 ? "-" : strprintf("%.3f", efficiency).c_str(), r.buckets,
-                reduces ? strprintf("%.0f%%", 100 * r.overlap).c_str() : "-", r.wait_ms, r.calls_ms, r.optimizer_ms,
-                r.rss_mb, r.state_mb, r.grad_mb);
+    const bool reduces = r.ranks > 1 && r.layout == "dp";
+    std::printf("%6s %5d %4d | %7.0f %8.1f %10s | %7.0f %7s %8.1f %8.1f %8.1f %8.1f %6.1f%% | %12.0f %9.1f %9.1f\n",
+                r.ranks > 1 ? r.layout.c_str() : "-", r.ranks, r.zero, r.tokens_per_s, r.step_ms,
+                efficiency < 0 ? "-" : strprintf("%.3f", efficiency).c_str(), r.buckets,
+                reduces ? strprintf("%.0f%%", 100 * r.overlap).c_str() : "-", r.wait_ms, r.calls_ms, r.tp_comm_ms,
+                r.optimizer_ms, 100 * std::max(0.0, r.bubble), r.rss_mb, r.state_mb, r.grad_mb);
   };
   const Row base = median(single);
   print(base, -1);
-  for (size_t z = 0; z < o.zero.size(); z++) {
-    Row r = median(runs[z]);
+  for (size_t c = 0; c < configs.size(); c++) {
+    Row r = median(runs[c]);
     print(r, r.tokens_per_s / (o.ranks * base.tokens_per_s));
   }
   std::printf(
@@ -149,6 +170,8 @@ int cmd_bench_scaling(const Args& args) {
       "wait ms    = per step, after backward, until every bucket was reduced\n"
       "calls ms   = per step, during backward, inside those calls\n"
       "optim ms   = per step, AdamW (and under ZeRO the all-gather of the updated parameters)\n"
+      "tp ms      = per step, waiting on tensor-parallel collectives (tp layout: ranks split each layer)\n"
+      "bubble     = pipeline idle share of the worst stage (pp layout: ranks are stages, m = ranks micro-batches)\n"
       "peak RSS   = the largest over ranks; AdamW, grads = per rank, grads after a step (ZeRO-2: the shard)\n",
       o.ranks, o.ranks);
   return 0;
@@ -157,23 +180,30 @@ int cmd_bench_scaling(const Args& args) {
 int cmd_bench_scaling_child(const Args& args, MpiRuntime& mpi) {
   const Options o = parse(args);
   const int zero = o.zero.at(0), world = mpi.world_size();
+  const std::string layout = o.layouts.at(0);
+  const int tp = layout == "tp" ? world : 1, pp = layout == "pp" ? world : 1;
   RunConfig cfg = load_run_config(
       "", {"model.vocab_size=4096", "model.n_layer=6", "model.d_model=384", "model.n_head=6", "model.seq_len=256",
            "train.batch_size=" + std::to_string(o.micro_batch * world), "train.steps=" + std::to_string(o.steps + 1),
            "train.warmup_steps=2", "train.eval_every=0", "train.log_every=1000", "runtime.threads=1",
            "parallel.zero=" + std::to_string(zero), strprintf("parallel.bucket_mb=%g", o.bucket_mb),
+           "parallel.tp=" + std::to_string(tp), "parallel.pp=" + std::to_string(pp),
+           // pp: the same per-rank work as m = ranks micro-batches of micro_batch rows
+           "train.micro_batch_size=" + std::to_string(pp > 1 || tp > 1 ? o.micro_batch : 0),
            "data.format=\"bytes\"", "data.path=\"" + project_root() + "/data/sample/kjv.txt\""});
-  auto ctx = ParallelContext::create_mpi(ParallelGrid::for_world(world, 0, 1, 1), MpiOptions{600});
+  auto ctx = ParallelContext::create_mpi(ParallelGrid::for_world(world, 0, tp, pp), MpiOptions{600});
   TrainResult r = train(cfg, *ctx, nullptr);
+  float bubble = 0;
+  for (float b : r.bubble) bubble = std::max(bubble, b);
   float rss = float(peak_rss_mib());
   ctx->world().all_reduce(&rss, 1, DType::f32, ReduceOp::Max);
   if (mpi.world_rank() == 0)
     std::printf("{\"ranks\": %d, \"zero\": %d, \"tokens_per_s\": %.1f, \"step_ms\": %.1f, \"overlap\": %.4f, "
                 "\"wait_ms\": %.2f, \"calls_ms\": %.2f, \"optimizer_ms\": %.2f, \"buckets\": %d, "
-                "\"peak_rss_mb\": %.1f, \"adamw_mb\": %.2f, \"grad_mb\": %.2f}\n",
+                "\"peak_rss_mb\": %.1f, \"adamw_mb\": %.2f, \"grad_mb\": %.2f, \"tp_comm_ms\": %.2f, \"bubble\": %.4f}\n",
                 world, zero, r.tokens_per_s, 1e3 * cfg.train.batch_size * cfg.model.seq_len / r.tokens_per_s,
                 r.reduce_overlap, r.reduce_wait_ms, r.reduce_calls_ms, r.optimizer_ms, r.buckets, rss,
-                double(r.optimizer_state_bytes) / (1 << 20), double(r.grad_bytes) / (1 << 20));
+                double(r.optimizer_state_bytes) / (1 << 20), double(r.grad_bytes) / (1 << 20), r.tp_comm_ms, bubble);
   return 0;
 }
 

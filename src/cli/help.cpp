@@ -96,7 +96,9 @@ commands:
           Weak scaling of data parallelism on the "small" shape, 1 thread per rank: 1 rank
           against N ranks for each ZeRO stage; efficiency = tokens/s(N) / (N x tokens/s(1)),
           the share of gradient-reduction time overlapped with backward, the wait after it,
-          per-rank peak RSS, AdamW state and gradient memory.
+          per-rank peak RSS, AdamW state and gradient memory. --layouts dp,tp,pp also runs the
+          N ranks as tensor-parallel ranks and as pipeline stages (m = N micro-batches), with
+          the time split that explains each loss of efficiency (tp wait, dp wait, bubble, AdamW).
             loom bench checkpoint [--mb 256] [--ranks 4] [--repeat 3] [--dir PATH]
           Checkpoint save (rank files + sha256 + fsync + commit) and load (verify + assemble
           every tensor from the rank files) in MB/s, beside a plain copy (read + write + fsync)
