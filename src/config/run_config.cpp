@@ -180,7 +180,8 @@ void RunConfig::validate() const {
   require(t.checkpoint_every == 0 || !t.checkpoint_dir.empty(), "train.checkpoint_dir", "a folder");
   require(t.guard_window >= 2, "train.guard_window", ">= 2");
   require(t.guard_z >= 0, "train.guard_z", ">= 0 (0 = off)");
-  require(t.guard_warmup >= 0, "train.guard_warmup", ">= 0");
+  require(t.guard_warmup >= 2 && t.guard_warmup <= t.guard_window, "train.guard_warmup",
+          "in [2, train.guard_window]");
   require(t.guard_max_skips >= 1, "train.guard_max_skips", ">= 1");
   require(t.lr > 0 && t.lr < 10, "train.lr", "in (0, 10)");
   require(t.min_lr >= 0 && t.min_lr <= t.lr, "train.min_lr", "in [0, train.lr]");
@@ -214,6 +215,18 @@ void RunConfig::validate() const {
           "in (0, 65536] (MiB of gradients per reduction bucket)");
 }
 
+// The inside of a TOML basic string: quotes, backslashes and control
+// characters escaped, so any path round-trips.
+static std::string toml_escaped(const std::string& text) {
+  std::string out;
+  for (unsigned char c : text) {
+    if (c == '"' || c == '\\') out += '\\', out += char(c);
+    else if (c < 0x20 || c == 0x7f) out += strprintf("\\u%04x", c);
+    else out += char(c);
+  }
+  return out;
+}
+
 std::string RunConfig::to_toml() const {
   std::ostringstream s;
   s << "[model]\nvocab_size = " << model.vocab_size << "\nn_layer = " << model.n_layer
@@ -225,19 +238,19 @@ std::string RunConfig::to_toml() const {
     << "\neps = " << train.eps << "\ngrad_clip = " << train.grad_clip << "\neval_every = " << train.eval_every
     << "\neval_batches = " << train.eval_batches << "\nlog_every = " << train.log_every
     << "\nseed = " << train.seed << "\ncheckpoint_every = " << train.checkpoint_every << "\ncheckpoint_dir = \""
-    << train.checkpoint_dir << "\"\nkeep_checkpoints = " << train.keep_checkpoints << "\nguard_window = "
+    << toml_escaped(train.checkpoint_dir) << "\"\nkeep_checkpoints = " << train.keep_checkpoints << "\nguard_window = "
     << train.guard_window << "\nguard_z = " << train.guard_z << "\nguard_warmup = " << train.guard_warmup
-    << "\nguard_max_skips = " << train.guard_max_skips << "\nrun_dir = \"" << train.run_dir << "\"\nrun_name = \"" << train.run_name << "\""
-    << "\n[data]\npath = \"" << data.path << "\"\nformat = \"" << data.format
+    << "\nguard_max_skips = " << train.guard_max_skips << "\nrun_dir = \"" << toml_escaped(train.run_dir) << "\"\nrun_name = \"" << toml_escaped(train.run_name) << "\""
+    << "\n[data]\npath = \"" << toml_escaped(data.path) << "\"\nformat = \"" << data.format
     << "\"\nval_fraction = " << data.val_fraction << "\n[parallel]\ndp = " << parallel.dp << "\ntp = " << parallel.tp
     << "\npp = " << parallel.pp << "\nsequence_parallel = " << (parallel.sequence_parallel ? "true" : "false")
-    << "\nschedule = \"" << parallel.schedule << "\"\nvirtual_stages = " << parallel.virtual_stages << "\npp_layers = ["
+    << "\nschedule = \"" << toml_escaped(parallel.schedule) << "\"\nvirtual_stages = " << parallel.virtual_stages << "\npp_layers = ["
     << [&] {
          std::string s;
          for (size_t i = 0; i < parallel.pp_layers.size(); i++) s += (i ? ", " : "") + std::to_string(parallel.pp_layers[i]);
          return s;
        }() << "]"
-    << "\norder = \"" << parallel.order << "\"\nzero = " << parallel.zero
+    << "\norder = \"" << toml_escaped(parallel.order) << "\"\nzero = " << parallel.zero
     << "\nbucket_mb = " << parallel.bucket_mb << "\n[runtime]\nthreads = " << runtime.threads
     << "\ncomm_timeout_s = " << runtime.comm_timeout_s << "\n";
   return s.str();

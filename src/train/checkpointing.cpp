@@ -56,6 +56,7 @@ TrainPosition TrainCheckpoints::resume(const std::string& spec, Replica& replica
     return {};
   }
   Checkpoint checkpoint = Checkpoint::open(dir);
+  last_ = dir;
   checkpoint.check_model(model_fields(cfg_.model));
   const CheckpointManifest& m = checkpoint.manifest();
   LOOM_USER_CHECK(m.seed == cfg_.train.seed,
@@ -94,6 +95,7 @@ void TrainCheckpoints::save(const TrainPosition& position, Replica& replica, FIL
   }
   error = broadcast_string(ctx_.world(), error);
   LOOM_USER_CHECK(error.empty(), "saving a checkpoint: %s", error.c_str());
+  last_ = writer.final_dir();
 }
 
 }  // namespace loom

@@ -32,10 +32,14 @@ class TrainCheckpoints {
   TrainPosition resume(const std::string& spec, Replica& replica, FILE* log);
   // Collective: saves the state after `position.next_step` steps.
   void save(const TrainPosition& position, Replica& replica, FILE* log);
+  // The checkpoint this run last saved or resumed from ("" if none): where a
+  // rollback goes.
+  const std::string& last() const { return last_; }
 
  private:
   const RunConfig& cfg_;
   const ParallelContext& ctx_;
+  std::string last_;
 };
 
 }  // namespace loom

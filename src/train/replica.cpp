@@ -147,17 +147,16 @@ Replica::Replica(const RunConfig& cfg, const ParallelContext& ctx, int micro_bat
       grads_(plan_.padded_total()) {
   LOOM_CHECK(ctx.pp().rank() == ctx.coord().pp, "pipeline group rank %d is not the stage %d", ctx.pp().rank(),
              ctx.coord().pp);
-  for (int c = int(shards_.size()) - 1, offset = 0, tensor = 0; c >= 0; c--) {
-    const ParamLayout lay = ParamLayout::gpt2(cfg.model, shards_[size_t(c)]);
-    chunk_offset_[size_t(c)] = offset, chunk_tensor_[size_t(c)] = tensor;
-    offset += int(lay.total), tensor += int(lay.params.size());
+  chunk_offset_ = chunk_offsets(cfg.model, shards_);
+  for (int c = int(shards_.size()) - 1, tensor = 0; c >= 0; c--) {
+    chunk_tensor_[size_t(c)] = tensor;
+    tensor += int(ParamLayout::gpt2(cfg.model, shards_[size_t(c)]).params.size());
   }
   params_.reserve(size_t(plan_.padded_total()) * sizeof(float));
   params_.allocate();
-  const int slots = pp::max_in_flight(pipeline_.schedule, ctx.grid().pp(), micro_batches, pipeline_.v,
-                                      ctx.coord().pp);
+  const std::vector<int> slots = pp::PipelineExecutor::slots_needed(schedule_, pipeline_.v);
   for (size_t c = 0; c < shards_.size(); c++) {
-    GPTBuffers buffers{params_.at<float>(0) + chunk_offset_[c], grads_.data() + chunk_offset_[c], 0, slots};
+    GPTBuffers buffers{params_.at<float>(0) + chunk_offset_[c], grads_.data() + chunk_offset_[c], 0, slots[c]};
     chunks_.push_back(std::make_unique<GPT>(cfg.model, shards_[c],
                                             TensorParallel(&ctx.tp(), shards_[c].sequence_parallel), micro_batch,
                                             cfg.model.seq_len, buffers));
@@ -169,7 +168,7 @@ Replica::Replica(const RunConfig& cfg, const ParallelContext& ctx, int micro_bat
       flat_, plan_, ctx.dp(), zero_ > 0,
       AdamWConfig{cfg.train.beta1, cfg.train.beta2, cfg.train.eps, cfg.train.weight_decay},
       &ctx.group(GroupKind::model));
-  executor_ = std::make_unique<pp::PipelineExecutor>(ctx.pp(), pipeline_.v, slots);
+  executor_ = std::make_unique<pp::PipelineExecutor>(ctx.pp(), slots);
   stage_ = std::make_unique<Stage>(*this, nullptr, nullptr, cfg.model.seq_len);
 }
 

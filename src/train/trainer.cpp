@@ -176,11 +176,12 @@ TrainResult train(const RunConfig& cfg, const ParallelContext& ctx, FILE* log, c
   int timed_steps = 0, window_steps = 0;
   TrainCheckpoints checkpoints(cfg, ctx);
   TrainPosition position = checkpoints.resume(options.resume, replica, log);
-  bool have_checkpoint = position.next_step > 0;
   LossGuard guard(LossGuardConfig{cfg.train.guard_window, cfg.train.guard_z, cfg.train.guard_warmup,
                                   cfg.train.guard_max_skips});
   const int first_step = int(position.next_step);
   const int end_step = options.stop_after > 0 ? std::min(options.stop_after, cfg.train.steps) : cfg.train.steps;
+  if (log && first_step >= end_step)
+    std::fprintf(log, "nothing to do: the checkpoint is at step %d of %d\n", first_step, cfg.train.steps);
   for (int step = first_step; step < end_step; step++) {
     // The first step warms up caches and primitives: leave it out of the
     // averages, unless it is the only step.
@@ -260,13 +261,15 @@ TrainResult train(const RunConfig& cfg, const ParallelContext& ctx, FILE* log, c
     tp_comm_before = replica.tp_comm_seconds(), wait_before = replica.reduce_times().wait_s;
     if (verdict == LossVerdict::Rollback) {
       guard.after_rollback();
-      if (!have_checkpoint) {
+      if (checkpoints.last().empty()) {
         if (log) std::fprintf(log, "step %5d/%d | %d bad steps in a row and no checkpoint to roll back to: going on\n",
                               step + 1, cfg.train.steps, cfg.train.guard_max_skips);
       } else {
         // Back to the last checkpoint, past the data window that went bad.
         const int64_t skip = position.data_skip;
-        TrainPosition back = checkpoints.resume("auto", replica, log);
+        TrainPosition back = checkpoints.resume(checkpoints.last(), replica, log);
+        LOOM_CHECK(back.next_step <= step + 1, "rolled back to step %lld, after step %d",
+                   (long long)back.next_step, step + 1);
         position.data_skip = skip + (step + 1 - back.next_step);
         result.rollbacks++;
         if (log)
@@ -278,7 +281,6 @@ TrainResult train(const RunConfig& cfg, const ParallelContext& ctx, FILE* log, c
     }
     if (cfg.train.checkpoint_every > 0 && ((step + 1) % cfg.train.checkpoint_every == 0 || last)) {
       checkpoints.save(TrainPosition{step + 1, position.data_skip}, replica, log);
-      have_checkpoint = true;
     }
     if (recorder.active()) {
       obs::StepMetrics m;
@@ -323,7 +325,7 @@ TrainResult train(const RunConfig& cfg, const ParallelContext& ctx, FILE* log, c
     ctx.pp().all_reduce(bubble.data(), bubble.size(), DType::f32, ReduceOp::Sum);
     result.bubble.assign(bubble.begin(), bubble.end());
   }
-  if (log && pp > 1) {
+  if (log && pp > 1 && !result.bubble.empty()) {
     const PipelinePlan& pl = replica.pipeline();
     std::fprintf(log, "pipeline bubble per stage (measured, %s, m = %d):", cfg.parallel.schedule.c_str(), accumulation);
     for (int s = 0; s < pp; s++) std::fprintf(log, " %.1f%%", 100.0 * result.bubble[size_t(s)]);

@@ -1,16 +1,18 @@
 #include "parallel/pp/executor.h"
 
 #include <algorithm>
+#include <set>
 
 #include "core/check.h"
 
 namespace loom::pp {
 
-PipelineExecutor::PipelineExecutor(Communicator& pp, int v, int slots) : pp_(pp), v_(v), slots_(slots) {
-  holder_.assign(size_t(v), std::vector<int>(size_t(slots), -1));
+PipelineExecutor::PipelineExecutor(Communicator& pp, std::vector<int> slots)
+    : pp_(pp), v_(int(slots.size())), slots_(std::move(slots)) {
+  for (int n : slots_) holder_.push_back(std::vector<int>(size_t(n), -1));
   auto works = [&] {
-    std::vector<std::vector<std::unique_ptr<Work>>> w(static_cast<size_t>(v));
-    for (auto& chunk : w) chunk.resize(size_t(slots));
+    std::vector<std::vector<std::unique_ptr<Work>>> w(slots_.size());
+    for (size_t c = 0; c < w.size(); c++) w[c].resize(size_t(slots_[c]));
     return w;
   };
   recv_ = works(), send_out_ = works(), send_grad_ = works();
@@ -18,10 +20,11 @@ PipelineExecutor::PipelineExecutor(Communicator& pp, int v, int slots) : pp_(pp)
 
 int PipelineExecutor::slot_of(int microbatch, int chunk, bool allocate) {
   auto& holders = holder_[size_t(chunk)];
-  for (int s = 0; s < slots_; s++)
+  const int slots = slots_[size_t(chunk)];
+  for (int s = 0; s < slots; s++)
     if (holders[size_t(s)] == microbatch) return s;
   LOOM_CHECK(allocate, "micro-batch %d of chunk %d has no activation slot", microbatch, chunk);
-  for (int s = 0; s < slots_; s++) {
+  for (int s = 0; s < slots; s++) {
     if (holders[size_t(s)] != -1) continue;
     // A slot's last gradient send must be done before it is reused.
     if (auto& w = send_grad_[size_t(chunk)][size_t(s)]) w->wait(), w.reset();
@@ -33,12 +36,28 @@ int PipelineExecutor::slot_of(int microbatch, int chunk, bool allocate) {
     timeline_.peak_in_flight = std::max(timeline_.peak_in_flight, held);
     return s;
   }
-  LOOM_CHECK(false, "chunk %d needs more than %d activation slots (micro-batch %d)", chunk, slots_, microbatch);
+  LOOM_CHECK(false, "chunk %d needs more than %d activation slots (micro-batch %d)", chunk, slots, microbatch);
   return -1;
 }
 
 void PipelineExecutor::release(int microbatch, int chunk) {
   holder_[size_t(chunk)][size_t(slot_of(microbatch, chunk, false))] = -1;
+}
+
+std::vector<int> PipelineExecutor::slots_needed(const StageSchedule& actions, int v) {
+  std::set<std::pair<int, int>> sends_grad, held;
+  for (const Action& a : actions)
+    if (a.kind == ActionKind::SendGrad) sends_grad.insert({a.microbatch, a.chunk});
+  std::vector<int> now(size_t(v), 0), peak(size_t(v), 0);
+  for (const Action& a : actions) {
+    const std::pair<int, int> key{a.microbatch, a.chunk};
+    if ((a.kind == ActionKind::RecvActivation || a.kind == ActionKind::Forward) && held.insert(key).second)
+      peak[size_t(a.chunk)] = std::max(peak[size_t(a.chunk)], ++now[size_t(a.chunk)]);
+    const bool releases = a.kind == ActionKind::SendGrad || (a.kind == ActionKind::Backward && !sends_grad.count(key));
+    if (releases && held.erase(key)) now[size_t(a.chunk)]--;
+  }
+  for (int& p : peak) p = std::max(p, 1);
+  return peak;
 }
 
 // Messages are matched by (micro-batch, receiving chunk, direction).
@@ -53,6 +72,9 @@ void PipelineExecutor::run(const StageSchedule& actions, StageModel& model) {
   const int stage = pp_.rank(), pp = pp_.size();
   const size_t n = model.activation_floats();
   timeline_ = {};
+  std::set<std::pair<int, int>> sends_grad;  // (micro-batch, chunk) whose gradient goes back
+  for (const Action& a : actions)
+    if (a.kind == ActionKind::SendGrad) sends_grad.insert({a.microbatch, a.chunk});
   for (const Action& a : actions) {
     if (a.kind == ActionKind::ReduceGrads || a.kind == ActionKind::OptimizerStep) break;
     const int mb = a.microbatch, c = a.chunk;
@@ -101,8 +123,7 @@ void PipelineExecutor::run(const StageSchedule& actions, StageModel& model) {
     // After its Backward (and the send of its gradient, if any, posted
     // next) a micro-batch's slot is free for the next one.
     if (a.kind == ActionKind::Backward) {
-      const bool sends_grad = !(stage == 0 && c == 0);
-      if (!sends_grad) release(mb, c);
+      if (!sends_grad.count({mb, c})) release(mb, c);
     } else if (a.kind == ActionKind::SendGrad) {
       release(mb, c);
     }

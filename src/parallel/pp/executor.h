@@ -58,9 +58,14 @@ struct StageTimeline {
 
 class PipelineExecutor {
  public:
-  // pp: the pipeline group (its rank is this stage); v chunks per stage,
-  // slots activation sets per chunk.
-  PipelineExecutor(Communicator& pp, int v, int slots);
+  // pp: the pipeline group (its rank is this stage); slots[c] activation
+  // sets for chunk c (slots_needed gives them).
+  PipelineExecutor(Communicator& pp, std::vector<int> slots);
+
+  // How many activation sets each of the v chunks needs to run `actions`: a
+  // micro-batch holds one from its first action (a receive or its forward)
+  // until its gradient is sent (or its backward, where nothing is sent).
+  static std::vector<int> slots_needed(const StageSchedule& actions, int v);
 
   // Runs the step's actions up to (not including) ReduceGrads / OptimizerStep.
   void run(const StageSchedule& actions, StageModel& model);
@@ -75,7 +80,8 @@ class PipelineExecutor {
   int tag(int microbatch, int chunk, bool grad) const;
 
   Communicator& pp_;
-  int v_, slots_;
+  int v_;
+  std::vector<int> slots_;
   // Per chunk, per slot: the micro-batch that holds it (-1: free), and the
   // transfers in flight on it.
   std::vector<std::vector<int>> holder_;
