@@ -36,6 +36,22 @@ double LossGuard::stddev() const {
   return std::sqrt(ss / double(accepted_.size() - 1));
 }
 
+nlohmann::json LossGuard::state() const {
+  return {{"accepted", std::vector<double>(accepted_.begin(), accepted_.end())},
+          {"sum", sum_},
+          {"skips_in_row", skips_in_row_},
+          {"total_skips", total_skips_}};
+}
+
+void LossGuard::restore(const nlohmann::json& state) {
+  if (state.is_null() || state.empty()) return;
+  const auto accepted = state.at("accepted").get<std::vector<double>>();
+  accepted_.assign(accepted.begin(), accepted.end());
+  sum_ = state.at("sum").get<double>();
+  skips_in_row_ = state.at("skips_in_row").get<int>();
+  total_skips_ = state.at("total_skips").get<int64_t>();
+}
+
 LossVerdict LossGuard::observe(double loss) {
   bool bad = false;
   if (!std::isfinite(loss)) {

@@ -14,6 +14,8 @@
 #include <deque>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 namespace loom {
 
 struct LossGuardConfig {
@@ -45,6 +47,10 @@ class LossGuard {
   int64_t total_skips() const { return total_skips_; }
   double mean() const;
   double stddev() const;
+  // The history, for checkpoints (a resumed run judges losses as the
+  // uninterrupted one would). Doubles round-trip exactly through JSON.
+  nlohmann::json state() const;
+  void restore(const nlohmann::json& state);
 
  private:
   LossGuardConfig cfg_;

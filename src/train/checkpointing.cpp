@@ -62,7 +62,8 @@ TrainPosition TrainCheckpoints::resume(const std::string& spec, Replica& replica
   LOOM_USER_CHECK(m.seed == cfg_.train.seed,
                   "checkpoint %s was trained with train.seed = %lld; this run has %lld (the data order would differ)",
                   dir.c_str(), (long long)m.seed, (long long)cfg_.train.seed);
-  TrainPosition position{m.data.step, m.extra.value("data_skip", int64_t(0))};
+  TrainPosition position{m.data.step, m.extra.value("data_skip", int64_t(0)),
+                         m.extra.value("loss_guard", nlohmann::json::object())};
   replica.load(checkpoint, m.extra.value("adam_steps", 0));
   if (log)
     std::fprintf(log, "resume: %s (step %lld, written by dp %d x tp %d x pp %d, ZeRO-%d)\n", dir.c_str(),
@@ -85,7 +86,7 @@ void TrainCheckpoints::save(const TrainPosition& position, Replica& replica, FIL
     m.layout = {g.dp(), g.tp(), g.pp(), cfg_.parallel.zero, cfg_.parallel.order, g.world_size()};
     m.data = {position.next_step, position.next_step * cfg_.train.batch_size};
     m.seed = cfg_.train.seed;
-    m.extra = {{"adam_steps", replica.adam_steps()}, {"data_skip", position.data_skip}};
+    m.extra = {{"adam_steps", replica.adam_steps()}, {"data_skip", position.data_skip}, {"loss_guard", position.guard}};
     try {
       CommitResult r = writer.commit(m, writer_ranks(ctx_, cfg_.parallel.zero), cfg_.train.keep_checkpoints);
       if (log) std::fprintf(log, "checkpoint: %s\n", r.dir.c_str()), std::fflush(log);

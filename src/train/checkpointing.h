@@ -10,6 +10,8 @@
 #include <cstdio>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 #include "config/run_config.h"
 #include "parallel/grid/parallel_context.h"
 #include "train/replica.h"
@@ -20,6 +22,7 @@ namespace loom {
 struct TrainPosition {
   int64_t next_step = 0;  // the step to run next
   int64_t data_skip = 0;  // steps of data skipped by rollbacks (the batch of step s is data step s + data_skip)
+  nlohmann::json guard;   // the loss guard's history (LossGuard::state)
 };
 
 class TrainCheckpoints {

@@ -178,6 +178,7 @@ TrainResult train(const RunConfig& cfg, const ParallelContext& ctx, FILE* log, c
   TrainPosition position = checkpoints.resume(options.resume, replica, log);
   LossGuard guard(LossGuardConfig{cfg.train.guard_window, cfg.train.guard_z, cfg.train.guard_warmup,
                                   cfg.train.guard_max_skips});
+  guard.restore(position.guard);
   const int first_step = int(position.next_step);
   const int end_step = options.stop_after > 0 ? std::min(options.stop_after, cfg.train.steps) : cfg.train.steps;
   if (log && first_step >= end_step)
@@ -280,7 +281,7 @@ TrainResult train(const RunConfig& cfg, const ParallelContext& ctx, FILE* log, c
       }
     }
     if (cfg.train.checkpoint_every > 0 && ((step + 1) % cfg.train.checkpoint_every == 0 || last)) {
-      checkpoints.save(TrainPosition{step + 1, position.data_skip}, replica, log);
+      checkpoints.save(TrainPosition{step + 1, position.data_skip, guard.state()}, replica, log);
     }
     if (recorder.active()) {
       obs::StepMetrics m;

@@ -77,6 +77,24 @@ TEST(CheckpointLossGuard, AFlatCurveUsesTheStdFloorAndZeroThresholdTurnsSpikesOf
   EXPECT_EQ(off.observe(std::nan("")), LossVerdict::Skip);
 }
 
+// A guard restored from its saved state judges the next losses exactly as
+// the one that kept running (so a resumed run skips the same steps).
+TEST(CheckpointLossGuard, RestoredStateJudgesLikeTheOriginal) {
+  LossGuardConfig cfg;
+  cfg.window = 8, cfg.warmup = 4, cfg.z_threshold = 3, cfg.max_skips = 2;
+  LossGuard original(cfg);
+  for (int i = 0; i < 12; i++) original.observe(3.0 - 0.1 * i + 0.01 * (i % 3));
+  original.observe(NAN);  // one skip in a row carried over
+  LossGuard restored(cfg);
+  restored.restore(nlohmann::json::parse(original.state().dump()));
+  EXPECT_EQ(restored.skips_in_row(), 1);
+  EXPECT_EQ(restored.mean(), original.mean());
+  for (double loss : {2.0, 9.0, 1.9, 30.0, 31.0}) {
+    EXPECT_EQ(restored.observe(loss), original.observe(loss)) << loss;
+    EXPECT_EQ(restored.reason(), original.reason());
+  }
+}
+
 TEST(CheckpointLossGuard, BadSettingsNameTheField) {
   LossGuardConfig c = config();
   c.window = 1;
