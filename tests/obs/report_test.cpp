@@ -66,7 +66,9 @@ TEST(Report, FullRunWritesChartsAndSummary) {
   ReportOutput out = write_report(read_run_dir(dir));
   for (const char* f : {"report.md", "loss.svg", "throughput.svg", "mfu.svg", "timeline.svg"}) {
     EXPECT_TRUE(std::filesystem::exists(out.dir + "/" + f)) << f;
-    if (std::string(f).ends_with(".svg")) EXPECT_TRUE(well_formed_xml(out.dir + "/" + f)) << f;
+    if (std::string(f).ends_with(".svg")) {
+      EXPECT_TRUE(well_formed_xml(out.dir + "/" + f)) << f;
+    }
   }
   EXPECT_TRUE(has(read_text(out.dir + "/loss.svg"), "data-series=\"train loss\""));
   EXPECT_TRUE(has(read_text(out.dir + "/throughput.svg"), "data-series=\"tokens/s\""));
