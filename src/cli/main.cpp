@@ -1,5 +1,7 @@
 // loom: train GPT-style models. See `loom --help`.
+#include <algorithm>
 #include <cstdio>
+#include <memory>
 #include <exception>
 
 #include "cli/commands.h"
@@ -48,7 +50,15 @@ int main(int argc, char** argv) {
     if (cmd == "bench" && !rest.empty() && rest[0] == "scaling-child")
       return run_distributed(&argc, &argv, cli::cmd_bench_scaling_child, rest);
     if (cmd == "bench" && !rest.empty() && rest[0] == "checkpoint") return cli::cmd_bench_checkpoint(rest);
-    if (cmd == "bench" && !rest.empty() && rest[0] == "calibrate") return cli::cmd_bench_calibrate(rest);
+    if (cmd == "bench" && !rest.empty() && rest[0] == "calibrate") {
+      // An MPI process, like every `loom train` rank, so that the measured
+      // per-process memory includes the MPI runtime's; not with --mpi, which
+      // launches mpirun itself (OpenMPI refuses that from inside a job).
+      const bool launches_mpirun = std::find(rest.begin(), rest.end(), "--mpi") != rest.end();
+      std::unique_ptr<loom::MpiRuntime> mpi;
+      if (!launches_mpirun) mpi = std::make_unique<loom::MpiRuntime>(&argc, &argv);
+      return cli::cmd_bench_calibrate(rest);
+    }
     if (cmd == "bench" && !rest.empty() && rest[0] == "tp") return cli::cmd_bench_tp(rest);
     if (cmd == "bench" && !rest.empty() && rest[0] == "pp") return cli::cmd_bench_pp(rest);
     if (cmd == "bench" && !rest.empty() && rest[0] == "pp-child")
