@@ -18,12 +18,14 @@
 #include <cstdint>
 
 #include "core/check.h"
-#include "kernels/cpu/simd_math.h"  // vector expf in the softmax loops
+#include "kernels/cpu/attention_common.h"
 
 namespace loom::cpu {
 namespace {
 
-constexpr int kTile = 64;
+using detail::causal_softmax_row;
+using detail::round16;
+constexpr int kTile = detail::kAttnTile;
 
 // Row-major C[M,N] = alpha * op(A) op(B) + beta * C. It only fails on bad
 // arguments (a bug); inside a parallel region the throw ends the program.
@@ -31,31 +33,6 @@ void sgemm(char ta, char tb, int64_t M, int64_t N, int64_t K, float alpha, const
            const float* Bm, int64_t ldb, float beta, float* Cm, int64_t ldc) {
   dnnl_status_t st = dnnl_sgemm(ta, tb, M, N, K, alpha, A, lda, Bm, ldb, beta, Cm, ldc);
   LOOM_CHECK(st == dnnl_success, "dnnl_sgemm failed (status %d)", int(st));
-}
-
-// Loops below run to a multiple of 16 where the row allows, so they finish
-// in whole AVX-512 vectors instead of a scalar remainder loop.
-int round16(int len, int limit) { return std::min(limit, (len + 15) & ~15); }
-
-// In place: row[0..n) holds scores for row i; becomes softmax over the first
-// len = i + 1 entries, exact zeros after.
-void causal_softmax_row(float* row, int len, int n) {
-  const int lenp = round16(len, n);
-  std::fill(row + len, row + lenp, -INFINITY);  // exp(-inf) = 0
-  float maxval = -INFINITY;
-#pragma omp simd reduction(max : maxval)
-  for (int j = 0; j < lenp; j++) maxval = row[j] > maxval ? row[j] : maxval;  // std::max would not vectorize
-  float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-  for (int j = 0; j < lenp; j++) {
-    float e = std::exp(row[j] - maxval);
-    row[j] = e;
-    sum += e;
-  }
-  const float inv = 1.0f / sum;
-#pragma omp simd
-  for (int j = 0; j < lenp; j++) row[j] *= inv;
-  std::fill(row + lenp, row + n, 0.0f);
 }
 
 }  // namespace

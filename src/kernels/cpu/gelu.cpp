@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "kernels/cpu/cast.h"
 #include "kernels/cpu/simd_math.h"
 
 namespace loom::cpu {
@@ -15,36 +16,86 @@ constexpr float kA = 0.044715f;
 // depend on the thread count: results are bitwise the same for any count.
 constexpr size_t kBlock = 4096;
 
+// One block of n <= kBlock elements. Not inlined: the fp32 and the 16-bit
+// kernels run this very code on each block, so an element's vector/scalar
+// path (and so its bits) depends only on its place in the block.
+[[gnu::noinline]] void gelu_forward_block(float* out, const float* inp, size_t n) {
+#pragma omp simd
+  for (size_t i = 0; i < n; i++) {
+    const float x = inp[i];
+    out[i] = 0.5f * x * (1.0f + tanhf(kS * (x + kA * x * x * x)));
+  }
+}
+
+// d/dx [0.5 x (1 + tanh u)] = 0.5 (1 + tanh u) + 0.5 x (1 - tanh^2 u) du/dx,
+// du/dx = sqrt(2/pi) (1 + 3 a x^2). Elementwise, so dinp == dout is fine.
+[[gnu::noinline]] void gelu_backward_block(float* dinp, const float* inp, const float* dout, size_t n) {
+#pragma omp simd
+  for (size_t i = 0; i < n; i++) {
+    const float x = inp[i];
+    const float th = tanhf(kS * (x + kA * x * x * x));
+    const float du = kS * (1.0f + 3.0f * kA * x * x);
+    dinp[i] = (0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * du) * dout[i];
+  }
+}
+
+void widen(float* out, const bf16* in, size_t n) { cast_bf16_to_f32(out, in, n); }
+void widen(float* out, const f16* in, size_t n) { cast_f16_to_f32(out, in, n); }
+void narrow(bf16* out, const float* in, size_t n) { cast_f32_to_bf16(out, in, n); }
+void narrow(f16* out, const float* in, size_t n) { cast_f32_to_f16(out, in, n); }
+
+// 16-bit blocks go through fp32 stack buffers (2 x 16 KiB per thread).
+template <class A>
+void gelu_forward_lowp(A* out, const A* inp, size_t N) {
+  const size_t nblocks = (N + kBlock - 1) / kBlock;
+#pragma omp parallel for schedule(static)
+  for (size_t blk = 0; blk < nblocks; blk++) {
+    alignas(64) float x[kBlock], y[kBlock];
+    const size_t i0 = blk * kBlock, n = std::min(N, i0 + kBlock) - i0;
+    widen(x, inp + i0, n);
+    gelu_forward_block(y, x, n);
+    narrow(out + i0, y, n);
+  }
+}
+
+template <class A>
+void gelu_backward_lowp(A* dinp, const A* inp, const float* dout, size_t N) {
+  const size_t nblocks = (N + kBlock - 1) / kBlock;
+#pragma omp parallel for schedule(static)
+  for (size_t blk = 0; blk < nblocks; blk++) {
+    alignas(64) float x[kBlock], d[kBlock];
+    const size_t i0 = blk * kBlock, n = std::min(N, i0 + kBlock) - i0;
+    widen(x, inp + i0, n);
+    gelu_backward_block(d, x, dout + i0, n);
+    narrow(dinp + i0, d, n);
+  }
+}
+
 }  // namespace
 
 void gelu_forward(float* out, const float* inp, size_t N) {
   const size_t nblocks = (N + kBlock - 1) / kBlock;
 #pragma omp parallel for schedule(static)
   for (size_t blk = 0; blk < nblocks; blk++) {
-    const size_t i1 = std::min(N, (blk + 1) * kBlock);
-#pragma omp simd
-    for (size_t i = blk * kBlock; i < i1; i++) {
-      const float x = inp[i];
-      out[i] = 0.5f * x * (1.0f + tanhf(kS * (x + kA * x * x * x)));
-    }
+    const size_t i0 = blk * kBlock;
+    gelu_forward_block(out + i0, inp + i0, std::min(N, i0 + kBlock) - i0);
   }
 }
 
-// d/dx [0.5 x (1 + tanh u)] = 0.5 (1 + tanh u) + 0.5 x (1 - tanh^2 u) du/dx,
-// du/dx = sqrt(2/pi) (1 + 3 a x^2). Elementwise, so dinp == dout is fine.
 void gelu_backward(float* dinp, const float* inp, const float* dout, size_t N) {
   const size_t nblocks = (N + kBlock - 1) / kBlock;
 #pragma omp parallel for schedule(static)
   for (size_t blk = 0; blk < nblocks; blk++) {
-    const size_t i1 = std::min(N, (blk + 1) * kBlock);
-#pragma omp simd
-    for (size_t i = blk * kBlock; i < i1; i++) {
-      const float x = inp[i];
-      const float th = tanhf(kS * (x + kA * x * x * x));
-      const float du = kS * (1.0f + 3.0f * kA * x * x);
-      dinp[i] = (0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * du) * dout[i];
-    }
+    const size_t i0 = blk * kBlock;
+    gelu_backward_block(dinp + i0, inp + i0, dout + i0, std::min(N, i0 + kBlock) - i0);
   }
 }
+
+void gelu_forward(bf16* out, const bf16* inp, size_t N) { gelu_forward_lowp(out, inp, N); }
+void gelu_forward(f16* out, const f16* inp, size_t N) { gelu_forward_lowp(out, inp, N); }
+void gelu_backward(bf16* dinp, const bf16* inp, const float* dout, size_t N) {
+  gelu_backward_lowp(dinp, inp, dout, N);
+}
+void gelu_backward(f16* dinp, const f16* inp, const float* dout, size_t N) { gelu_backward_lowp(dinp, inp, dout, N); }
 
 }  // namespace loom::cpu

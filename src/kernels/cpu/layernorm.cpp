@@ -3,33 +3,72 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <vector>
+
+#include "kernels/cpu/cast.h"
 
 namespace loom::cpu {
 
-// Row statistics are summed in double (vectorized), so they are accurate for
-// any C and independent of the thread count.
+namespace {
+
+// One row: x[C] -> o[C], *mean, *rstd. Row statistics are summed in double
+// (vectorized), so they are accurate for any C and independent of the
+// thread count. Not inlined: the fp32 and 16-bit kernels run this very code,
+// so the 16-bit output is the fp32 one rounded, bit for bit.
+[[gnu::noinline]] void layernorm_row(float* o, float* mean, float* rstd, const float* x, const float* weight,
+                                     const float* bias, int C) {
+  double sum = 0;
+#pragma omp simd reduction(+ : sum)
+  for (int c = 0; c < C; c++) sum += x[c];
+  const double m = sum / C;
+  double sq = 0;  // two-pass variance: no cancellation
+#pragma omp simd reduction(+ : sq)
+  for (int c = 0; c < C; c++) {
+    const double dx = x[c] - m;
+    sq += dx * dx;
+  }
+  const float mf = float(m), r = float(1.0 / std::sqrt(sq / C + double(kLayerNormEps)));
+#pragma omp simd
+  for (int c = 0; c < C; c++) o[c] = (x[c] - mf) * r * weight[c] + bias[c];
+  *mean = mf;
+  *rstd = r;
+}
+
+void narrow(bf16* out, const float* in, size_t n) { cast_f32_to_bf16(out, in, n); }
+void narrow(f16* out, const float* in, size_t n) { cast_f32_to_f16(out, in, n); }
+
+// Each thread computes rows into its own fp32 row, then rounds it.
+template <class A>
+void layernorm_forward_lowp(A* out, float* mean, float* rstd, const float* inp, const float* weight,
+                            const float* bias, int B, int T, int C) {
+#pragma omp parallel
+  {
+    std::vector<float> row(C);  // [C]
+#pragma omp for schedule(static)
+    for (int bt = 0; bt < B * T; bt++) {
+      layernorm_row(row.data(), mean + bt, rstd + bt, inp + size_t(bt) * C, weight, bias, C);
+      narrow(out + size_t(bt) * C, row.data(), size_t(C));
+    }
+  }
+}
+
+}  // namespace
+
 void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight, const float* bias,
                        int B, int T, int C) {
 #pragma omp parallel for schedule(static)
-  for (int bt = 0; bt < B * T; bt++) {
-    const float* x = inp + size_t(bt) * C;  // [C]
-    float* o = out + size_t(bt) * C;        // [C]
-    double sum = 0;
-#pragma omp simd reduction(+ : sum)
-    for (int c = 0; c < C; c++) sum += x[c];
-    const double m = sum / C;
-    double sq = 0;  // two-pass variance: no cancellation
-#pragma omp simd reduction(+ : sq)
-    for (int c = 0; c < C; c++) {
-      const double dx = x[c] - m;
-      sq += dx * dx;
-    }
-    const float mf = float(m), r = float(1.0 / std::sqrt(sq / C + double(kLayerNormEps)));
-#pragma omp simd
-    for (int c = 0; c < C; c++) o[c] = (x[c] - mf) * r * weight[c] + bias[c];
-    mean[bt] = mf;
-    rstd[bt] = r;
-  }
+  for (int bt = 0; bt < B * T; bt++)
+    layernorm_row(out + size_t(bt) * C, mean + bt, rstd + bt, inp + size_t(bt) * C, weight, bias, C);
+}
+
+void layernorm_forward(bf16* out, float* mean, float* rstd, const float* inp, const float* weight, const float* bias,
+                       int B, int T, int C) {
+  layernorm_forward_lowp(out, mean, rstd, inp, weight, bias, B, T, C);
+}
+
+void layernorm_forward(f16* out, float* mean, float* rstd, const float* inp, const float* weight, const float* bias,
+                       int B, int T, int C) {
+  layernorm_forward_lowp(out, mean, rstd, inp, weight, bias, B, T, C);
 }
 
 // Two passes: rows in parallel for dinp, then channels in parallel for
