@@ -115,6 +115,16 @@ void read_fields(FieldReader& r, RunConfig& c) {
   r.get("parallel.order", &c.parallel.order);
   r.get("parallel.zero", &c.parallel.zero);
   r.get("parallel.bucket_mb", &c.parallel.bucket_mb);
+  r.get("precision.compute", &c.precision.compute);
+  r.get("precision.loss_scale", &c.precision.loss_scale);
+  r.get("precision.initial_scale", &c.precision.initial_scale);
+  r.get("precision.growth_factor", &c.precision.growth_factor);
+  r.get("precision.backoff_factor", &c.precision.backoff_factor);
+  r.get("precision.growth_interval", &c.precision.growth_interval);
+  r.get("precision.hysteresis", &c.precision.hysteresis);
+  r.get("precision.min_scale", &c.precision.min_scale);
+  r.get("precision.allow_unscaled_fp16", &c.precision.allow_unscaled_fp16);
+  r.get("precision.grad_reduce", &c.precision.grad_reduce);
   r.get("runtime.threads", &c.runtime.threads);
   r.get("runtime.comm_timeout_s", &c.runtime.comm_timeout_s);
   r.reject_unknown();
@@ -213,6 +223,27 @@ void RunConfig::validate() const {
           "1 unless parallel.schedule = \"interleaved\"");
   require(parallel.bucket_mb > 0 && parallel.bucket_mb <= 65536, "parallel.bucket_mb",
           "in (0, 65536] (MiB of gradients per reduction bucket)");
+  const ComputePrecision compute = precision.compute_precision();  // names precision.compute if unknown
+  check_loss_scaling(compute, precision.loss_scale_mode(), precision.allow_unscaled_fp16);
+  precision.scaler_options().validate();
+  require(precision.grad_reduce == "fp32" || precision.grad_reduce == "bf16", "precision.grad_reduce",
+          "\"fp32\" or \"bf16\"");
+}
+
+LossScaleMode PrecisionConfig::loss_scale_mode() const {
+  return loss_scale.empty() ? default_loss_scale_mode(compute_precision()) : parse_loss_scale_mode(loss_scale);
+}
+
+LossScalerOptions PrecisionConfig::scaler_options() const {
+  LossScalerOptions o;
+  o.mode = loss_scale_mode();
+  o.initial_scale = initial_scale;
+  o.growth_factor = growth_factor;
+  o.backoff_factor = backoff_factor;
+  o.growth_interval = growth_interval;
+  o.hysteresis = hysteresis;
+  o.min_scale = min_scale;
+  return o;
 }
 
 // The inside of a TOML basic string: quotes, backslashes and control
@@ -251,7 +282,13 @@ std::string RunConfig::to_toml() const {
          return s;
        }() << "]"
     << "\norder = \"" << toml_escaped(parallel.order) << "\"\nzero = " << parallel.zero
-    << "\nbucket_mb = " << parallel.bucket_mb << "\n[runtime]\nthreads = " << runtime.threads
+    << "\nbucket_mb = " << parallel.bucket_mb << "\n[precision]\ncompute = \"" << toml_escaped(precision.compute)
+    << "\"\nloss_scale = \"" << toml_escaped(precision.loss_scale) << "\"\ninitial_scale = " << precision.initial_scale
+    << "\ngrowth_factor = " << precision.growth_factor << "\nbackoff_factor = " << precision.backoff_factor
+    << "\ngrowth_interval = " << precision.growth_interval << "\nhysteresis = " << precision.hysteresis
+    << "\nmin_scale = " << precision.min_scale
+    << "\nallow_unscaled_fp16 = " << (precision.allow_unscaled_fp16 ? "true" : "false") << "\ngrad_reduce = \""
+    << toml_escaped(precision.grad_reduce) << "\"\n[runtime]\nthreads = " << runtime.threads
     << "\ncomm_timeout_s = " << runtime.comm_timeout_s << "\n";
   return s.str();
 }

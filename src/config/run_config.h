@@ -10,6 +10,8 @@
 #include <vector>
 
 #include "model/config.h"
+#include "precision/loss_scaler.h"
+#include "precision/policy.h"
 
 namespace loom {
 
@@ -63,6 +65,26 @@ struct ParallelConfig {
   float bucket_mb = 4;   // MiB of gradients per reduction bucket (reductions overlap backward)
 };
 
+// Mixed precision (docs/precision.md): matrix products and stored
+// activations in `compute`; master weights, AdamW moments, gradients,
+// layernorm statistics, softmax, the loss and norms stay fp32.
+struct PrecisionConfig {
+  std::string compute = "fp32";  // "fp32", "bf16" or "fp16"
+  std::string loss_scale;        // "off", "fixed" or "dynamic"; "" = dynamic for fp16, off otherwise
+  float initial_scale = 65536;   // 2^16; the constant scale when fixed
+  float growth_factor = 2;
+  float backoff_factor = 0.5f;
+  int growth_interval = 1000;    // clean steps in a row before the scale grows
+  int hysteresis = 2;            // overflowing steps tolerated before it backs off
+  float min_scale = 1;
+  bool allow_unscaled_fp16 = false;  // fp16 with loss_scale = "off" is refused unless this is true
+  std::string grad_reduce = "fp32";  // "fp32" or "bf16": the dtype of the data-parallel gradient reduction
+
+  ComputePrecision compute_precision() const { return parse_compute_precision(compute); }
+  LossScaleMode loss_scale_mode() const;
+  LossScalerOptions scaler_options() const;
+};
+
 struct RuntimeConfig {
   int threads = 0;             // OpenMP / oneDNN threads per rank; 0 = all cores / ranks per node
   float comm_timeout_s = 300;  // a communication not done by then aborts the job, naming what waited; 0 = never
@@ -73,6 +95,7 @@ struct RunConfig {
   TrainConfig train;
   DataConfig data;
   ParallelConfig parallel;
+  PrecisionConfig precision;
   RuntimeConfig runtime;
 
   // Checks ranges and cross-field rules; throws UserError naming the field.

@@ -46,6 +46,16 @@ inline bf16 float_to_bf16(float f) {
 }
 inline float bf16_to_float(bf16 h) { return bits_float(uint32_t(h.bits) << 16); }
 
+// The DType of an element type: dtype_of<float>() == DType::f32, ...
+template <class T>
+constexpr DType dtype_of();
+template <>
+constexpr DType dtype_of<float>() { return DType::f32; }
+template <>
+constexpr DType dtype_of<bf16>() { return DType::bf16; }
+template <>
+constexpr DType dtype_of<f16>() { return DType::f16; }
+
 f16 float_to_f16(float f);
 float f16_to_float(f16 h);
 

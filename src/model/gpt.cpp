@@ -5,18 +5,37 @@
 
 #include "core/check.h"
 #include "kernels/cpu/attention.h"
+#include "kernels/cpu/attention_lowp.h"
+#include "kernels/cpu/cast.h"
 #include "kernels/cpu/gelu.h"
 #include "kernels/cpu/layernorm.h"
 #include "parallel/tp/linear.h"
 
 namespace loom {
+namespace {
+
+// x[n] rounded to the compute type A.
+void round_to(bf16* out, const float* in, size_t n) { cpu::cast_f32_to_bf16(out, in, n); }
+void round_to(f16* out, const float* in, size_t n) { cpu::cast_f32_to_f16(out, in, n); }
+
+template <class T>
+T* as(void* p) {
+  return static_cast<T*>(p);
+}
+
+}  // namespace
 
 GPT::GPT(const GPTConfig& cfg, int B, int T, float* grad_buffer, int64_t param_floats)
     : GPT(cfg, ModelShard{}, TensorParallel{}, B, T, GPTBuffers{nullptr, grad_buffer, param_floats, 1}) {}
 
 GPT::GPT(const GPTConfig& cfg, const ModelShard& shard, const TensorParallel& tp, int B, int T,
          const GPTBuffers& buffers)
-    : cfg_(cfg), layout_(ParamLayout::gpt2(cfg, shard)), tp_(tp), maxB_(B), maxT_(T) {
+    : cfg_(cfg),
+      layout_(ParamLayout::gpt2(cfg, shard)),
+      tp_(tp),
+      compute_(buffers.compute),
+      maxB_(B),
+      maxT_(T) {
   cfg_.validate();
   LOOM_USER_CHECK(T >= 1 && T <= cfg.seq_len, "sequence length %d is outside [1, model.seq_len=%d]", T,
                   cfg.seq_len);
@@ -49,7 +68,34 @@ GPT::GPT(const GPTConfig& cfg, const ModelShard& shard, const TensorParallel& tp
     grads_.allocate();
     grads_ptr_ = grads_.at<float>(0);
   }
+  if (compute_ != ComputePrecision::fp32) {
+    weights16_.reserve(size_t(layout_.total) * 2);
+    weights16_.allocate();
+  }
   plan_activations(B, T, buffers.slots);
+}
+
+template <class F>
+decltype(auto) GPT::with_compute_type(F&& f) {
+  switch (compute_) {
+    case ComputePrecision::bf16: return f(bf16{});
+    case ComputePrecision::fp16: return f(f16{});
+    default: return f(float{});
+  }
+}
+
+template <class A>
+const A* GPT::weight(int i) const {
+  if constexpr (std::is_same_v<A, float>)
+    return params_ptr_ + layout_.params[size_t(i)].offset;
+  else
+    return weights16_.at<A>(0) + layout_.params[size_t(i)].offset;
+}
+
+void GPT::refresh_compute_weights() {
+  const size_t n = size_t(layout_.total);
+  if (compute_ == ComputePrecision::bf16) round_to(weights16_.at<bf16>(0), params_ptr_, n);
+  if (compute_ == ComputePrecision::fp16) round_to(weights16_.at<f16>(0), params_ptr_, n);
 }
 
 void GPT::plan_activations(int B, int T, int slots) {
@@ -57,34 +103,47 @@ void GPT::plan_activations(int B, int T, int slots) {
   const size_t N = size_t(B) * T, R = size_t(tp_.local_rows(int64_t(N))), C = cfg_.d_model;
   const size_t t = size_t(tp_.size()), Cl = C / t, NHl = size_t(cfg_.n_head) / t, Fl = 4 * C / t;
   const size_t Vl = size_t(vocab_.rows), att = size_t(B) * NHl * T * T;
-  const bool sp = tp_.sequence_parallel(), head = layout_.shard.head;
-  std::vector<std::pair<float**, size_t>> plan;
-  auto want = [&](float** p, size_t n) { plan.push_back({p, n}); };
+  const bool sp = tp_.sequence_parallel(), head = layout_.shard.head, lowp = compute_ != ComputePrecision::fp32;
+  const size_t a = dtype_size(compute_dtype(compute_));  // bytes of a compute-type element
+  std::vector<std::pair<void**, size_t>> plan;           // (pointer, bytes)
+  auto want = [&](auto** p, size_t n, size_t elem = 4) { plan.push_back({reinterpret_cast<void**>(p), n * elem}); };
   slots_.resize(size_t(slots));
   for (Slot& s : slots_) {
     s.layers.resize(size_t(layout_.shard.num_layers(cfg_)));
     want(&s.input, R * C), want(&s.dres, R * C);
-    for (auto& a : s.layers) {
-      want(&a.ln1, R * C), want(&a.ln1_mean, R), want(&a.ln1_rstd, R);
-      want(&a.qkv, N * 3 * Cl), want(&a.atty, N * Cl), want(&a.att, att), want(&a.res2, R * C);
-      want(&a.ln2, R * C), want(&a.ln2_mean, R), want(&a.ln2_rstd, R);
-      want(&a.fch, N * Fl), want(&a.fch_gelu, N * Fl), want(&a.res3, R * C);
+    for (auto& l : s.layers) {
+      want(&l.ln1, R * C, a), want(&l.ln1_mean, R), want(&l.ln1_rstd, R);
+      want(&l.qkv, N * 3 * Cl, a), want(&l.atty, N * Cl, a), want(&l.att, att, a), want(&l.res2, R * C);
+      want(&l.ln2, R * C, a), want(&l.ln2_mean, R), want(&l.ln2_rstd, R);
+      want(&l.fch, N * Fl, a), want(&l.fch_gelu, N * Fl, a), want(&l.res3, R * C);
     }
-    if (head) want(&s.lnf, R * C), want(&s.lnf_mean, R), want(&s.lnf_rstd, R);
+    if (head) want(&s.lnf, R * C, a), want(&s.lnf_mean, R), want(&s.lnf_rstd, R);
   }
-  lnf_full_ = logits_ = losses_ = xent_scratch_ = nullptr;
+  logits_ = losses_ = xent_scratch_ = nullptr;
+  lnf_full_ = gathered_ = dres16_ = dres16_full_ = dlogits16_ = nullptr;
+  grad_work_ = attn_work_ = nullptr;
   if (head) want(&logits_, N * Vl), want(&losses_, N), want(&xent_scratch_, 3 * N);
-  if (head && sp) want(&lnf_full_, N * C);
-  if (sp) want(&gathered_, N * C), want(&grad_work_, N * C);
-  want(&dbuf_c_, R * C), want(&datty_, N * Cl), want(&dbuf_3c_, N * 3 * Cl);
+  if (head && sp) want(&lnf_full_, N * C, a);
+  if (sp) want(&gathered_, N * C, a), want(&grad_work_, N * C);
+  want(&dbuf_c_, R * C), want(&datty_, N * Cl), want(&dbuf_3c_, N * 3 * Cl, a);
   want(&dbuf_4c_, N * Fl), want(&datt_, att);
+  if (lowp) {
+    want(&dfch_, N * Fl, a), want(&dres16_, R * C, a);
+    if (sp) want(&dres16_full_, N * C, a);
+    if (head) want(&dlogits16_, N * Vl, a);
+    want(&attn_work_, cpu::attention_lowp_work_floats(T, int(C / t), int(NHl)));
+  }
   std::vector<size_t> offsets;
-  for (auto& [p, n] : plan) offsets.push_back(acts_.reserve(n * sizeof(float)));
+  for (auto& [p, n] : plan) offsets.push_back(acts_.reserve(n));
   acts_.allocate();
-  for (size_t i = 0; i < plan.size(); i++) *plan[i].first = acts_.at<float>(offsets[i]);
+  for (size_t i = 0; i < plan.size(); i++) *plan[i].first = acts_.at<uint8_t>(offsets[i]);
+  if (!lowp) dfch_ = dbuf_4c_;  // fp32: GELU's backward runs in place
 }
 
-void GPT::init_parameters(uint64_t seed) { layout_.init_parameters(params(), seed); }
+void GPT::init_parameters(uint64_t seed) {
+  layout_.init_parameters(params(), seed);
+  refresh_compute_weights();
+}
 
 void GPT::zero_grads() { std::memset(grads(), 0, size_t(layout_.total) * sizeof(float)); }
 
@@ -106,43 +165,58 @@ const float* GPT::stage_output(int slot) const {
 
 void GPT::forward_stage(int slot, const int32_t* tokens, int B, int T) {
   LOOM_CHECK(B <= maxB_ && T <= maxT_, "batch %dx%d exceeds the planned %dx%d", B, T, maxB_, maxT_);
+  with_compute_type([&](auto a) { forward_impl<decltype(a)>(slot, tokens, B, T); });
+}
+
+template <class A>
+void GPT::forward_impl(int slot, const int32_t* tokens, int B, int T) {
+  constexpr bool lowp = !std::is_same_v<A, float>;
   const int C = cfg_.d_model, t = tp_.size(), Cl = C / t, NHl = cfg_.n_head / t, Fl = 4 * C / t;
   const int N = B * T, R = int(tp_.local_rows(N));
+  const bool sp = tp_.sequence_parallel();
   Slot& s = slots_[size_t(slot)];
-  float* work = gathered_;  // only used with sequence parallelism
+  A* work = as<A>(gathered_);  // only used with sequence parallelism
   if (layout_.shard.embedding)
     tp::embedding_forward(tp_, s.input, grad_work_, tokens, param(layout_.wte), vocab_, param(layout_.wpe), N, T, C);
   const float* res = s.input;
   for (size_t l = 0; l < s.layers.size(); l++) {
     const BlockParams& p = layout_.blocks[l];
     LayerActs& a = s.layers[l];
+    A *ln1 = as<A>(a.ln1), *qkv = as<A>(a.qkv), *atty = as<A>(a.atty), *att = as<A>(a.att);
+    A *ln2 = as<A>(a.ln2), *fch = as<A>(a.fch), *fch_gelu = as<A>(a.fch_gelu);
     // Attention: res2 = res + attn_proj(attention(qkv(ln1(res))))
-    cpu::layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, res, param(p.ln1_w), param(p.ln1_b), 1, R, C);
-    const float* x = tp_.gather_rows(a.ln1, work, N, C);
-    tp::column_parallel_forward(matmul_, a.qkv, x, param(p.qkv_w), param(p.qkv_b), N, C, 3 * Cl);
-    cpu::attention_forward(a.atty, a.att, a.qkv, B, T, Cl, NHl);
-    tp::row_parallel_forward(matmul_, tp_, a.res2, tp_.sequence_parallel() ? grad_work_ : a.res2, a.atty,
-                             param(p.attn_proj_w), param(p.attn_proj_b), res, N, Cl, C);
+    cpu::layernorm_forward(ln1, a.ln1_mean, a.ln1_rstd, res, param(p.ln1_w), param(p.ln1_b), 1, R, C);
+    const A* x = tp_.gather_rows(ln1, work, N, C);
+    tp::column_parallel_forward(matmul_, qkv, x, weight<A>(p.qkv_w), param(p.qkv_b), N, C, 3 * Cl);
+    if constexpr (lowp)
+      cpu::attention_forward(atty, att, qkv, attn_work_, B, T, Cl, NHl);
+    else
+      cpu::attention_forward(atty, att, qkv, B, T, Cl, NHl);
+    tp::row_parallel_forward(matmul_, tp_, a.res2, sp ? grad_work_ : a.res2, atty, weight<A>(p.attn_proj_w),
+                             param(p.attn_proj_b), res, N, Cl, C);
     // MLP: res3 = res2 + fc_proj(gelu(fc(ln2(res2))))
-    cpu::layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, param(p.ln2_w), param(p.ln2_b), 1, R, C);
-    x = tp_.gather_rows(a.ln2, work, N, C);
-    tp::column_parallel_forward(matmul_, a.fch, x, param(p.fc_w), param(p.fc_b), N, C, Fl);
-    cpu::gelu_forward(a.fch_gelu, a.fch, size_t(N) * Fl);
-    tp::row_parallel_forward(matmul_, tp_, a.res3, tp_.sequence_parallel() ? grad_work_ : a.res3, a.fch_gelu,
-                             param(p.fc_proj_w), param(p.fc_proj_b), a.res2, N, Fl, C);
+    cpu::layernorm_forward(ln2, a.ln2_mean, a.ln2_rstd, a.res2, param(p.ln2_w), param(p.ln2_b), 1, R, C);
+    x = tp_.gather_rows(ln2, work, N, C);
+    tp::column_parallel_forward(matmul_, fch, x, weight<A>(p.fc_w), param(p.fc_b), N, C, Fl);
+    cpu::gelu_forward(fch_gelu, fch, size_t(N) * Fl);
+    tp::row_parallel_forward(matmul_, tp_, a.res3, sp ? grad_work_ : a.res3, fch_gelu, weight<A>(p.fc_proj_w),
+                             param(p.fc_proj_b), a.res2, N, Fl, C);
     res = a.res3;
   }
   if (layout_.shard.head)
-    cpu::layernorm_forward(s.lnf, s.lnf_mean, s.lnf_rstd, res, param(layout_.lnf_w), param(layout_.lnf_b), 1, R, C);
+    cpu::layernorm_forward(as<A>(s.lnf), s.lnf_mean, s.lnf_rstd, res, param(layout_.lnf_w), param(layout_.lnf_b), 1,
+                           R, C);
 }
 
 // LM head tied to the token embedding, column-parallel over the vocabulary:
 // logits[N, Vl] = lnf[N, C] @ wte_rows[Vl, C]^T (lnf gathered with sequence
-// parallelism).
+// parallelism). The logits are fp32 whatever the compute type: the softmax
+// and the loss read them.
+template <class A>
 void GPT::head_logits(Slot& s, int N) {
   const int C = cfg_.d_model;
-  const float* lnf = tp_.sequence_parallel() ? tp_.gather_rows(s.lnf, lnf_full_, N, C) : s.lnf;
-  tp::column_parallel_forward(matmul_, logits_, lnf, param(layout_.wte), nullptr, N, C, vocab_.rows);
+  const A* lnf = tp_.gather_rows(as<A>(s.lnf), as<A>(lnf_full_), N, C);
+  tp::column_parallel_forward(matmul_, logits_, lnf, weight<A>(layout_.wte), nullptr, N, C, vocab_.rows);
 }
 
 static int count_targets(const int32_t* targets, int n) {
@@ -166,7 +240,7 @@ float GPT::stage_loss(int slot, const int32_t* targets, int B, int T) {
   LOOM_CHECK(layout_.shard.head, "the loss is computed on the chunk with the head");
   const int N = B * T;
   check_targets(targets, N, cfg_.vocab_size);
-  head_logits(slots_[size_t(slot)], N);
+  with_compute_type([&](auto a) { head_logits<decltype(a)>(slots_[size_t(slot)], N); });
   tp::cross_entropy(tp_, losses_, logits_, xent_scratch_, targets, vocab_, N, false, 0.f);
   return mean_loss(losses_, N, count_targets(targets, N));
 }
@@ -183,24 +257,53 @@ float GPT::forward_backward(const int32_t* tokens, const int32_t* targets, int B
 }
 
 float GPT::backward_stage(int slot, const int32_t* tokens, const int32_t* targets, int B, int T, float loss_scale) {
+  return with_compute_type(
+      [&](auto a) { return backward_impl<decltype(a)>(slot, tokens, targets, B, T, loss_scale); });
+}
+
+template <class A>
+float GPT::backward_impl(int slot, const int32_t* tokens, const int32_t* targets, int B, int T, float loss_scale) {
+  constexpr bool lowp = !std::is_same_v<A, float>;
   const int C = cfg_.d_model, t = tp_.size(), Cl = C / t, NHl = cfg_.n_head / t, Fl = 4 * C / t;
   const int N = B * T, R = int(tp_.local_rows(N));
   const bool sp = tp_.sequence_parallel();
   Slot& s = slots_[size_t(slot)];
   float* const dres = s.dres;  // gradient of the residual stream; each block updates it in place
   float* const partial = sp ? grad_work_ : dbuf_c_;  // input-gradient partial sums before their reduction
+  A* const gathered = as<A>(gathered_);
+  A* const dqkv = as<A>(dbuf_3c_);
+  A* const dfch = as<A>(dfch_);
+  // The row-parallel products read the residual gradient in A: itself in
+  // fp32; rounded (and, sequence parallel, gathered into dres16_full_) in 16 bits.
+  A* dres_a;
+  A* dres_rows;
+  if constexpr (lowp) {
+    dres_a = as<A>(dres16_), dres_rows = as<A>(dres16_full_);
+  } else {
+    dres_a = dres, dres_rows = grad_work_;
+  }
+  auto round_dres = [&] {
+    if constexpr (lowp) round_to(dres_a, dres, size_t(R) * C);
+  };
   float loss = 0;
   if (layout_.shard.head) {
     check_targets(targets, N, cfg_.vocab_size);
-    head_logits(s, N);
+    head_logits<A>(s, N);
     const int valid = count_targets(targets, N);
     const float dloss = valid > 0 ? loss_scale / float(valid) : 0.f;
     // logits_ becomes d(loss)/d(logits) in place.
     tp::cross_entropy(tp_, losses_, logits_, xent_scratch_, targets, vocab_, N, true, dloss);
     loss = mean_loss(losses_, N, valid);
+    const A* dlogits;
+    if constexpr (lowp) {
+      round_to(as<A>(dlogits16_), logits_, size_t(N) * vocab_.rows);
+      dlogits = as<A>(dlogits16_);
+    } else {
+      dlogits = logits_;
+    }
     // LM head: dlnf = reduce(dlogits @ wte_rows); dwte_rows += dlogits^T @ lnf
-    tp::column_parallel_backward(matmul_, tp_, dbuf_c_, partial, grad(layout_.wte), nullptr, logits_,
-                                 sp ? lnf_full_ : s.lnf, param(layout_.wte), N, C, vocab_.rows);
+    tp::column_parallel_backward(matmul_, tp_, dbuf_c_, partial, grad(layout_.wte), nullptr, dlogits,
+                                 sp ? as<A>(lnf_full_) : as<A>(s.lnf), weight<A>(layout_.wte), N, C, vocab_.rows);
     std::memset(dres, 0, size_t(R) * C * sizeof(float));
     cpu::layernorm_backward(dres, grad(layout_.lnf_w), grad(layout_.lnf_b), dbuf_c_, stage_output(slot),
                             param(layout_.lnf_w), s.lnf_mean, s.lnf_rstd, 1, R, C);
@@ -209,28 +312,35 @@ float GPT::backward_stage(int slot, const int32_t* tokens, const int32_t* target
   for (int l = int(s.layers.size()) - 1; l >= 0; l--) {
     const BlockParams& p = layout_.blocks[size_t(l)];
     LayerActs& a = s.layers[size_t(l)];
+    A *ln1 = as<A>(a.ln1), *qkv = as<A>(a.qkv), *atty = as<A>(a.atty), *att = as<A>(a.att);
+    A *ln2 = as<A>(a.ln2), *fch = as<A>(a.fch), *fch_gelu = as<A>(a.fch_gelu);
     const float* res_in = l > 0 ? s.layers[size_t(l - 1)].res3 : s.input;
     // MLP. Sequence parallel: ln2's rows are gathered again (not kept whole),
     // while the row-parallel backward runs.
-    auto ln2_ready = tp_.gather_rows_async(a.ln2, gathered_, N, C);
-    tp::row_parallel_backward(matmul_, tp_, dbuf_4c_, grad(p.fc_proj_w), grad(p.fc_proj_b), dres, grad_work_,
-                              a.fch_gelu, param(p.fc_proj_w), N, Fl, C);
+    auto ln2_ready = tp_.gather_rows_async(ln2, gathered, N, C);
+    round_dres();
+    tp::row_parallel_backward(matmul_, tp_, dbuf_4c_, grad(p.fc_proj_w), grad(p.fc_proj_b), dres_a, dres_rows,
+                              fch_gelu, weight<A>(p.fc_proj_w), N, Fl, C);
     grad_ready(p.fc_proj_w), grad_ready(p.fc_proj_b);
-    cpu::gelu_backward(dbuf_4c_, a.fch, dbuf_4c_, size_t(N) * Fl);
-    tp::column_parallel_backward(matmul_, tp_, dbuf_c_, partial, grad(p.fc_w), grad(p.fc_b), dbuf_4c_,
-                                 sp ? gathered_ : a.ln2, param(p.fc_w), N, C, Fl, ln2_ready.get());
+    cpu::gelu_backward(dfch, fch, dbuf_4c_, size_t(N) * Fl);
+    tp::column_parallel_backward(matmul_, tp_, dbuf_c_, partial, grad(p.fc_w), grad(p.fc_b), dfch,
+                                 sp ? gathered : ln2, weight<A>(p.fc_w), N, C, Fl, ln2_ready.get());
     grad_ready(p.fc_w), grad_ready(p.fc_b);
     cpu::layernorm_backward(dres, grad(p.ln2_w), grad(p.ln2_b), dbuf_c_, a.res2, param(p.ln2_w), a.ln2_mean,
                             a.ln2_rstd, 1, R, C);
     grad_ready(p.ln2_w), grad_ready(p.ln2_b);
     // Attention.
-    auto ln1_ready = tp_.gather_rows_async(a.ln1, gathered_, N, C);
-    tp::row_parallel_backward(matmul_, tp_, datty_, grad(p.attn_proj_w), grad(p.attn_proj_b), dres, grad_work_,
-                              a.atty, param(p.attn_proj_w), N, Cl, C);
+    auto ln1_ready = tp_.gather_rows_async(ln1, gathered, N, C);
+    round_dres();
+    tp::row_parallel_backward(matmul_, tp_, datty_, grad(p.attn_proj_w), grad(p.attn_proj_b), dres_a, dres_rows,
+                              atty, weight<A>(p.attn_proj_w), N, Cl, C);
     grad_ready(p.attn_proj_w), grad_ready(p.attn_proj_b);
-    cpu::attention_backward(dbuf_3c_, datt_, datty_, a.qkv, a.att, B, T, Cl, NHl);
-    tp::column_parallel_backward(matmul_, tp_, dbuf_c_, partial, grad(p.qkv_w), grad(p.qkv_b), dbuf_3c_,
-                                 sp ? gathered_ : a.ln1, param(p.qkv_w), N, C, 3 * Cl, ln1_ready.get());
+    if constexpr (lowp)
+      cpu::attention_backward(dqkv, datt_, attn_work_, datty_, qkv, att, B, T, Cl, NHl);
+    else
+      cpu::attention_backward(dqkv, datt_, datty_, qkv, att, B, T, Cl, NHl);
+    tp::column_parallel_backward(matmul_, tp_, dbuf_c_, partial, grad(p.qkv_w), grad(p.qkv_b), dqkv,
+                                 sp ? gathered : ln1, weight<A>(p.qkv_w), N, C, 3 * Cl, ln1_ready.get());
     grad_ready(p.qkv_w), grad_ready(p.qkv_b);
     cpu::layernorm_backward(dres, grad(p.ln1_w), grad(p.ln1_b), dbuf_c_, res_in, param(p.ln1_w), a.ln1_mean,
                             a.ln1_rstd, 1, R, C);

@@ -17,11 +17,12 @@
 #include <vector>
 
 #include "core/arena.h"
-#include "kernels/cpu/matmul.h"
+#include "kernels/cpu/matmul_lowp.h"
 #include "model/config.h"
 #include "model/param_layout.h"
 #include "parallel/tp/tensor_parallel.h"
 #include "parallel/tp/vocab_parallel.h"
+#include "precision/policy.h"
 
 namespace loom {
 
@@ -31,6 +32,9 @@ struct GPTBuffers {
   float* grads = nullptr;   // at least layout().total floats, zeroed (e.g. a data-parallel gradient buffer)
   int64_t param_floats = 0;  // own parameter buffer's size when more than the layout's (ZeRO padding)
   int slots = 1;             // activation sets (micro-batches in flight)
+  // bf16 / fp16: matrix products read a 16-bit copy of the weights and the
+  // activations kept for backward are 16-bit (docs/precision.md lists which).
+  ComputePrecision compute = ComputePrecision::fp32;
 };
 
 class GPT {
@@ -49,6 +53,11 @@ class GPT {
   // each rank fills its slices of the global tensors, so any layout starts
   // from the same weights.
   void init_parameters(uint64_t seed);
+  ComputePrecision compute() const { return compute_; }
+  // bf16 / fp16: rounds the fp32 (master) parameters into the 16-bit copy
+  // the matrix products read. Call after the parameters change (an optimizer
+  // step, a checkpoint load); init_parameters() calls it. No-op in fp32.
+  void refresh_compute_weights();
 
   float* params() { return params_ptr_; }
   float* grads() { return grads_ptr_; }
@@ -105,21 +114,36 @@ class GPT {
   const float* logits() const { return logits_; }
   const tp::VocabSlice& vocab_slice() const { return vocab_; }
   size_t activation_bytes() const { return acts_.size(); }
+  size_t compute_weight_bytes() const { return weights16_.size(); }
   // Seconds this rank spent waiting on tensor-parallel communication so far.
   double tp_comm_seconds() const { return tp_.exposed_seconds(); }
 
  private:
+  // Activations kept for backward. The compute type A (float, bf16 or f16):
+  // the products' inputs and what attention and GELU keep; fp32: the norm
+  // statistics and the residual stream.
   struct LayerActs {
-    float *ln1, *ln1_mean, *ln1_rstd, *qkv, *atty, *att, *res2;
-    float *ln2, *ln2_mean, *ln2_rstd, *fch, *fch_gelu, *res3;
+    void *ln1, *qkv, *atty, *att, *ln2, *fch, *fch_gelu;  // A
+    float *ln1_mean, *ln1_rstd, *res2, *ln2_mean, *ln2_rstd, *res3;
   };
   struct Slot {
     float* input;  // [local, C]: the embedding's output or the received activation
     std::vector<LayerActs> layers;
-    float *lnf, *lnf_mean, *lnf_rstd;
-    float* dres;  // [local, C]: gradient of the residual stream, updated in place
+    void* lnf;     // A
+    float *lnf_mean, *lnf_rstd;
+    float* dres;   // [local, C]: gradient of the residual stream, updated in place
   };
   void plan_activations(int B, int T, int slots);
+  // Calls f(A{}) with the compute type.
+  template <class F>
+  decltype(auto) with_compute_type(F&& f);
+  template <class A>
+  const A* weight(int i) const;  // the compute copy of parameter i
+  template <class A>
+  void forward_impl(int slot, const int32_t* tokens, int B, int T);
+  template <class A>
+  float backward_impl(int slot, const int32_t* tokens, const int32_t* targets, int B, int T, float loss_scale);
+  template <class A>
   void head_logits(Slot& s, int N);
   void grad_ready(int i) const {
     if (grad_ready_) grad_ready_(i);
@@ -129,20 +153,28 @@ class GPT {
   ParamLayout layout_;
   TensorParallel tp_;
   tp::VocabSlice vocab_;
+  ComputePrecision compute_;
   int maxB_, maxT_;
-  Arena params_, grads_, acts_;
+  Arena params_, grads_, weights16_, acts_;
   float* params_ptr_ = nullptr;
   float* grads_ptr_ = nullptr;  // grads_ or the buffer given to the constructor
   std::function<void(int)> grad_ready_;
-  cpu::MatmulEngine matmul_;
+  cpu::LowpMatmulEngine matmul_;
 
   std::vector<Slot> slots_;
-  // Shared by the slots (used within one action).
-  float *lnf_full_, *logits_, *losses_, *xent_scratch_;
-  // Sequence parallelism only: [B*T, C] for gathered activations and for
-  // partial sums / gathered gradients.
-  float *gathered_ = nullptr, *grad_work_ = nullptr;
-  float *dbuf_c_, *datty_, *dbuf_3c_, *dbuf_4c_, *datt_;
+  // Shared by the slots (used within one action). fp32 unless marked A.
+  float *logits_, *losses_, *xent_scratch_;
+  void* lnf_full_ = nullptr;   // A, [N, C]: ln_f gathered (sequence parallel)
+  void* gathered_ = nullptr;   // A, [N, C]: norm outputs gathered (sequence parallel)
+  float* grad_work_ = nullptr; // [N, C]: partial sums / gathered gradients (sequence parallel)
+  float *dbuf_c_, *datty_, *dbuf_4c_, *datt_;
+  void* dbuf_3c_;  // A: attention's input gradient
+  void* dfch_;     // A: GELU's input gradient (fp32: dbuf_4c_ itself)
+  // 16-bit compute only: the residual gradient rounded for the row-parallel
+  // products ([local, C], gathered to [N, C] with sequence parallelism), the
+  // logits' gradient rounded for the head's products, attention's work space.
+  void *dres16_ = nullptr, *dres16_full_ = nullptr, *dlogits16_ = nullptr;
+  float* attn_work_ = nullptr;
 };
 
 }  // namespace loom

@@ -46,13 +46,16 @@ LoomRun loom_run(const RunConfig& cfg, int world) {
           double(m.n_layer), dp, p.tp, p.pp, p.zero, rows / micro, world};
 }
 
-// Floats of one layer's activations for one micro-batch (model/gpt.cpp's plan).
-double layer_floats(const LoomRun& r, bool seq_parallel) {
+// Bytes of one layer's activations for one micro-batch (model/gpt.cpp's
+// plan): `a` bytes per compute-type element (4 in fp32, 2 in bf16 / fp16)
+// for the products' inputs and what attention and GELU keep; fp32 for the
+// norm statistics and the residual stream.
+double layer_bytes(const LoomRun& r, bool seq_parallel, double a) {
   const double bTC = r.b * r.T * r.C, stats = 2 * r.b * r.T, t = r.tp, split = seq_parallel ? t : 1;
-  const double ln1 = bTC + stats, res2 = bTC, ln2 = bTC + stats, res3 = bTC;
+  const double norms = a * 2 * bTC + 4 * 2 * stats, residuals = 4 * 2 * bTC;
   const double qkv = 3 * bTC / t, atty = bTC / t, att = r.b * (r.H / t) * r.T * r.T;
   const double fch = 4 * bTC / t, gelu = 4 * bTC / t;
-  return (ln1 + res2 + ln2 + res3) / split + qkv + atty + att + fch + gelu;
+  return (norms + residuals) / split + a * (qkv + atty + att + fch + gelu);
 }
 
 int layers_of(const LoomRun& r, int stage) { return layers_on_stage(int(r.L), r.pp, stage); }
@@ -80,31 +83,42 @@ struct StageFigures {
   double params, grads, optimizer, activations;
 };
 
-StageFigures stage_memory_bytes(const RunConfig& cfg, const LoomRun& r, int stage) {
+StageFigures stage_memory_bytes(const RunConfig& cfg, const LoomRun& r, int stage, double threads) {
   const double n = stage_params(cfg, r, stage);
+  const bool lowp = cfg.precision.compute_precision() != ComputePrecision::fp32;
+  const double a = lowp ? 2 : 4;  // bytes of a compute-type element
   StageFigures f;
-  f.params = 4 * n;
+  f.params = 4 * n + (lowp ? 2 * n : 0);  // fp32 master weights (+ their 16-bit compute copy)
   if (r.zero == 0) f.grads = 4 * n;
   else if (r.zero == 1 || r.accumulation > 1) f.grads = 4 * n + 4 * n / r.dp;  // full buffer + reduced shard
   else f.grads = std::min(4 * n, 4 * n / r.dp + 2 * double(cfg.parallel.bucket_mb) * kMiB);  // shard + buckets in flight
+  if (cfg.precision.grad_reduce == "bf16" && r.dp > 1) f.grads += 2 * n + (r.zero >= 1 ? 2 * n / r.dp : 0);
   f.optimizer = 8 * n / (r.zero >= 1 ? r.dp : 1);
   // One micro-batch's activations per (micro-batch in flight) on this stage;
   // 1F1B holds min(m, pp - stage). Rows R: the tokens a rank keeps for
   // norms and residuals (N / tp under sequence parallelism).
   const bool sp = cfg.parallel.sequence_parallel && r.tp > 1;
   const int in_flight = r.pp == 1 ? 1 : std::min(r.accumulation, r.pp - stage);
-  const double N = r.b * r.T, R = sp ? N / r.tp : N, C = r.C, t = r.tp;
-  double floats = in_flight * layers_of(r, stage) * layer_floats(r, sp);
-  if (stage == 0) floats += in_flight * R * C;  // encoded input of layer 0
+  const double N = r.b * r.T, R = sp ? N / r.tp : N, C = r.C, t = r.tp, att = r.b * (r.H / t) * r.T * r.T;
+  double bytes = in_flight * layers_of(r, stage) * layer_bytes(r, sp, a);
+  if (stage == 0) bytes += 4 * in_flight * R * C;  // encoded input of layer 0
   if (stage == r.pp - 1) {
     const double Vp = r.tp > 1 ? std::ceil(r.V / (64.0 * r.tp)) * 64.0 * r.tp : r.V;
-    floats += R * C + 2 * R;              // final layernorm
-    if (sp) floats += 3 * N * C;          // its gathered output and two work buffers
-    floats += N * Vp / t + N + 3 * N;     // logits (this rank's vocabulary), losses, cross-entropy scratch
+    bytes += a * R * C + 4 * 2 * R;                   // final layernorm
+    if (sp) bytes += (2 * a + 4) * N * C;             // its gathered output and two work buffers
+    bytes += 4 * (N * Vp / t + N + 3 * N);            // fp32 logits (this rank's vocabulary), losses, cross-entropy scratch
+    if (lowp) bytes += a * N * Vp / t;                // their gradient, rounded for the head's products
   }
-  // Backward work space, reused by every layer: dres, dbuf_c, datty, dbuf_3c, dbuf_4c, datt.
-  floats += 2 * R * C + 8 * N * C / t + r.b * (r.H / t) * r.T * r.T;
-  f.activations = 4 * floats;
+  // Backward work space, reused by every layer: dres, dbuf_c, datty, dbuf_4c
+  // and datt in fp32, dbuf_3c in the compute type; in 16 bits also GELU's
+  // input gradient, the rounded residual gradient and attention's per-thread
+  // work space (about 3 T hs + T^2 floats per thread).
+  bytes += 4 * (2 * R * C + 5 * N * C / t + att) + a * 3 * N * C / t;
+  if (lowp) {
+    const double hs = C / r.H;
+    bytes += a * (4 * N * C / t + R * C + (sp ? N * C : 0)) + 4 * threads * (3 * r.T * hs + r.T * r.T + 64 * hs);
+  }
+  f.activations = bytes;
   return f;
 }
 
@@ -132,7 +146,7 @@ RunPrediction predict_loom_run(const RunConfig& cfg, int world_size, const Clust
   RunPrediction out;
   out.overhead_bytes = cluster.overhead_bytes;
   for (int s = 0; s < r.pp; s++) {
-    StageFigures f = stage_memory_bytes(cfg, r, s);
+    StageFigures f = stage_memory_bytes(cfg, r, s, rank_cores(cfg, r, cluster));
     const double total = f.params + f.grads + f.optimizer + f.activations + cluster.overhead_bytes;
     if (total > out.peak_memory_bytes) {
       out.peak_memory_bytes = total;
@@ -142,7 +156,14 @@ RunPrediction predict_loom_run(const RunConfig& cfg, int world_size, const Clust
   }
 
   const double cores = rank_cores(cfg, r, cluster);
-  const double rate = cluster.peak_flops_fp32 * cores * cluster.matmul_efficiency;
+  // bf16 products run at the cluster's bf16 peak when it names one; on this
+  // CPU (avx512_bf16) bench/matmul_bench measured 1.7-1.9x the fp32 rate,
+  // so 1.8x stands in for an uncalibrated one. fp16 has no arithmetic here:
+  // its products run in fp32 on widened operands.
+  double speedup = 1;
+  if (cfg.precision.compute_precision() == ComputePrecision::bf16)
+    speedup = cluster.peak_flops_bf16 > 0 ? cluster.peak_flops_bf16 / cluster.peak_flops_fp32 : 1.8;
+  const double rate = cluster.peak_flops_fp32 * cores * cluster.matmul_efficiency * speedup;
   const double mem_bw = cluster.memory_bandwidth * cores;
   const GroupLinks links = group_links(cluster, r.dp, r.tp, r.pp);
   const double act_bytes = 4 * r.b * r.T * r.C;

@@ -1,9 +1,10 @@
 // Predictions for loom's own runs, as `loom train` runs them on this
-// machine's CPUs: fp32, no recomputation, one process per rank. The train
-// loop prints these beside what it measures.
+// machine's CPUs: fp32 or precision.compute, no recomputation, one process
+// per rank. The train loop prints these beside what it measures.
 //
 // Memory follows loom's own allocations (model/gpt.cpp, train/replica.cpp):
-// fp32 parameters (4 B), one fp32 gradient buffer (4 B; ZeRO-2 keeps only a
+// fp32 parameters (4 B, + 2 B for the 16-bit compute copy in bf16 / fp16;
+// activations then 2 B where the model stores them in 16 bits), one fp32 gradient buffer (4 B; ZeRO-2 keeps only a
 // 1/dp shard outside backward unless micro-batches accumulate), AdamW moments
 // (8 B, 1/dp under ZeRO >= 1), every activation of one micro-batch planned up
 // front (norms and residuals on 1/tp of the tokens under sequence

@@ -65,6 +65,9 @@ TrainPosition TrainCheckpoints::resume(const std::string& spec, Replica& replica
   TrainPosition position{m.data.step, m.extra.value("data_skip", int64_t(0)),
                          m.extra.value("loss_guard", nlohmann::json::object())};
   replica.load(checkpoint, m.extra.value("adam_steps", 0));
+  // The loss scaler's state (mixed precision); a checkpoint from a run
+  // without one leaves the configured initial state.
+  if (!m.loss_scaler.empty()) replica.scaler().load_state(m.loss_scaler);
   if (log)
     std::fprintf(log, "resume: %s (step %lld, written by dp %d x tp %d x pp %d, ZeRO-%d)\n", dir.c_str(),
                  (long long)position.next_step, m.layout.dp, m.layout.tp, m.layout.pp, m.layout.zero);
@@ -86,6 +89,7 @@ void TrainCheckpoints::save(const TrainPosition& position, Replica& replica, FIL
     m.layout = {g.dp(), g.tp(), g.pp(), cfg_.parallel.zero, cfg_.parallel.order, g.world_size()};
     m.data = {position.next_step, position.next_step * cfg_.train.batch_size};
     m.seed = cfg_.train.seed;
+    m.loss_scaler = replica.scaler().state();
     m.extra = {{"adam_steps", replica.adam_steps()}, {"data_skip", position.data_skip}, {"loss_guard", position.guard}};
     try {
       CommitResult r = writer.commit(m, writer_ranks(ctx_, cfg_.parallel.zero), cfg_.train.keep_checkpoints);

@@ -1,11 +1,14 @@
 #include "train/replica.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "checkpoint/layout_pieces.h"
 #include "core/check.h"
 #include "parallel/pp/partition.h"
+#include "precision/found_inf.h"
+#include "precision/non_finite.h"
 
 namespace loom {
 
@@ -54,7 +57,7 @@ class Replica::Stage : public pp::StageModel {
       chunk.set_grad_ready_hook([this, first_tensor, wte, tied](int i) {
         if (!(tied && i == wte)) r_.reducer_->on_grad_ready(first_tensor + i);
       });
-    loss_sum_ += chunk.backward_stage(slot, tok(mb), tgt(mb), B(), T_, r_.loss_scale_);
+    loss_sum_ += chunk.backward_stage(slot, tok(mb), tgt(mb), B(), T_, r_.loss_scale_ * r_.scaler_.scale());
     chunk.set_grad_ready_hook(nullptr);
   }
   float* activation_in(int c, int slot) override { return r_.chunks_[size_t(c)]->stage_input(slot); }
@@ -136,6 +139,8 @@ Replica::Replica(const RunConfig& cfg, const ParallelContext& ctx, int micro_bat
       micro_batch_(micro_batch),
       micro_batches_(micro_batches),
       loss_scale_(1.0f / float(ctx.dp().size() * micro_batches)),
+      compute_(cfg.precision.compute_precision()),
+      scaler_(cfg.precision.scaler_options()),
       pipeline_(plan_pipeline(cfg, ctx.grid().pp())),
       schedule_(pp::build_schedule(pipeline_.schedule, ctx.grid().pp(), micro_batches,
                                    pipeline_.v)[size_t(ctx.coord().pp)]),
@@ -156,14 +161,15 @@ Replica::Replica(const RunConfig& cfg, const ParallelContext& ctx, int micro_bat
   params_.allocate();
   const std::vector<int> slots = pp::PipelineExecutor::slots_needed(schedule_, pipeline_.v);
   for (size_t c = 0; c < shards_.size(); c++) {
-    GPTBuffers buffers{params_.at<float>(0) + chunk_offset_[c], grads_.data() + chunk_offset_[c], 0, slots[c]};
+    GPTBuffers buffers{params_.at<float>(0) + chunk_offset_[c], grads_.data() + chunk_offset_[c], 0, slots[c],
+                       compute_};
     chunks_.push_back(std::make_unique<GPT>(cfg.model, shards_[c],
                                             TensorParallel(&ctx.tp(), shards_[c].sequence_parallel), micro_batch,
                                             cfg.model.seq_len, buffers));
   }
   using Mode = GradReducer::Mode;
   reducer_ = std::make_unique<GradReducer>(plan_, ctx.dp(), grads_, zero_ == 0 ? Mode::AllReduce : Mode::ReduceScatter,
-                                           zero_ == 2);
+                                           zero_ == 2, cfg.precision.grad_reduce == "bf16" ? DType::bf16 : DType::f32);
   optimizer_ = std::make_unique<ShardedOptimizer>(
       flat_, plan_, ctx.dp(), zero_ > 0,
       AdamWConfig{cfg.train.beta1, cfg.train.beta2, cfg.train.eps, cfg.train.weight_decay},
@@ -226,11 +232,25 @@ float Replica::evaluate(const int32_t* tokens, const int32_t* targets, int T) {
 double Replica::reduce() {
   reducer_->finish();
   reduce_sequence_partial_grads();
+  overflowed_ = false;
+  if (compute_ != ComputePrecision::fp32 || scaler_.mode() != LossScaleMode::off) {
+    // What this rank holds after the reduction: the whole buffer, or its
+    // ZeRO shard (packed in the order of owned()).
+    int64_t held = 0;
+    for (const FlatRange& r : optimizer_->owned()) held += r.size();
+    float* reduced = reducer_->reduced();
+    if (inject_inf_ && held > 0) reduced[0] = INFINITY, inject_inf_ = false;
+    const bool local = unscale_and_check(reduced, size_t(held), scaler_.inv_scale());
+    overflowed_ = any_rank_found_inf(ctx_.world(), local);
+    decision_ = scaler_.update(overflowed_);
+  }
+  if (overflowed_) return NAN;
   return optimizer_->grad_norm(reducer_->reduced());
 }
 
 void Replica::update(float lr, float grad_scale) {
   optimizer_->step(params_.at<float>(0), reducer_->reduced(), lr, grad_scale);
+  for (auto& chunk : chunks_) chunk->refresh_compute_weights();
 }
 
 // With sequence parallelism each tp rank's norm (and position-table)
@@ -279,6 +299,12 @@ size_t Replica::activation_bytes() const {
   return sum;
 }
 
+size_t Replica::compute_weight_bytes() const {
+  size_t sum = 0;
+  for (const auto& c : chunks_) sum += c->compute_weight_bytes();
+  return sum;
+}
+
 bool Replica::writes_checkpoint() const { return ctx_.coord().dp == 0 || zero_ > 0; }
 
 // Calls f(chunk, layout, begin, end, packed) for each owned range's part in
@@ -319,7 +345,10 @@ std::vector<CheckpointPiece> Replica::checkpoint_pieces() {
 }
 
 void Replica::load(const Checkpoint& checkpoint, int adam_steps) {
-  for (auto& chunk : chunks_) fill_from_checkpoint(checkpoint.tensors(), chunk->layout(), chunk->params());
+  for (auto& chunk : chunks_) {
+    fill_from_checkpoint(checkpoint.tensors(), chunk->layout(), chunk->params());
+    chunk->refresh_compute_weights();
+  }
   AdamW& adam = optimizer_->adamw();
   for_owned_parts(optimizer_->owned(), chunks_, chunk_offset_,
                   [&](size_t, const ParamLayout& lay, int64_t b, int64_t e, int64_t packed) {

@@ -28,6 +28,7 @@
 #include "parallel/pp/executor.h"
 #include "parallel/pp/schedule.h"
 #include "parallel/zero/sharded_optimizer.h"
+#include "precision/loss_scaler.h"
 
 namespace loom {
 
@@ -65,9 +66,22 @@ class Replica {
   // the first and last stage, and with sequence parallelism the norms'
   // partial gradients over the tp group); returns the L2 norm of the whole
   // mean gradient over every rank of the model.
+  // Mixed precision: the loss was multiplied by the loss scale, so the
+  // gradients are first divided by it and checked for inf/NaN in the same
+  // pass; every rank learns whether any rank found one (overflowed()), the
+  // scaler takes its step (scaler_decision()), and an overflowing step
+  // returns NaN without computing the norm.
   double reduce();
-  // AdamW with learning rate lr on the gradients scaled by grad_scale.
+  bool overflowed() const { return overflowed_; }
+  const ScalerDecision& scaler_decision() const { return decision_; }
+  LossScaler& scaler() { return scaler_; }
+  // Test fault injection: the next reduce() finds an inf in this rank's
+  // gradients (as if its backward had overflowed).
+  void inject_inf() { inject_inf_ = true; }
+  // AdamW with learning rate lr on the gradients scaled by grad_scale (then,
+  // in bf16 / fp16, the weights' 16-bit copies are refreshed).
   void update(float lr, float grad_scale);
+  ComputePrecision compute() const { return compute_; }
 
   // This stage's whole mean gradient after reduce(), in stage-buffer order
   // (tests), and where each chunk's tensors sit in it.
@@ -84,6 +98,7 @@ class Replica {
   size_t grad_bytes_resident() const { return grads_.resident_bytes() + reducer_->shard_bytes(); }
   size_t param_bytes() const { return size_t(plan_.padded_total()) * sizeof(float); }
   size_t activation_bytes() const;
+  size_t compute_weight_bytes() const;  // the 16-bit weight copies (bf16 / fp16; 0 in fp32)
   const ReduceTimes& reduce_times() const { return reducer_->times(); }
   double tp_comm_seconds() const;
   // Checkpoints (src/checkpoint/): this rank's pieces of the global
@@ -107,7 +122,11 @@ class Replica {
 
   const ParallelContext& ctx_;
   int zero_, micro_batch_, micro_batches_;
-  float loss_scale_;
+  float loss_scale_;  // 1 / (dp x micro-batches): the mean over the replicas' micro-batches
+  ComputePrecision compute_;
+  LossScaler scaler_;
+  ScalerDecision decision_;
+  bool overflowed_ = false, inject_inf_ = false;
   PipelinePlan pipeline_;
   pp::StageSchedule schedule_;
   std::vector<ModelShard> shards_;     // chunk c holds virtual stage c x pp + stage

@@ -147,6 +147,22 @@ TrainResult train(const RunConfig& cfg, const ParallelContext& ctx, FILE* log, c
                  params_mib, replica.zero_stage() == 2 ? params_mib / dp : params_mib,
                  replica.zero_stage() == 2 ? " (outside backward)" : "", double(replica.optimizer_state_bytes()) / mib,
                  double(replica.activation_bytes()) / mib);
+    if (replica.compute() != ComputePrecision::fp32) {
+      const LossScalerOptions& so = replica.scaler().options();
+      const std::string scaling =
+          so.mode == LossScaleMode::off     ? std::string("off")
+          : so.mode == LossScaleMode::fixed ? strprintf("fixed at %g", double(so.initial_scale))
+                                            : strprintf("dynamic from %g (x%g after %d clean steps, x%g after %d "
+                                                        "overflows, at least %g)",
+                                                        double(so.initial_scale), double(so.growth_factor),
+                                                        so.growth_interval, double(so.backoff_factor),
+                                                        so.hysteresis, double(so.min_scale));
+      std::fprintf(log,
+                   "precision: %s matrix products and stored activations (+%.1f MiB of %s weights); fp32 master "
+                   "weights, AdamW state, gradients, norms and loss; loss scaling %s\n",
+                   compute_precision_name(replica.compute()), double(replica.compute_weight_bytes()) / mib,
+                   compute_precision_name(replica.compute()), scaling.c_str());
+    }
     std::fprintf(log, "threads: %d per rank, measured fp32 peak %.0f GFLOP/s over all ranks\n", threads,
                  result.peak_gflops);
     // The planner's prediction for this very run, checked at the end.
@@ -201,6 +217,10 @@ TrainResult train(const RunConfig& cfg, const ParallelContext& ctx, FILE* log, c
     data_seconds += step_data_s;
     // Every micro-batch has the same rows, so the mean of their mean losses
     // (and gradients) is the global batch's.
+    const float scale_used = replica.scaler().scale();
+    result.loss_scales.push_back(scale_used);
+    if ((options.inf_rank < 0 || ctx.rank() == options.inf_rank) && std::count(options.inf_steps.begin(), options.inf_steps.end(), step))
+      replica.inject_inf();
     float loss = replica.forward_backward(tokens, targets, T);
     if (timed) bubble_sum[size_t(ctx.coord().pp)] += replica.timeline().bubble();
     result.peak_in_flight = std::max(result.peak_in_flight, replica.timeline().peak_in_flight);
@@ -214,12 +234,20 @@ TrainResult train(const RunConfig& cfg, const ParallelContext& ctx, FILE* log, c
     float clip = cpu::clip_scale(norm, cfg.train.grad_clip);
     float lr = schedule.at(step);
     if (std::count(options.poison_steps.begin(), options.poison_steps.end(), step + position.data_skip)) loss = NAN;
-    // Every rank holds the same loss, so every rank decides alike.
-    const LossVerdict verdict = guard.observe(loss);
+    // Every rank holds the same loss and the same overflow flag, so every
+    // rank decides alike. An overflow (mixed precision) is the loss
+    // scaler's business: the step is skipped without judging the loss.
+    const bool overflow = replica.overflowed();
+    const LossVerdict verdict = overflow ? LossVerdict::Skip : guard.observe(loss);
     auto t_update = Clock::now();
     if (verdict == LossVerdict::Ok) {
       obs::ScopedSpan optimizer(trace, "optimizer", obs::SpanKind::optimizer);
       replica.update(lr, clip);
+    } else if (overflow) {
+      result.overflow_steps++;
+      if (log)
+        std::fprintf(log, "step %5d/%d | skipped: inf/NaN in the gradients; loss scale %g -> %g\n", step + 1,
+                     cfg.train.steps, double(scale_used), double(replica.scaler().scale()));
     } else {
       result.skipped_steps++;
       if (log) std::fprintf(log, "step %5d/%d | skipped: %s\n", step + 1, cfg.train.steps, guard.reason().c_str());
@@ -239,10 +267,13 @@ TrainResult train(const RunConfig& cfg, const ParallelContext& ctx, FILE* log, c
     if (log && (step % cfg.train.log_every == 0 || last)) {
       double tok_s = double(B) * T * window_steps / window_seconds;
       double gflops = flops_per_step * window_steps / window_seconds * 1e-9;
+      const std::string scale =
+          replica.scaler().mode() == LossScaleMode::off ? "" : strprintf(" | scale %g", double(scale_used));
       std::fprintf(log,
-                   "step %5d/%d | loss %.4f | lr %.2e | grad norm %.3f | %.0f tok/s | %.1f GFLOP/s (%.1f%% of "
+                   "step %5d/%d | loss %.4f | lr %.2e | grad norm %.3f%s | %.0f tok/s | %.1f GFLOP/s (%.1f%% of "
                    "peak)\n",
-                   step + 1, cfg.train.steps, loss, lr, norm, tok_s, gflops, 100.0 * gflops / result.peak_gflops);
+                   step + 1, cfg.train.steps, loss, lr, norm, scale.c_str(), tok_s, gflops,
+                   100.0 * gflops / result.peak_gflops);
       std::fflush(log);
     }
     if (step % cfg.train.log_every == 0 || last) window_seconds = 0, window_steps = 0;
@@ -286,6 +317,7 @@ TrainResult train(const RunConfig& cfg, const ParallelContext& ctx, FILE* log, c
     if (recorder.active()) {
       obs::StepMetrics m;
       m.skipped = verdict != LossVerdict::Ok;
+      m.loss_scale = scale_used;
       m.step = step + 1, m.loss = loss, m.val_loss = val, m.lr = lr, m.grad_norm = norm;
       m.step_time_s = dt, m.tokens_per_s = double(B) * T / dt;
       m.mfu = flops_per_step / dt / (result.peak_gflops * 1e9);

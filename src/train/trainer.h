@@ -16,6 +16,8 @@ struct TrainResult {
   std::vector<float> train_losses;  // one per step run (from the resumed step on)
   double peak_rss_bytes = 0;        // the largest peak resident set of any rank
   int skipped_steps = 0;            // steps the loss guard skipped
+  int overflow_steps = 0;           // steps skipped for inf/NaN gradients (mixed precision)
+  std::vector<float> loss_scales;   // the loss scale each step ran with
   int rollbacks = 0;                // returns to the last checkpoint
   std::vector<float> val_losses;    // one per evaluation
   double tokens_per_s = 0;          // over all steps after the first
@@ -57,6 +59,10 @@ struct TrainOptions {
   // Fault injection for tests: the losses of these data steps read as NaN
   // (bad batches).
   std::vector<int> poison_steps;
+  // Fault injection for tests: at these steps, world rank inf_rank (every
+  // rank if negative) finds an inf in its gradients.
+  std::vector<int> inf_steps;
+  int inf_rank = 0;
 };
 
 // Runs the job described by cfg on this rank of ctx's layout; rank 0 logs

@@ -119,6 +119,13 @@ float* LowpMatmulEngine::widen(int slot, const f16* x, size_t n) {
   return buf.data();
 }
 
+float* LowpMatmulEngine::buffer(int slot, size_t n) {
+  LOOM_CHECK(slot >= 0 && slot < 3, "widening slot %d", slot);
+  std::vector<float>& buf = wide_[slot];
+  if (buf.size() < n) buf.resize(n);
+  return buf.data();
+}
+
 void matmul_forward(LowpMatmulEngine& eng, float* out, const bf16* inp, const bf16* weight, const float* bias, int N,
                     int C, int OC) {
   eng.gemm(out, inp, weight, bias, N, OC, C, /*trans_a=*/false, /*trans_b=*/true, /*accumulate=*/false);
@@ -165,6 +172,14 @@ void matmul_backward(LowpMatmulEngine& eng, float* dinp, float* dweight, float* 
   const float* inp32 = dweight ? eng.widen(1, inp, size_t(N) * C) : nullptr;
   const float* weight32 = dinp ? eng.widen(2, weight, size_t(OC) * C) : nullptr;
   matmul_backward(eng.fp32(), dinp, dweight, dbias, dout32, inp32, weight32, N, C, OC);
+}
+
+void matmul_forward(LowpMatmulEngine& eng, f16* out, const f16* inp, const f16* weight, const float* bias, int N,
+                    int C, int OC) {
+  // Slots 0 and 1 hold the widened operands; slot 2 the fp32 product.
+  float* product = eng.buffer(2, size_t(N) * OC);
+  matmul_forward(eng, product, inp, weight, bias, N, C, OC);
+  cast_f32_to_f16(out, product, size_t(N) * OC);
 }
 
 }  // namespace loom::cpu

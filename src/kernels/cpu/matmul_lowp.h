@@ -51,6 +51,7 @@ class LowpMatmulEngine {
   // for the fp16 layer functions below).
   MatmulEngine& fp32() { return fp32_; }
   float* widen(int slot, const f16* x, size_t n);  // slot 0..2; valid until the next widen of that slot
+  float* buffer(int slot, size_t n);                // the same slot's buffer, at least n floats, as it is
 
  private:
   struct Impl;
@@ -78,5 +79,19 @@ void matmul_forward(LowpMatmulEngine& eng, float* out, const f16* inp, const f16
                     int C, int OC);
 void matmul_backward(LowpMatmulEngine& eng, float* dinp, float* dweight, float* dbias, const f16* dout,
                      const f16* inp, const f16* weight, int N, int C, int OC);
+// out in fp16: the fp32 product rounded once.
+void matmul_forward(LowpMatmulEngine& eng, f16* out, const f16* inp, const f16* weight, const float* bias, int N,
+                    int C, int OC);
+
+// fp32 operands on the engine's fp32 engine (the fp32 layer exactly), so code
+// templated over the compute type calls one overload set.
+inline void matmul_forward(LowpMatmulEngine& eng, float* out, const float* inp, const float* weight,
+                           const float* bias, int N, int C, int OC) {
+  matmul_forward(eng.fp32(), out, inp, weight, bias, N, C, OC);
+}
+inline void matmul_backward(LowpMatmulEngine& eng, float* dinp, float* dweight, float* dbias, const float* dout,
+                            const float* inp, const float* weight, int N, int C, int OC) {
+  matmul_backward(eng.fp32(), dinp, dweight, dbias, dout, inp, weight, N, C, OC);
+}
 
 }  // namespace loom::cpu

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "core/check.h"
+#include "kernels/cpu/cast.h"
 
 namespace loom {
 
@@ -12,8 +13,9 @@ double seconds(std::chrono::steady_clock::duration d) { return std::chrono::dura
 }  // namespace
 
 GradReducer::GradReducer(const BucketPlan& plan, Communicator& dp, GradBuffer& grads, Mode mode,
-                         bool release_reduced)
-    : plan_(plan), dp_(dp), grads_(grads), mode_(mode), release_reduced_(release_reduced) {
+                         bool release_reduced, DType wire)
+    : plan_(plan), dp_(dp), grads_(grads), mode_(mode), release_reduced_(release_reduced), wire_(wire) {
+  LOOM_CHECK(wire == DType::f32 || wire == DType::bf16, "gradient reduction in %s", dtype_name(wire));
   LOOM_CHECK(grads.size() >= plan.padded_total(), "gradient buffer of %lld floats, plan needs %lld",
              (long long)grads.size(), (long long)plan.padded_total());
   LOOM_CHECK(mode == Mode::ReduceScatter ? plan.shards() == dp.size() : !release_reduced,
@@ -21,6 +23,11 @@ GradReducer::GradReducer(const BucketPlan& plan, Communicator& dp, GradBuffer& g
   if (mode == Mode::ReduceScatter) {
     shard_.reserve(size_t(plan.shard_total()) * sizeof(float));
     shard_.allocate();
+  }
+  if (wire_ == DType::bf16 && dp.size() > 1) {
+    const int64_t n = plan.padded_total() + (mode == Mode::ReduceScatter ? plan.shard_total() : 0);
+    wire_buf_.reserve(size_t(n) * sizeof(bf16));
+    wire_buf_.allocate();
   }
   const auto& buckets = plan.buckets();
   const size_t n = buckets.size();
@@ -71,7 +78,16 @@ void GradReducer::launch_ready() {
     const FlatRange r = buckets[b].range;
     float* full = grads_.data() + r.begin;
     started_[b] = Clock::now();
-    if (mode_ == Mode::AllReduce) {
+    if (wire_buf_.allocated()) {
+      bf16* wire = wire_buf_.at<bf16>(0) + r.begin;
+      cpu::cast_f32_to_bf16(wire, full, size_t(r.size()));
+      if (mode_ == Mode::AllReduce) {
+        work_[b] = dp_.all_reduce_async(wire, size_t(r.size()), DType::bf16, ReduceOp::Sum);
+      } else {
+        bf16* shard = wire_buf_.at<bf16>(0) + plan_.padded_total() + plan_.shard_offset(int(b));
+        work_[b] = dp_.reduce_scatter_async(wire, shard, size_t(plan_.shard_size(int(b))), DType::bf16, ReduceOp::Sum);
+      }
+    } else if (mode_ == Mode::AllReduce) {
       if (dp_.size() > 1) work_[b] = dp_.all_reduce_async(full, size_t(r.size()), DType::f32, ReduceOp::Sum);
     } else {
       float* shard = shard_.at<float>(0) + plan_.shard_offset(int(b));
@@ -102,6 +118,15 @@ void GradReducer::complete(size_t b) {
   done_at_[b] = Clock::now();
   done_[b] = true;
   work_[b].reset();
+  if (wire_buf_.allocated()) {  // the reduced bf16 values, widened back into the fp32 buffers
+    const FlatRange r = plan_.buckets()[b].range;
+    if (mode_ == Mode::AllReduce)
+      cpu::cast_bf16_to_f32(grads_.data() + r.begin, wire_buf_.at<bf16>(0) + r.begin, size_t(r.size()));
+    else
+      cpu::cast_bf16_to_f32(shard_.at<float>(0) + plan_.shard_offset(int(b)),
+                            wire_buf_.at<bf16>(0) + plan_.padded_total() + plan_.shard_offset(int(b)),
+                            size_t(plan_.shard_size(int(b))));
+  }
 }
 
 void GradReducer::finish() {

@@ -51,7 +51,13 @@ class GradReducer {
  public:
   enum class Mode { AllReduce, ReduceScatter };
 
-  GradReducer(const BucketPlan& plan, Communicator& dp, GradBuffer& grads, Mode mode, bool release_reduced);
+  // wire: the dtype the reduction sends. f32 (the default) reduces the fp32
+  // gradients as they are; bf16 rounds each bucket to bf16 first (half the
+  // bytes on the wire), reduces that (MpiComm sums pairs in fp32 but rounds
+  // every partial sum back to bf16, so precision falls with the rank count),
+  // and widens the result back into fp32. docs/precision.md gives the risk.
+  GradReducer(const BucketPlan& plan, Communicator& dp, GradBuffer& grads, Mode mode, bool release_reduced,
+              DType wire = DType::f32);
 
   // Before the backward whose gradients are to be reduced.
   void begin();
@@ -81,7 +87,9 @@ class GradReducer {
   GradBuffer& grads_;
   Mode mode_;
   bool release_reduced_;
+  DType wire_;
   Arena shard_;
+  Arena wire_buf_;  // bf16 wire: the rounded buckets, then (reduce-scatter) the reduced shards after them
   std::vector<std::pair<int, int>> tensor_buckets_;  // per tensor: the buckets [first, end) it overlaps
 
   // Per step.

@@ -4,14 +4,16 @@
 
 namespace loom::tp {
 
-void column_parallel_forward(cpu::MatmulEngine& eng, float* out, const float* x, const float* weight,
-                             const float* bias, int N, int C, int OCl) {
+template <class A, class Out>
+void column_parallel_forward(cpu::LowpMatmulEngine& eng, Out* out, const A* x, const A* weight, const float* bias,
+                             int N, int C, int OCl) {
   cpu::matmul_forward(eng, out, x, weight, bias, N, C, OCl);
 }
 
-void column_parallel_backward(cpu::MatmulEngine& eng, const TensorParallel& tp, float* dx, float* work,
-                              float* dweight, float* dbias, const float* dout, const float* x, const float* weight,
-                              int N, int C, int OCl, Work* x_ready) {
+template <class A>
+void column_parallel_backward(cpu::LowpMatmulEngine& eng, const TensorParallel& tp, float* dx, float* work,
+                              float* dweight, float* dbias, const A* dout, const A* x, const A* weight, int N, int C,
+                              int OCl, Work* x_ready) {
   // Input gradient first, so that its reduction overlaps the weight gradient.
   cpu::matmul_backward(eng, work, nullptr, nullptr, dout, x, weight, N, C, OCl);
   auto reduction = tp.reduce_rows_async(work, dx, N, C);
@@ -20,20 +22,39 @@ void column_parallel_backward(cpu::MatmulEngine& eng, const TensorParallel& tp, 
   tp.wait(reduction.get());
 }
 
-void row_parallel_forward(cpu::MatmulEngine& eng, const TensorParallel& tp, float* out, float* work,
-                          const float* x, const float* weight, const float* bias, const float* residual, int N,
-                          int ICl, int C) {
+template <class A>
+void row_parallel_forward(cpu::LowpMatmulEngine& eng, const TensorParallel& tp, float* out, float* work, const A* x,
+                          const A* weight, const float* bias, const float* residual, int N, int ICl, int C) {
   cpu::matmul_forward(eng, work, x, weight, nullptr, N, ICl, C);
   float* reduced = tp.sequence_parallel() ? out : work;
   tp.reduce_rows(work, reduced, N, C);
   cpu::residual_bias_forward(out, reduced, bias, residual, tp.local_rows(N), C);
 }
 
-void row_parallel_backward(cpu::MatmulEngine& eng, const TensorParallel& tp, float* dx, float* dweight,
-                           float* dbias, const float* dout, float* work, const float* x, const float* weight, int N,
-                           int ICl, int C) {
-  const float* dout_rows = tp.gather_rows(dout, work, N, C);
+template <class A>
+void row_parallel_backward(cpu::LowpMatmulEngine& eng, const TensorParallel& tp, float* dx, float* dweight,
+                           float* dbias, const A* dout, A* work, const A* x, const A* weight, int N, int ICl, int C) {
+  const A* dout_rows = tp.gather_rows(dout, work, N, C);
   cpu::matmul_backward(eng, dx, dweight, dbias, dout_rows, x, weight, N, ICl, C);
 }
+
+#define LOOM_LINEAR_INSTANCES(A)                                                                                  \
+  template void column_parallel_forward<A, A>(cpu::LowpMatmulEngine&, A*, const A*, const A*, const float*, int, \
+                                              int, int);                                                          \
+  template void column_parallel_backward<A>(cpu::LowpMatmulEngine&, const TensorParallel&, float*, float*,       \
+                                            float*, float*, const A*, const A*, const A*, int, int, int, Work*);   \
+  template void row_parallel_forward<A>(cpu::LowpMatmulEngine&, const TensorParallel&, float*, float*, const A*,  \
+                                        const A*, const float*, const float*, int, int, int);                     \
+  template void row_parallel_backward<A>(cpu::LowpMatmulEngine&, const TensorParallel&, float*, float*, float*,   \
+                                         const A*, A*, const A*, const A*, int, int, int);
+LOOM_LINEAR_INSTANCES(float)
+LOOM_LINEAR_INSTANCES(bf16)
+LOOM_LINEAR_INSTANCES(f16)
+#undef LOOM_LINEAR_INSTANCES
+// 16-bit inputs with an fp32 output (the head's logits, for the softmax).
+template void column_parallel_forward<bf16, float>(cpu::LowpMatmulEngine&, float*, const bf16*, const bf16*,
+                                                   const float*, int, int, int);
+template void column_parallel_forward<f16, float>(cpu::LowpMatmulEngine&, float*, const f16*, const f16*,
+                                                  const float*, int, int, int);
 
 }  // namespace loom::tp

@@ -10,38 +10,45 @@
 // Row-parallel: weight[C, ICl] holds this rank's input features; the output
 // is a partial sum, reduced over the ranks, then the bias (once) and the
 // residual are added.
+//
+// A is the compute type of weights and layer inputs: float, bf16 or f16
+// (mixed precision). Products accumulate in fp32; whatever A, gradients of
+// weights and biases, partial sums, their reductions and the residual stream
+// are fp32.
 #pragma once
 
-#include "kernels/cpu/matmul.h"
+#include "kernels/cpu/matmul_lowp.h"
 #include "parallel/tp/tensor_parallel.h"
 
 namespace loom::tp {
 
-// out[N, OCl] = x[N, C] @ weight[OCl, C]^T + bias[OCl]
-void column_parallel_forward(cpu::MatmulEngine& eng, float* out, const float* x, const float* weight,
-                             const float* bias, int N, int C, int OCl);
+// out[N, OCl] = x[N, C] @ weight[OCl, C]^T + bias[OCl]; Out is A or float.
+template <class A, class Out>
+void column_parallel_forward(cpu::LowpMatmulEngine& eng, Out* out, const A* x, const A* weight, const float* bias,
+                             int N, int C, int OCl);
 
 // dx[local_rows, C] = reduce(dout[N, OCl] @ weight), computed into
 // work[N, C] (work == dx without sequence parallelism); the reduction starts
 // before dweight[OCl, C] += dout^T @ x[N, C] and dbias += column sums, and is
 // waited on after. `x_ready`, if given, is waited on before x is read (an
 // all-gather of x that ran meanwhile).
-void column_parallel_backward(cpu::MatmulEngine& eng, const TensorParallel& tp, float* dx, float* work,
-                              float* dweight, float* dbias, const float* dout, const float* x, const float* weight,
-                              int N, int C, int OCl, Work* x_ready = nullptr);
+template <class A>
+void column_parallel_backward(cpu::LowpMatmulEngine& eng, const TensorParallel& tp, float* dx, float* work,
+                              float* dweight, float* dbias, const A* dout, const A* x, const A* weight, int N, int C,
+                              int OCl, Work* x_ready = nullptr);
 
 // out[local_rows, C] = reduce(x[N, ICl] @ weight[C, ICl]^T) + bias[C] + residual[local_rows, C]
 // The partial product goes to work[N, C] (work may be out without sequence
 // parallelism); out must not alias residual.
-void row_parallel_forward(cpu::MatmulEngine& eng, const TensorParallel& tp, float* out, float* work,
-                          const float* x, const float* weight, const float* bias, const float* residual, int N,
-                          int ICl, int C);
+template <class A>
+void row_parallel_forward(cpu::LowpMatmulEngine& eng, const TensorParallel& tp, float* out, float* work, const A* x,
+                          const A* weight, const float* bias, const float* residual, int N, int ICl, int C);
 
 // dout[local_rows, C] gathered to every row (into work[N, C] with sequence
 // parallelism), then dx[N, ICl] = dout @ weight, dweight += dout^T @ x,
 // dbias += column sums of every row (complete on every rank).
-void row_parallel_backward(cpu::MatmulEngine& eng, const TensorParallel& tp, float* dx, float* dweight,
-                           float* dbias, const float* dout, float* work, const float* x, const float* weight, int N,
-                           int ICl, int C);
+template <class A>
+void row_parallel_backward(cpu::LowpMatmulEngine& eng, const TensorParallel& tp, float* dx, float* dweight,
+                           float* dbias, const A* dout, A* work, const A* x, const A* weight, int N, int ICl, int C);
 
 }  // namespace loom::tp

@@ -24,21 +24,15 @@ void timed(double* total, F&& f) {
 
 }  // namespace
 
-const float* TensorParallel::gather_rows(const float* local, float* full, int64_t rows, int64_t width) const {
-  if (!sp_) return local;
-  wait(gather_rows_async(local, full, rows, width).get());
-  return full;
-}
-
 void TensorParallel::wait(Work* work) const {
   if (work) timed(&exposed_s_, [&] { work->wait(); });
 }
 
-std::unique_ptr<Work> TensorParallel::gather_rows_async(const float* local, float* full, int64_t rows,
-                                                        int64_t width) const {
+std::unique_ptr<Work> TensorParallel::gather_rows_async(const void* local, void* full, int64_t rows, int64_t width,
+                                                        DType dtype) const {
   if (!sp_) return nullptr;
   LOOM_CHECK(rows % size_ == 0, "%lld rows do not split over %d sequence-parallel ranks", (long long)rows, size_);
-  return comm_->all_gather_async(local, full, size_t(local_rows(rows) * width), DType::f32);
+  return comm_->all_gather_async(local, full, size_t(local_rows(rows) * width), dtype);
 }
 
 std::unique_ptr<Work> TensorParallel::reduce_rows_async(float* partial, float* out, int64_t rows,

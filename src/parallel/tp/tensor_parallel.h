@@ -39,9 +39,20 @@ class TensorParallel {
   // Entering a region: every row. Sequence parallel: all-gathers
   // local[local_rows, width] into full[rows, width] and returns full;
   // otherwise returns local (it already holds every row).
-  const float* gather_rows(const float* local, float* full, int64_t rows, int64_t width) const;
+  // T: float, bf16 or f16 (16-bit activations travel as they are stored).
+  template <class T>
+  const T* gather_rows(const T* local, T* full, int64_t rows, int64_t width) const {
+    if (!sp_) return local;
+    wait(gather_rows_async(local, full, rows, width).get());
+    return full;
+  }
   // The same, started now (nullptr when nothing needs to travel).
-  std::unique_ptr<Work> gather_rows_async(const float* local, float* full, int64_t rows, int64_t width) const;
+  template <class T>
+  std::unique_ptr<Work> gather_rows_async(const T* local, T* full, int64_t rows, int64_t width) const {
+    return gather_rows_async(local, full, rows, width, dtype_of<T>());
+  }
+  std::unique_ptr<Work> gather_rows_async(const void* local, void* full, int64_t rows, int64_t width,
+                                          DType dtype) const;
 
   // Leaving a region: partial[rows, width] summed over the ranks, this rank's
   // rows into out[local_rows, width]. Sequence parallel: reduce-scatter;
