@@ -119,10 +119,10 @@ void GPT::plan_activations(int B, int T, int slots) {
     }
     if (head) want(&s.lnf, R * C, a), want(&s.lnf_mean, R), want(&s.lnf_rstd, R);
   }
-  logits_ = losses_ = xent_scratch_ = nullptr;
-  lnf_full_ = gathered_ = dres16_ = dres16_full_ = dlogits16_ = nullptr;
+  logits_ = nullptr, losses_ = xent_scratch_ = nullptr;
+  lnf_full_ = gathered_ = dres16_ = dres16_full_ = nullptr;
   grad_work_ = attn_work_ = nullptr;
-  if (head) want(&logits_, N * Vl), want(&losses_, N), want(&xent_scratch_, 3 * N);
+  if (head) want(&logits_, N * Vl, a), want(&losses_, N), want(&xent_scratch_, 3 * N);
   if (head && sp) want(&lnf_full_, N * C, a);
   if (sp) want(&gathered_, N * C, a), want(&grad_work_, N * C);
   want(&dbuf_c_, R * C), want(&datty_, N * Cl), want(&dbuf_3c_, N * 3 * Cl, a);
@@ -130,7 +130,6 @@ void GPT::plan_activations(int B, int T, int slots) {
   if (lowp) {
     want(&dfch_, N * Fl, a), want(&dres16_, R * C, a);
     if (sp) want(&dres16_full_, N * C, a);
-    if (head) want(&dlogits16_, N * Vl, a);
     want(&attn_work_, cpu::attention_lowp_work_floats(T, int(C / t), int(NHl)));
   }
   std::vector<size_t> offsets;
@@ -138,6 +137,12 @@ void GPT::plan_activations(int B, int T, int slots) {
   acts_.allocate();
   for (size_t i = 0; i < plan.size(); i++) *plan[i].first = acts_.at<uint8_t>(offsets[i]);
   if (!lowp) dfch_ = dbuf_4c_;  // fp32: GELU's backward runs in place
+}
+
+const float* GPT::logits() const {
+  LOOM_CHECK(compute_ == ComputePrecision::fp32, "logits() of a %s model: they are kept in 16 bits",
+             compute_precision_name(compute_));
+  return as<float>(logits_);
 }
 
 void GPT::init_parameters(uint64_t seed) {
@@ -210,13 +215,13 @@ void GPT::forward_impl(int slot, const int32_t* tokens, int B, int T) {
 
 // LM head tied to the token embedding, column-parallel over the vocabulary:
 // logits[N, Vl] = lnf[N, C] @ wte_rows[Vl, C]^T (lnf gathered with sequence
-// parallelism). The logits are fp32 whatever the compute type: the softmax
-// and the loss read them.
+// parallelism). In bf16 / fp16 the logits are rounded once to 16 bits; the
+// softmax and the loss widen them and compute in fp32.
 template <class A>
 void GPT::head_logits(Slot& s, int N) {
   const int C = cfg_.d_model;
   const A* lnf = tp_.gather_rows(as<A>(s.lnf), as<A>(lnf_full_), N, C);
-  tp::column_parallel_forward(matmul_, logits_, lnf, weight<A>(layout_.wte), nullptr, N, C, vocab_.rows);
+  tp::column_parallel_forward(matmul_, as<A>(logits_), lnf, weight<A>(layout_.wte), nullptr, N, C, vocab_.rows);
 }
 
 static int count_targets(const int32_t* targets, int n) {
@@ -240,8 +245,11 @@ float GPT::stage_loss(int slot, const int32_t* targets, int B, int T) {
   LOOM_CHECK(layout_.shard.head, "the loss is computed on the chunk with the head");
   const int N = B * T;
   check_targets(targets, N, cfg_.vocab_size);
-  with_compute_type([&](auto a) { head_logits<decltype(a)>(slots_[size_t(slot)], N); });
-  tp::cross_entropy(tp_, losses_, logits_, xent_scratch_, targets, vocab_, N, false, 0.f);
+  with_compute_type([&](auto a) {
+    using A = decltype(a);
+    head_logits<A>(slots_[size_t(slot)], N);
+    tp::cross_entropy(tp_, losses_, as<A>(logits_), xent_scratch_, targets, vocab_, N, false, 0.f);
+  });
   return mean_loss(losses_, N, count_targets(targets, N));
 }
 
@@ -292,15 +300,9 @@ float GPT::backward_impl(int slot, const int32_t* tokens, const int32_t* targets
     const int valid = count_targets(targets, N);
     const float dloss = valid > 0 ? loss_scale / float(valid) : 0.f;
     // logits_ becomes d(loss)/d(logits) in place.
-    tp::cross_entropy(tp_, losses_, logits_, xent_scratch_, targets, vocab_, N, true, dloss);
+    A* const dlogits = as<A>(logits_);
+    tp::cross_entropy(tp_, losses_, dlogits, xent_scratch_, targets, vocab_, N, true, dloss);
     loss = mean_loss(losses_, N, valid);
-    const A* dlogits;
-    if constexpr (lowp) {
-      round_to(as<A>(dlogits16_), logits_, size_t(N) * vocab_.rows);
-      dlogits = as<A>(dlogits16_);
-    } else {
-      dlogits = logits_;
-    }
     // LM head: dlnf = reduce(dlogits @ wte_rows); dwte_rows += dlogits^T @ lnf
     tp::column_parallel_backward(matmul_, tp_, dbuf_c_, partial, grad(layout_.wte), nullptr, dlogits,
                                  sp ? as<A>(lnf_full_) : as<A>(s.lnf), weight<A>(layout_.wte), N, C, vocab_.rows);

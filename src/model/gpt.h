@@ -110,8 +110,9 @@ class GPT {
   // parallelism: each rank sees only its rows); empty otherwise.
   std::vector<int> sequence_partial_grads() const;
 
-  // [B,T,vocab_slice().rows] after forward(): this rank's vocabulary columns.
-  const float* logits() const { return logits_; }
+  // [B,T,vocab_slice().rows] after forward(): this rank's vocabulary columns
+  // (fp32 compute only; in bf16 / fp16 the model keeps them in 16 bits).
+  const float* logits() const;
   const tp::VocabSlice& vocab_slice() const { return vocab_; }
   size_t activation_bytes() const { return acts_.size(); }
   size_t compute_weight_bytes() const { return weights16_.size(); }
@@ -163,7 +164,8 @@ class GPT {
 
   std::vector<Slot> slots_;
   // Shared by the slots (used within one action). fp32 unless marked A.
-  float *logits_, *losses_, *xent_scratch_;
+  void* logits_;  // A: the head's product; the loss's gradient in place in backward
+  float *losses_, *xent_scratch_;
   void* lnf_full_ = nullptr;   // A, [N, C]: ln_f gathered (sequence parallel)
   void* gathered_ = nullptr;   // A, [N, C]: norm outputs gathered (sequence parallel)
   float* grad_work_ = nullptr; // [N, C]: partial sums / gathered gradients (sequence parallel)
@@ -171,9 +173,9 @@ class GPT {
   void* dbuf_3c_;  // A: attention's input gradient
   void* dfch_;     // A: GELU's input gradient (fp32: dbuf_4c_ itself)
   // 16-bit compute only: the residual gradient rounded for the row-parallel
-  // products ([local, C], gathered to [N, C] with sequence parallelism), the
-  // logits' gradient rounded for the head's products, attention's work space.
-  void *dres16_ = nullptr, *dres16_full_ = nullptr, *dlogits16_ = nullptr;
+  // products ([local, C], gathered to [N, C] with sequence parallelism) and
+  // attention's work space.
+  void *dres16_ = nullptr, *dres16_full_ = nullptr;
   float* attn_work_ = nullptr;
 };
 

@@ -106,8 +106,7 @@ StageFigures stage_memory_bytes(const RunConfig& cfg, const LoomRun& r, int stag
     const double Vp = r.tp > 1 ? std::ceil(r.V / (64.0 * r.tp)) * 64.0 * r.tp : r.V;
     bytes += a * R * C + 4 * 2 * R;                   // final layernorm
     if (sp) bytes += (2 * a + 4) * N * C;             // its gathered output and two work buffers
-    bytes += 4 * (N * Vp / t + N + 3 * N);            // fp32 logits (this rank's vocabulary), losses, cross-entropy scratch
-    if (lowp) bytes += a * N * Vp / t;                // their gradient, rounded for the head's products
+    bytes += a * N * Vp / t + 4 * (N + 3 * N);        // logits (this rank's vocabulary), losses, cross-entropy scratch
   }
   // Backward work space, reused by every layer: dres, dbuf_c, datty, dbuf_4c
   // and datt in fp32, dbuf_3c in the compute type; in 16 bits also GELU's

@@ -2,8 +2,16 @@
 //
 // A target < 0 marks a position to ignore: its loss is 0 and its logits'
 // gradient is 0.
+//
+// Mixed precision: the logits may be bf16 or fp16 (the head's product
+// rounded once); every kernel below then widens them to fp32 as it reads,
+// computes exactly as for fp32 logits, and writes the gradient back rounded
+// once to the logits' type (the head's backward products read it in that
+// type), so the logits cost 2 bytes per element instead of 4.
 #pragma once
 #include <cstdint>
+
+#include "core/dtype.h"
 
 namespace loom::cpu {
 
@@ -16,6 +24,12 @@ void softmax_xent_forward(float* losses, const float* logits, const int32_t* tar
 // i.e. the gradient of dloss * sum_n losses[n]. For a mean loss pass
 // dloss = 1 / (number of counted targets).
 void softmax_xent_fused(float* losses, float* logits, const int32_t* targets, float dloss, int N, int V);
+
+// The same on 16-bit logits.
+void softmax_xent_forward(float* losses, const bf16* logits, const int32_t* targets, int N, int V);
+void softmax_xent_forward(float* losses, const f16* logits, const int32_t* targets, int N, int V);
+void softmax_xent_fused(float* losses, bf16* logits, const int32_t* targets, float dloss, int N, int V);
+void softmax_xent_fused(float* losses, f16* logits, const int32_t* targets, float dloss, int N, int V);
 
 }  // namespace loom::cpu
 
@@ -36,6 +50,16 @@ void xent_partial_max(float* row_max, const float* logits, int N, int Vl, int va
 void xent_partial_sums(float* sums, const float* logits, const float* row_max, const int32_t* targets,
                        int64_t vocab_begin, int N, int Vl, int valid);
 void xent_finish(float* losses, float* logits, const float* row_max, const float* sums, const int32_t* targets,
+                 int64_t vocab_begin, float dloss, int N, int Vl, int valid);
+
+// The same on 16-bit logits (L = bf16 or f16).
+template <class L>
+void xent_partial_max(float* row_max, const L* logits, int N, int Vl, int valid);
+template <class L>
+void xent_partial_sums(float* sums, const L* logits, const float* row_max, const int32_t* targets,
+                       int64_t vocab_begin, int N, int Vl, int valid);
+template <class L>
+void xent_finish(float* losses, L* logits, const float* row_max, const float* sums, const int32_t* targets,
                  int64_t vocab_begin, float dloss, int N, int Vl, int valid);
 
 }  // namespace loom::cpu

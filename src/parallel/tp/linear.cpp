@@ -51,10 +51,5 @@ LOOM_LINEAR_INSTANCES(float)
 LOOM_LINEAR_INSTANCES(bf16)
 LOOM_LINEAR_INSTANCES(f16)
 #undef LOOM_LINEAR_INSTANCES
-// 16-bit inputs with an fp32 output (the head's logits, for the softmax).
-template void column_parallel_forward<bf16, float>(cpu::LowpMatmulEngine&, float*, const bf16*, const bf16*,
-                                                   const float*, int, int, int);
-template void column_parallel_forward<f16, float>(cpu::LowpMatmulEngine&, float*, const f16*, const f16*,
-                                                  const float*, int, int, int);
 
 }  // namespace loom::tp

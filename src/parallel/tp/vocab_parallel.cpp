@@ -32,7 +32,8 @@ void embedding_backward(const TensorParallel& tp, float* dwte_rows, float* dwpe,
   cpu::token_embedding_backward(dwte_rows, all_rows, tokens, vocab.begin, vocab.rows, N, C);
 }
 
-void cross_entropy(const TensorParallel& tp, float* losses, float* logits, float* scratch, const int32_t* targets,
+template <class L>
+void cross_entropy(const TensorParallel& tp, float* losses, L* logits, float* scratch, const int32_t* targets,
                    const VocabSlice& vocab, int N, bool backward, float dloss) {
   if (tp.size() == 1 && vocab.valid == vocab.rows) {
     if (backward) cpu::softmax_xent_fused(losses, logits, targets, dloss, N, vocab.rows);
@@ -52,5 +53,12 @@ void cross_entropy(const TensorParallel& tp, float* losses, float* logits, float
   for (int n = 0; n < N; n++)
     losses[n] = targets[n] < 0 ? 0.f : float(std::log(double(sums[2 * n])) - double(sums[2 * n + 1]));
 }
+
+template void cross_entropy<float>(const TensorParallel&, float*, float*, float*, const int32_t*, const VocabSlice&,
+                                   int, bool, float);
+template void cross_entropy<bf16>(const TensorParallel&, float*, bf16*, float*, const int32_t*, const VocabSlice&,
+                                  int, bool, float);
+template void cross_entropy<f16>(const TensorParallel&, float*, f16*, float*, const int32_t*, const VocabSlice&, int,
+                                 bool, float);
 
 }  // namespace loom::tp

@@ -33,8 +33,10 @@ void embedding_backward(const TensorParallel& tp, float* dwte_rows, float* dwpe,
 // Cross-entropy of logits[N, vocab.rows] (this rank's columns) against
 // targets[N] (< 0: ignored). losses[N] (the same on every rank).
 // With dloss != 0 (or `backward`), logits become dloss x (softmax - onehot),
-// padding columns 0. scratch[3N] is work space.
-void cross_entropy(const TensorParallel& tp, float* losses, float* logits, float* scratch, const int32_t* targets,
+// padding columns 0. scratch[3N] is work space. L: float, or bf16 / fp16
+// logits (read widened, the gradient written back rounded; fp32 math).
+template <class L>
+void cross_entropy(const TensorParallel& tp, float* losses, L* logits, float* scratch, const int32_t* targets,
                    const VocabSlice& vocab, int N, bool backward, float dloss);
 
 }  // namespace loom::tp
