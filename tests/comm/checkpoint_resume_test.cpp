@@ -13,6 +13,7 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "checkpoint/checkpoint_dir.h"
 #include "config/run_config.h"
@@ -39,14 +40,15 @@ bool batch_splits() {
   return 16 % (world_size() / (l.tp * l.pp) * 2) == 0;
 }
 
-loom::RunConfig tiny(const Layout& l, const std::string& checkpoint_dir, int every) {
-  return loom::load_run_config(
-      LOOM_SOURCE_DIR "/configs/tiny.toml",
-      {"model.n_layer=4", "model.n_head=4", "train.batch_size=16", "train.micro_batch_size=2", "train.steps=20",
+loom::RunConfig tiny(const Layout& l, const std::string& checkpoint_dir, int every,
+                     const std::vector<std::string>& extra = {}) {
+  std::vector<std::string> sets = {"model.n_layer=4", "model.n_head=4", "train.batch_size=16", "train.micro_batch_size=2", "train.steps=20",
        "train.eval_every=0", "runtime.threads=1", "parallel.zero=1", "parallel.tp=" + std::to_string(l.tp),
        "parallel.pp=" + std::to_string(l.pp), std::string("parallel.sequence_parallel=") + (l.tp > 1 ? "true" : "false"),
        "train.checkpoint_every=" + std::to_string(every), "train.checkpoint_dir=\"" + checkpoint_dir + "\"",
-       "data.path=\"" LOOM_SOURCE_DIR "/data/sample/kjv.txt\""});
+       "data.path=\"" LOOM_SOURCE_DIR "/data/sample/kjv.txt\""};
+  sets.insert(sets.end(), extra.begin(), extra.end());
+  return loom::load_run_config(LOOM_SOURCE_DIR "/configs/tiny.toml", sets);
 }
 
 const loom::ParallelContext& context(const Layout& l) {
@@ -90,6 +92,35 @@ TEST(CheckpointResume, StopAndResumeIsBitwiseIdentical) {
   EXPECT_EQ(0, std::memcmp(first.train_losses.data(), want.data(), 10 * sizeof(float)));
   EXPECT_EQ(0, std::memcmp(second.train_losses.data(), want.data() + 10, 10 * sizeof(float)))
       << "step 11 resumed " << second.train_losses[0] << " vs " << want[10];
+}
+
+// fp16 with dynamic loss scaling: an overflow at step 3 halves the scale and
+// 4 clean steps double it again, so the scaler's state at the checkpoint
+// (step 10) is not the initial one; resuming restores it, and the run goes
+// on bit for bit, loss scales included.
+TEST(CheckpointResume, LossScalerStateIsPartOfTheCheckpoint) {
+  if (!batch_splits()) GTEST_SKIP() << "the batch does not split over " << world_size() << " replicas";
+  const Layout l = world_layout();
+  const std::vector<std::string> fp16 = {"precision.compute=\"fp16\"", "precision.hysteresis=1",
+                                         "precision.growth_interval=4"};
+  loom::TrainOptions inject;
+  inject.inf_steps = {3};
+  inject.inf_rank = -1;
+  const loom::TrainResult want = loom::train(tiny(l, fresh_dir("fp16_straight"), 0, fp16), context(l), nullptr, inject);
+  ASSERT_EQ(want.loss_scales.size(), 20u);
+  EXPECT_EQ(want.loss_scales[3], 65536.f);
+  EXPECT_EQ(want.loss_scales[4], 32768.f);
+  EXPECT_EQ(want.loss_scales[8], 65536.f);  // 4 clean steps (4..7) later
+  const std::string dir = fresh_dir("fp16_stop");
+  loom::TrainOptions stop = inject;
+  stop.stop_after = 10;
+  loom::train(tiny(l, dir, 10, fp16), context(l), nullptr, stop);
+  loom::TrainOptions resume;
+  resume.resume = "auto";
+  const loom::TrainResult second = loom::train(tiny(l, dir, 10, fp16), context(l), nullptr, resume);
+  ASSERT_EQ(second.train_losses.size(), 10u);
+  EXPECT_EQ(0, std::memcmp(second.train_losses.data(), want.train_losses.data() + 10, 10 * sizeof(float)));
+  EXPECT_EQ(std::vector<float>(want.loss_scales.begin() + 10, want.loss_scales.end()), second.loss_scales);
 }
 
 TEST(CheckpointResume, ReshardingContinuesTheRun) {

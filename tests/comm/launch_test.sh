@@ -101,6 +101,18 @@ expect_bad 2 "'train.batch_size' (4) must be divisible by parallel.dp (2) x trai
 expect_bad 2 "'parallel.bucket_mb' must be in (0, 65536]" --set parallel.bucket_mb=0
 expect_bad 2 "'parallel.zero' must be 0, 1 or 2" --set parallel.zero=3
 
+# Mixed precision (issue 8): unknown names and unscaled fp16 are refused;
+# fp16 under ZeRO-1 with a bf16 gradient reduction trains and logs its scale.
+expect_bad 2 "precision.compute: unknown precision 'fp8'" --set precision.compute=fp8
+expect_bad 2 "precision.loss_scale: fp16 compute with loss scaling off" --set precision.compute=fp16 \
+  --set precision.loss_scale=off
+expect_bad 2 "'precision.grad_reduce' must be" --set precision.grad_reduce=fp16
+out=$(run 2 --set precision.compute=fp16 --set parallel.zero=1 --set precision.grad_reduce=bf16); rc=$?
+[[ $rc -eq 0 ]] || fail "fp16: exit $rc: $out"
+[[ $(echo "$out" | grep -c "^precision: fp16 matrix products") -eq 1 ]] || fail "fp16: precision not printed once: $out"
+echo "$out" | grep -qE "^step +[0-9]+/[0-9]+ \| loss [0-9.]+ .*\| scale 65536 \|" || fail "fp16: no loss scale logged: $out"
+echo "ok: fp16, ZeRO-1, bf16 gradient reduction"
+
 # ZeRO-2 with accumulation trains and reports its layout and overlap once.
 out=$(run 2 --set parallel.zero=2 --set train.micro_batch_size=1 --set parallel.bucket_mb=0.05); rc=$?
 [[ $rc -eq 0 ]] || fail "zero 2: exit $rc: $out"

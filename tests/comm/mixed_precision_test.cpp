@@ -77,6 +77,36 @@ TEST(MixedPrecision, InfOnOneRankSkipsTheStepOnEveryRankAndBacksOff) {
   EXPECT_EQ(counts[0], -counts[1]);
 }
 
+// precision.grad_reduce = "bf16": the data-parallel reduction sends bf16, so
+// the reduced gradient is the fp32 one up to bf16 roundings of each rank's
+// contribution and of the partial sums (relative 2^-8 each, a few of them at
+// these rank counts); it must differ from the fp32 reduction (or it did not
+// happen in bf16) and stay within 1e-2 of it.
+TEST(MixedPrecision, Bf16GradientReductionIsCloseToFp32) {
+  const int world = world_size();
+  if (world < 2 || 8 % (world * 2)) GTEST_SKIP() << "needs dp >= 2 dividing the batch";
+  const auto& ctx = context(1, 1);
+  for (int zero : {0, 1}) {
+    auto run = [&](const char* wire) {
+      return loom::train(tiny("bf16", world, 1, 1,
+                              {"train.steps=2", "parallel.zero=" + std::to_string(zero),
+                               std::string("precision.grad_reduce=\"") + wire + "\""}),
+                         ctx, nullptr, loom::TrainOptions{true});
+    };
+    const loom::TrainResult fp32 = run("fp32"), bf16 = run("bf16");
+    ASSERT_EQ(fp32.first_step_grads.size(), bf16.first_step_grads.size());
+    double diff = 0, ref = 0;
+    for (size_t i = 0; i < fp32.first_step_grads.size(); i++) {
+      const double a = bf16.first_step_grads[i], b = fp32.first_step_grads[i];
+      diff += (a - b) * (a - b), ref += b * b;
+    }
+    const double rel = std::sqrt(diff / ref);
+    EXPECT_GT(rel, 0.0) << "ZeRO-" << zero;
+    EXPECT_LT(rel, 1e-2) << "ZeRO-" << zero;
+    if (ctx.rank() == 0) std::printf("bf16 gradient reduction, dp %d, ZeRO-%d: relative error %.2e\n", world, zero, rel);
+  }
+}
+
 // Relative Frobenius distance between this stage's first-step gradients and
 // the single-process ones, per global tensor (the pieces of pipeline_parallel_test).
 std::map<std::string, double> gradient_errors(const loom::RunConfig& cfg, const loom::ParallelContext& ctx,
