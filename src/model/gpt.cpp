@@ -68,9 +68,12 @@ GPT::GPT(const GPTConfig& cfg, const ModelShard& shard, const TensorParallel& tp
     grads_.allocate();
     grads_ptr_ = grads_.at<float>(0);
   }
-  if (compute_ != ComputePrecision::fp32) {
+  if (compute_ != ComputePrecision::fp32 && buffers.weights16) {
+    weights16_ptr_ = buffers.weights16;
+  } else if (compute_ != ComputePrecision::fp32) {
     weights16_.reserve(size_t(layout_.total) * 2);
     weights16_.allocate();
+    weights16_ptr_ = weights16_.base();
   }
   plan_activations(B, T, buffers.slots);
 }
@@ -89,13 +92,13 @@ const A* GPT::weight(int i) const {
   if constexpr (std::is_same_v<A, float>)
     return params_ptr_ + layout_.params[size_t(i)].offset;
   else
-    return weights16_.at<A>(0) + layout_.params[size_t(i)].offset;
+    return static_cast<const A*>(weights16_ptr_) + layout_.params[size_t(i)].offset;
 }
 
 void GPT::refresh_compute_weights() {
   const size_t n = size_t(layout_.total);
-  if (compute_ == ComputePrecision::bf16) round_to(weights16_.at<bf16>(0), params_ptr_, n);
-  if (compute_ == ComputePrecision::fp16) round_to(weights16_.at<f16>(0), params_ptr_, n);
+  if (compute_ == ComputePrecision::bf16) round_to(static_cast<bf16*>(weights16_ptr_), params_ptr_, n);
+  if (compute_ == ComputePrecision::fp16) round_to(static_cast<f16*>(weights16_ptr_), params_ptr_, n);
 }
 
 void GPT::plan_activations(int B, int T, int slots) {

@@ -35,6 +35,9 @@ struct GPTBuffers {
   // bf16 / fp16: matrix products read a 16-bit copy of the weights and the
   // activations kept for backward are 16-bit (docs/precision.md lists which).
   ComputePrecision compute = ComputePrecision::fp32;
+  // bf16 / fp16: where the 16-bit weights live (layout().total elements);
+  // nullptr: the model allocates them.
+  void* weights16 = nullptr;
 };
 
 class GPT {
@@ -115,7 +118,9 @@ class GPT {
   const float* logits() const;
   const tp::VocabSlice& vocab_slice() const { return vocab_; }
   size_t activation_bytes() const { return acts_.size(); }
-  size_t compute_weight_bytes() const { return weights16_.size(); }
+  size_t compute_weight_bytes() const {
+    return compute_ == ComputePrecision::fp32 ? 0 : size_t(layout_.total) * 2;
+  }
   // Seconds this rank spent waiting on tensor-parallel communication so far.
   double tp_comm_seconds() const { return tp_.exposed_seconds(); }
 
@@ -158,6 +163,7 @@ class GPT {
   int maxB_, maxT_;
   Arena params_, grads_, weights16_, acts_;
   float* params_ptr_ = nullptr;
+  void* weights16_ptr_ = nullptr;  // weights16_ or the buffer given to the constructor
   float* grads_ptr_ = nullptr;  // grads_ or the buffer given to the constructor
   std::function<void(int)> grad_ready_;
   cpu::LowpMatmulEngine matmul_;

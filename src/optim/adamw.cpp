@@ -20,7 +20,7 @@ AdamW::AdamW(const FlatLayout& layout, const std::vector<FlatRange>& owned, cons
   v_.allocate();
 }
 
-void AdamW::step(float* params, const float* grads, float lr, float grad_scale) {
+void AdamW::step(float* params, const float* grads, float lr, float grad_scale, const WeightCopy& copy) {
   t_++;
   cpu::AdamWStep s{lr, cfg_.beta1, cfg_.beta2, cfg_.eps, t_};
   float* m = m_.at<float>(0);
@@ -28,8 +28,15 @@ void AdamW::step(float* params, const float* grads, float lr, float grad_scale) 
   for (size_t i = 0; i < pieces_.size(); i++) {
     const FlatPiece& p = pieces_[i];
     float wd = decay_[i] ? cfg_.weight_decay : 0.f;
-    cpu::adamw_update(params + p.offset, m + p.packed, v + p.packed, grads + p.packed, size_t(p.numel), grad_scale,
-                      wd, s);
+    const size_t n = size_t(p.numel);
+    if (!copy.data)
+      cpu::adamw_update(params + p.offset, m + p.packed, v + p.packed, grads + p.packed, n, grad_scale, wd, s);
+    else if (copy.dtype == DType::bf16)
+      cpu::adamw_update(params + p.offset, static_cast<bf16*>(copy.data) + p.offset, m + p.packed, v + p.packed,
+                        grads + p.packed, n, grad_scale, wd, s);
+    else
+      cpu::adamw_update(params + p.offset, static_cast<f16*>(copy.data) + p.offset, m + p.packed, v + p.packed,
+                        grads + p.packed, n, grad_scale, wd, s);
   }
 }
 

@@ -8,9 +8,17 @@
 #include <vector>
 
 #include "core/arena.h"
+#include "core/dtype.h"
 #include "core/flat_layout.h"
 
 namespace loom {
+
+// A 16-bit copy of the parameters laid out as the flat buffer (mixed
+// precision's compute weights): data == nullptr means none.
+struct WeightCopy {
+  void* data = nullptr;
+  DType dtype = DType::bf16;  // bf16 or f16
+};
 
 struct AdamWConfig {
   float beta1 = 0.9f;
@@ -31,7 +39,9 @@ class AdamW {
   // the order of the owned ranges (owning the whole buffer, that is the flat
   // gradient buffer itself). grad_scale multiplies every gradient first
   // (global-norm clipping).
-  void step(float* params, const float* grads, float lr, float grad_scale);
+  // `copy`, if given, receives the updated owned parameters rounded to its
+  // dtype in the same pass.
+  void step(float* params, const float* grads, float lr, float grad_scale, const WeightCopy& copy = {});
   // Sum of squares of the owned gradients (packed as for step), padding
   // excluded, each tensor's divided by its copies (FlatTensor::copies).
   double grad_sum_of_squares(const float* grads) const;

@@ -159,10 +159,15 @@ Replica::Replica(const RunConfig& cfg, const ParallelContext& ctx, int micro_bat
   }
   params_.reserve(size_t(plan_.padded_total()) * sizeof(float));
   params_.allocate();
+  const bool lowp = compute_ != ComputePrecision::fp32;
+  if (lowp) {
+    weights16_.reserve(size_t(plan_.padded_total()) * 2);
+    weights16_.allocate();
+  }
   const std::vector<int> slots = pp::PipelineExecutor::slots_needed(schedule_, pipeline_.v);
   for (size_t c = 0; c < shards_.size(); c++) {
     GPTBuffers buffers{params_.at<float>(0) + chunk_offset_[c], grads_.data() + chunk_offset_[c], 0, slots[c],
-                       compute_};
+                       compute_, lowp ? weights16_.at<uint16_t>(0) + chunk_offset_[c] : nullptr};
     chunks_.push_back(std::make_unique<GPT>(cfg.model, shards_[c],
                                             TensorParallel(&ctx.tp(), shards_[c].sequence_parallel), micro_batch,
                                             cfg.model.seq_len, buffers));
@@ -249,8 +254,10 @@ double Replica::reduce() {
 }
 
 void Replica::update(float lr, float grad_scale) {
-  optimizer_->step(params_.at<float>(0), reducer_->reduced(), lr, grad_scale);
-  for (auto& chunk : chunks_) chunk->refresh_compute_weights();
+  // The 16-bit compute weights are written by the update itself.
+  WeightCopy copy;
+  if (compute_ != ComputePrecision::fp32) copy = {weights16_.base(), compute_dtype(compute_)};
+  optimizer_->step(params_.at<float>(0), reducer_->reduced(), lr, grad_scale, copy);
 }
 
 // With sequence parallelism each tp rank's norm (and position-table)
@@ -299,11 +306,7 @@ size_t Replica::activation_bytes() const {
   return sum;
 }
 
-size_t Replica::compute_weight_bytes() const {
-  size_t sum = 0;
-  for (const auto& c : chunks_) sum += c->compute_weight_bytes();
-  return sum;
-}
+size_t Replica::compute_weight_bytes() const { return weights16_.size(); }
 
 bool Replica::writes_checkpoint() const { return ctx_.coord().dp == 0 || zero_ > 0; }
 

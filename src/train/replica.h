@@ -136,6 +136,7 @@ class Replica {
   BucketPlan plan_;
   GradBuffer grads_;
   Arena params_;
+  Arena weights16_;  // bf16 / fp16: the compute weights, laid out as params_ (the optimizer writes them)
   std::vector<std::unique_ptr<GPT>> chunks_;
   std::unique_ptr<GradReducer> reducer_;
   std::unique_ptr<ShardedOptimizer> optimizer_;

@@ -92,3 +92,34 @@ TEST(AdamWTest, ReferenceMatchesTorchFormula) {
 
 }  // namespace
 }  // namespace loom
+
+// Mixed precision: the update that also writes the 16-bit compute weights
+// changes params and moments bit for bit as the plain update does, and the
+// copy is those parameters rounded once (as the bulk casts round them).
+TEST(AdamWTest, UpdateWithCopyIsThePlainUpdateThenTheRounding) {
+  const size_t n = 10007;  // several blocks and a partial one
+  std::vector<float> p(n), m(n), v(n), g(n);
+  for (size_t i = 0; i < n; i++)
+    p[i] = std::sin(float(i)), m[i] = 1e-3f * std::cos(float(i)), v[i] = 1e-6f * float(i % 7), g[i] = std::cos(3.f * float(i));
+  const loom::cpu::AdamWStep step{1e-3f, 0.9f, 0.95f, 1e-8f, 3};
+  auto p1 = p, m1 = m, v1 = v;
+  loom::cpu::adamw_update(p1.data(), m1.data(), v1.data(), g.data(), n, 0.5f, 0.1f, step);
+  {
+    auto p2 = p, m2 = m, v2 = v;
+    std::vector<loom::bf16> copy(n);
+    loom::cpu::adamw_update(p2.data(), copy.data(), m2.data(), v2.data(), g.data(), n, 0.5f, 0.1f, step);
+    for (size_t i = 0; i < n; i++) {
+      ASSERT_EQ(loom::float_bits(p2[i]), loom::float_bits(p1[i])) << i;
+      ASSERT_EQ(loom::float_bits(m2[i]), loom::float_bits(m1[i])) << i;
+      ASSERT_EQ(loom::float_bits(v2[i]), loom::float_bits(v1[i])) << i;
+      ASSERT_EQ(copy[i].bits, loom::float_to_bf16(p1[i]).bits) << i;
+    }
+  }
+  auto p3 = p, m3 = m, v3 = v;
+  std::vector<loom::f16> copy(n);
+  loom::cpu::adamw_update(p3.data(), copy.data(), m3.data(), v3.data(), g.data(), n, 0.5f, 0.1f, step);
+  for (size_t i = 0; i < n; i++) {
+    ASSERT_EQ(loom::float_bits(p3[i]), loom::float_bits(p1[i])) << i;
+    ASSERT_EQ(copy[i].bits, loom::float_to_f16(p1[i]).bits) << i;
+  }
+}

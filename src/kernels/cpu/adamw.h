@@ -7,6 +7,8 @@
 #pragma once
 #include <cstddef>
 
+#include "core/dtype.h"
+
 namespace loom::cpu {
 
 struct AdamWStep {
@@ -19,6 +21,13 @@ struct AdamWStep {
 
 // param[n], m[n], v[n] updated in place; grad[n] read.
 void adamw_update(float* param, float* m, float* v, const float* grad, size_t n, float grad_scale,
+                  float weight_decay, const AdamWStep& step);
+// The same update (bit for bit), also writing the new parameters rounded to
+// 16 bits into copy[n] in the same pass: the compute weights of mixed
+// precision, without a second read of the fp32 masters.
+void adamw_update(float* param, bf16* copy, float* m, float* v, const float* grad, size_t n, float grad_scale,
+                  float weight_decay, const AdamWStep& step);
+void adamw_update(float* param, f16* copy, float* m, float* v, const float* grad, size_t n, float grad_scale,
                   float weight_decay, const AdamWStep& step);
 
 }  // namespace loom::cpu

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "core/check.h"
+#include "kernels/cpu/cast.h"
 
 namespace loom {
 
@@ -52,8 +53,8 @@ double ShardedOptimizer::grad_norm(const float* reduced) {
   return std::sqrt(sum);
 }
 
-void ShardedOptimizer::step(float* params, const float* reduced, float lr, float grad_scale) {
-  adamw_.step(params, reduced, lr, grad_scale);
+void ShardedOptimizer::step(float* params, const float* reduced, float lr, float grad_scale, const WeightCopy& copy) {
+  adamw_.step(params, reduced, lr, grad_scale, copy);
   if (!sharded_ || dp_.size() == 1) return;
   const auto& buckets = plan_.buckets();
   std::vector<std::unique_ptr<Work>> gathers;
@@ -64,6 +65,18 @@ void ShardedOptimizer::step(float* params, const float* reduced, float lr, float
     gathers.push_back(dp_.all_gather_async(bucket + dp_.rank() * n, bucket, size_t(n), DType::f32));
   }
   for (auto& g : gathers) g->wait();
+  if (!copy.data) return;
+  // The elements other ranks updated: rounded here, between the owned ranges.
+  int64_t at = 0;
+  auto round_range = [&](int64_t begin, int64_t end) {
+    if (begin >= end) return;
+    if (copy.dtype == DType::bf16)
+      cpu::cast_f32_to_bf16(static_cast<bf16*>(copy.data) + begin, params + begin, size_t(end - begin));
+    else
+      cpu::cast_f32_to_f16(static_cast<f16*>(copy.data) + begin, params + begin, size_t(end - begin));
+  };
+  for (const FlatRange& r : owned_) round_range(at, r.begin), at = r.end;
+  round_range(at, plan_.padded_total());
 }
 
 }  // namespace loom

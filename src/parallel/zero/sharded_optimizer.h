@@ -35,8 +35,11 @@ class ShardedOptimizer {
   // L2 norm of the whole gradient; `reduced` as GradReducer::reduced() gives it.
   double grad_norm(const float* reduced);
   // AdamW on the owned elements, then (ZeRO) the all-gather of parameters.
-  // params: the whole flat buffer, plan.padded_total() floats.
-  void step(float* params, const float* reduced, float lr, float grad_scale);
+  // params: the whole flat buffer, plan.padded_total() floats. `copy` (mixed
+  // precision: the 16-bit compute weights, laid out as params) is written
+  // for the owned elements by the update itself, for the rest after the
+  // all-gather.
+  void step(float* params, const float* reduced, float lr, float grad_scale, const WeightCopy& copy = {});
 
   size_t state_bytes() const { return adamw_.state_bytes(); }  // this rank's AdamW moments
   AdamW& adamw() { return adamw_; }
