@@ -2,7 +2,7 @@
 
 Usage:
   /usr/bin/python3 tools/bench_pytorch.py --shape tiny|small|gpt2-124M --threads N
-      [--steps S] [--warmup W] [--json]
+      [--steps S] [--warmup W] [--json] [--autocast bf16|fp16|none]
       [--vocab V] [--layers L] [--d-model C] [--heads H] [--seq-len T] [--batch B]
 
 Builds the model from tools/gpt_torch.py and times full training steps on a
@@ -10,11 +10,18 @@ fixed random batch: forward + loss, backward, clip_grad_norm_(1.0), AdamW
 step, zero_grad(set_to_none=True). W warmup steps are run first and not
 timed. The explicit size flags override the chosen --shape (default tiny).
 
+--autocast bf16 runs the forward and the loss under
+torch.autocast(device_type="cpu", dtype=torch.bfloat16) (matmuls in bf16,
+the loss and norms in fp32, as autocast's op lists decide); backward runs
+outside it, and parameters, gradients and AdamW stay fp32. fp16 is refused
+when this torch's CPU autocast does not support it (torch 1.13 does not).
+
 Output: with --json, exactly one JSON line on stdout; otherwise a readable
 per-step listing followed by the same JSON line.
 """
 
 import argparse
+import contextlib
 import json
 import os
 import resource
@@ -45,6 +52,8 @@ def parse_args():
     p.add_argument("--warmup", type=int, default=1, help="untimed warmup steps (default 1)")
     p.add_argument("--json", action="store_true", help="print only the JSON result line")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--autocast", choices=("bf16", "fp16", "none"), default="none",
+                   help="CPU autocast dtype for forward + loss (default none: fp32)")
     p.add_argument("--vocab", type=int)
     p.add_argument("--layers", type=int)
     p.add_argument("--d-model", type=int)
@@ -54,7 +63,30 @@ def parse_args():
     args = p.parse_args()
     if args.steps < 1 or args.warmup < 0 or args.threads < 1:
         p.error("need --steps >= 1, --warmup >= 0, --threads >= 1")
+    if args.autocast != "none" and not cpu_autocast_supported(AUTOCAST_DTYPES[args.autocast]):
+        p.error(f"--autocast {args.autocast}: CPU autocast in torch {torch.__version__} "
+                "does not support this dtype (torch 1.13 supports only bf16)")
     return args
+
+
+AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def cpu_autocast_supported(dtype):
+    """True if torch.autocast on the CPU really runs matmuls in `dtype`.
+
+    Probed rather than looked up by version: torch 1.13 raises on fp16,
+    other versions warn and silently disable autocast instead.
+    """
+    import warnings
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            with torch.autocast(device_type="cpu", dtype=dtype):
+                a = torch.ones(2, 2)
+                return (a @ a).dtype == dtype
+    except (RuntimeError, ValueError):
+        return False
 
 
 def resolve_shape(args):
@@ -105,8 +137,17 @@ def main():
     tokens = torch.randint(0, cfg.vocab_size, (B, T))
     targets = torch.randint(0, cfg.vocab_size, (B, T))
 
+    # Forward + loss under autocast, backward outside it (as PyTorch's AMP
+    # recipe does); nullcontext keeps the fp32 path identical to before.
+    if args.autocast == "none":
+        autocast = contextlib.nullcontext
+    else:
+        def autocast():
+            return torch.autocast(device_type="cpu", dtype=AUTOCAST_DTYPES[args.autocast])
+
     def step():
-        _, loss = model(tokens, targets)
+        with autocast():
+            _, loss = model(tokens, targets)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()
@@ -134,6 +175,7 @@ def main():
         "shape": label,
         **dims,
         "threads": args.threads,
+        "autocast": args.autocast,
         "steps": args.steps,
         "warmup": args.warmup,
         "params": model.num_params(),

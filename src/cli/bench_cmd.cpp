@@ -1,8 +1,10 @@
 // `loom bench step`: tokens/s and peak RSS of a full training step, loom
 // beside PyTorch eager, measured in the same invocation.
 //
-// Every (shape, threads, engine) runs in its own process so that its peak
-// RSS is its own: loom re-executes itself as `loom bench step-child`.
+// Every (shape, threads, engine, precision) runs in its own process so that
+// its peak RSS is its own: loom re-executes itself as `loom bench step-child`.
+// --precision / --torch-autocast switch to the per-run table of
+// bench_step_table.cpp; without them the output is the original one.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -10,6 +12,7 @@
 #include <sstream>
 #include <vector>
 
+#include "cli/bench_step_table.h"
 #include "cli/bench_util.h"
 #include "cli/commands.h"
 #include "core/check.h"
@@ -18,6 +21,8 @@
 #include "model/gpt.h"
 #include "optim/adamw.h"
 #include "optim/grad_clip.h"
+#include "precision/loss_scaler.h"
+#include "precision/non_finite.h"
 #include "train/trainer.h"
 
 namespace loom::cli {
@@ -63,13 +68,21 @@ int parse_int(const std::string& s, const char* what) {
   throw UserError(strprintf("bench: %s must be a positive integer, got '%s'", what, s.c_str()));
 }
 
-// One configuration, in this process: prints a JSON line.
-int run_child(const BenchShape& shape, int threads, int steps) {
+// One configuration, in this process: prints a JSON line. The step is the
+// trainer's (Replica::reduce/update): in bf16/fp16 the gradients are unscaled
+// and checked for inf/NaN, an overflowing step skips AdamW, and the 16-bit
+// weight copies are refreshed after AdamW.
+int run_child(const BenchShape& shape, int threads, int steps, ComputePrecision precision) {
   set_threads(threads);
   const GPTConfig& cfg = shape.model;
   const int B = shape.B, T = cfg.seq_len;
-  GPT model(cfg, B, T);
+  GPT model(cfg, ModelShard{}, TensorParallel{}, B, T, GPTBuffers{nullptr, nullptr, 0, 1, precision});
   model.init_parameters(1234);
+  const bool mixed = precision != ComputePrecision::fp32;
+  LossScalerOptions scaling;
+  scaling.mode = default_loss_scale_mode(precision);  // dynamic for fp16, off otherwise
+  LossScaler scaler(scaling);
+  int skipped = 0;
   AdamW opt(model.layout().flat(), AdamWConfig{});
   std::vector<int32_t> tokens(size_t(B) * T), targets(tokens.size());
   for (size_t i = 0; i < tokens.size(); i++) {
@@ -80,37 +93,49 @@ int run_child(const BenchShape& shape, int threads, int steps) {
   for (int s = 0; s <= steps; s++) {  // step 0 is warm-up
     auto t0 = std::chrono::steady_clock::now();
     model.zero_grads();
-    model.forward_backward(tokens.data(), targets.data(), B, T);
-    double norm = global_grad_norm(model.layout().flat(), model.grads());
-    opt.step(model.params(), model.grads(), 1e-4f, cpu::clip_scale(norm, 1.0f));
+    model.forward_backward(tokens.data(), targets.data(), B, T, scaler.scale());
+    bool overflow = false;
+    if (mixed) {
+      overflow = unscale_and_check(model.grads(), size_t(model.params_size()), scaler.inv_scale());
+      scaler.update(overflow);
+      if (overflow && s > 0) skipped++;
+    }
+    if (!overflow) {
+      double norm = global_grad_norm(model.layout().flat(), model.grads());
+      opt.step(model.params(), model.grads(), 1e-4f, cpu::clip_scale(norm, 1.0f));
+      model.refresh_compute_weights();
+    }
     double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (s > 0) times.push_back(dt);
   }
   std::sort(times.begin(), times.end());
   double median = times[times.size() / 2];
   double tok_s = double(B) * T / median;
-  std::printf("{\"engine\": \"loom\", \"shape\": \"%s\", \"threads\": %d, \"steps\": %d, \"step_ms\": %.2f, "
-              "\"tokens_per_s\": %.2f, \"gflops\": %.2f, \"peak_rss_mb\": %.1f}\n",
-              shape.name, threads, steps, median * 1e3, tok_s, tok_s * cfg.train_flops_per_token(T) * 1e-9,
-              peak_rss_mib());
+  std::printf("{\"engine\": \"loom\", \"shape\": \"%s\", \"threads\": %d, \"precision\": \"%s\", "
+              "\"steps\": %d, \"step_ms\": %.2f, \"tokens_per_s\": %.2f, \"gflops\": %.2f, \"peak_rss_mb\": %.1f, "
+              "\"activation_mib\": %.1f, \"skipped_steps\": %d}\n",
+              shape.name, threads, compute_precision_name(precision), steps, median * 1e3, tok_s,
+              tok_s * cfg.train_flops_per_token(T) * 1e-9, peak_rss_mib(),
+              double(model.activation_bytes()) / (1024.0 * 1024.0), skipped);
   return 0;
 }
 
-struct Measured {
-  bool ok = false;
-  double tokens_per_s = 0, peak_rss_mb = 0;
-};
+StepResult run_and_parse(const std::string& command) { return parse_step_result(run_for_json(command)); }
 
-Measured run_and_parse(const std::string& command) {
-  Measured m;
-  std::string line = run_for_json(command);
-  m.tokens_per_s = json_number(line, "tokens_per_s");
-  m.peak_rss_mb = json_number(line, "peak_rss_mb");
-  m.ok = m.tokens_per_s > 0;
-  return m;
+std::string fmt(const StepResult& m, const char* f, double v) { return m.ok ? strprintf(f, v) : std::string("-"); }
+
+// --precision fp32,bf16: each once, in the order given.
+std::vector<ComputePrecision> parse_precisions(const std::string& list) {
+  std::vector<ComputePrecision> out;
+  for (auto& name : split(list)) {
+    ComputePrecision p = parse_compute_precision(name, "bench: --precision");
+    for (ComputePrecision q : out)
+      LOOM_USER_CHECK(q != p, "bench: --precision lists %s twice", compute_precision_name(p));
+    out.push_back(p);
+  }
+  LOOM_USER_CHECK(!out.empty(), "bench: --precision needs at least one of fp32, bf16, fp16");
+  return out;
 }
-
-std::string fmt(const Measured& m, const char* f, double v) { return m.ok ? strprintf(f, v) : std::string("-"); }
 
 }  // namespace
 
@@ -120,8 +145,9 @@ int cmd_bench(const Args& args) {
   bool child = args[0] == "step-child";
   std::vector<std::string> shapes = {"tiny", "small", "gpt2-124M"};
   std::vector<int> threads = {1, 2};
+  std::vector<ComputePrecision> precisions = {ComputePrecision::fp32};
   int steps = 0;
-  bool pytorch = true;
+  bool pytorch = true, autocast = false, per_run_table = false;
   for (size_t i = 1; i < args.size(); i++) {
     auto value = [&](const char* flag) {
       LOOM_USER_CHECK(i + 1 < args.size(), "bench: %s needs a value", flag);
@@ -133,35 +159,49 @@ int cmd_bench(const Args& args) {
       threads.clear();
       for (auto& t : split(value("--threads"))) threads.push_back(parse_int(t, "--threads"));
     } else if (a == "--steps") steps = parse_int(value("--steps"), "--steps");
+    else if (a == "--precision") precisions = parse_precisions(value("--precision")), per_run_table = true;
+    else if (a == "--torch-autocast") autocast = per_run_table = true;
     else if (a == "--no-pytorch") pytorch = false;
     else throw UserError(strprintf("bench: unknown option '%s'", a.c_str()));
   }
   for (auto& s : shapes) find_shape(s);  // reject unknown names before running anything
   LOOM_USER_CHECK(!threads.empty() && !shapes.empty(), "bench: nothing to run");
+  LOOM_USER_CHECK(!(autocast && !pytorch), "bench: --torch-autocast runs PyTorch; it cannot go with --no-pytorch");
   if (child) {
     const BenchShape& s = find_shape(shapes.at(0));
-    return run_child(s, threads.at(0), steps > 0 ? steps : s.default_steps);
+    return run_child(s, threads.at(0), steps > 0 ? steps : s.default_steps, precisions.at(0));
   }
 
   const std::string exe = self_exe(), tool = project_root() + "/tools/bench_pytorch.py";
   std::printf("loom bench step: median step over N timed steps after 1 warm-up; each run in its own process\n");
   std::printf("torch = PyTorch eager as the environment is (OPENBLAS_CORETYPE=%s); torch* = "
-              "OPENBLAS_CORETYPE=SkylakeX OMP_WAIT_POLICY=PASSIVE\n\n",
-              std::getenv("OPENBLAS_CORETYPE") ? std::getenv("OPENBLAS_CORETYPE") : "unset");
-  std::printf("%-10s %3s %5s | %10s %8s | %10s %8s | %10s %8s | %10s %10s\n", "shape", "thr", "steps", "loom tok/s",
-              "RSS MiB", "torch tok/s", "RSS MiB", "torch* tok/s", "RSS MiB", "loom/torch", "loom/torch*");
+              "OPENBLAS_CORETYPE=SkylakeX OMP_WAIT_POLICY=PASSIVE\n%s",
+              std::getenv("OPENBLAS_CORETYPE") ? std::getenv("OPENBLAS_CORETYPE") : "unset",
+              per_run_table ? "" : "\n");
+  if (per_run_table) print_precision_header();
+  else
+    std::printf("%-10s %3s %5s | %10s %8s | %10s %8s | %10s %8s | %10s %10s\n", "shape", "thr", "steps", "loom tok/s",
+                "RSS MiB", "torch tok/s", "RSS MiB", "torch* tok/s", "RSS MiB", "loom/torch", "loom/torch*");
   for (const auto& name : shapes) {
     const BenchShape& s = find_shape(name);
     int n = steps > 0 ? steps : s.default_steps;
     for (int t : threads) {
       std::string common = strprintf("--shape %s --threads %d --steps %d", name.c_str(), t, n);
-      Measured loom = run_and_parse("'" + exe + "' bench step-child " + common + " 2>&1");
-      Measured torch, best;
+      PrecisionGroup g{name, t, n, {}, pytorch, autocast, {}, {}, {}};
+      for (ComputePrecision p : precisions)
+        g.loom.emplace_back(p, run_and_parse("'" + exe + "' bench step-child " + common + " --precision " +
+                                             compute_precision_name(p) + " 2>&1"));
       if (pytorch) {
-        std::string py = "/usr/bin/python3 '" + tool + "' " + common + " --warmup 1 --json 2>&1";
-        torch = run_and_parse(py);
-        best = run_and_parse("env OPENBLAS_CORETYPE=SkylakeX OMP_WAIT_POLICY=PASSIVE " + py);
+        std::string py = "/usr/bin/python3 '" + tool + "' " + common + " --warmup 1 --json";
+        g.torch = run_and_parse(py + " 2>&1");
+        g.torch_best = run_and_parse("env OPENBLAS_CORETYPE=SkylakeX OMP_WAIT_POLICY=PASSIVE " + py + " 2>&1");
+        if (autocast) g.torch_bf16 = run_and_parse(py + " --autocast bf16 2>&1");
       }
+      if (per_run_table) {
+        print_precision_group(g);
+        continue;
+      }
+      const StepResult &loom = g.loom.at(0).second, &torch = g.torch, &best = g.torch_best;
       std::printf("%-10s %3d %5d | %10s %8s | %10s %8s | %10s %8s | %10s %10s\n", name.c_str(), t, n,
                   fmt(loom, "%.0f", loom.tokens_per_s).c_str(), fmt(loom, "%.0f", loom.peak_rss_mb).c_str(),
                   fmt(torch, "%.0f", torch.tokens_per_s).c_str(), fmt(torch, "%.0f", torch.peak_rss_mb).c_str(),

@@ -49,6 +49,10 @@ commands:
                              per stage, interleaved) pp_layers ([blocks per virtual stage];
                              [] = balanced by cost)
                              zero (0 | 1 | 2) bucket_mb (MiB per gradient bucket, > 0)
+                  [precision] compute (fp32 | bf16 | fp16) loss_scale ("" = dynamic for fp16, else
+                             off | fixed | dynamic) initial_scale growth_factor backoff_factor
+                             growth_interval hysteresis min_scale allow_unscaled_fp16
+                             grad_reduce (fp32 | bf16)
                   [runtime] threads (0 = cores / ranks per node) comm_timeout_s
           Many processes: mpirun -np N loom train ... (add --oversubscribe when N exceeds
           the cores; as root set OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1).
@@ -66,6 +70,12 @@ commands:
           m = batch_size / (dp x micro_batch_size) micro-batches through the schedule (GPipe,
           1F1B, interleaved 1F1B with virtual_stages chunks; interleaved needs m %% pp == 0).
           Rank 0 reports the measured bubble per stage.
+          Mixed precision (precision.compute = bf16 | fp16): matrix products read 16-bit copies
+          of the weights and activations are stored in 16 bits (about half the memory); master
+          weights, AdamW state, gradients, norms, softmax and the loss stay fp32. bf16 is the
+          fast one on CPUs with avx512_bf16; fp16 (no fp16 arithmetic on CPUs) gives fp16's
+          numerics and needs loss scaling (dynamic by default): a step whose gradients hold
+          inf/NaN on any rank is skipped on every rank and logged with the new scale.
           Logs one line per logged step: loss, learning rate, gradient norm, tokens/s,
           achieved GFLOP/s and its share of the machine's measured fp32 peak; the planner's
           predicted peak memory and step time at the start, beside the measured ones at the end.
@@ -75,11 +85,14 @@ commands:
           checkpoint and skip that data.
   bench   Benchmarks (speed is measured here, never in tests).
             loom bench step [--shapes tiny,small,gpt2-124M] [--threads 1,2] [--steps N]
-                            [--no-pytorch]
+                            [--precision fp32,bf16,fp16] [--torch-autocast] [--no-pytorch]
           Tokens/s and peak RSS of a full training step (forward, backward, clip, AdamW)
           for each shape and thread count, beside PyTorch eager (tools/bench_pytorch.py,
           run with the environment as it is and with OPENBLAS_CORETYPE=SkylakeX
           OMP_WAIT_POLICY=PASSIVE) in the same invocation, with the ratios.
+          --precision runs loom once per compute precision (default fp32) and prints a row
+          per run with activation MiB and tokens/s against loom fp32; --torch-autocast also
+          runs PyTorch under bf16 autocast, and loom bf16 is compared with it.
             loom bench comm [--ranks 2,4,8] [--min-bytes 4K] [--max-bytes 256M]
           all_reduce, reduce_scatter and all_gather bus bandwidth (as nccl-tests define it)
           over message sizes, each rank count under mpirun, beside memcpy bandwidth.
