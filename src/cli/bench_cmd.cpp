@@ -70,8 +70,8 @@ int parse_int(const std::string& s, const char* what) {
 
 // One configuration, in this process: prints a JSON line. The step is the
 // trainer's (Replica::reduce/update): in bf16/fp16 the gradients are unscaled
-// and checked for inf/NaN, an overflowing step skips AdamW, and the 16-bit
-// weight copies are refreshed after AdamW.
+// and checked for inf/NaN, an overflowing step skips AdamW, and AdamW writes
+// the 16-bit weight copies as it updates.
 int run_child(const BenchShape& shape, int threads, int steps, ComputePrecision precision) {
   set_threads(threads);
   const GPTConfig& cfg = shape.model;
@@ -102,8 +102,9 @@ int run_child(const BenchShape& shape, int threads, int steps, ComputePrecision 
     }
     if (!overflow) {
       double norm = global_grad_norm(model.layout().flat(), model.grads());
-      opt.step(model.params(), model.grads(), 1e-4f, cpu::clip_scale(norm, 1.0f));
-      model.refresh_compute_weights();
+      // As the trainer does: the update also writes the 16-bit weights.
+      const WeightCopy copy{model.compute_weights(), compute_dtype(precision)};
+      opt.step(model.params(), model.grads(), 1e-4f, cpu::clip_scale(norm, 1.0f), copy);
     }
     double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (s > 0) times.push_back(dt);

@@ -61,6 +61,10 @@ class GPT {
   // the matrix products read. Call after the parameters change (an optimizer
   // step, a checkpoint load); init_parameters() calls it. No-op in fp32.
   void refresh_compute_weights();
+  // The 16-bit weights (layout().total elements of compute_dtype(compute())),
+  // laid out as params(): an optimizer may write them as it updates
+  // (AdamW's WeightCopy). nullptr in fp32.
+  void* compute_weights() { return weights16_ptr_; }
 
   float* params() { return params_ptr_; }
   float* grads() { return grads_ptr_; }

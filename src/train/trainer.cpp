@@ -413,6 +413,9 @@ TrainResult train(const RunConfig& cfg, const ParallelContext& ctx, FILE* log, c
                  "%.2f%% of the step time\n",
                  cfg.train.steps, result.tokens_per_s, result.gflops, 100.0 * result.gflops / result.peak_gflops,
                  100.0 * data_seconds / step_seconds);
+  if (log && replica.scaler().mode() != LossScaleMode::off)
+    std::fprintf(log, "loss scaling: %d steps skipped for inf/NaN gradients; final scale %g\n", result.overflow_steps,
+                 double(replica.scaler().scale()));
   return result;
 }
 
