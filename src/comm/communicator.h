@@ -53,6 +53,22 @@ class Communicator {
   virtual std::unique_ptr<Work> recv_async(void* buf, size_t count, DType dtype, int peer, int tag) = 0;
   virtual void barrier() = 0;
 
+  // Sums of bf16 / f16 data that travel as 16 bits: every partial sum is
+  // formed in fp32 from two 16-bit values and rounded back, so half the bytes
+  // of the reductions above cross the wire, and the result carries one
+  // rounding per partial sum (the error grows with the group's size). For
+  // gradient reductions that trade precision for bandwidth
+  // (precision.grad_reduce = "bf16"). Same buffers as all_reduce_async /
+  // reduce_scatter_async with ReduceOp::Sum. By default (an implementation
+  // without a 16-bit wire) the fp32-accumulating reductions run instead.
+  virtual std::unique_ptr<Work> all_reduce_sum_16bit_async(void* buf, size_t count, DType dtype) {
+    return all_reduce_async(buf, count, dtype, ReduceOp::Sum);
+  }
+  virtual std::unique_ptr<Work> reduce_scatter_sum_16bit_async(const void* send, void* recv, size_t count,
+                                                               DType dtype) {
+    return reduce_scatter_async(send, recv, count, dtype, ReduceOp::Sum);
+  }
+
   // Blocking forms. By default the non-blocking operation, waited on; an
   // implementation may override them with a faster blocking path.
   virtual void all_reduce(void* buf, size_t count, DType dtype, ReduceOp op) {

@@ -143,7 +143,10 @@ MpiComm::MpiComm(MPI_Comm comm, std::string name, std::vector<int> members, cons
 MpiComm::~MpiComm() {
   int finalized = 0;
   MPI_Finalized(&finalized);
-  if (!finalized && comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
+  if (finalized) return;
+  for (MPI_Op* op : {&sum_bf16_, &sum_f16_})
+    if (*op != MPI_OP_NULL) MPI_Op_free(op);
+  if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
 }
 
 std::unique_ptr<MpiComm> MpiComm::split(const std::string& name, int color, const std::vector<int>& members,
@@ -225,6 +228,48 @@ ReduceBuffers prepare_reduce(const void* send, void* recv, size_t send_count, si
 }
 
 }  // namespace
+
+namespace {
+
+// MPI user reductions on 16-bit payloads (MPI_UINT16_T): inout = round(in + inout),
+// the addition in fp32. Commutative; the rounding makes them non-associative,
+// which MPI allows for user operations.
+void sum_bf16(void* in, void* inout, int* len, MPI_Datatype*) {
+  const bf16* a = static_cast<const bf16*>(in);
+  bf16* b = static_cast<bf16*>(inout);
+  for (int i = 0; i < *len; i++) b[i] = float_to_bf16(bf16_to_float(a[i]) + bf16_to_float(b[i]));
+}
+void sum_f16(void* in, void* inout, int* len, MPI_Datatype*) {
+  const f16* a = static_cast<const f16*>(in);
+  f16* b = static_cast<f16*>(inout);
+  for (int i = 0; i < *len; i++) b[i] = float_to_f16(f16_to_float(a[i]) + f16_to_float(b[i]));
+}
+
+}  // namespace
+
+MPI_Op MpiComm::sum_16bit_op(DType dtype) {
+  LOOM_CHECK(dtype == DType::bf16 || dtype == DType::f16, "a 16-bit sum of %s data", dtype_name(dtype));
+  MPI_Op& op = dtype == DType::bf16 ? sum_bf16_ : sum_f16_;
+  if (op == MPI_OP_NULL) check(MPI_Op_create(dtype == DType::bf16 ? sum_bf16 : sum_f16, 1, &op), "MPI_Op_create");
+  return op;
+}
+
+std::unique_ptr<Work> MpiComm::all_reduce_sum_16bit_async(void* buf, size_t count, DType dtype) {
+  MPI_Op op = sum_16bit_op(dtype);
+  MPI_Request req;
+  check(MPI_Iallreduce(MPI_IN_PLACE, buf, as_int(count), MPI_UINT16_T, op, comm_, &req), "all_reduce");
+  return std::make_unique<MpiWork>(req, describe("all_reduce(sum, 16-bit wire)", count, dtype), opts_.timeout_s,
+                                   nullptr);
+}
+
+std::unique_ptr<Work> MpiComm::reduce_scatter_sum_16bit_async(const void* send, void* recv, size_t count,
+                                                              DType dtype) {
+  MPI_Op op = sum_16bit_op(dtype);
+  MPI_Request req;
+  check(MPI_Ireduce_scatter_block(send, recv, as_int(count), MPI_UINT16_T, op, comm_, &req), "reduce_scatter");
+  return std::make_unique<MpiWork>(req, describe("reduce_scatter(sum, 16-bit wire)", count, dtype),
+                                   opts_.timeout_s, nullptr);
+}
 
 Watchdog& MpiComm::watchdog() {
   if (!watchdog_) watchdog_ = std::make_unique<Watchdog>(opts_.timeout_s);

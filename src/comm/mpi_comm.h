@@ -68,6 +68,10 @@ class MpiComm final : public Communicator {
   std::unique_ptr<Work> broadcast_async(void* buf, size_t count, DType dtype, int root) override;
   std::unique_ptr<Work> send_async(const void* buf, size_t count, DType dtype, int peer, int tag) override;
   std::unique_ptr<Work> recv_async(void* buf, size_t count, DType dtype, int peer, int tag) override;
+  // MPI_UINT16_T buffers reduced by a user-defined MPI_Op (fp32 add, round).
+  std::unique_ptr<Work> all_reduce_sum_16bit_async(void* buf, size_t count, DType dtype) override;
+  std::unique_ptr<Work> reduce_scatter_sum_16bit_async(const void* send, void* recv, size_t count,
+                                                       DType dtype) override;
   // Blocking forms use MPI's blocking collectives (faster than the
   // non-blocking ones for large messages), under a Watchdog deadline.
   void all_reduce(void* buf, size_t count, DType dtype, ReduceOp op) override;
@@ -91,6 +95,8 @@ class MpiComm final : public Communicator {
   MpiOptions opts_;
   int rank_ = 0, size_ = 1;
   std::unique_ptr<Watchdog> watchdog_;
+  MPI_Op sum_bf16_ = MPI_OP_NULL, sum_f16_ = MPI_OP_NULL;  // made on first use, freed with the group
+  MPI_Op sum_16bit_op(DType dtype);
 };
 
 }  // namespace loom

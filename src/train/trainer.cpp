@@ -235,22 +235,29 @@ TrainResult train(const RunConfig& cfg, const ParallelContext& ctx, FILE* log, c
     float lr = schedule.at(step);
     if (std::count(options.poison_steps.begin(), options.poison_steps.end(), step + position.data_skip)) loss = NAN;
     // Every rank holds the same loss and the same overflow flag, so every
-    // rank decides alike. An overflow (mixed precision) is the loss
-    // scaler's business: the step is skipped without judging the loss.
+    // rank decides alike. An overflow (mixed precision) that the dynamic
+    // scaler answers by backing off is its business: the step is skipped
+    // without judging the loss. One it cannot answer (no dynamic scaling, or
+    // the scale at its minimum: a diverged model, not a too-large scale) is
+    // a bad step for the loss guard, which skips and then rolls back.
     const bool overflow = replica.overflowed();
-    const LossVerdict verdict = overflow ? LossVerdict::Skip : guard.observe(loss);
+    const LossScalerOptions& scaling = replica.scaler().options();
+    const bool scaler_skip = overflow && scaling.mode == LossScaleMode::dynamic && scale_used > scaling.min_scale;
+    const LossVerdict verdict = scaler_skip ? LossVerdict::Skip : guard.observe(overflow ? NAN : loss);
+    if (overflow) result.overflow_steps++;
     auto t_update = Clock::now();
     if (verdict == LossVerdict::Ok) {
       obs::ScopedSpan optimizer(trace, "optimizer", obs::SpanKind::optimizer);
       replica.update(lr, clip);
-    } else if (overflow) {
-      result.overflow_steps++;
+    } else if (scaler_skip) {
       if (log)
         std::fprintf(log, "step %5d/%d | skipped: inf/NaN in the gradients; loss scale %g -> %g\n", step + 1,
                      cfg.train.steps, double(scale_used), double(replica.scaler().scale()));
     } else {
       result.skipped_steps++;
-      if (log) std::fprintf(log, "step %5d/%d | skipped: %s\n", step + 1, cfg.train.steps, guard.reason().c_str());
+      if (log)
+        std::fprintf(log, "step %5d/%d | skipped: %s%s\n", step + 1, cfg.train.steps,
+                     overflow ? "inf/NaN in the gradients; " : "", guard.reason().c_str());
     }
     const double step_optimizer_s = seconds_since(t_update);
     if (timed) optimizer_seconds += step_optimizer_s;

@@ -16,7 +16,8 @@ struct TrainResult {
   std::vector<float> train_losses;  // one per step run (from the resumed step on)
   double peak_rss_bytes = 0;        // the largest peak resident set of any rank
   int skipped_steps = 0;            // steps the loss guard skipped
-  int overflow_steps = 0;           // steps skipped for inf/NaN gradients (mixed precision)
+  int overflow_steps = 0;           // steps whose gradients held inf/NaN on some rank (mixed precision): skipped
+                                    // by the loss scaler, or (when it cannot back off) by the loss guard
   std::vector<float> loss_scales;   // the loss scale each step ran with
   int rollbacks = 0;                // returns to the last checkpoint
   std::vector<float> val_losses;    // one per evaluation

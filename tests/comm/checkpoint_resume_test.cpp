@@ -94,15 +94,16 @@ TEST(CheckpointResume, StopAndResumeIsBitwiseIdentical) {
       << "step 11 resumed " << second.train_losses[0] << " vs " << want[10];
 }
 
-// fp16 with dynamic loss scaling: an overflow at step 3 halves the scale and
-// 4 clean steps double it again, so the scaler's state at the checkpoint
-// (step 10) is not the initial one; resuming restores it, and the run goes
-// on bit for bit, loss scales included.
+// fp16 with dynamic loss scaling: an overflow at step 3 halves the scale
+// (hysteresis 1), and it doubles again only after 8 clean steps, so at the
+// checkpoint (step 10) the scale is 32768, not the initial 65536, with 6
+// clean steps counted; resuming restores both, and the run goes on bit for
+// bit, loss scales included (the regrowth at step 12 lands on the same step).
 TEST(CheckpointResume, LossScalerStateIsPartOfTheCheckpoint) {
   if (!batch_splits()) GTEST_SKIP() << "the batch does not split over " << world_size() << " replicas";
   const Layout l = world_layout();
   const std::vector<std::string> fp16 = {"precision.compute=\"fp16\"", "precision.hysteresis=1",
-                                         "precision.growth_interval=4"};
+                                         "precision.growth_interval=8"};
   loom::TrainOptions inject;
   inject.inf_steps = {3};
   inject.inf_rank = -1;
@@ -110,7 +111,8 @@ TEST(CheckpointResume, LossScalerStateIsPartOfTheCheckpoint) {
   ASSERT_EQ(want.loss_scales.size(), 20u);
   EXPECT_EQ(want.loss_scales[3], 65536.f);
   EXPECT_EQ(want.loss_scales[4], 32768.f);
-  EXPECT_EQ(want.loss_scales[8], 65536.f);  // 4 clean steps (4..7) later
+  EXPECT_EQ(want.loss_scales[11], 32768.f);
+  EXPECT_EQ(want.loss_scales[12], 65536.f);  // 8 clean steps (4..11) later
   const std::string dir = fresh_dir("fp16_stop");
   loom::TrainOptions stop = inject;
   stop.stop_after = 10;

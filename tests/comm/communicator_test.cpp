@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
+#include <random>
 #include <vector>
 
 #include "comm/mpi_comm.h"
@@ -146,6 +148,59 @@ TEST(Communicator, NonBlockingOperationsOverlap) {
   for (auto it = work.rbegin(); it != work.rend(); ++it) (*it)->wait();
   float want = float(world_size() * (world_size() + 1) / 2);
   for (auto& b : bufs) EXPECT_EQ(b[999], want);
+}
+
+// Sums on a 16-bit wire (precision.grad_reduce = "bf16"): integers whose
+// partial sums all fit bf16's 8-bit significand come out exact; random data
+// lands within one bf16 rounding per partial sum of the exact sum of the
+// inputs; all-reduce and reduce-scatter agree in shape with the fp32 path.
+TEST(Communicator, SixteenBitWireSums) {
+  auto grid = loom::ParallelGrid::for_world(world_size(), 0, 1, 1);
+  auto ctx = loom::ParallelContext::create_mpi(grid, loom::MpiOptions{60});
+  loom::Communicator& dp = ctx->dp();
+  const int n = dp.size(), r = dp.rank();
+  const size_t count = 1000;
+  for (DType dt : {DType::bf16, DType::f16}) {
+    auto narrow = [&](float x) {
+      return dt == DType::bf16 ? loom::float_to_bf16(x).bits : loom::float_to_f16(x).bits;
+    };
+    auto widen = [&](uint16_t b) {
+      return dt == DType::bf16 ? loom::bf16_to_float(loom::bf16{b}) : loom::f16_to_float(loom::f16{b});
+    };
+    std::vector<uint16_t> ints(count);
+    for (size_t i = 0; i < count; i++) ints[i] = narrow(float((i + size_t(r)) % 16));
+    dp.all_reduce_sum_16bit_async(ints.data(), count, dt)->wait();
+    for (size_t i = 0; i < count; i++) {
+      float want = 0;
+      for (int k = 0; k < n; k++) want += float((i + size_t(k)) % 16);
+      ASSERT_EQ(widen(ints[i]), want) << loom::dtype_name(dt) << " element " << i;
+    }
+    // Random values: every rank's inputs are known to every rank (same seed).
+    auto inputs = [&](int rank) {
+      std::mt19937 gen(uint32_t(1234 + rank));
+      std::normal_distribution<float> d(0.f, 1.f);
+      std::vector<uint16_t> v(count * size_t(n));
+      for (auto& x : v) x = narrow(d(gen));
+      return v;
+    };
+    std::vector<std::vector<uint16_t>> every;
+    for (int k = 0; k < n; k++) every.push_back(inputs(k));
+    std::vector<uint16_t> send = every[size_t(r)], all = send, shard(count);
+    dp.all_reduce_sum_16bit_async(all.data(), all.size(), dt)->wait();
+    dp.reduce_scatter_sum_16bit_async(send.data(), shard.data(), count, dt)->wait();
+    const double unit = dt == DType::bf16 ? 1.0 / 256 : 1.0 / 2048;  // one rounding, relative
+    for (size_t i = 0; i < all.size(); i++) {
+      double exact = 0, magnitude = 0;
+      for (int k = 0; k < n; k++) {
+        const double x = widen(every[size_t(k)][i]);
+        exact += x, magnitude += std::abs(x);
+      }
+      const double bound = (n - 1) * unit * magnitude + 1e-30;
+      ASSERT_LE(std::abs(widen(all[i]) - exact), bound) << loom::dtype_name(dt) << " element " << i;
+      if (i / count == size_t(r))
+        ASSERT_LE(std::abs(widen(shard[i % count]) - exact), bound) << loom::dtype_name(dt) << " shard element " << i;
+    }
+  }
 }
 
 }  // namespace

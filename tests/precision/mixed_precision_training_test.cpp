@@ -101,6 +101,35 @@ TEST(MixedPrecisionTraining, LossScalingRecoversFp16GradientsLostToUnderflow) {
   EXPECT_LT(err_scaled, 0.1 * err_unscaled);
 }
 
+// Who skips an overflowing step: the dynamic loss scaler while it can back
+// off (the loss guard does not judge it); the loss guard otherwise — bf16
+// without scaling, or fp16 with the scale at its minimum — so that repeated
+// overflows count towards its skips-then-rollback rule instead of being
+// skipped forever.
+TEST(MixedPrecisionTraining, OverflowsTheScalerCannotAnswerGoToTheLossGuard) {
+  auto ctx = loom::ParallelContext::create_single();
+  loom::TrainOptions inject;
+  inject.inf_steps = {3, 4, 5};
+  inject.inf_rank = -1;
+  auto run = [&](const std::vector<std::string>& sets) {
+    std::vector<std::string> all = {"train.steps=10", "train.eval_every=0", "train.run_dir=\"\"",
+                                    "data.path=\"" LOOM_SOURCE_DIR "/data/sample/kjv.txt\""};
+    all.insert(all.end(), sets.begin(), sets.end());
+    return loom::train(loom::load_run_config(LOOM_SOURCE_DIR "/configs/tiny.toml", all), *ctx, nullptr, inject);
+  };
+  const loom::TrainResult scaler = run({"precision.compute=\"fp16\""});
+  EXPECT_EQ(scaler.overflow_steps, 3);
+  EXPECT_EQ(scaler.skipped_steps, 0);  // the scaler's: hysteresis 2 absorbs the first, then it halves twice
+  EXPECT_EQ(scaler.loss_scales.back(), 16384.f);
+  for (const auto& sets : {std::vector<std::string>{"precision.compute=\"bf16\""},
+                           std::vector<std::string>{"precision.compute=\"fp16\"", "precision.min_scale=65536"}}) {
+    const loom::TrainResult guard = run(sets);
+    EXPECT_EQ(guard.overflow_steps, 3) << sets[0];
+    EXPECT_EQ(guard.skipped_steps, 3) << sets[0];  // the guard's, counted towards guard_max_skips
+    for (float l : guard.train_losses) EXPECT_TRUE(std::isfinite(l));
+  }
+}
+
 // Bad input: an unknown precision, and fp16 without loss scaling unless
 // explicitly allowed, name the field.
 TEST(MixedPrecisionTraining, BadPrecisionSettingsNameTheField) {

@@ -82,10 +82,10 @@ void GradReducer::launch_ready() {
       bf16* wire = wire_buf_.at<bf16>(0) + r.begin;
       cpu::cast_f32_to_bf16(wire, full, size_t(r.size()));
       if (mode_ == Mode::AllReduce) {
-        work_[b] = dp_.all_reduce_async(wire, size_t(r.size()), DType::bf16, ReduceOp::Sum);
+        work_[b] = dp_.all_reduce_sum_16bit_async(wire, size_t(r.size()), DType::bf16);
       } else {
         bf16* shard = wire_buf_.at<bf16>(0) + plan_.padded_total() + plan_.shard_offset(int(b));
-        work_[b] = dp_.reduce_scatter_async(wire, shard, size_t(plan_.shard_size(int(b))), DType::bf16, ReduceOp::Sum);
+        work_[b] = dp_.reduce_scatter_sum_16bit_async(wire, shard, size_t(plan_.shard_size(int(b))), DType::bf16);
       }
     } else if (mode_ == Mode::AllReduce) {
       if (dp_.size() > 1) work_[b] = dp_.all_reduce_async(full, size_t(r.size()), DType::f32, ReduceOp::Sum);

@@ -52,10 +52,11 @@ class GradReducer {
   enum class Mode { AllReduce, ReduceScatter };
 
   // wire: the dtype the reduction sends. f32 (the default) reduces the fp32
-  // gradients as they are; bf16 rounds each bucket to bf16 first (half the
-  // bytes on the wire), reduces that (MpiComm sums pairs in fp32 but rounds
-  // every partial sum back to bf16, so precision falls with the rank count),
-  // and widens the result back into fp32. docs/precision.md gives the risk.
+  // gradients as they are; bf16 rounds each bucket to bf16 first, reduces
+  // that as 16 bits on the wire (Communicator::all_reduce_sum_16bit_async:
+  // half the bytes; each partial sum is added in fp32 and rounded back to
+  // bf16, so precision falls with the rank count), and widens the result
+  // back into fp32. docs/precision.md gives the risk.
   GradReducer(const BucketPlan& plan, Communicator& dp, GradBuffer& grads, Mode mode, bool release_reduced,
               DType wire = DType::f32);
 

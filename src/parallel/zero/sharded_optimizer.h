@@ -5,9 +5,10 @@
 // ZeRO 1, 2: rank r owns shard r of every bucket (BucketPlan): AdamW keeps
 //   moments for those elements only and updates those parameters only, then
 //   the ranks all-gather the updated shards, bucket by bucket, in place.
-//   Training is fp32 here, so the parameter buffer is the master copy and a
-//   rank's shard of it is its shard of the master weights (with mixed
-//   precision the shard becomes a separate fp32 buffer).
+//   The fp32 parameter buffer is the master copy and a rank's shard of it is
+//   its shard of the master weights; with mixed precision the update also
+//   writes the 16-bit compute copy (WeightCopy). Every rank still holds all
+//   the fp32 masters after the all-gather (docs/precision.md).
 //
 // Global-norm clipping counts every gradient element exactly once: each
 // rank sums the squares of what it owns; under ZeRO the partial sums are
