@@ -117,6 +117,14 @@ StageFigures stage_memory_bytes(const RunConfig& cfg, const LoomRun& r, int stag
     const double hs = C / r.H;
     bytes += a * (4 * N * C / t + R * C + (sp ? N * C : 0)) + 4 * threads * (3 * r.T * hs + r.T * r.T + 64 * hs);
   }
+  // fp16 products widen their operands to fp32 (this CPU has no fp16
+  // arithmetic) into three buffers that keep their largest size: on the
+  // head's stage the logits' gradient, the token table and the logits; else
+  // the MLP's [N, 4C/t] operands and its weight.
+  if (cfg.precision.compute_precision() == ComputePrecision::fp16) {
+    const double Vp = r.tp > 1 ? std::ceil(r.V / (64.0 * r.tp)) * 64.0 * r.tp : r.V;
+    bytes += stage == r.pp - 1 ? 4 * (2 * N * Vp / t + Vp / t * C) : 4 * (2 * N * 4 * C / t + 4 * C * C / t);
+  }
   f.activations = bytes;
   return f;
 }
