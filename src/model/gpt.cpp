@@ -14,10 +14,6 @@
 namespace loom {
 namespace {
 
-// x[n] rounded to the compute type A.
-void round_to(bf16* out, const float* in, size_t n) { cpu::cast_f32_to_bf16(out, in, n); }
-void round_to(f16* out, const float* in, size_t n) { cpu::cast_f32_to_f16(out, in, n); }
-
 template <class T>
 T* as(void* p) {
   return static_cast<T*>(p);
@@ -97,8 +93,8 @@ const A* GPT::weight(int i) const {
 
 void GPT::refresh_compute_weights() {
   const size_t n = size_t(layout_.total);
-  if (compute_ == ComputePrecision::bf16) round_to(static_cast<bf16*>(weights16_ptr_), params_ptr_, n);
-  if (compute_ == ComputePrecision::fp16) round_to(static_cast<f16*>(weights16_ptr_), params_ptr_, n);
+  if (compute_ == ComputePrecision::bf16) cpu::narrow(static_cast<bf16*>(weights16_ptr_), params_ptr_, n);
+  if (compute_ == ComputePrecision::fp16) cpu::narrow(static_cast<f16*>(weights16_ptr_), params_ptr_, n);
 }
 
 void GPT::plan_activations(int B, int T, int slots) {
@@ -294,7 +290,7 @@ float GPT::backward_impl(int slot, const int32_t* tokens, const int32_t* targets
     dres_a = dres, dres_rows = grad_work_;
   }
   auto round_dres = [&] {
-    if constexpr (lowp) round_to(dres_a, dres, size_t(R) * C);
+    if constexpr (lowp) cpu::narrow(dres_a, dres, size_t(R) * C);
   };
   float loss = 0;
   if (layout_.shard.head) {

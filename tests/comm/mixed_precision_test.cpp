@@ -11,6 +11,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "config/run_config.h"
 #include "model/param_layout.h"
@@ -44,6 +45,21 @@ loom::RunConfig tiny(const std::string& precision, int dp, int tp, int pp, std::
       "data.path=\"" LOOM_SOURCE_DIR "/data/sample/kjv.txt\""};
   sets.insert(sets.end(), extra.begin(), extra.end());
   return loom::load_run_config(LOOM_SOURCE_DIR "/configs/tiny.toml", sets);
+}
+
+loom::TrainOptions keep_grads() {
+  loom::TrainOptions o;
+  o.keep_first_step_grads = true;
+  return o;
+}
+
+// Relative Frobenius distance of a from b.
+double relative_error(const std::vector<float>& a, const std::vector<float>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  double diff = 0, ref = 0;
+  for (size_t i = 0; i < a.size() && i < b.size(); i++)
+    diff += double(a[i] - b[i]) * (a[i] - b[i]), ref += double(b[i]) * b[i];
+  return std::sqrt(diff / ref);
 }
 
 TEST(MixedPrecision, InfOnOneRankSkipsTheStepOnEveryRankAndBacksOff) {
@@ -91,16 +107,10 @@ TEST(MixedPrecision, Bf16GradientReductionIsCloseToFp32) {
       return loom::train(tiny("bf16", world, 1, 1,
                               {"train.steps=2", "parallel.zero=" + std::to_string(zero),
                                std::string("precision.grad_reduce=\"") + wire + "\""}),
-                         ctx, nullptr, loom::TrainOptions{true});
+                         ctx, nullptr, keep_grads());
     };
     const loom::TrainResult fp32 = run("fp32"), bf16 = run("bf16");
-    ASSERT_EQ(fp32.first_step_grads.size(), bf16.first_step_grads.size());
-    double diff = 0, ref = 0;
-    for (size_t i = 0; i < fp32.first_step_grads.size(); i++) {
-      const double a = bf16.first_step_grads[i], b = fp32.first_step_grads[i];
-      diff += (a - b) * (a - b), ref += b * b;
-    }
-    const double rel = std::sqrt(diff / ref);
+    const double rel = relative_error(bf16.first_step_grads, fp32.first_step_grads);
     EXPECT_GT(rel, 0.0) << "ZeRO-" << zero;
     EXPECT_LT(rel, 1e-2) << "ZeRO-" << zero;
     if (ctx.rank() == 0) std::printf("bf16 gradient reduction, dp %d, ZeRO-%d: relative error %.2e\n", world, zero, rel);
@@ -118,16 +128,10 @@ TEST(MixedPrecision, Fp16UnscalesEveryZeroShard) {
   for (int zero : {0, 1, 2}) {
     auto run = [&](const char* precision) {
       return loom::train(tiny(precision, world, 1, 1, {"train.steps=1", "parallel.zero=" + std::to_string(zero)}), ctx,
-                         nullptr, loom::TrainOptions{true});
+                         nullptr, keep_grads());
     };
     const loom::TrainResult fp32 = run("fp32"), fp16 = run("fp16");
-    ASSERT_EQ(fp32.first_step_grads.size(), fp16.first_step_grads.size());
-    double diff = 0, ref = 0;
-    for (size_t i = 0; i < fp32.first_step_grads.size(); i++) {
-      const double a = fp16.first_step_grads[i], b = fp32.first_step_grads[i];
-      diff += (a - b) * (a - b), ref += b * b;
-    }
-    EXPECT_LT(std::sqrt(diff / ref), 1e-2) << "ZeRO-" << zero;
+    EXPECT_LT(relative_error(fp16.first_step_grads, fp32.first_step_grads), 1e-2) << "ZeRO-" << zero;
     EXPECT_EQ(fp16.loss_scales.at(0), 65536.f);
   }
 }
@@ -181,11 +185,11 @@ std::map<std::string, double> gradient_errors(const loom::RunConfig& cfg, const 
 TEST(MixedPrecision, Bf16In3DMatchesSingleProcessBf16) {
   if (world_size() != 8) GTEST_SKIP() << "the 2 x 2 x 2 layout needs 8 ranks";
   auto single = loom::ParallelContext::create_single();
-  static const loom::TrainResult fp32 = loom::train(tiny("fp32", 1, 1, 1), *single, nullptr, loom::TrainOptions{true});
-  static const loom::TrainResult bf16 = loom::train(tiny("bf16", 1, 1, 1), *single, nullptr, loom::TrainOptions{true});
+  static const loom::TrainResult fp32 = loom::train(tiny("fp32", 1, 1, 1), *single, nullptr, keep_grads());
+  static const loom::TrainResult bf16 = loom::train(tiny("bf16", 1, 1, 1), *single, nullptr, keep_grads());
   const auto& ctx = context(2, 2);
   const loom::RunConfig cfg = tiny("bf16", 2, 2, 2, {"parallel.sequence_parallel=true", "parallel.zero=1"});
-  const loom::TrainResult got = loom::train(cfg, ctx, nullptr, loom::TrainOptions{true});
+  const loom::TrainResult got = loom::train(cfg, ctx, nullptr, keep_grads());
 
   const auto layout_err = gradient_errors(cfg, ctx, got.first_step_grads, bf16.first_step_grads);
   const loom::RunConfig one = tiny("bf16", 1, 1, 1);

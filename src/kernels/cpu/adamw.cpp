@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <type_traits>
 
 #include "kernels/cpu/cast.h"
 
@@ -24,18 +23,15 @@ struct Scalars {
   }
 };
 
-// Elements [0, n) of one block: the update, the same expression everywhere.
-inline void update_block(float* param, float* m, float* v, const float* grad, size_t n, float grad_scale,
-                         const Scalars& s) {
-#pragma omp simd
-  for (size_t i = 0; i < n; i++) {
-    const float g = grad_scale * grad[i];
-    const float mi = s.b1 * m[i] + (1.0f - s.b1) * g;
-    const float vi = s.b2 * v[i] + (1.0f - s.b2) * g * g;
-    m[i] = mi;
-    v[i] = vi;
-    param[i] = param[i] * s.decay - s.step_size * (mi / (std::sqrt(vi) / s.bc2_sqrt + s.eps));  // addcdiv order
-  }
+// One element's update: the same expression on every path, so the paths
+// agree bit for bit.
+inline void update_one(float& param, float& m, float& v, float grad, float grad_scale, const Scalars& s) {
+  const float g = grad_scale * grad;
+  const float mi = s.b1 * m + (1.0f - s.b1) * g;
+  const float vi = s.b2 * v + (1.0f - s.b2) * g * g;
+  m = mi;
+  v = vi;
+  param = param * s.decay - s.step_size * (mi / (std::sqrt(vi) / s.bc2_sqrt + s.eps));  // addcdiv order
 }
 
 // Blocks small enough that the rounding pass reads them from L1.
@@ -48,11 +44,9 @@ void update_with_copy(float* param, C* copy, float* m, float* v, const float* gr
 #pragma omp parallel for schedule(static)
   for (size_t b = 0; b < blocks; b++) {
     const size_t i0 = b * kBlock, len = std::min(kBlock, n - i0);
-    update_block(param + i0, m + i0, v + i0, grad + i0, len, grad_scale, s);
-    if constexpr (std::is_same_v<C, bf16>)
-      cast_f32_to_bf16(copy + i0, param + i0, len);
-    else
-      cast_f32_to_f16(copy + i0, param + i0, len);
+#pragma omp simd
+    for (size_t i = i0; i < i0 + len; i++) update_one(param[i], m[i], v[i], grad[i], grad_scale, s);
+    narrow(copy + i0, param + i0, len);
   }
 }
 
@@ -62,14 +56,7 @@ void adamw_update(float* param, float* m, float* v, const float* grad, size_t n,
                   float weight_decay, const AdamWStep& step) {
   const Scalars s(weight_decay, step);
 #pragma omp parallel for simd schedule(static)
-  for (size_t i = 0; i < n; i++) {
-    const float g = grad_scale * grad[i];
-    const float mi = s.b1 * m[i] + (1.0f - s.b1) * g;
-    const float vi = s.b2 * v[i] + (1.0f - s.b2) * g * g;
-    m[i] = mi;
-    v[i] = vi;
-    param[i] = param[i] * s.decay - s.step_size * (mi / (std::sqrt(vi) / s.bc2_sqrt + s.eps));  // addcdiv order
-  }
+  for (size_t i = 0; i < n; i++) update_one(param[i], m[i], v[i], grad[i], grad_scale, s);
 }
 
 void adamw_update(float* param, bf16* copy, float* m, float* v, const float* grad, size_t n, float grad_scale,

@@ -49,9 +49,6 @@ void gemm(char ta, char tb, int64_t M, int64_t N, int64_t K, float alpha, const 
   LOOM_CHECK(st == dnnl_success, "dnnl_sgemm failed (status %d)", int(st));
 }
 
-void narrow(bf16* out, const float* in, size_t n) { cast_f32_to_bf16(out, in, n); }
-void narrow(f16* out, const float* in, size_t n) { cast_f32_to_f16(out, in, n); }
-void widen(float* out, const f16* in, size_t n) { cast_f16_to_f32(out, in, n); }
 inline float to_float(bf16 x) { return bf16_to_float(x); }  // inline: vectorizes
 inline float to_float(float x) { return x; }
 

@@ -19,4 +19,10 @@ void cast_bf16_to_f32(float* out, const bf16* in, size_t n);
 void cast_f32_to_f16(f16* out, const float* in, size_t n);
 void cast_f16_to_f32(float* out, const f16* in, size_t n);
 
+// The same as overloads, for code templated over the 16-bit type.
+inline void narrow(bf16* out, const float* in, size_t n) { cast_f32_to_bf16(out, in, n); }
+inline void narrow(f16* out, const float* in, size_t n) { cast_f32_to_f16(out, in, n); }
+inline void widen(float* out, const bf16* in, size_t n) { cast_bf16_to_f32(out, in, n); }
+inline void widen(float* out, const f16* in, size_t n) { cast_f16_to_f32(out, in, n); }
+
 }  // namespace loom::cpu

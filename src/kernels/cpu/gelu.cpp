@@ -39,10 +39,6 @@ constexpr size_t kBlock = 4096;
   }
 }
 
-void widen(float* out, const bf16* in, size_t n) { cast_bf16_to_f32(out, in, n); }
-void widen(float* out, const f16* in, size_t n) { cast_f16_to_f32(out, in, n); }
-void narrow(bf16* out, const float* in, size_t n) { cast_f32_to_bf16(out, in, n); }
-void narrow(f16* out, const float* in, size_t n) { cast_f32_to_f16(out, in, n); }
 
 // 16-bit blocks go through fp32 stack buffers (2 x 16 KiB per thread).
 template <class A>

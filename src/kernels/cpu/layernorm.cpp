@@ -34,9 +34,6 @@ namespace {
   *rstd = r;
 }
 
-void narrow(bf16* out, const float* in, size_t n) { cast_f32_to_bf16(out, in, n); }
-void narrow(f16* out, const float* in, size_t n) { cast_f32_to_f16(out, in, n); }
-
 // Each thread computes rows into its own fp32 row, then rounds it.
 template <class A>
 void layernorm_forward_lowp(A* out, float* mean, float* rstd, const float* inp, const float* weight,
