@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "comm/mpi_comm.h"
+#include "kernels/cpu/isa.h"
 
 namespace {
 
@@ -37,6 +38,7 @@ int main(int argc, char** argv) {
     if (std::strncmp(argv[i], "--fault=", 8) == 0) return run_fault_drill(argv[i] + 8, mpi.world_rank());
 
   ::testing::InitGoogleTest(&argc, argv);
+  loom::cpu::cap_isa(std::nullopt);  // LOOM_MAX_CPU_ISA: the portable paths on any CPU
   auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
   if (mpi.world_rank() != 0) delete listeners.Release(listeners.default_result_printer());
   int failed = RUN_ALL_TESTS() != 0;

@@ -6,11 +6,13 @@
 
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "core/dtype.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/attention_lowp.h"
+#include "kernels/cpu/isa.h"
 #include "test_util.h"
 
 namespace loom {
@@ -71,6 +73,27 @@ struct Tol<f16> {
   static constexpr uint16_t nan = 0x7fff;
 };
 
+// Which implementation runs: what the CPU chooses, or one path forced.
+enum class Path { dispatch, native, widened };
+
+template <class A>
+void forward(Path path, A* out, A* att, const A* qkv, float* work, const Shape& s) {
+  if (path == Path::widened) cpu::attention_forward_widened(out, att, qkv, work, s.B, s.T, s.C, s.NH);
+  else if constexpr (std::is_same_v<A, bf16>)
+    if (path == Path::native) return cpu::attention_forward_native(out, att, qkv, work, s.B, s.T, s.C, s.NH);
+  if (path == Path::dispatch) cpu::attention_forward(out, att, qkv, work, s.B, s.T, s.C, s.NH);
+}
+template <class A>
+void backward(Path path, A* dqkv, float* scratch, float* work, const float* dout, const A* qkv, const A* att,
+              const Shape& s) {
+  if (path == Path::widened)
+    cpu::attention_backward_widened(dqkv, scratch, work, dout, qkv, att, s.B, s.T, s.C, s.NH);
+  else if constexpr (std::is_same_v<A, bf16>)
+    if (path == Path::native)
+      return cpu::attention_backward_native(dqkv, scratch, work, dout, qkv, att, s.B, s.T, s.C, s.NH);
+  if (path == Path::dispatch) cpu::attention_backward(dqkv, scratch, work, dout, qkv, att, s.B, s.T, s.C, s.NH);
+}
+
 template <class A>
 struct Run {
   std::vector<A> out, att, dqkv;
@@ -80,7 +103,7 @@ struct Run {
 // for them (with a guard zone after it that must stay untouched); outputs and
 // work space start as NaN: the kernels must overwrite, not read, them.
 template <class A>
-Run<A> run_lowp(const Shape& s, const std::vector<A>& qkv, const std::vector<float>& dout, int threads) {
+Run<A> run_lowp(Path path, const Shape& s, const std::vector<A>& qkv, const std::vector<float>& dout, int threads) {
   test::ScopedThreads scoped(threads);
   const size_t nqkv = qkv.size(), nout = dout.size(), natt = size_t(s.B) * s.NH * s.T * s.T;
   const float nanf = std::nanf("");
@@ -88,15 +111,14 @@ Run<A> run_lowp(const Shape& s, const std::vector<A>& qkv, const std::vector<flo
   std::vector<float> work(nwork + guard, nanf), scratch(natt, nanf);
   Run<A> r{std::vector<A>(nout, A{Tol<A>::nan}), std::vector<A>(natt, A{Tol<A>::nan}),
            std::vector<A>(nqkv, A{Tol<A>::nan})};
-  cpu::attention_forward(r.out.data(), r.att.data(), qkv.data(), work.data(), s.B, s.T, s.C, s.NH);
-  cpu::attention_backward(r.dqkv.data(), scratch.data(), work.data(), dout.data(), qkv.data(), r.att.data(), s.B, s.T,
-                          s.C, s.NH);
+  forward(path, r.out.data(), r.att.data(), qkv.data(), work.data(), s);
+  backward(path, r.dqkv.data(), scratch.data(), work.data(), dout.data(), qkv.data(), r.att.data(), s);
   for (size_t i = nwork; i < work.size(); i++) EXPECT_TRUE(std::isnan(work[i])) << "work overrun at " << i - nwork;
   return r;
 }
 
 template <class A>
-void check_attention() {
+void check_attention(Path path) {
   // hs = 16, 32, 64, 4; T around and not a multiple of the 64-row tile.
   for (const Shape s : {Shape{2, 70, 64, 4}, Shape{2, 128, 96, 3}, Shape{2, 130, 128, 2}, Shape{1, 1, 8, 2}}) {
     SCOPED_TRACE(testing::Message() << "B=" << s.B << " T=" << s.T << " C=" << s.C << " NH=" << s.NH);
@@ -114,7 +136,7 @@ void check_attention() {
     cpu::attention_forward(out32.data(), att32.data(), qkv32.data(), B, T, C, NH);
     cpu::attention_backward(dqkv32.data(), scr32.data(), dout.data(), qkv32.data(), att32.data(), B, T, C, NH);
 
-    const Run<A> r = run_lowp(s, qkv, dout, 2);
+    const Run<A> r = run_lowp(path, s, qkv, dout, 2);
     const auto out = widen_vec(r.out), att = widen_vec(r.att), dqkv = widen_vec(r.dqkv);
 
     // P: the fp32 probabilities rounded (up to a neighbour where fp32 sums of
@@ -152,15 +174,21 @@ void check_attention() {
       EXPECT_LT(rel_frobenius(dqkv, dqkv32, 3 * C, part * C, C), Tol<A>::bwd) << "part " << part;
 
     // One thread or two: the same bits.
-    const Run<A> r1 = run_lowp(s, qkv, dout, 1);
+    const Run<A> r1 = run_lowp(path, s, qkv, dout, 1);
     EXPECT_EQ(0, std::memcmp(r1.out.data(), r.out.data(), nout * sizeof(A)));
     EXPECT_EQ(0, std::memcmp(r1.att.data(), r.att.data(), natt * sizeof(A)));
     EXPECT_EQ(0, std::memcmp(r1.dqkv.data(), r.dqkv.data(), nqkv * sizeof(A)));
   }
 }
 
-TEST(AttentionLowpTest, Bf16MatchesFp32) { check_attention<bf16>(); }
-TEST(AttentionLowpTest, F16MatchesFp32) { check_attention<f16>(); }
+TEST(AttentionLowpTest, Bf16MatchesFp32) { check_attention<bf16>(Path::dispatch); }
+TEST(AttentionLowpTest, Bf16NativeMatchesFp32) {
+  if (!cpu::native_bf16_products())
+    GTEST_SKIP() << "native bf16 products need avx512_bf16; kernels run at " << cpu::isa_name(cpu::kernel_isa());
+  check_attention<bf16>(Path::native);
+}
+TEST(AttentionLowpTest, Bf16WidenedMatchesFp32) { check_attention<bf16>(Path::widened); }
+TEST(AttentionLowpTest, F16MatchesFp32) { check_attention<f16>(Path::dispatch); }
 
 }  // namespace
 }  // namespace loom

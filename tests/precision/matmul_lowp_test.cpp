@@ -15,9 +15,11 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "core/dtype.h"
+#include "kernels/cpu/isa.h"
 #include "kernels/cpu/matmul_lowp.h"
 
 namespace {
@@ -81,12 +83,20 @@ struct Shape {
 std::string shape_name(const ::testing::TestParamInfo<Shape>& p) {
   return std::to_string(p.param.N) + "x" + std::to_string(p.param.C) + "x" + std::to_string(p.param.OC);
 }
+// The last two cut every product into several panels of the widened path
+// (LowpMatmulEngine::kPanel*): rows and reduction, then columns.
 const auto kShapes = ::testing::Values(Shape{1, 1, 1}, Shape{7, 13, 5}, Shape{64, 32, 96}, Shape{37, 129, 67},
-                                       Shape{128, 256, 192});
+                                       Shape{128, 256, 192}, Shape{1030, 1030, 5}, Shape{3, 1100, 1030});
+
+// Skips the test (with the reason) where native bf16 products are missing.
+#define SKIP_UNLESS_NATIVE_BF16()                                                                          \
+  if (!cpu::native_bf16_products())                                                                       \
+  GTEST_SKIP() << "native bf16 products need avx512_bf16; the kernels run at "                            \
+               << cpu::isa_name(cpu::kernel_isa())
 
 // The whole layer (forward, dinp, dweight +=, dbias +=) for one 16-bit type.
 template <class H>
-void check_layer(const Shape& s) {
+void check_layer(const Shape& s, cpu::Bf16Path path = cpu::Bf16Path::automatic) {
   const auto [N, C, OC] = s;
   auto inp = random_half<H>(size_t(N) * C, 1), weight = random_half<H>(size_t(OC) * C, 2);
   auto dout = random_half<H>(size_t(N) * OC, 4);
@@ -112,7 +122,7 @@ void check_layer(const Shape& s) {
     for (int n = 0; n < N; n++) db_x[o].add(widen(dout[size_t(n) * OC + o]));
   }
 
-  cpu::LowpMatmulEngine eng;
+  cpu::LowpMatmulEngine eng(path);
   std::vector<float> out(out_x.size()), dinp(dinp_x.size(), 7.f);
   cpu::matmul_forward(eng, out.data(), inp.data(), weight.data(), bias.data(), N, C, OC);
   cpu::matmul_backward(eng, dinp.data(), dweight.data(), dbias.data(), dout.data(), inp.data(), weight.data(), N, C,
@@ -130,35 +140,62 @@ void check_layer(const Shape& s) {
 
 class MatmulBf16 : public ::testing::TestWithParam<Shape> {};
 TEST_P(MatmulBf16, LayerWithinFp32SummationBoundOfExact) { check_layer<bf16>(GetParam()); }
+TEST_P(MatmulBf16, NativeLayerWithinFp32SummationBoundOfExact) {
+  SKIP_UNLESS_NATIVE_BF16();
+  check_layer<bf16>(GetParam(), cpu::Bf16Path::native);
+}
+TEST_P(MatmulBf16, WidenedLayerWithinFp32SummationBoundOfExact) {
+  check_layer<bf16>(GetParam(), cpu::Bf16Path::widened);
+}
 INSTANTIATE_TEST_SUITE_P(MatmulBf16Shapes, MatmulBf16, kShapes, shape_name);
 
 class MatmulF16 : public ::testing::TestWithParam<Shape> {};
 TEST_P(MatmulF16, LayerWithinFp32SummationBoundOfExact) { check_layer<f16>(GetParam()); }
 INSTANTIATE_TEST_SUITE_P(MatmulF16Shapes, MatmulF16, kShapes, shape_name);
 
-TEST(MatmulBf16Output, RoundsTheFp32ResultOnce) {
-  const int N = 33, C = 70, OC = 45;
-  auto inp = random_half<bf16>(size_t(N) * C, 8), weight = random_half<bf16>(size_t(OC) * C, 9);
+// A 16-bit output is the fp32 sum rounded once (one more 2^-8 or 2^-11).
+// 520 x 1030 x 6 and 3 x 6 x 1100 cut the widened path into panels of rows,
+// of the reduction and of columns.
+template <class H>
+void check_16bit_output(cpu::Bf16Path path, int N, int C, int OC) {
+  auto inp = random_half<H>(size_t(N) * C, 8), weight = random_half<H>(size_t(OC) * C, 9);
   auto bias = random_f32(OC, 10);
-  cpu::LowpMatmulEngine eng;
-  std::vector<bf16> out(size_t(N) * OC);
+  cpu::LowpMatmulEngine eng(path);
+  std::vector<H> out(size_t(N) * OC);
   cpu::matmul_forward(eng, out.data(), inp.data(), weight.data(), bias.data(), N, C, OC);
   std::vector<float> got(out.size());
   std::vector<Exact> want(out.size());
   for (int n = 0; n < N; n++)
     for (int o = 0; o < OC; o++) {
-      got[size_t(n) * OC + o] = bf16_to_float(out[size_t(n) * OC + o]);
+      got[size_t(n) * OC + o] = float(widen(out[size_t(n) * OC + o]));
       Exact& e = want[size_t(n) * OC + o];
       for (int c = 0; c < C; c++) e.add(widen(inp[size_t(n) * C + c]) * widen(weight[size_t(o) * C + c]));
       e.add(bias[o]);
     }
-  EXPECT_TRUE(within_bound(got, want, C, /*output_rounding=*/std::ldexp(1.0, -8)));
+  const double rounding = std::ldexp(1.0, std::is_same_v<H, bf16> ? -8 : -11);
+  EXPECT_TRUE(within_bound(got, want, C, rounding));
+}
+
+TEST(MatmulBf16Output, RoundsTheFp32ResultOnce) { check_16bit_output<bf16>(cpu::Bf16Path::automatic, 33, 70, 45); }
+TEST(MatmulBf16Output, NativeRoundsTheFp32ResultOnce) {
+  SKIP_UNLESS_NATIVE_BF16();
+  check_16bit_output<bf16>(cpu::Bf16Path::native, 33, 70, 45);
+}
+TEST(MatmulBf16Output, WidenedRoundsTheFp32ResultOnceInPanels) {
+  check_16bit_output<bf16>(cpu::Bf16Path::widened, 33, 70, 45);
+  check_16bit_output<bf16>(cpu::Bf16Path::widened, 520, 1030, 6);
+  check_16bit_output<bf16>(cpu::Bf16Path::widened, 3, 6, 1100);
+}
+TEST(MatmulF16Output, RoundsTheFp32ResultOnceInPanels) {
+  check_16bit_output<f16>(cpu::Bf16Path::automatic, 33, 70, 45);
+  check_16bit_output<f16>(cpu::Bf16Path::automatic, 520, 1030, 6);
+  check_16bit_output<f16>(cpu::Bf16Path::automatic, 3, 6, 1100);
 }
 
 TEST(MatmulBf16Output, NoProductFallsBackToTheReferenceLoop) {
   // forward, dinp, dweight: their layouts at a small shape. A "ref"
   // implementation would be orders of magnitude slower.
-  cpu::LowpMatmulEngine eng;
+  cpu::LowpMatmulEngine eng;  // the path this CPU chooses: native bf16 or widened to fp32
   for (std::string impl : {eng.implementation(64, 96, 32, false, true, true, false),
                            eng.implementation(64, 32, 96, false, false, false, false),
                            eng.implementation(96, 32, 64, true, false, false, true),

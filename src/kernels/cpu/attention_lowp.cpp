@@ -3,11 +3,13 @@
 // single-threaded oneDNN products (so results do not depend on scheduling),
 // and query rows go in tiles of kTile that skip the masked upper triangle.
 //
-// bf16: the products run natively (oneDNN's bf16 x bf16 -> fp32 gemm, with
-// avx512_bf16's vdpbf16ps), reading q, k, v and the stored P in place; fp32
-// operands (dO, dS) are rounded to bf16 first, into the thread's work slice.
-// fp16: the head's q, k, v and P are widened (exactly) to fp32 in the work
-// slice and multiplied with sgemm, as in attention.cpp.
+// Native bf16 (CPUs with avx512_bf16, kernels/cpu/isa.h): the products run
+// in oneDNN's bf16 x bf16 -> fp32 gemm (vdpbf16ps), reading q, k, v and the
+// stored P in place; fp32 operands (dO, dS) are rounded to bf16 first, into
+// the thread's work slice.
+// Widened (fp16 always, bf16 elsewhere): the head's q, k, v and P are
+// widened (exactly) to fp32 in the work slice, a panel of T x hs (or T x T)
+// per head, and multiplied with sgemm, as in attention.cpp.
 // Either way each output tile is produced in fp32 and rounded once.
 #include "kernels/cpu/attention_lowp.h"
 
@@ -21,6 +23,7 @@
 #include "core/check.h"
 #include "kernels/cpu/attention_common.h"
 #include "kernels/cpu/cast.h"
+#include "kernels/cpu/isa.h"
 
 // Row-major like dnnl_sgemm, C[M,N] = alpha op(A) op(B) + beta C, with bf16
 // A and B and fp32 sums. libdnnl 2.x exports it (C linkage) but leaves it
@@ -58,7 +61,8 @@ template <class A>
 void narrow_rows(A* dst, int64_t ld, const float* src, int r0, int r1, int w) {
   for (int r = r0; r < r1; r++) narrow(dst + r * ld, src + int64_t(r - r0) * w, size_t(w));
 }
-void widen_rows(float* dst, const f16* src, int64_t ld, int rows, int w) {
+template <class H>
+void widen_rows(float* dst, const H* src, int64_t ld, int rows, int w) {
   for (int r = 0; r < rows; r++) widen(dst + int64_t(r) * w, src + r * ld, size_t(w));
 }
 
@@ -104,7 +108,9 @@ size_t attention_lowp_work_floats(int T, int C, int NH) {
   return size_t(omp_get_max_threads()) * slice_floats(T, C / NH);
 }
 
-void attention_forward(bf16* out, bf16* att, const bf16* qkv, float* work, int B, int T, int C, int NH) {
+void attention_forward_native(bf16* out, bf16* att, const bf16* qkv, float* work, int B, int T, int C, int NH) {
+  LOOM_USER_CHECK(native_bf16_products(), "native bf16 attention needs avx512_bf16; the kernels run at %s",
+                  isa_name(kernel_isa()));
   check_shape(C, NH);
   const int hs = C / NH;
   const int64_t C3 = 3 * int64_t(C);
@@ -136,7 +142,8 @@ void attention_forward(bf16* out, bf16* att, const bf16* qkv, float* work, int B
   }
 }
 
-void attention_forward(f16* out, f16* att, const f16* qkv, float* work, int B, int T, int C, int NH) {
+template <class H>
+void attention_forward_widened(H* out, H* att, const H* qkv, float* work, int B, int T, int C, int NH) {
   check_shape(C, NH);
   const int hs = C / NH;
   const int64_t C3 = 3 * int64_t(C);
@@ -152,12 +159,12 @@ void attention_forward(f16* out, f16* att, const f16* qkv, float* work, int B, i
 #pragma omp for schedule(static)
     for (int bh = 0; bh < B * NH; bh++) {
       const int b = bh / NH, h = bh % NH;
-      const f16* q = qkv + int64_t(b) * T * C3 + h * hs;  // [T,hs], row stride 3C
+      const H* q = qkv + int64_t(b) * T * C3 + h * hs;  // [T,hs], row stride 3C
       widen_rows(qw, q, C3, T, hs);
       widen_rows(kw, q + C, C3, T, hs);
       widen_rows(vw, q + 2 * C, C3, T, hs);
-      f16* ob = out + int64_t(b) * T * C + h * hs;  // [T,hs], row stride C
-      f16* p = att + int64_t(bh) * T * T;           // [T,T]
+      H* ob = out + int64_t(b) * T * C + h * hs;  // [T,hs], row stride C
+      H* p = att + int64_t(bh) * T * T;           // [T,T]
       for (int i0 = 0; i0 < T; i0 += kTile) {
         const int i1 = std::min(T, i0 + kTile), m = i1 - i0;
         gemm('N', 'T', m, i1, hs, scale, qw + int64_t(i0) * hs, hs, kw, hs, 0.0f, s, T);
@@ -174,8 +181,10 @@ void attention_forward(f16* out, f16* att, const f16* qkv, float* work, int B, i
   }
 }
 
-void attention_backward(bf16* dqkv, float* scratch, float* work, const float* dout, const bf16* qkv, const bf16* att,
-                        int B, int T, int C, int NH) {
+void attention_backward_native(bf16* dqkv, float* scratch, float* work, const float* dout, const bf16* qkv,
+                               const bf16* att, int B, int T, int C, int NH) {
+  LOOM_USER_CHECK(native_bf16_products(), "native bf16 attention needs avx512_bf16; the kernels run at %s",
+                  isa_name(kernel_isa()));
   check_shape(C, NH);
   const int hs = C / NH;
   const int64_t C3 = 3 * int64_t(C);
@@ -227,8 +236,9 @@ void attention_backward(bf16* dqkv, float* scratch, float* work, const float* do
   }
 }
 
-void attention_backward(f16* dqkv, float* scratch, float* work, const float* dout, const f16* qkv, const f16* att,
-                        int B, int T, int C, int NH) {
+template <class H>
+void attention_backward_widened(H* dqkv, float* scratch, float* work, const float* dout, const H* qkv, const H* att,
+                                int B, int T, int C, int NH) {
   check_shape(C, NH);
   const int hs = C / NH;
   const int64_t C3 = 3 * int64_t(C);
@@ -249,9 +259,9 @@ void attention_backward(f16* dqkv, float* scratch, float* work, const float* dou
       widen_rows(kw, qkv + qoff + C, C3, T, hs);
       widen_rows(vw, qkv + qoff + 2 * C, C3, T, hs);
       widen_rows(pw, att + int64_t(bh) * T * T, T, T, T);  // by rows: cast.h would split a T*T array over threads
-      f16* dq = dqkv + qoff;  // [T,hs], row stride 3C (also dk, dv)
-      f16* dk = dq + C;
-      f16* dv = dq + 2 * C;
+      H* dq = dqkv + qoff;  // [T,hs], row stride 3C (also dk, dv)
+      H* dk = dq + C;
+      H* dv = dq + 2 * C;
       const float* dO = dout + int64_t(b) * T * C + h * hs;  // [T,hs], row stride C
       float* ds = scratch + int64_t(bh) * T * T;             // [T,T]: dP, then dS
       for (int i0 = 0; i0 < T; i0 += kTile) {
@@ -271,6 +281,30 @@ void attention_backward(f16* dqkv, float* scratch, float* work, const float* dou
       }
     }
   }
+}
+
+template void attention_forward_widened(bf16*, bf16*, const bf16*, float*, int, int, int, int);
+template void attention_forward_widened(f16*, f16*, const f16*, float*, int, int, int, int);
+template void attention_backward_widened(bf16*, float*, float*, const float*, const bf16*, const bf16*, int, int, int,
+                                         int);
+template void attention_backward_widened(f16*, float*, float*, const float*, const f16*, const f16*, int, int, int,
+                                         int);
+
+void attention_forward(bf16* out, bf16* att, const bf16* qkv, float* work, int B, int T, int C, int NH) {
+  if (native_bf16_products()) attention_forward_native(out, att, qkv, work, B, T, C, NH);
+  else attention_forward_widened(out, att, qkv, work, B, T, C, NH);
+}
+void attention_forward(f16* out, f16* att, const f16* qkv, float* work, int B, int T, int C, int NH) {
+  attention_forward_widened(out, att, qkv, work, B, T, C, NH);
+}
+void attention_backward(bf16* dqkv, float* scratch, float* work, const float* dout, const bf16* qkv, const bf16* att,
+                        int B, int T, int C, int NH) {
+  if (native_bf16_products()) attention_backward_native(dqkv, scratch, work, dout, qkv, att, B, T, C, NH);
+  else attention_backward_widened(dqkv, scratch, work, dout, qkv, att, B, T, C, NH);
+}
+void attention_backward(f16* dqkv, float* scratch, float* work, const float* dout, const f16* qkv, const f16* att,
+                        int B, int T, int C, int NH) {
+  attention_backward_widened(dqkv, scratch, work, dout, qkv, att, B, T, C, NH);
 }
 
 }  // namespace loom::cpu

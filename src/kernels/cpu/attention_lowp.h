@@ -7,9 +7,10 @@
 // Numerics: scores S = scale * Q K^T and the softmax are fp32 (products of
 // the 16-bit q, k summed in fp32); the probabilities P are stored rounded to
 // the 16-bit type, and O = P V is computed from that stored P, then rounded
-// once. The backward pass uses the stored P too; its fp32 inputs (dout, dS)
-// are rounded to bf16 for the bf16 products, while fp16 runs its products
-// in fp32 on widened operands (this CPU has no fp16 arithmetic).
+// once. The backward pass uses the stored P too. With native bf16 products
+// (kernels/cpu/isa.h) its fp32 inputs (dout, dS) are rounded to bf16 for the
+// products; otherwise (fp16 always, bf16 on CPUs without avx512_bf16) the
+// products run in fp32 on operands widened one head at a time.
 #pragma once
 
 #include <cstddef>
@@ -36,5 +37,17 @@ void attention_backward(bf16* dqkv, float* scratch, float* work, const float* do
                         int B, int T, int C, int NH);
 void attention_backward(f16* dqkv, float* scratch, float* work, const float* dout, const f16* qkv, const f16* att,
                         int B, int T, int C, int NH);
+
+// The two paths the calls above choose between, for tests and benchmarks.
+// native: bf16 only, needs native_bf16_products() (UserError otherwise).
+void attention_forward_native(bf16* out, bf16* att, const bf16* qkv, float* work, int B, int T, int C, int NH);
+void attention_backward_native(bf16* dqkv, float* scratch, float* work, const float* dout, const bf16* qkv,
+                               const bf16* att, int B, int T, int C, int NH);
+// widened: any CPU, H = bf16 or f16.
+template <class H>
+void attention_forward_widened(H* out, H* att, const H* qkv, float* work, int B, int T, int C, int NH);
+template <class H>
+void attention_backward_widened(H* dqkv, float* scratch, float* work, const float* dout, const H* qkv, const H* att,
+                                int B, int T, int C, int NH);
 
 }  // namespace loom::cpu

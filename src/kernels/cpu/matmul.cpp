@@ -14,7 +14,8 @@ namespace {
 struct Key {
   int64_t M, N, K;
   bool trans_a, trans_b, bias, accumulate;
-  auto tie() const { return std::tie(M, N, K, trans_a, trans_b, bias, accumulate); }
+  int64_t ldc;
+  auto tie() const { return std::tie(M, N, K, trans_a, trans_b, bias, accumulate, ldc); }
   bool operator<(const Key& o) const { return tie() < o.tie(); }
 };
 // A primitive with its memory objects made once; each call only swaps the
@@ -44,7 +45,7 @@ struct MatmulEngine::Impl {
                       k.trans_a ? memory::dims{1, k.M} : memory::dims{k.K, 1});
     memory::desc b_md({k.K, k.N}, memory::data_type::f32,
                       k.trans_b ? memory::dims{1, k.K} : memory::dims{k.N, 1});
-    memory::desc c_md({k.M, k.N}, memory::data_type::f32, memory::dims{k.N, 1});
+    memory::desc c_md({k.M, k.N}, memory::data_type::f32, memory::dims{k.ldc, 1});
     dnnl::primitive_attr attr;
     attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
     if (k.accumulate) {
@@ -79,8 +80,8 @@ MatmulEngine::MatmulEngine() : impl_(std::make_unique<Impl>()) {}
 MatmulEngine::~MatmulEngine() = default;
 
 void MatmulEngine::gemm(float* c, const float* a, const float* b, const float* bias, int64_t M, int64_t N,
-                        int64_t K, bool trans_a, bool trans_b, bool accumulate) {
-  Key k{M, N, K, trans_a, trans_b, bias != nullptr, accumulate};
+                        int64_t K, bool trans_a, bool trans_b, bool accumulate, int64_t ldc) {
+  Key k{M, N, K, trans_a, trans_b, bias != nullptr, accumulate, ldc > 0 ? ldc : N};
   Entry& e = impl_->get(k);
   e.a.set_data_handle(const_cast<float*>(a));
   e.b.set_data_handle(const_cast<float*>(b));
@@ -93,7 +94,7 @@ void MatmulEngine::gemm(float* c, const float* a, const float* b, const float* b
 
 const char* MatmulEngine::implementation(int64_t M, int64_t N, int64_t K, bool trans_a, bool trans_b, bool bias,
                                          bool accumulate) {
-  return impl_->get(Key{M, N, K, trans_a, trans_b, bias, accumulate}).impl.c_str();
+  return impl_->get(Key{M, N, K, trans_a, trans_b, bias, accumulate, N}).impl.c_str();
 }
 
 void matmul_forward(MatmulEngine& eng, float* out, const float* inp, const float* weight, const float* bias, int N,

@@ -1,13 +1,16 @@
 #include "kernels/cpu/matmul_lowp.h"
 
 #include <dnnl.hpp>
+#include <algorithm>
 #include <map>
+#include <type_traits>
 #include <string>
 #include <tuple>
 #include <unordered_map>
 
 #include "core/check.h"
 #include "kernels/cpu/cast.h"
+#include "kernels/cpu/isa.h"
 
 namespace loom::cpu {
 
@@ -85,101 +88,155 @@ struct LowpMatmulEngine::Impl {
   }
 };
 
-LowpMatmulEngine::LowpMatmulEngine() : impl_(std::make_unique<Impl>()) {}
+namespace {
+
+// dst[rows, cols] (packed) = rows [r0, r0 + rows), columns [c0, c0 + cols) of
+// a row-major 16-bit matrix with row stride ld, widened exactly.
+template <class H>
+void widen_block(float* dst, const H* src, int64_t ld, int64_t r0, int64_t rows, int64_t c0, int64_t cols) {
+#pragma omp parallel for schedule(static) if (rows * cols >= (int64_t(1) << 15))
+  for (int64_t r = 0; r < rows; r++) widen(dst + r * cols, src + (r0 + r) * ld + c0, size_t(cols));
+}
+
+// The tile size that cuts n into the fewest tiles of at most max, evenly.
+int64_t tile_size(int64_t n, int64_t max) {
+  const int64_t count = (n + max - 1) / max;
+  return count > 0 ? (n + count - 1) / count : 0;
+}
+
+float* grown(std::vector<float>& buf, int64_t n) {
+  if (buf.size() < size_t(n)) buf.resize(size_t(n));
+  return buf.data();
+}
+
+// dbias[OC] += column sums of dout[N,OC] in fp32, parallel over output
+// features so the order is fixed (the fp32 layer's loop, on widened rows).
+template <class H>
+void bias_backward(float* dbias, const H* dout, int N, int OC) {
+#pragma omp parallel for schedule(static)
+  for (int o0 = 0; o0 < OC; o0 += 64) {
+    const int o1 = o0 + 64 < OC ? o0 + 64 : OC;
+    float acc[64] = {0}, row[64];
+    for (int n = 0; n < N; n++) {
+      widen(row, dout + int64_t(n) * OC + o0, size_t(o1 - o0));
+#pragma omp simd
+      for (int o = 0; o < o1 - o0; o++) acc[o] += row[o];
+    }
+    for (int o = o0; o < o1; o++) dbias[o] += acc[o - o0];
+  }
+}
+
+}  // namespace
+
+LowpMatmulEngine::LowpMatmulEngine(Bf16Path bf16)
+    : impl_(std::make_unique<Impl>()),
+      bf16_native_(bf16 == Bf16Path::native || (bf16 == Bf16Path::automatic && native_bf16_products())) {
+  LOOM_USER_CHECK(bf16 != Bf16Path::native || native_bf16_products(),
+                  "native bf16 products need avx512_bf16; the kernels run at %s", isa_name(kernel_isa()));
+}
 LowpMatmulEngine::~LowpMatmulEngine() = default;
+
+// Panel by panel: for each [mt, nt] block of C, sum over K in kt steps the
+// product of the widened A and B panels on the fp32 engine. A 16-bit C is
+// summed in an fp32 panel and rounded once at the end.
+template <class H, class Out>
+void LowpMatmulEngine::widened_gemm(Out* c, const H* a, const H* b, const float* bias, int64_t M, int64_t N,
+                                    int64_t K, bool trans_a, bool trans_b, bool accumulate) {
+  constexpr bool fp32_out = std::is_same_v<Out, float>;
+  const int64_t mt = tile_size(M, kPanelM), nt = tile_size(N, kPanelN), kt = tile_size(K, kPanelK);
+  float* pa = grown(panel_a_, mt * kt);
+  float* pb = grown(panel_b_, kt * nt);
+  float* pc = fp32_out ? nullptr : grown(panel_c_, mt * nt);
+  for (int64_t n0 = 0; n0 < N; n0 += nt) {
+    const int64_t n = std::min(nt, N - n0);
+    for (int64_t m0 = 0; m0 < M; m0 += mt) {
+      const int64_t m = std::min(mt, M - m0);
+      for (int64_t k0 = 0; k0 < K; k0 += kt) {
+        const int64_t k = std::min(kt, K - k0);
+        // The panels keep the stored layout, so the transposes carry over.
+        if (trans_a) widen_block(pa, a, M, k0, k, m0, m);  // [k, m]
+        else widen_block(pa, a, K, m0, m, k0, k);          // [m, k]
+        if (trans_b) widen_block(pb, b, K, n0, n, k0, k);  // [n, k]
+        else widen_block(pb, b, N, k0, k, n0, n);          // [k, n]
+        const float* bias_panel = (bias && k0 == 0) ? bias + n0 : nullptr;
+        if constexpr (fp32_out) {
+          fp32_.gemm(c + m0 * N + n0, pa, pb, bias_panel, m, n, k, trans_a, trans_b, accumulate || k0 > 0, N);
+        } else {
+          fp32_.gemm(pc, pa, pb, bias_panel, m, n, k, trans_a, trans_b, k0 > 0);
+        }
+      }
+      if constexpr (!fp32_out) {
+#pragma omp parallel for schedule(static) if (m * n >= (int64_t(1) << 15))
+        for (int64_t r = 0; r < m; r++) narrow(c + (m0 + r) * N + n0, pc + r * n, size_t(n));
+      }
+    }
+  }
+}
 
 void LowpMatmulEngine::gemm(float* c, const bf16* a, const bf16* b, const float* bias, int64_t M, int64_t N,
                             int64_t K, bool trans_a, bool trans_b, bool accumulate) {
-  impl_->run(Key{M, N, K, trans_a, trans_b, bias != nullptr, accumulate, false}, c, a, b, bias);
+  if (bf16_native_) impl_->run(Key{M, N, K, trans_a, trans_b, bias != nullptr, accumulate, false}, c, a, b, bias);
+  else widened_gemm(c, a, b, bias, M, N, K, trans_a, trans_b, accumulate);
 }
 
 void LowpMatmulEngine::gemm(bf16* c, const bf16* a, const bf16* b, const float* bias, int64_t M, int64_t N,
                             int64_t K, bool trans_a, bool trans_b) {
-  impl_->run(Key{M, N, K, trans_a, trans_b, bias != nullptr, false, true}, c, a, b, bias);
+  if (bf16_native_) impl_->run(Key{M, N, K, trans_a, trans_b, bias != nullptr, false, true}, c, a, b, bias);
+  else widened_gemm(c, a, b, bias, M, N, K, trans_a, trans_b, false);
 }
 
 void LowpMatmulEngine::gemm(float* c, const f16* a, const f16* b, const float* bias, int64_t M, int64_t N,
                             int64_t K, bool trans_a, bool trans_b, bool accumulate) {
-  // Widening keeps the stored layout, so the transposes carry over.
-  const float* a32 = widen(0, a, size_t(M) * size_t(K));
-  const float* b32 = widen(1, b, size_t(K) * size_t(N));
-  fp32_.gemm(c, a32, b32, bias, M, N, K, trans_a, trans_b, accumulate);
+  widened_gemm(c, a, b, bias, M, N, K, trans_a, trans_b, accumulate);
 }
 
-const char* LowpMatmulEngine::implementation(int64_t M, int64_t N, int64_t K, bool trans_a, bool trans_b, bool bias,
+void LowpMatmulEngine::gemm(f16* c, const f16* a, const f16* b, const float* bias, int64_t M, int64_t N, int64_t K,
+                            bool trans_a, bool trans_b) {
+  widened_gemm(c, a, b, bias, M, N, K, trans_a, trans_b, false);
+}
+
+std::string LowpMatmulEngine::implementation(int64_t M, int64_t N, int64_t K, bool trans_a, bool trans_b, bool bias,
                                              bool accumulate, bool bf16_out) {
-  return impl_->get(Key{M, N, K, trans_a, trans_b, bias, accumulate, bf16_out}).impl.c_str();
-}
-
-float* LowpMatmulEngine::widen(int slot, const f16* x, size_t n) {
-  LOOM_CHECK(slot >= 0 && slot < 3, "widening slot %d", slot);
-  std::vector<float>& buf = wide_[slot];
-  if (buf.size() < n) buf.resize(n);
-  cast_f16_to_f32(buf.data(), x, n);
-  return buf.data();
-}
-
-float* LowpMatmulEngine::buffer(int slot, size_t n) {
-  LOOM_CHECK(slot >= 0 && slot < 3, "widening slot %d", slot);
-  std::vector<float>& buf = wide_[slot];
-  if (buf.size() < n) buf.resize(n);
-  return buf.data();
+  if (bf16_native_) return impl_->get(Key{M, N, K, trans_a, trans_b, bias, accumulate, bf16_out}).impl;
+  const int64_t mt = tile_size(M, kPanelM), nt = tile_size(N, kPanelN), kt = tile_size(K, kPanelK);
+  return std::string("widened to fp32, ") +
+         fp32_.implementation(mt, nt, kt, trans_a, trans_b, bias, accumulate && !bf16_out);
 }
 
 void matmul_forward(LowpMatmulEngine& eng, float* out, const bf16* inp, const bf16* weight, const float* bias, int N,
                     int C, int OC) {
   eng.gemm(out, inp, weight, bias, N, OC, C, /*trans_a=*/false, /*trans_b=*/true, /*accumulate=*/false);
 }
-
-void matmul_forward(LowpMatmulEngine& eng, bf16* out, const bf16* inp, const bf16* weight, const float* bias, int N,
-                    int C, int OC) {
-  eng.gemm(out, inp, weight, bias, N, OC, C, /*trans_a=*/false, /*trans_b=*/true);
-}
-
-void matmul_backward(LowpMatmulEngine& eng, float* dinp, float* dweight, float* dbias, const bf16* dout,
-                     const bf16* inp, const bf16* weight, int N, int C, int OC) {
-  // dinp[N,C] = dout[N,OC] @ weight[OC,C]
-  if (dinp) eng.gemm(dinp, dout, weight, nullptr, N, C, OC, false, false, false);
-  // dweight[OC,C] += dout[N,OC]^T @ inp[N,C]
-  if (dweight) eng.gemm(dweight, dout, inp, nullptr, OC, C, N, /*trans_a=*/true, false, /*accumulate=*/true);
-  if (dbias) {
-    // Column sums in fp32, parallel over output features so the order is
-    // fixed (the same loop as the fp32 matmul_backward).
-#pragma omp parallel for schedule(static)
-    for (int o0 = 0; o0 < OC; o0 += 64) {
-      const int o1 = o0 + 64 < OC ? o0 + 64 : OC;
-      float acc[64] = {0};
-      for (int n = 0; n < N; n++) {
-        const bf16* row = dout + int64_t(n) * OC;
-#pragma omp simd
-        for (int o = o0; o < o1; o++) acc[o - o0] += bf16_to_float(row[o]);
-      }
-      for (int o = o0; o < o1; o++) dbias[o] += acc[o - o0];
-    }
-  }
-}
-
 void matmul_forward(LowpMatmulEngine& eng, float* out, const f16* inp, const f16* weight, const float* bias, int N,
                     int C, int OC) {
   eng.gemm(out, inp, weight, bias, N, OC, C, /*trans_a=*/false, /*trans_b=*/true, /*accumulate=*/false);
 }
-
-void matmul_backward(LowpMatmulEngine& eng, float* dinp, float* dweight, float* dbias, const f16* dout,
-                     const f16* inp, const f16* weight, int N, int C, int OC) {
-  // Widen each operand once (dout feeds all three products), then run the
-  // fp32 layer backward: its dbias loop gives the same sums as fp32 data.
-  const float* dout32 = eng.widen(0, dout, size_t(N) * OC);
-  const float* inp32 = dweight ? eng.widen(1, inp, size_t(N) * C) : nullptr;
-  const float* weight32 = dinp ? eng.widen(2, weight, size_t(OC) * C) : nullptr;
-  matmul_backward(eng.fp32(), dinp, dweight, dbias, dout32, inp32, weight32, N, C, OC);
+void matmul_forward(LowpMatmulEngine& eng, bf16* out, const bf16* inp, const bf16* weight, const float* bias, int N,
+                    int C, int OC) {
+  eng.gemm(out, inp, weight, bias, N, OC, C, /*trans_a=*/false, /*trans_b=*/true);
 }
-
 void matmul_forward(LowpMatmulEngine& eng, f16* out, const f16* inp, const f16* weight, const float* bias, int N,
                     int C, int OC) {
-  // Slots 0 and 1 hold the widened operands; slot 2 the fp32 product.
-  float* product = eng.buffer(2, size_t(N) * OC);
-  matmul_forward(eng, product, inp, weight, bias, N, C, OC);
-  cast_f32_to_f16(out, product, size_t(N) * OC);
+  eng.gemm(out, inp, weight, bias, N, OC, C, /*trans_a=*/false, /*trans_b=*/true);
+}
+
+template <class H>
+void lowp_backward(LowpMatmulEngine& eng, float* dinp, float* dweight, float* dbias, const H* dout, const H* inp,
+                   const H* weight, int N, int C, int OC) {
+  // dinp[N,C] = dout[N,OC] @ weight[OC,C]
+  if (dinp) eng.gemm(dinp, dout, weight, nullptr, N, C, OC, false, false, false);
+  // dweight[OC,C] += dout[N,OC]^T @ inp[N,C]
+  if (dweight) eng.gemm(dweight, dout, inp, nullptr, OC, C, N, /*trans_a=*/true, false, /*accumulate=*/true);
+  if (dbias) bias_backward(dbias, dout, N, OC);
+}
+
+void matmul_backward(LowpMatmulEngine& eng, float* dinp, float* dweight, float* dbias, const bf16* dout,
+                     const bf16* inp, const bf16* weight, int N, int C, int OC) {
+  lowp_backward(eng, dinp, dweight, dbias, dout, inp, weight, N, C, OC);
+}
+void matmul_backward(LowpMatmulEngine& eng, float* dinp, float* dweight, float* dbias, const f16* dout,
+                     const f16* inp, const f16* weight, int N, int C, int OC) {
+  lowp_backward(eng, dinp, dweight, dbias, dout, inp, weight, N, C, OC);
 }
 
 }  // namespace loom::cpu
