@@ -18,6 +18,7 @@
 #include "core/check.h"
 #include "core/rng.h"
 #include "kernels/cpu/grad_norm.h"
+#include "kernels/cpu/isa.h"
 #include "model/gpt.h"
 #include "optim/adamw.h"
 #include "optim/grad_clip.h"
@@ -138,6 +139,16 @@ std::vector<ComputePrecision> parse_precisions(const std::string& list) {
   return out;
 }
 
+// The tuned PyTorch run's environment: OpenMP threads that sleep when idle,
+// and OpenBLAS's SkylakeX kernels where the CPU has AVX-512 (forcing them
+// elsewhere dies with an illegal instruction). A core type the environment
+// already sets is kept: some machines set it on purpose.
+std::string tuned_torch_env(const cpu::Dispatch& d) {
+  std::string env = "OMP_WAIT_POLICY=PASSIVE";
+  if (!std::getenv("OPENBLAS_CORETYPE") && d.highest >= Isa::avx512) env = "OPENBLAS_CORETYPE=SkylakeX " + env;
+  return env;
+}
+
 }  // namespace
 
 int cmd_bench(const Args& args) {
@@ -174,10 +185,12 @@ int cmd_bench(const Args& args) {
   }
 
   const std::string exe = self_exe(), tool = project_root() + "/tools/bench_pytorch.py";
+  const cpu::Dispatch dispatch = cpu::describe_dispatch();
+  const std::string torch_tuning = tuned_torch_env(dispatch);
   std::printf("loom bench step: median step over N timed steps after 1 warm-up; each run in its own process\n");
-  std::printf("torch = PyTorch eager as the environment is (OPENBLAS_CORETYPE=%s); torch* = "
-              "OPENBLAS_CORETYPE=SkylakeX OMP_WAIT_POLICY=PASSIVE\n%s",
-              std::getenv("OPENBLAS_CORETYPE") ? std::getenv("OPENBLAS_CORETYPE") : "unset",
+  std::printf("%s\n", dispatch.line().c_str());
+  std::printf("torch = PyTorch eager as the environment is (OPENBLAS_CORETYPE=%s); torch* = %s\n%s",
+              std::getenv("OPENBLAS_CORETYPE") ? std::getenv("OPENBLAS_CORETYPE") : "unset", torch_tuning.c_str(),
               per_run_table ? "" : "\n");
   if (per_run_table) print_precision_header();
   else
@@ -195,7 +208,7 @@ int cmd_bench(const Args& args) {
       if (pytorch) {
         std::string py = "/usr/bin/python3 '" + tool + "' " + common + " --warmup 1 --json";
         g.torch = run_and_parse(py + " 2>&1");
-        g.torch_best = run_and_parse("env OPENBLAS_CORETYPE=SkylakeX OMP_WAIT_POLICY=PASSIVE " + py + " 2>&1");
+        g.torch_best = run_and_parse("env " + torch_tuning + " " + py + " 2>&1");
         if (autocast) g.torch_bf16 = run_and_parse(py + " --autocast bf16 2>&1");
       }
       if (per_run_table) {

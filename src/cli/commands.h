@@ -39,6 +39,8 @@ int cmd_bench_checkpoint(const Args& args);
 // `loom report RUN_DIR` and `loom diagnose RUN_DIR [--json]` (src/obs/).
 int cmd_report(const Args& args);
 int cmd_diagnose(const Args& args);
+// `loom info`: the CPU, the kernels chosen for it and their measured rates.
+int cmd_info(const Args& args);
 void print_help();
 
 // Where bundled files (configs/, data/, tools/) live: $LOOM_HOME, else the

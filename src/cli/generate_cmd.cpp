@@ -18,8 +18,9 @@
 #include "cli/commands.h"
 #include "core/check.h"
 #include "core/rng.h"
-#include "data/tokenizer.h"
+#include "data/text_codec.h"
 #include "model/gpt.h"
+#include "model/sampling.h"
 #include "train/trainer.h"
 
 namespace loom::cli {
@@ -41,40 +42,6 @@ std::unique_ptr<GPT> load_gpt(const Checkpoint& ckpt, const GPTConfig& cfg) {
   return model;
 }
 
-// The logits [V] that follow `context` (1 <= size <= seq_len). The context
-// is padded to a power of two (at most seq_len): attention is causal, so the
-// padding does not change these logits, and the matrix products see a few
-// shapes only (each new shape costs the matmul library a set-up).
-const float* next_token_logits(GPT& model, const std::vector<int32_t>& context) {
-  const int n = int(context.size());
-  int T = 1;
-  while (T < n) T *= 2;
-  T = std::min(T, model.config().seq_len);
-  std::vector<int32_t> tokens(context), no_targets(size_t(T), -1);
-  tokens.resize(size_t(T), 0);
-  model.forward(tokens.data(), no_targets.data(), 1, T);
-  return model.logits() + size_t(n - 1) * model.config().vocab_size;
-}
-
-// ---- Tokens <-> text. --------------------------------------------------------
-
-struct TextCodec {
-  std::unique_ptr<Tokenizer> sp;  // null: one token per byte
-  std::vector<int32_t> encode(const std::string& text) const {
-    std::vector<int32_t> ids;
-    if (sp) sp->encode(text, &ids);
-    else for (unsigned char c : text) ids.push_back(c);
-    return ids;
-  }
-  std::string decode(const std::vector<int32_t>& ids) const {
-    if (sp) return sp->decode(ids);
-    std::string s;
-    for (int32_t id : ids) s += char(uint8_t(id));
-    return s;
-  }
-  int eos() const { return sp ? sp->eos_id() : -1; }
-};
-
 TextCodec codec_for(const CheckpointManifest& m, const std::string& origin, const std::string& tokenizer_override) {
   TextCodec c;
   if (!tokenizer_override.empty()) {
@@ -90,29 +57,7 @@ TextCodec codec_for(const CheckpointManifest& m, const std::string& origin, cons
   }
   std::string format = config.at_path("data.format").value_or(std::string("shards"));
   std::string path = config.at_path("data.path").value_or(std::string(".cache/data"));
-  if (format == "bytes") return c;
-  LOOM_USER_CHECK(format == "shards", "%s: unknown data.format '%s'", origin.c_str(), format.c_str());
-  c.sp = std::make_unique<Tokenizer>(Tokenizer::load(resolve_path(path) + "/tokenizer.model"));
-  return c;
-}
-
-// ---- Sampling. ---------------------------------------------------------------
-
-// temperature 0: the most likely token. Otherwise softmax(logits / T) over the
-// top_k most likely (0: all), sampled with the uniform number u in (0, 1).
-int32_t sample(const float* logits, int V, float temperature, int top_k, double u) {
-  if (temperature <= 0) return int32_t(std::max_element(logits, logits + V) - logits);
-  std::vector<int32_t> ids(static_cast<size_t>(V));
-  std::iota(ids.begin(), ids.end(), 0);
-  int k = top_k > 0 ? std::min(top_k, V) : V;
-  std::partial_sort(ids.begin(), ids.begin() + k, ids.end(), [&](int32_t a, int32_t b) { return logits[a] > logits[b]; });
-  std::vector<double> p(static_cast<size_t>(k));
-  double max = logits[ids[0]], sum = 0;
-  for (int i = 0; i < k; i++) sum += p[size_t(i)] = std::exp((double(logits[ids[size_t(i)]]) - max) / temperature);
-  double target = u * sum;
-  for (int i = 0; i < k; i++)
-    if ((target -= p[size_t(i)]) <= 0) return ids[size_t(i)];
-  return ids[size_t(k - 1)];
+  return TextCodec::for_data(format, format == "bytes" ? path : resolve_path(path), origin);
 }
 
 double number(const std::string& s, const char* flag) {
@@ -180,24 +125,17 @@ int cmd_generate(const Args& args) {
                     cfg.vocab_size);
   std::fputs(prompt.c_str(), stdout);
   std::fflush(stdout);
-  std::vector<int32_t> generated;
   std::string printed;
   const auto t0 = std::chrono::steady_clock::now();
-  for (int n = 0; n < max_tokens; n++) {
-    size_t keep = std::min(tokens.size(), size_t(cfg.seq_len));
-    std::vector<int32_t> context(tokens.end() - long(keep), tokens.end());
-    const float* logits = next_token_logits(*model, context);
-    int32_t next = sample(logits, cfg.vocab_size, temperature, top_k, rng_uniform(uint64_t(seed), 0x67656e, uint64_t(n)));
-    if (next == codec.eos()) break;
-    tokens.push_back(next);
-    generated.push_back(next);
-    std::string text = codec.decode(generated);  // decoded whole: pieces may split a UTF-8 character
+  SamplingOptions opt{max_tokens, temperature, top_k, uint64_t(seed), codec.eos()};
+  const std::vector<int32_t> generated = sample_tokens(*model, tokens, opt, [&](const std::vector<int32_t>& so_far) {
+    std::string text = codec.decode(so_far);  // decoded whole: pieces may split a UTF-8 character
     if (text.size() > printed.size() && text.compare(0, printed.size(), printed) == 0) {
       std::fputs(text.c_str() + printed.size(), stdout);
       std::fflush(stdout);
       printed = text;
     }
-  }
+  });
   std::string text = codec.decode(generated);
   if (text != printed) std::fputs(text.c_str() + std::min(printed.size(), text.size()), stdout);
   double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -54,6 +54,8 @@ commands:
                              growth_interval hysteresis min_scale allow_unscaled_fp16
                              grad_reduce (fp32 | bf16)
                   [runtime] threads (0 = cores / ranks per node) comm_timeout_s
+                            isa ("auto" | "avx2" | "avx512" | "avx512_bf16" | "amx": the highest
+                            instruction set the kernels may use; LOOM_MAX_CPU_ISA caps it too)
           Many processes: mpirun -np N loom train ... (add --oversubscribe when N exceeds
           the cores; as root set OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1).
           dp = N / (tp * pp) unless given; rank 0 prints the layout and logs.
@@ -88,8 +90,9 @@ commands:
                             [--precision fp32,bf16,fp16] [--torch-autocast] [--no-pytorch]
           Tokens/s and peak RSS of a full training step (forward, backward, clip, AdamW)
           for each shape and thread count, beside PyTorch eager (tools/bench_pytorch.py,
-          run with the environment as it is and with OPENBLAS_CORETYPE=SkylakeX
-          OMP_WAIT_POLICY=PASSIVE) in the same invocation, with the ratios.
+          run with the environment as it is and tuned: OMP_WAIT_POLICY=PASSIVE, plus
+          OPENBLAS_CORETYPE=SkylakeX where the CPU has AVX-512 and the environment sets no
+          core type) in the same invocation, with the ratios. Starts with the CPU line.
           --precision runs loom once per compute precision (default fp32) and prints a row
           per run with activation MiB and tokens/s against loom fp32; --torch-autocast also
           runs PyTorch under bf16 autocast, and loom bf16 is compared with it.
@@ -145,6 +148,12 @@ commands:
           The run's tokenizer (data.format shards: <data.path>/tokenizer.model; bytes: one token
           per byte) unless --tokenizer is given. --temperature 0 is greedy; --top-k 0 keeps every
           token. Stops at end-of-text or after --max-tokens.
+  info    The CPU and what loom chose for it, and the rates measured now.
+            loom info [--threads N] [--isa NAME] [--json]
+          Prints the line every run logs (cpu: model, instruction sets | isa in use | fp32, bf16
+          and fp16 GEMM implementations), then the fp32 FMA peak and a 1024x768x768 layer
+          product's GFLOP/s in fp32, bf16 and fp16. Without avx512_bf16 (or capped below it by
+          --isa, runtime.isa or LOOM_MAX_CPU_ISA) bf16 products are widened to fp32 in panels.
   plan    Which layout of a model fits a cluster and runs fastest: a ranked table and a memo.
             loom plan --model gpt3-175b --cluster a100-80gb --devices 1024
             loom plan --config configs/NAME.toml [--set k=v] --cluster local
@@ -165,6 +174,8 @@ commands:
 
 exit codes: 0 success, 2 bad input (the message names the field or file), 1 internal error
 environment: LOOM_HOME  where configs/, data/ and tools/ are (default: the source tree)
+             LOOM_MAX_CPU_ISA  cap the kernels' instruction set (avx2, avx512, avx512_bf16, amx),
+                               e.g. to run the portable paths on an AVX-512 machine
 )");
 }
 

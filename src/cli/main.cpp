@@ -7,6 +7,7 @@
 #include "cli/commands.h"
 #include "comm/mpi_comm.h"
 #include "core/check.h"
+#include "kernels/cpu/isa.h"
 
 namespace {
 
@@ -42,6 +43,9 @@ int main(int argc, char** argv) {
     }
     std::string cmd = args[0];
     cli::Args rest(args.begin() + 1, args.end());
+    // LOOM_MAX_CPU_ISA caps every command's kernels; train and info combine
+    // it with their own cap (runtime.isa, --isa) and apply it themselves.
+    if (cmd != "train" && cmd != "info") cpu::cap_isa(std::nullopt, "LOOM_MAX_CPU_ISA");
     if (cmd == "train") return run_distributed(&argc, &argv, cli::cmd_train, rest);
     if (cmd == "bench" && !rest.empty() && rest[0] == "comm") return cli::cmd_bench_comm(rest);
     if (cmd == "bench" && !rest.empty() && rest[0] == "comm-child")
@@ -66,6 +70,7 @@ int main(int argc, char** argv) {
     if (cmd == "bench" && !rest.empty() && rest[0] == "tp-child")
       return run_distributed(&argc, &argv, cli::cmd_bench_tp_child, rest);
     if (cmd == "bench") return cli::cmd_bench(rest);
+    if (cmd == "info") return cli::cmd_info(rest);
     if (cmd == "plan") return cli::cmd_plan(rest);
     if (cmd == "prepare") return cli::cmd_prepare(rest);
     if (cmd == "export") return cli::cmd_export(rest);

@@ -6,6 +6,7 @@
 #include "comm/mpi_comm.h"
 #include "config/run_config.h"
 #include "core/check.h"
+#include "kernels/cpu/isa.h"
 #include <mpi.h>
 
 #include "obs/run_dir.h"
@@ -87,6 +88,8 @@ int cmd_train(const Args& args, MpiRuntime& mpi) {
     LOOM_USER_CHECK(layout == "config" || layout == "auto", "train: --layout takes auto or config, got '%s'",
                     layout.c_str());
     cfg = load_run_config(config_path, overrides);
+    // Before any oneDNN primitive exists: oneDNN fixes its ISA at first use.
+    cpu::cap_isa(cfg.runtime.isa, "runtime.isa");
     if (layout == "auto") choose_layout_on_rank0(cfg, mpi);
     cfg.data.path = resolve_path(cfg.data.path);
     LOOM_USER_CHECK(exists(cfg.data.path), "data %s '%s' (data.path) not found%s",

@@ -6,6 +6,7 @@
 #include <toml++/toml.h>
 
 #include "core/check.h"
+#include "core/cpu_info.h"
 
 namespace loom {
 namespace {
@@ -92,6 +93,8 @@ void read_fields(FieldReader& r, RunConfig& c) {
   r.get("train.eval_every", &c.train.eval_every);
   r.get("train.eval_batches", &c.train.eval_batches);
   r.get("train.log_every", &c.train.log_every);
+  r.get("train.sample_tokens", &c.train.sample_tokens);
+  r.get("train.sample_prompt", &c.train.sample_prompt);
   r.get("train.seed", &c.train.seed);
   r.get("train.run_dir", &c.train.run_dir);
   r.get("train.run_name", &c.train.run_name);
@@ -126,6 +129,7 @@ void read_fields(FieldReader& r, RunConfig& c) {
   r.get("precision.allow_unscaled_fp16", &c.precision.allow_unscaled_fp16);
   r.get("precision.grad_reduce", &c.precision.grad_reduce);
   r.get("runtime.threads", &c.runtime.threads);
+  r.get("runtime.isa", &c.runtime.isa);
   r.get("runtime.comm_timeout_s", &c.runtime.comm_timeout_s);
   r.reject_unknown();
 }
@@ -204,11 +208,15 @@ void RunConfig::validate() const {
   require(t.eval_every >= 0, "train.eval_every", ">= 0 (0 disables)");
   require(t.eval_batches >= 1, "train.eval_batches", ">= 1");
   require(t.log_every >= 1, "train.log_every", ">= 1");
+  require(t.sample_tokens >= 0 && t.sample_tokens <= 4096, "train.sample_tokens", "in [0, 4096] (0 = no sample)");
+  require(t.sample_tokens == 0 || !t.sample_prompt.empty(), "train.sample_prompt", "non-empty when sample_tokens > 0");
   require(t.seed >= 0, "train.seed", ">= 0");
   require(data.format == "bytes" || data.format == "shards", "data.format", "\"shards\" or \"bytes\"");
   require(!data.path.empty(), "data.path", "a file path");
   require(data.val_fraction > 0 && data.val_fraction < 1, "data.val_fraction", "in (0, 1)");
   require(model.vocab_size >= 256, "model.vocab_size", ">= 256 (every byte needs an id)");
+  require(runtime.isa == "auto" || parse_isa(runtime.isa).has_value(), "runtime.isa",
+          "auto or one of avx2, avx512, avx512_bf16, amx (the highest instruction set the kernels may use)");
   require(runtime.threads >= 0 && runtime.threads <= 1024, "runtime.threads", "in [0, 1024] (0 = all cores)");
   require(runtime.comm_timeout_s == 0 || (runtime.comm_timeout_s >= 1 && runtime.comm_timeout_s <= 1e6),
           "runtime.comm_timeout_s", "0 (wait forever) or in [1, 1e6] seconds");
@@ -268,6 +276,7 @@ std::string RunConfig::to_toml() const {
     << "\nweight_decay = " << train.weight_decay << "\nbeta1 = " << train.beta1 << "\nbeta2 = " << train.beta2
     << "\neps = " << train.eps << "\ngrad_clip = " << train.grad_clip << "\neval_every = " << train.eval_every
     << "\neval_batches = " << train.eval_batches << "\nlog_every = " << train.log_every
+    << "\nsample_tokens = " << train.sample_tokens << "\nsample_prompt = \"" << toml_escaped(train.sample_prompt) << "\""
     << "\nseed = " << train.seed << "\ncheckpoint_every = " << train.checkpoint_every << "\ncheckpoint_dir = \""
     << toml_escaped(train.checkpoint_dir) << "\"\nkeep_checkpoints = " << train.keep_checkpoints << "\nguard_window = "
     << train.guard_window << "\nguard_z = " << train.guard_z << "\nguard_warmup = " << train.guard_warmup
@@ -289,7 +298,8 @@ std::string RunConfig::to_toml() const {
     << "\nmin_scale = " << precision.min_scale
     << "\nallow_unscaled_fp16 = " << (precision.allow_unscaled_fp16 ? "true" : "false") << "\ngrad_reduce = \""
     << toml_escaped(precision.grad_reduce) << "\"\n[runtime]\nthreads = " << runtime.threads
-    << "\ncomm_timeout_s = " << runtime.comm_timeout_s << "\n";
+    << "\ncomm_timeout_s = " << runtime.comm_timeout_s
+    << "\nisa = \"" << toml_escaped(runtime.isa) << "\"\n";
   return s.str();
 }
 

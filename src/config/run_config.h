@@ -31,6 +31,8 @@ struct TrainConfig {
   int eval_every = 100;    // validation loss every N steps (and at the end); 0 disables
   int eval_batches = 8;
   int log_every = 20;
+  int sample_tokens = 48;              // at the end, rank 0 prints this many sampled tokens (0 = none;
+  std::string sample_prompt = "The";   // needs tp = pp = 1: the whole model on one rank) after this prompt
   int64_t seed = 1337;
   std::string run_dir = "runs";  // `loom train` writes runs/<run_name> here (metrics, trace); "" = none
   std::string run_name;          // "" = the start time, YYYYmmdd-HHMMSS
@@ -87,6 +89,7 @@ struct PrecisionConfig {
 
 struct RuntimeConfig {
   int threads = 0;             // OpenMP / oneDNN threads per rank; 0 = all cores / ranks per node
+  std::string isa = "auto";    // highest instruction set the kernels may use (kernels/cpu/isa.h)
   float comm_timeout_s = 300;  // a communication not done by then aborts the job, naming what waited; 0 = never
 };
 

@@ -95,6 +95,7 @@ std::string markdown(const RunData& run, const RunFigures& f, const std::vector<
   }
   for (const std::string& n : run.notes) md += "\n> " + n + "\n";
   if (run.layout) md += "\nLayout: " + layout_line(*run.layout) + ".\n";
+  if (run.summary && run.summary->cpu.count("line")) md += "\nCPU and kernels: `" + run.summary->cpu.at("line") + "`.\n";
 
   md += "\n## Throughput\n\n| | |\n|---|---|\n";
   md += "| step time (median) | " + num(f.step_s * 1e3, "%.1f ms") + " |\n";

@@ -141,6 +141,7 @@ void to_json(json& j, const RunSummary& s) {
            {"compute_s_per_stage", numbers(s.compute_s_per_stage)},
            {"exposed_comm_s", number_map(s.exposed_comm_s)},
            {"overlap", number_map(s.overlap)}};
+  if (!s.cpu.empty()) j["cpu"] = s.cpu;
 }
 
 void from_json(const json& j, RunSummary& s) {
@@ -162,6 +163,9 @@ void from_json(const json& j, RunSummary& s) {
   s.compute_s_per_stage = get_numbers(j, "compute_s_per_stage");
   s.exposed_comm_s = get_number_map(j, "exposed_comm_s");
   s.overlap = get_number_map(j, "overlap");
+  if (auto it = j.find("cpu"); it != j.end() && it->is_object())
+    for (const auto& [k, v] : it->items())
+      if (v.is_string()) s.cpu[k] = v.get<std::string>();
 }
 
 }  // namespace loom::obs

@@ -76,6 +76,9 @@ struct RunSummary {
   std::vector<double> compute_s_per_stage;        // forward+backward seconds per step, per stage
   std::map<std::string, double> exposed_comm_s;   // group ("tp", "dp", "pp") -> seconds per step
   std::map<std::string, double> overlap;          // group -> share of its communication hidden, [0, 1]
+  // The CPU and the kernels chosen for it (kernels/cpu/isa.h): "model",
+  // "flags", "isa", "fp32_gemm", "bf16_gemm", "fp16_gemm", "line".
+  std::map<std::string, std::string> cpu;
 };
 
 void to_json(nlohmann::json& j, const TimeSplit& t);

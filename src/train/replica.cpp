@@ -327,6 +327,11 @@ static void for_owned_parts(const std::vector<FlatRange>& owned, const std::vect
   }
 }
 
+const float* Replica::whole_model_params() const {
+  if (ctx_.grid().tp() != 1 || ctx_.grid().pp() != 1 || chunks_.size() != 1) return nullptr;
+  return chunks_[0]->params();
+}
+
 std::vector<CheckpointPiece> Replica::checkpoint_pieces() {
   std::vector<CheckpointPiece> pieces;
   if (ctx_.coord().dp == 0)

@@ -107,6 +107,9 @@ class Replica {
   // reverse, from a checkpoint of any layout. load() also restores the
   // AdamW step count.
   bool writes_checkpoint() const;
+  // The whole model's fp32 parameters (GPT layout of the full model) when
+  // this rank holds all of it (tp = pp = 1), else nullptr.
+  const float* whole_model_params() const;
   std::vector<CheckpointPiece> checkpoint_pieces();
   int adam_steps() { return optimizer_->adamw().steps_taken(); }
   void load(const Checkpoint& checkpoint, int adam_steps);

@@ -10,9 +10,12 @@
 #include <cmath>
 
 #include "core/check.h"
+#include "data/text_codec.h"
 #include "data/token_source.h"
 #include "kernels/cpu/grad_norm.h"
 #include "model/gpt.h"
+#include "model/sampling.h"
+#include "kernels/cpu/isa.h"
 #include "obs/peak_flops.h"
 #include "optim/lr_schedule.h"
 #include "parallel/pp/partition.h"
@@ -85,6 +88,29 @@ void check_layout(const RunConfig& cfg, const ParallelGrid& grid) {
                   micro_batches, pp);
 }
 
+namespace {
+
+// What the trained model says after train.sample_prompt: a fresh fp32 GPT
+// with the replica's parameters, sampled as `loom generate` does.
+void print_sample(const RunConfig& cfg, const Replica& replica, FILE* log) {
+  const float* params = replica.whole_model_params();
+  if (!params) {
+    std::fprintf(log, "sample: skipped (tp or pp > 1: no rank holds the whole model; loom generate reads a checkpoint)\n");
+    return;
+  }
+  const TextCodec codec = TextCodec::for_data(cfg.data.format, cfg.data.path, "data.path");
+  std::vector<int32_t> prompt = codec.encode(cfg.train.sample_prompt);
+  for (int32_t& t : prompt) t = std::min(t, cfg.model.vocab_size - 1);  // a byte codec on a small vocabulary
+  GPT model(cfg.model, 1, cfg.model.seq_len);
+  std::copy(params, params + model.layout().total, model.params());
+  const SamplingOptions opt{cfg.train.sample_tokens, 0.8f, 40, uint64_t(cfg.train.seed), codec.eos()};
+  const std::string text = codec.decode(sample_tokens(model, prompt, opt));
+  std::fprintf(log, "sample (%d tokens, temperature 0.8, top-k 40):\n%s%s\n", cfg.train.sample_tokens,
+               cfg.train.sample_prompt.c_str(), text.c_str());
+}
+
+}  // namespace
+
 TrainResult train(const RunConfig& cfg, const ParallelContext& ctx, FILE* log, const TrainOptions& options) {
   cfg.validate();
   check_layout(cfg, ctx.grid());
@@ -111,6 +137,7 @@ TrainResult train(const RunConfig& cfg, const ParallelContext& ctx, FILE* log, c
   float peak = float(measure_peak_gflops(threads));
   ctx.world().all_reduce(&peak, 1, DType::f32, ReduceOp::Sum);
   result.peak_gflops = peak;
+  const cpu::Dispatch dispatch = cpu::describe_dispatch();
   const double flops_per_step = cfg.model.train_flops_per_token(T) * double(B) * T;
   if (log) {
     std::fprintf(log, "layout: %s; this process is rank 0 of %d\n", ctx.grid().describe().c_str(),
@@ -163,6 +190,7 @@ TrainResult train(const RunConfig& cfg, const ParallelContext& ctx, FILE* log, c
                    compute_precision_name(replica.compute()), double(replica.compute_weight_bytes()) / mib,
                    compute_precision_name(replica.compute()), scaling.c_str());
     }
+    std::fprintf(log, "%s\n", dispatch.line().c_str());
     std::fprintf(log, "threads: %d per rank, measured fp32 peak %.0f GFLOP/s over all ranks\n", threads,
                  result.peak_gflops);
     // The planner's prediction for this very run, checked at the end.
@@ -393,6 +421,10 @@ TrainResult train(const RunConfig& cfg, const ParallelContext& ctx, FILE* log, c
       summary.predicted_step_s = prediction->step_seconds;
     }
     summary.finished = true;
+    summary.cpu = {{"model", dispatch.cpu.model},       {"flags", dispatch.cpu.flags()},
+                   {"isa", cpu::isa_name(dispatch.in_use)}, {"fp32_gemm", dispatch.fp32_gemm},
+                   {"bf16_gemm", dispatch.bf16_gemm},   {"fp16_gemm", dispatch.fp16_gemm},
+                   {"line", dispatch.line()}};
     summary.steps = cfg.train.steps;
     summary.wall_s = seconds_since(run_start);
     summary.tokens_per_s = result.tokens_per_s;
@@ -420,6 +452,7 @@ TrainResult train(const RunConfig& cfg, const ParallelContext& ctx, FILE* log, c
                  "%.2f%% of the step time\n",
                  cfg.train.steps, result.tokens_per_s, result.gflops, 100.0 * result.gflops / result.peak_gflops,
                  100.0 * data_seconds / step_seconds);
+  if (log && cfg.train.sample_tokens > 0) print_sample(cfg, replica, log);
   if (log && replica.scaler().mode() != LossScaleMode::off)
     std::fprintf(log, "loss scaling: %d steps skipped for inf/NaN gradients; final scale %g\n", result.overflow_steps,
                  double(replica.scaler().scale()));
