@@ -6,7 +6,10 @@
 
 #include <cstdio>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <string>
+
+#include "core/cpu_info.h"
 
 namespace {
 
@@ -42,6 +45,10 @@ TEST(Cli, BadInputExitsWithCode2AndNamesTheProblem) {
       {"bench comm --min-bytes 0.5", "--min-bytes"},
       {"bench comm --ranks 2x", "--ranks"},
       {"bench scaling --bucket-mb 4abc", "--bucket-mb"},
+      {"train --set runtime.isa=avx9", "runtime.isa"},
+      {"info --isa avx9", "--isa"},
+      {"info --bogus", "--bogus"},
+      {"info --threads -1", "--threads"},
   };
   for (const auto& c : cases) {
     CliResult r = run(c.args);
@@ -54,8 +61,62 @@ TEST(Cli, BadInputExitsWithCode2AndNamesTheProblem) {
 TEST(Cli, TrainRunsAndLogsEveryField) {
   CliResult r = run("train --config configs/tiny.toml --set train.steps=3 --set train.log_every=1");
   ASSERT_EQ(r.code, 0) << r.output;
-  for (const char* field : {"step     3/3", "loss", "lr", "grad norm", "tok/s", "GFLOP/s", "% of peak", "val loss"})
+  for (const char* field : {"step     3/3", "loss", "lr", "grad norm", "tok/s", "GFLOP/s", "% of peak", "val loss",
+                            "cpu: ", "| isa ", "fp32 GEMM: oneDNN", "bf16 GEMM: "})
     EXPECT_NE(r.output.find(field), std::string::npos) << field << "\n" << r.output;
+  // The sample after training: the prompt, then sampled text.
+  const size_t sample = r.output.find("sample (48 tokens, temperature 0.8, top-k 40):\nThe");
+  ASSERT_NE(sample, std::string::npos) << r.output;
+  EXPECT_GT(r.output.size(), sample + 60) << r.output;
+}
+
+TEST(Cli, TrainWithoutSampleOrAtACappedIsa) {
+  CliResult r = run("train --config configs/tiny.toml --set train.steps=2 --set train.sample_tokens=0 "
+                    "--set runtime.isa=avx2 --set precision.compute=bf16");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_EQ(r.output.find("sample ("), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("| isa avx2"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("bf16 GEMM: widened to fp32"), std::string::npos) << r.output;
+}
+
+// An instruction set above what this CPU has is refused, naming the field and
+// what the CPU supports (only checkable where the CPU lacks something).
+TEST(Cli, AnIsaAboveTheCpusIsRefused) {
+  const loom::Isa highest = loom::highest_isa(loom::read_cpu_info());
+  if (highest == loom::Isa::amx) GTEST_SKIP() << "this CPU has every level loom knows (amx)";
+  const char* above = loom::isa_name(loom::Isa(int(highest) + 1));
+  CliResult r = run(std::string("train --config configs/tiny.toml --set runtime.isa=") + above);
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("runtime.isa"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find(std::string("up to ") + loom::isa_name(highest)), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("step "), std::string::npos) << r.output;
+}
+
+// `loom info` names the CPU and the kernels, and measures positive rates;
+// capped at avx2 it widens bf16 products to fp32.
+TEST(Cli, InfoNamesTheCpuTheKernelsAndTheirRates) {
+  CliResult r = run("info --threads 1 --json");
+  ASSERT_EQ(r.code, 0) << r.output;
+  const auto j = nlohmann::json::parse(r.output);
+  EXPECT_EQ(j.at("model").get<std::string>(), loom::read_cpu_info().model);
+  EXPECT_NE(j.at("flags").get<std::string>().find("avx2"), std::string::npos);
+  EXPECT_EQ(j.at("fp32_gemm").get<std::string>().rfind("oneDNN ", 0), 0u) << r.output;
+  EXPECT_GT(j.at("fp32_peak_gflops").get<double>(), 0);
+  for (const char* p : {"fp32", "bf16", "fp16"}) EXPECT_GT(j.at("layer_gflops").at(p).get<double>(), 0) << p;
+
+  // The environment's cap: a bad name is refused, naming the variable.
+  FILE* p = popen("LOOM_MAX_CPU_ISA=avx9 '" LOOM_EXE "' info 2>&1", "r");
+  std::string out;
+  char buf[4096];
+  while (fgets(buf, sizeof buf, p)) out += buf;
+  const int status = pclose(p);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 2) << out;
+  EXPECT_NE(out.find("LOOM_MAX_CPU_ISA"), std::string::npos) << out;
+
+  CliResult capped = run("info --threads 1 --isa avx2");
+  ASSERT_EQ(capped.code, 0) << capped.output;
+  EXPECT_NE(capped.output.find("| isa avx2"), std::string::npos) << capped.output;
+  EXPECT_NE(capped.output.find("bf16 GEMM: widened to fp32"), std::string::npos) << capped.output;
 }
 
 }  // namespace
