@@ -16,6 +16,7 @@
 #include "core/dtype.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/attention_lowp.h"
+#include "kernels/cpu/isa.h"
 
 namespace {
 
@@ -42,6 +43,8 @@ void time_ms(Stat& st, Fn fn) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  loom::cpu::cap_isa(std::nullopt);  // LOOM_MAX_CPU_ISA, as for loom itself
+  std::printf("%s\n", loom::cpu::describe_dispatch().line().c_str());
   const int reps = argc > 1 ? std::max(1, std::atoi(argv[1])) : 20;
   const int B = 4, T = 256, C = 768, NH = 12;
   const size_t nqkv = size_t(B) * T * 3 * C, nout = size_t(B) * T * C, natt = size_t(B) * NH * T * T;

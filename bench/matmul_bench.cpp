@@ -1,8 +1,9 @@
 // GFLOP/s of the linear-layer products at GPT-2 124M shapes (B*T = 1024):
 // fp32 (MatmulEngine) and bf16 with fp32 accumulation (LowpMatmulEngine),
-// with the oneDNN implementation each one picked, then the fp16 path
-// (operands widened to fp32 with F16C, then the fp32 product).
-// Usage: OMP_NUM_THREADS=2 build/bench/matmul_bench
+// with the implementation each one picked (native bf16, or widened to fp32
+// where the CPU lacks avx512_bf16), then the fp16 path (operands widened to
+// fp32 in panels with F16C, then the fp32 product). Starts with the CPU line.
+// Usage: OMP_NUM_THREADS=2 build/bench/matmul_bench   (LOOM_MAX_CPU_ISA=avx2: the widened bf16 path)
 #include <omp.h>
 
 #include <chrono>
@@ -10,6 +11,7 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "kernels/cpu/isa.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/matmul_lowp.h"
 
@@ -34,6 +36,8 @@ double gflops(double flops, Fn fn) {
 }  // namespace
 
 int main() {
+  loom::cpu::cap_isa(std::nullopt);  // LOOM_MAX_CPU_ISA, as for loom itself
+  std::printf("%s\n", loom::cpu::describe_dispatch().line().c_str());
   loom::cpu::MatmulEngine eng;
   loom::cpu::LowpMatmulEngine lowp;
   const int N = 1024;
@@ -73,13 +77,13 @@ int main() {
     double g = gflops(flops, [&] { lowp.gemm(dw.data(), yh.data(), x.data(), nullptr, s.OC, s.C, N, true, false, true); });
     const Rates r = fp32_rates[i];
     std::printf("%-10s %9.1f (%.2fx) %9.1f (%.2fx) %9.1f (%.2fx)  %s / %s / %s\n", s.name, f, f / r.fwd, d,
-                d / r.dinp, g, g / r.dw, lowp.implementation(N, s.OC, s.C, false, true, true, false),
-                lowp.implementation(N, s.C, s.OC, false, false, false, false),
-                lowp.implementation(s.OC, s.C, N, true, false, false, true));
+                d / r.dinp, g, g / r.dw, lowp.implementation(N, s.OC, s.C, false, true, true, false).c_str(),
+                lowp.implementation(N, s.C, s.OC, false, false, false, false).c_str(),
+                lowp.implementation(s.OC, s.C, N, true, false, false, true).c_str());
   }
 
-  // fp16: no fp16 arithmetic on this CPU; the cost over fp32 is the widening.
-  std::printf("\nfp16 (widened to fp32 with F16C, then fp32)\n%-10s %16s\n", "layer", "fwd GF/s");
+  // fp16: no fp16 products in oneDNN 2.6; the cost over fp32 is the widening.
+  std::printf("\nfp16 (widened to fp32 in panels with F16C, then fp32)\n%-10s %16s\n", "layer", "fwd GF/s");
   for (size_t i = 0; i < std::size(shapes); i++) {
     const Shape s = shapes[i];
     const loom::f16 small = loom::float_to_f16(0.01f);

@@ -132,6 +132,7 @@ int cmd_bench_calibrate(const Args& args) {
   std::printf("loom bench calibrate: %d cores, %.1f GiB memory per core\n", cores, c.memory_bytes / (1 << 30));
   const double peak = measure_peak_gflops(cores, 0.3) * 1e9;
   c.peak_flops_fp32 = peak / cores;
+  c.peak_flops_bf16 = c.peak_flops_fp32 * planner::bf16_speedup_of_this_cpu();
   std::printf("  fp32 FMA peak:        %.1f GFLOP/s over %d threads (%.1f per core)\n", peak * 1e-9, cores,
               c.peak_flops_fp32 * 1e-9);
   // Before the memcpy buffers, so that the peak RSS is the training step's.

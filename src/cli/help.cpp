@@ -38,7 +38,7 @@ commands:
           Fields: [model] vocab_size n_layer n_head d_model seq_len
                   [train] batch_size micro_batch_size (0 = batch_size / dp) steps lr min_lr
                           warmup_steps weight_decay beta1 beta2 eps grad_clip eval_every
-                          eval_batches log_every seed
+                          eval_batches log_every seed sample_tokens (0 = none) sample_prompt
                           run_dir ("runs"; "" = none) run_name ("" = start time)
                           checkpoint_every (0 = never) checkpoint_dir keep_checkpoints
                           guard_window guard_z (0 = no spike test) guard_warmup guard_max_skips

@@ -19,10 +19,10 @@ struct TrainConfig {
   int batch_size = 8;     // sequences per step (the global batch, over every replica)
   int micro_batch_size = 0;  // sequences per forward/backward on one replica; 0 = batch_size / dp
                              // (gradient accumulation steps = batch_size / (dp x micro_batch_size))
-  int steps = 800;
+  int steps = 300;
   float lr = 1.5e-3f;     // peak learning rate
   float min_lr = 1.5e-4f; // end of the cosine decay
-  int warmup_steps = 40;
+  int warmup_steps = 20;
   float weight_decay = 0.1f;
   float beta1 = 0.9f;
   float beta2 = 0.95f;

@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "core/check.h"
+#include "core/cpu_info.h"
 #include "obs/peak_flops.h"
 #include "planner/comm_cost.h"
 #include "planner/layout.h"
@@ -117,14 +118,11 @@ StageFigures stage_memory_bytes(const RunConfig& cfg, const LoomRun& r, int stag
     const double hs = C / r.H;
     bytes += a * (4 * N * C / t + R * C + (sp ? N * C : 0)) + 4 * threads * (3 * r.T * hs + r.T * r.T + 64 * hs);
   }
-  // fp16 products widen their operands to fp32 (this CPU has no fp16
-  // arithmetic) into three buffers that keep their largest size: on the
-  // head's stage the logits' gradient, the token table and the logits; else
-  // the MLP's [N, 4C/t] operands and its weight.
-  if (cfg.precision.compute_precision() == ComputePrecision::fp16) {
-    const double Vp = r.tp > 1 ? std::ceil(r.V / (64.0 * r.tp)) * 64.0 * r.tp : r.V;
-    bytes += stage == r.pp - 1 ? 4 * (2 * N * Vp / t + Vp / t * C) : 4 * (2 * N * 4 * C / t + 4 * C * C / t);
-  }
+  // fp16 products (and bf16 ones on CPUs without avx512_bf16) widen their
+  // operands to fp32 one panel at a time (kernels/cpu/matmul_lowp.h): at most
+  // 512 x 1024 of A, 1024 x 1024 of B and a 512 x 1024 fp32 output panel,
+  // 8 MiB. Counted for both 16-bit types: native bf16 allocates none of it.
+  if (lowp) bytes += 4.0 * (512 * 1024 + 1024 * 1024 + 512 * 1024);
   f.activations = bytes;
   return f;
 }
@@ -205,6 +203,13 @@ RunPrediction predict_loom_run(const RunConfig& cfg, int world_size, const Clust
   return out;
 }
 
+double bf16_speedup_of_this_cpu() {
+  // Native bf16 products (avx512_bf16): bench/matmul_bench measured 1.7-1.9x
+  // the fp32 rate. Elsewhere loom widens them to fp32: `loom info` measured
+  // 0.88x on a layer product (AVX2 AMD EPYC).
+  return highest_isa(read_cpu_info()) >= Isa::avx512_bf16 ? 1.8 : 0.9;
+}
+
 ClusterSpec measure_local_cluster_quickly() {
   ClusterSpec c;
   c.name = "local";
@@ -222,6 +227,7 @@ ClusterSpec measure_local_cluster_quickly() {
   }
   c.memory_bytes = (mem_kib > 0 ? mem_kib * 1024 : 4.0 * (1ull << 30)) / cores;
   c.peak_flops_fp32 = measure_peak_gflops(cores) * 1e9 / cores;
+  c.peak_flops_bf16 = c.peak_flops_fp32 * bf16_speedup_of_this_cpu();
   // Uncalibrated guesses, replaced by `loom bench calibrate`: loom's steps
   // reach about a third of the fp32 peak (README), a core streams ~10 GB/s,
   // MPI over shared memory moves a few GB/s.

@@ -44,6 +44,9 @@ ClusterSpec local_cluster_or_default();
 // The same, measured now (no file read); `calibrate` adds measured
 // efficiency and bandwidths on top of it.
 ClusterSpec measure_local_cluster_quickly();
+// bf16 products' speed against fp32's on this CPU: native with avx512_bf16,
+// widened to fp32 elsewhere (the local cluster's bf16 peak).
+double bf16_speedup_of_this_cpu();
 
 // The fastest layout loom can run for cfg on world_size ranks (fp32, ZeRO
 // 0-2, n_head % tp == 0, pp <= n_layer, batch divisible by dp x

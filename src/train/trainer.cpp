@@ -104,9 +104,15 @@ void print_sample(const RunConfig& cfg, const Replica& replica, FILE* log) {
   GPT model(cfg.model, 1, cfg.model.seq_len);
   std::copy(params, params + model.layout().total, model.params());
   const SamplingOptions opt{cfg.train.sample_tokens, 0.8f, 40, uint64_t(cfg.train.seed), codec.eos()};
-  const std::string text = codec.decode(sample_tokens(model, prompt, opt));
-  std::fprintf(log, "sample (%d tokens, temperature 0.8, top-k 40):\n%s%s\n", cfg.train.sample_tokens,
-               cfg.train.sample_prompt.c_str(), text.c_str());
+  const std::string text = cfg.train.sample_prompt + codec.decode(sample_tokens(model, prompt, opt));
+  // Quoted line by line, so that blank lines and indentation show.
+  std::fprintf(log, "sample (%d tokens, temperature 0.8, top-k 40):\n", cfg.train.sample_tokens);
+  size_t begin = 0;
+  while (begin <= text.size()) {
+    const size_t end = std::min(text.find('\n', begin), text.size());
+    std::fprintf(log, "  | %.*s\n", int(end - begin), text.c_str() + begin);
+    begin = end + 1;
+  }
 }
 
 }  // namespace

@@ -65,7 +65,7 @@ TEST(Cli, TrainRunsAndLogsEveryField) {
                             "cpu: ", "| isa ", "fp32 GEMM: oneDNN", "bf16 GEMM: "})
     EXPECT_NE(r.output.find(field), std::string::npos) << field << "\n" << r.output;
   // The sample after training: the prompt, then sampled text.
-  const size_t sample = r.output.find("sample (48 tokens, temperature 0.8, top-k 40):\nThe");
+  const size_t sample = r.output.find("sample (48 tokens, temperature 0.8, top-k 40):\n  | The");
   ASSERT_NE(sample, std::string::npos) << r.output;
   EXPECT_GT(r.output.size(), sample + 60) << r.output;
 }

@@ -3,9 +3,10 @@
 // Bit for bit the scalar conversions of core/dtype.h (round to nearest, ties
 // to even; NaN stays a quiet NaN with its top payload bits; inf and
 // subnormals exact; fp16 overflow to inf), independent of the MXCSR
-// denormal flags. Vectorized with AVX-512 (fp16 through F16C's
-// vcvtps2ph / vcvtph2ps), AVX2+F16C where AVX-512 is missing, and split over
-// the OpenMP threads for large arrays. out and in must not overlap.
+// denormal flags. Vectorized with AVX-512 where the build targets it, else
+// AVX2 (bf16 in integer lanes; fp16 through F16C's vcvtps2ph / vcvtph2ps),
+// and split over the OpenMP threads for large arrays. out and in must not
+// overlap.
 #pragma once
 
 #include <cstddef>

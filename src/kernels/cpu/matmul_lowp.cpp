@@ -136,9 +136,12 @@ LowpMatmulEngine::LowpMatmulEngine(Bf16Path bf16)
 }
 LowpMatmulEngine::~LowpMatmulEngine() = default;
 
-// Panel by panel: for each [mt, nt] block of C, sum over K in kt steps the
-// product of the widened A and B panels on the fp32 engine. A 16-bit C is
-// summed in an fp32 panel and rounded once at the end.
+// Panel by panel: for each [mt, nt] block of C (rows outer), sum over K in
+// kt steps the product of the widened A and B panels on the fp32 engine. A
+// 16-bit C is summed in an fp32 panel and rounded once at the end. A panel
+// still holding the block it needs is not widened again: with one K step,
+// A's panel serves a whole row of C blocks, and with one column block too
+// (e.g. the head's dW: vocabulary rows, C columns) B is widened once.
 template <class H, class Out>
 void LowpMatmulEngine::widened_gemm(Out* c, const H* a, const H* b, const float* bias, int64_t M, int64_t N,
                                     int64_t K, bool trans_a, bool trans_b, bool accumulate) {
@@ -147,17 +150,24 @@ void LowpMatmulEngine::widened_gemm(Out* c, const H* a, const H* b, const float*
   float* pa = grown(panel_a_, mt * kt);
   float* pb = grown(panel_b_, kt * nt);
   float* pc = fp32_out ? nullptr : grown(panel_c_, mt * nt);
-  for (int64_t n0 = 0; n0 < N; n0 += nt) {
-    const int64_t n = std::min(nt, N - n0);
-    for (int64_t m0 = 0; m0 < M; m0 += mt) {
-      const int64_t m = std::min(mt, M - m0);
+  int64_t a_at[2] = {-1, -1}, b_at[2] = {-1, -1};  // (row, k) of A's panel, (k, column) of B's
+  for (int64_t m0 = 0; m0 < M; m0 += mt) {
+    const int64_t m = std::min(mt, M - m0);
+    for (int64_t n0 = 0; n0 < N; n0 += nt) {
+      const int64_t n = std::min(nt, N - n0);
       for (int64_t k0 = 0; k0 < K; k0 += kt) {
         const int64_t k = std::min(kt, K - k0);
         // The panels keep the stored layout, so the transposes carry over.
-        if (trans_a) widen_block(pa, a, M, k0, k, m0, m);  // [k, m]
-        else widen_block(pa, a, K, m0, m, k0, k);          // [m, k]
-        if (trans_b) widen_block(pb, b, K, n0, n, k0, k);  // [n, k]
-        else widen_block(pb, b, N, k0, k, n0, n);          // [k, n]
+        if (a_at[0] != m0 || a_at[1] != k0) {
+          if (trans_a) widen_block(pa, a, M, k0, k, m0, m);  // [k, m]
+          else widen_block(pa, a, K, m0, m, k0, k);          // [m, k]
+          a_at[0] = m0, a_at[1] = k0;
+        }
+        if (b_at[0] != k0 || b_at[1] != n0) {
+          if (trans_b) widen_block(pb, b, K, n0, n, k0, k);  // [n, k]
+          else widen_block(pb, b, N, k0, k, n0, n);          // [k, n]
+          b_at[0] = k0, b_at[1] = n0;
+        }
         const float* bias_panel = (bias && k0 == 0) ? bias + n0 : nullptr;
         if constexpr (fp32_out) {
           fp32_.gemm(c + m0 * N + n0, pa, pb, bias_panel, m, n, k, trans_a, trans_b, accumulate || k0 > 0, N);
