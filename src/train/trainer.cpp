@@ -110,7 +110,9 @@ void print_sample(const RunConfig& cfg, const Replica& replica, FILE* log) {
   size_t begin = 0;
   while (begin <= text.size()) {
     const size_t end = std::min(text.find('\n', begin), text.size());
-    std::fprintf(log, "  | %.*s\n", int(end - begin), text.c_str() + begin);
+    std::fputs("  | ", log);
+    std::fwrite(text.data() + begin, 1, end - begin, log);  // as sampled, NUL bytes included
+    std::fputc('\n', log);
     begin = end + 1;
   }
 }
@@ -458,7 +460,13 @@ TrainResult train(const RunConfig& cfg, const ParallelContext& ctx, FILE* log, c
                  "%.2f%% of the step time\n",
                  cfg.train.steps, result.tokens_per_s, result.gflops, 100.0 * result.gflops / result.peak_gflops,
                  100.0 * data_seconds / step_seconds);
-  if (log && cfg.train.sample_tokens > 0) print_sample(cfg, replica, log);
+  if (log && cfg.train.sample_tokens > 0) {
+    try {
+      print_sample(cfg, replica, log);
+    } catch (const std::exception& e) {  // the run is done: a sample that fails must not fail it
+      std::fprintf(log, "sample: skipped (%s)\n", e.what());
+    }
+  }
   if (log && replica.scaler().mode() != LossScaleMode::off)
     std::fprintf(log, "loss scaling: %d steps skipped for inf/NaN gradients; final scale %g\n", result.overflow_steps,
                  double(replica.scaler().scale()));

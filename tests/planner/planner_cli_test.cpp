@@ -4,7 +4,10 @@
 #include <cstdio>
 #include <string>
 
+#include <toml++/toml.h>
+
 #include "cli/run_loom.h"
+#include "kernels/cpu/isa.h"
 
 namespace {
 
@@ -39,9 +42,20 @@ TEST(PlannerCli, CalibrateWritesAClusterThePlannerReads) {
   CliResult c = run_loom("bench calibrate --out " + out);
   ASSERT_EQ(c.code, 0) << c.output;
   EXPECT_NE(c.output.find("GFLOP/s"), std::string::npos) << c.output;
+  // The bf16 peak follows the CPU: native products (avx512_bf16) about 1.8x
+  // fp32's, widened ones about 0.9x.
+  const toml::table cluster = toml::parse_file(out);
+  const double fp32 = cluster.at_path("device.peak_tflops_fp32").value_or(0.0);
+  const double bf16 = cluster.at_path("device.peak_tflops_bf16").value_or(0.0);
+  ASSERT_GT(fp32, 0) << out;
+  EXPECT_NEAR(bf16 / fp32, loom::cpu::native_bf16_products() ? 1.8 : 0.9, 1e-3) << out;
   CliResult p = run_loom("plan --model gpt2-124m --cluster " + out + " --batch 8 --seq 256 --top 2");
   EXPECT_EQ(p.code, 0) << p.output;
-  EXPECT_NE(p.output.find("fp32"), std::string::npos) << p.output;  // a CPU has no bf16 peak here
+  // Widened bf16 (0.9x) loses to fp32 on speed; native bf16 (1.8x) wins.
+  const std::string best = loom::cpu::native_bf16_products() ? " bf16 " : " fp32 ";
+  const size_t row = p.output.find("\n  1 ");
+  ASSERT_NE(row, std::string::npos) << p.output;
+  EXPECT_NE(p.output.substr(row, p.output.find('\n', row + 1) - row).find(best), std::string::npos) << p.output;
   std::remove(out.c_str());
 }
 

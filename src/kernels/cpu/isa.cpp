@@ -47,7 +47,7 @@ void cap_isa(std::optional<Isa> cap, const char* field) {
     const Isa from_env = checked(env, "LOOM_MAX_CPU_ISA (environment)", highest, cpu);
     cap = cap ? std::min(*cap, from_env) : from_env;
   }
-  if (!cap || *cap == highest) return;
+  if (!cap) return;
   if (dnnl::set_max_cpu_isa(to_dnnl(*cap)) == dnnl::status::success) return;
   // oneDNN fixes its ISA at first use: only a repeat of that level is fine.
   LOOM_CHECK(kernel_isa() == *cap, "instruction-set cap %s set after oneDNN started at %s", isa_name(*cap),

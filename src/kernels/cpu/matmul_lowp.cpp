@@ -136,12 +136,14 @@ LowpMatmulEngine::LowpMatmulEngine(Bf16Path bf16)
 }
 LowpMatmulEngine::~LowpMatmulEngine() = default;
 
-// Panel by panel: for each [mt, nt] block of C (rows outer), sum over K in
+// Panel by panel: for each [mt, nt] block of C, sum over K in
 // kt steps the product of the widened A and B panels on the fp32 engine. A
 // 16-bit C is summed in an fp32 panel and rounded once at the end. A panel
 // still holding the block it needs is not widened again: with one K step,
-// A's panel serves a whole row of C blocks, and with one column block too
-// (e.g. the head's dW: vocabulary rows, C columns) B is widened once.
+// taking C's blocks row by row widens each A panel once (and B once if C has
+// one column of blocks), column by column the reverse; the order that widens
+// fewer elements is taken (the head's dW: its vocabulary rows of the
+// gradient once, the activations once).
 template <class H, class Out>
 void LowpMatmulEngine::widened_gemm(Out* c, const H* a, const H* b, const float* bias, int64_t M, int64_t N,
                                     int64_t K, bool trans_a, bool trans_b, bool accumulate) {
@@ -150,11 +152,17 @@ void LowpMatmulEngine::widened_gemm(Out* c, const H* a, const H* b, const float*
   float* pa = grown(panel_a_, mt * kt);
   float* pb = grown(panel_b_, kt * nt);
   float* pc = fp32_out ? nullptr : grown(panel_c_, mt * nt);
+  // Elements widened in all, blocks of C taken row by row or column by
+  // column (a panel is reused only while the next block needs the same one).
+  const int64_t tiles_m = (M + mt - 1) / mt, tiles_n = (N + nt - 1) / nt, one_k = K <= kt;
+  const int64_t by_rows = M * K * (one_k ? 1 : tiles_n) + K * N * (tiles_n == 1 && one_k ? 1 : tiles_m);
+  const int64_t by_columns = K * N * (one_k ? 1 : tiles_m) + M * K * (tiles_m == 1 && one_k ? 1 : tiles_n);
+  const bool rows_outer = by_rows <= by_columns;
   int64_t a_at[2] = {-1, -1}, b_at[2] = {-1, -1};  // (row, k) of A's panel, (k, column) of B's
-  for (int64_t m0 = 0; m0 < M; m0 += mt) {
-    const int64_t m = std::min(mt, M - m0);
-    for (int64_t n0 = 0; n0 < N; n0 += nt) {
-      const int64_t n = std::min(nt, N - n0);
+  for (int64_t outer = 0; outer < (rows_outer ? tiles_m : tiles_n); outer++) {
+    for (int64_t inner = 0; inner < (rows_outer ? tiles_n : tiles_m); inner++) {
+      const int64_t m0 = (rows_outer ? outer : inner) * mt, n0 = (rows_outer ? inner : outer) * nt;
+      const int64_t m = std::min(mt, M - m0), n = std::min(nt, N - n0);
       for (int64_t k0 = 0; k0 < K; k0 += kt) {
         const int64_t k = std::min(kt, K - k0);
         // The panels keep the stored layout, so the transposes carry over.
