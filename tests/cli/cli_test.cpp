@@ -105,13 +105,9 @@ TEST(Cli, InfoNamesTheCpuTheKernelsAndTheirRates) {
   for (const char* p : {"fp32", "bf16", "fp16"}) EXPECT_GT(j.at("layer_gflops").at(p).get<double>(), 0) << p;
 
   // The environment's cap: a bad name is refused, naming the variable.
-  FILE* p = popen("LOOM_MAX_CPU_ISA=avx9 '" LOOM_EXE "' info 2>&1", "r");
-  std::string out;
-  char buf[4096];
-  while (fgets(buf, sizeof buf, p)) out += buf;
-  const int status = pclose(p);
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 2) << out;
-  EXPECT_NE(out.find("LOOM_MAX_CPU_ISA"), std::string::npos) << out;
+  CliResult env = loom::test::run_loom("info", "LOOM_MAX_CPU_ISA=avx9");
+  EXPECT_EQ(env.code, 2) << env.output;
+  EXPECT_NE(env.output.find("LOOM_MAX_CPU_ISA"), std::string::npos) << env.output;
 
   CliResult capped = run("info --threads 1 --isa avx2");
   ASSERT_EQ(capped.code, 0) << capped.output;

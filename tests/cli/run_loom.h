@@ -13,8 +13,9 @@ struct CliResult {
   std::string output;  // stdout and stderr together
 };
 
-inline CliResult run_loom(const std::string& args) {
-  std::string cmd = std::string("'") + LOOM_EXE + "' " + args + " 2>&1";
+// env: VAR=value assignments put before the command ("" = none).
+inline CliResult run_loom(const std::string& args, const std::string& env = "") {
+  std::string cmd = env + (env.empty() ? "" : " ") + "'" + LOOM_EXE + "' " + args + " 2>&1";
   FILE* p = popen(cmd.c_str(), "r");
   std::string out;
   char buf[4096];

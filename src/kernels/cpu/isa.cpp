@@ -56,8 +56,10 @@ void cap_isa(std::optional<Isa> cap, const char* field) {
 
 void cap_isa(const std::string& name, const char* field) {
   if (name == "auto" || name.empty()) return cap_isa(std::nullopt, field);
-  const CpuInfo cpu = read_cpu_info();
-  cap_isa(checked(name, field, highest_isa(cpu), cpu), field);
+  const auto isa = parse_isa(name);
+  LOOM_USER_CHECK(isa.has_value(), "%s: unknown instruction set '%s' (expected auto, %s)", field, name.c_str(),
+                  isa_names());
+  cap_isa(*isa, field);  // checks it against the CPU
 }
 
 Isa kernel_isa() {
