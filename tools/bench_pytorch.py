@@ -4,11 +4,23 @@ Usage:
   /usr/bin/python3 tools/bench_pytorch.py --shape tiny|small|gpt2-124M --threads N
       [--steps S] [--warmup W] [--json] [--autocast bf16|fp16|none]
       [--vocab V] [--layers L] [--d-model C] [--heads H] [--seq-len T] [--batch B]
+  /usr/bin/python3 tools/bench_pytorch.py --model llama [--shape tiny|small|llama-124M]
+      --threads N [...as above...] [--kv-heads K] [--ffn-hidden F]
 
-Builds the model from tools/gpt_torch.py and times full training steps on a
+Builds the model from tools/gpt_torch.py (--model gpt2, the default) or
+tools/llama_torch.py (--model llama: RMSNorm, rotary embeddings, grouped-query
+attention, SwiGLU MLP, untied lm_head) and times full training steps on a
 fixed random batch: forward + loss, backward, clip_grad_norm_(1.0), AdamW
 step, zero_grad(set_to_none=True). W warmup steps are run first and not
-timed. The explicit size flags override the chosen --shape (default tiny).
+timed. The explicit size flags override the chosen --shape (default tiny for
+gpt2, llama-124M for llama; --shape llama-124M alone implies --model llama).
+
+LLaMA shapes: (vocab, layers, d_model, heads, kv_heads, ffn_hidden, seq_len, batch)
+  tiny       512   4 128  4 2  352 128 8
+  small      4096  6 384  6 2 1024 256 4
+  llama-124M 50304 12 768 12 4 2048 256 4   (GPT-2 124M's sizes with LLaMA
+             blocks: 152.8M parameters, of which 38.6M are the untied
+             lm_head; 114.2M if it were tied)
 
 --autocast bf16 runs the forward and the loss under
 torch.autocast(device_type="cpu", dtype=torch.bfloat16) (matmuls in bf16,
@@ -33,6 +45,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from gpt_torch import GPT, GPTConfig, make_adamw  # noqa: E402
+from llama_torch import Llama, LlamaConfig  # noqa: E402
 
 # name: (vocab, layers, d_model, heads, seq_len, batch)
 SHAPES = {
@@ -42,11 +55,23 @@ SHAPES = {
 }
 DIM_FLAGS = ("vocab", "layers", "d_model", "heads", "seq_len", "batch")
 
+# name: (vocab, layers, d_model, heads, kv_heads, ffn_hidden, seq_len, batch);
+# ffn_hidden is about 8/3 * d_model, as LLaMA sizes its SwiGLU MLP.
+LLAMA_SHAPES = {
+    "tiny": (512, 4, 128, 4, 2, 352, 128, 8),
+    "small": (4096, 6, 384, 6, 2, 1024, 256, 4),
+    "llama-124M": (50304, 12, 768, 12, 4, 2048, 256, 4),
+}
+LLAMA_DIM_FLAGS = ("vocab", "layers", "d_model", "heads", "kv_heads", "ffn_hidden",
+                   "seq_len", "batch")
+
 
 def parse_args():
     p = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0])
-    p.add_argument("--shape", choices=sorted(SHAPES), default=None,
-                   help="preset shape (default tiny)")
+    p.add_argument("--model", choices=("gpt2", "llama"), default=None,
+                   help="gpt2 (default) or llama (default shape llama-124M)")
+    p.add_argument("--shape", choices=sorted(set(SHAPES) | set(LLAMA_SHAPES)), default=None,
+                   help="preset shape (default tiny; llama: llama-124M)")
     p.add_argument("--threads", type=int, required=True, help="torch intra-op threads")
     p.add_argument("--steps", type=int, default=5, help="timed steps (default 5)")
     p.add_argument("--warmup", type=int, default=1, help="untimed warmup steps (default 1)")
@@ -60,7 +85,18 @@ def parse_args():
     p.add_argument("--heads", type=int)
     p.add_argument("--seq-len", type=int)
     p.add_argument("--batch", type=int)
+    p.add_argument("--kv-heads", type=int, help="llama only: key/value heads")
+    p.add_argument("--ffn-hidden", type=int, help="llama only: SwiGLU hidden width")
     args = p.parse_args()
+    if args.model is None:
+        args.model = "llama" if args.shape in LLAMA_SHAPES and args.shape not in SHAPES else "gpt2"
+    if args.model == "gpt2":
+        if args.shape is not None and args.shape not in SHAPES:
+            p.error(f"--shape {args.shape} is a llama shape (use --model llama)")
+        if args.kv_heads is not None or args.ffn_hidden is not None:
+            p.error("--kv-heads and --ffn-hidden are for --model llama")
+    elif args.shape is not None and args.shape not in LLAMA_SHAPES:
+        p.error(f"--shape {args.shape} is not a llama shape ({', '.join(LLAMA_SHAPES)})")
     if args.steps < 1 or args.warmup < 0 or args.threads < 1:
         p.error("need --steps >= 1, --warmup >= 0, --threads >= 1")
     if args.autocast != "none" and not cpu_autocast_supported(AUTOCAST_DTYPES[args.autocast]):
@@ -105,6 +141,39 @@ def resolve_shape(args):
     return label, dims
 
 
+def resolve_llama_shape(args):
+    """As resolve_shape, for --model llama."""
+    base_name = args.shape or "llama-124M"
+    dims = dict(zip(LLAMA_DIM_FLAGS, LLAMA_SHAPES[base_name]))
+    overridden = False
+    for flag in LLAMA_DIM_FLAGS:
+        v = getattr(args, flag)
+        if v is not None and v != dims[flag]:
+            dims[flag] = v
+            overridden = True
+    label = base_name if not overridden else "custom"
+    if dims["d_model"] % dims["heads"] != 0:
+        sys.exit(f"d_model {dims['d_model']} is not divisible by heads {dims['heads']}")
+    if dims["kv_heads"] < 1 or dims["heads"] % dims["kv_heads"] != 0:
+        sys.exit(f"heads {dims['heads']} is not divisible by kv_heads {dims['kv_heads']}")
+    if (dims["d_model"] // dims["heads"]) % 2 != 0:
+        sys.exit("rotary embeddings need an even head size (d_model / heads)")
+    return label, dims
+
+
+def llama_flops_per_token(model, dims):
+    """Training FLOPs per token for the LLaMA, counted as for GPT-2:
+    6*N + 12*L*(NH*hd)*T, N without model.embed_tokens (a lookup, no
+    matmul; the untied lm_head stays in). The attention term uses the query
+    width NH*hd (= d_model): grouped-query attention shares k/v heads but
+    computes as many score and value products as there are query heads."""
+    n = model.num_params()
+    if not model.cfg.tie_embeddings:
+        n -= model.model.embed_tokens.weight.numel()
+    L, T = dims["layers"], dims["seq_len"]
+    return 6 * n + 12 * L * (model.cfg.n_head * model.cfg.head_dim) * T
+
+
 def flops_per_token(model, dims):
     """Training FLOPs per token, using nanoGPT's estimate: 6*N + 12*L*C*T.
 
@@ -122,13 +191,20 @@ def flops_per_token(model, dims):
 
 def main():
     args = parse_args()
-    label, dims = resolve_shape(args)
+    llama = args.model == "llama"
+    label, dims = resolve_llama_shape(args) if llama else resolve_shape(args)
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
 
-    cfg = GPTConfig(vocab_size=dims["vocab"], n_layer=dims["layers"], n_head=dims["heads"],
-                    d_model=dims["d_model"], seq_len=dims["seq_len"])
-    model = GPT(cfg)
+    if llama:
+        cfg = LlamaConfig(vocab_size=dims["vocab"], n_layer=dims["layers"], n_head=dims["heads"],
+                          n_kv_head=dims["kv_heads"], d_model=dims["d_model"],
+                          ffn_hidden=dims["ffn_hidden"], seq_len=dims["seq_len"])
+        model = Llama(cfg)
+    else:
+        cfg = GPTConfig(vocab_size=dims["vocab"], n_layer=dims["layers"], n_head=dims["heads"],
+                        d_model=dims["d_model"], seq_len=dims["seq_len"])
+        model = GPT(cfg)
     model.train()
     opt = make_adamw(model, lr=1e-4)
     params = list(model.parameters())
@@ -168,11 +244,13 @@ def main():
             print(f"step {i}: {dt * 1e3:9.1f} ms  loss {loss:.4f}  "
                   f"{B * T / dt:10.1f} tok/s", flush=True)
 
-    fpt = flops_per_token(model, dims)
+    fpt = llama_flops_per_token(model, dims) if llama else flops_per_token(model, dims)
     step_s = statistics.median(times)
     tok_s = statistics.median(B * T / t for t in times)
     result = {
         "shape": label,
+        # The GPT-2 line stays as it was: "model" appears only for llama.
+        **({"model": "llama"} if llama else {}),
         **dims,
         "threads": args.threads,
         "autocast": args.autocast,

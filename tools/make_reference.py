@@ -1,12 +1,23 @@
 """Write a golden reference file for loom's tests.
 
-Usage: /usr/bin/python3 tools/make_reference.py OUT_PATH
+Usage: /usr/bin/python3 tools/make_reference.py [--family gpt2|llama] [--kv-heads N] OUT_PATH
 
-Builds a tiny GPT-2 (tools/gpt_torch.py), runs one forward/backward on a
-random batch and records the initial parameters, logits, loss and gradients;
-then, from the same initial weights, runs ADAM_STEPS AdamW steps on that batch
-(with grad-norm clipping) and records each step's loss, the pre-clip grad norm
-and the final parameters.
+Builds a tiny GPT-2 (tools/gpt_torch.py; the default family) or a tiny LLaMA
+(tools/llama_torch.py, Hugging Face LlamaForCausalLM semantics, untied
+lm_head), runs one forward/backward on a random batch and records the
+initial parameters, logits, loss and gradients; then, from the same initial
+weights, runs ADAM_STEPS AdamW steps on that batch (with grad-norm clipping)
+and records each step's loss, the pre-clip grad norm and the final parameters.
+
+LLaMA: --kv-heads N (default 2) is n_kv_head; with n_head 4, N = 2 is
+grouped-query attention and N = 4 plain multi-head attention. Its file adds
+the ints n_kv_head and ffn_hidden and the floats rope_theta and norm_eps;
+the parameter names are Hugging Face's (model.embed_tokens.weight, ...,
+lm_head.weight; see tools/llama_torch.py). The GPT-2 file is unchanged by
+these options.
+
+Records (tensors): param/<name>, inputs, targets, logits, loss, grad/<name>,
+adam/losses, adam/grad_norms, final/<name>.
 
 File format (little-endian), version 1:
   magic     8 bytes  b"LOOMREF\\0"
@@ -19,6 +30,7 @@ File format (little-endian), version 1:
                                raw data, row-major}
 """
 
+import argparse
 import os
 import struct
 import sys
@@ -27,6 +39,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from gpt_torch import GPT, GPTConfig, make_adamw  # noqa: E402
+from llama_torch import Llama, LlamaConfig  # noqa: E402
 
 MAGIC = b"LOOMREF\0"
 VERSION = 1
@@ -50,6 +63,45 @@ FLOATS = {
     "grad_clip": 1.0,
 }
 
+# LLaMA: the same sizes and optimiser plus these (ffn_hidden deliberately not
+# 4 * d_model, so that a wrong MLP width cannot pass).
+LLAMA_EXTRA_INTS = {
+    "n_kv_head": 2,      # replaced by --kv-heads
+    "ffn_hidden": 64,
+}
+LLAMA_EXTRA_FLOATS = {
+    "rope_theta": 10000.0,
+    "norm_eps": 1e-5,
+}
+
+
+def family_config(family, kv_heads):
+    """Returns (ints, floats, model factory) for a family."""
+    if family == "gpt2":
+        return INTS, FLOATS, lambda: GPT(GPTConfig(
+            vocab_size=INTS["vocab_size"],
+            n_layer=INTS["n_layer"],
+            n_head=INTS["n_head"],
+            d_model=INTS["d_model"],
+            seq_len=INTS["seq_len"],
+        ))
+    ints = {**INTS, **LLAMA_EXTRA_INTS, "n_kv_head": kv_heads}
+    floats = {**FLOATS, **LLAMA_EXTRA_FLOATS}
+    if kv_heads < 1 or ints["n_head"] % kv_heads != 0:
+        sys.exit(f"--kv-heads {kv_heads} must divide n_head {ints['n_head']}")
+    return ints, floats, lambda: Llama(LlamaConfig(
+        vocab_size=ints["vocab_size"],
+        n_layer=ints["n_layer"],
+        n_head=ints["n_head"],
+        n_kv_head=ints["n_kv_head"],
+        d_model=ints["d_model"],
+        ffn_hidden=ints["ffn_hidden"],
+        seq_len=ints["seq_len"],
+        rope_theta=floats["rope_theta"],
+        norm_eps=floats["norm_eps"],
+        tie_embeddings=False,
+    ))
+
 
 def pack_name(name):
     b = name.encode("utf-8")
@@ -69,18 +121,11 @@ def pack_tensor(name, t):
     return out
 
 
-def compute(tensors):
+def compute(tensors, ints, floats, make_model):
     """Fill `tensors` (an ordered dict name -> tensor) with the reference data."""
-    cfg = GPTConfig(
-        vocab_size=INTS["vocab_size"],
-        n_layer=INTS["n_layer"],
-        n_head=INTS["n_head"],
-        d_model=INTS["d_model"],
-        seq_len=INTS["seq_len"],
-    )
-    B, T, V = INTS["batch_size"], cfg.seq_len, cfg.vocab_size
+    B, T, V = ints["batch_size"], ints["seq_len"], ints["vocab_size"]
 
-    model = GPT(cfg)
+    model = make_model()
     inputs = torch.randint(0, V, (B, T))
     targets = torch.randint(0, V, (B, T))
     initial = {n: p.detach().clone() for n, p in model.named_parameters()}
@@ -103,15 +148,15 @@ def compute(tensors):
         for n, p in model.named_parameters():
             p.copy_(initial[n])
     model.zero_grad(set_to_none=True)
-    opt = make_adamw(model, lr=FLOATS["lr"], betas=(FLOATS["beta1"], FLOATS["beta2"]),
-                     eps=FLOATS["eps"], weight_decay=FLOATS["weight_decay"])
+    opt = make_adamw(model, lr=floats["lr"], betas=(floats["beta1"], floats["beta2"]),
+                     eps=floats["eps"], weight_decay=floats["weight_decay"])
     params = list(model.parameters())
     losses, norms = [], []
-    for _ in range(INTS["adam_steps"]):
+    for _ in range(ints["adam_steps"]):
         _, loss = model(inputs, targets)
         loss.backward()
         # clip_grad_norm_ returns the total norm before clipping.
-        norm = torch.nn.utils.clip_grad_norm_(params, FLOATS["grad_clip"])
+        norm = torch.nn.utils.clip_grad_norm_(params, floats["grad_clip"])
         opt.step()
         opt.zero_grad(set_to_none=True)
         losses.append(loss.item())
@@ -123,25 +168,33 @@ def compute(tensors):
 
 
 def main():
-    if len(sys.argv) != 2:
-        print(__doc__.strip().splitlines()[2], file=sys.stderr)
-        sys.exit(2)
-    out_path = sys.argv[1]
+    usage = __doc__.strip().splitlines()[2].removeprefix("Usage: ")
+    ap = argparse.ArgumentParser(usage=usage, description="Write a golden reference file.")
+    ap.add_argument("--family", choices=("gpt2", "llama"), default="gpt2")
+    ap.add_argument("--kv-heads", type=int, default=None,
+                    help="LLaMA n_kv_head (default 2; n_head is 4)")
+    ap.add_argument("out_path")
+    args = ap.parse_args()
+    if args.family == "gpt2" and args.kv_heads is not None:
+        ap.error("--kv-heads is for --family llama")
+    out_path = args.out_path
+    ints, floats, make_model = family_config(
+        args.family, args.kv_heads if args.kv_heads is not None else LLAMA_EXTRA_INTS["n_kv_head"])
 
     torch.manual_seed(1234)
     torch.set_num_threads(1)
     torch.set_default_dtype(torch.float32)
 
     tensors = {}
-    compute(tensors)
+    compute(tensors, ints, floats, make_model)
 
     blob = bytearray(MAGIC)
     blob += struct.pack("<I", VERSION)
-    blob += struct.pack("<I", len(INTS))
-    for k, v in INTS.items():
+    blob += struct.pack("<I", len(ints))
+    for k, v in ints.items():
         blob += pack_name(k) + struct.pack("<q", v)
-    blob += struct.pack("<I", len(FLOATS))
-    for k, v in FLOATS.items():
+    blob += struct.pack("<I", len(floats))
+    for k, v in floats.items():
         blob += pack_name(k) + struct.pack("<d", v)
     blob += struct.pack("<I", len(tensors))
     for k, t in tensors.items():
