@@ -1,6 +1,6 @@
 // Shared helpers for the kernel tests (header only): seeded random fills,
 // elementwise closeness with a useful failure message, finite differences,
-// and a scoped OpenMP thread count.
+// 16-bit rounding and widening, and a scoped OpenMP thread count.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -11,7 +11,10 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <type_traits>
 #include <vector>
+
+#include "core/dtype.h"
 
 namespace loom::test {
 
@@ -94,6 +97,42 @@ inline double weighted_sum(const std::vector<double>& out, const std::vector<dou
   double s = 0;
   for (size_t i = 0; i < out.size(); i++) s += out[i] * w[i];
   return s;
+}
+
+// 16-bit storage (A = bf16 or f16): x rounded to A, and A widened (exactly).
+template <class A>
+A round_to(float x) {
+  if constexpr (std::is_same_v<A, bf16>) return float_to_bf16(x);
+  else return float_to_f16(x);
+}
+inline float widen(bf16 x) { return bf16_to_float(x); }
+inline float widen(f16 x) { return f16_to_float(x); }
+
+template <class A>
+std::vector<A> round_vec(const std::vector<float>& v) {
+  std::vector<A> r(v.size());
+  for (size_t i = 0; i < v.size(); i++) r[i] = round_to<A>(v[i]);
+  return r;
+}
+template <class A>
+std::vector<float> widen_vec(const std::vector<A>& v) {
+  std::vector<float> r(v.size());
+  for (size_t i = 0; i < v.size(); i++) r[i] = widen(v[i]);
+  return r;
+}
+
+// got[i] has the bits of want[i] rounded to A, for every i: a 16-bit kernel
+// is the fp32 kernel (on the widened inputs), rounded once.
+template <class A>
+::testing::AssertionResult bits_of_rounded(const std::vector<A>& got, const std::vector<float>& want) {
+  if (got.size() != want.size()) return ::testing::AssertionFailure() << "sizes differ";
+  for (size_t i = 0; i < got.size(); i++) {
+    const A r = round_to<A>(want[i]);
+    if (got[i].bits != r.bits)
+      return ::testing::AssertionFailure() << "element " << i << ": " << widen(got[i]) << " vs " << want[i]
+                                           << " rounded, " << widen(r);
+  }
+  return ::testing::AssertionSuccess();
 }
 
 // Sets the OpenMP thread count for a scope.

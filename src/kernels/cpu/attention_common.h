@@ -4,10 +4,35 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 
+#include "core/check.h"
 #include "kernels/cpu/simd_math.h"  // vector expf in the softmax loops
 
 namespace loom::cpu::detail {
+
+// Where the heads sit in a row of qkv[B,T,(NH + 2 NKV) x hs]: NH query
+// heads (C features), then NKV key heads, then NKV value heads. Query head
+// h reads kv head h / group. With NKV == NH this is GPT-2's [q | k | v].
+struct QkvLayout {
+  int hs, NKV, group;  // head size; kv heads; query heads per kv head
+  int64_t row;         // row stride: C + 2 NKV hs
+  int64_t kofs, vofs;  // offsets of key head 0 and value head 0 in a row
+
+  int64_t q(int h) const { return int64_t(h) * hs; }
+  int64_t k(int g) const { return kofs + int64_t(g) * hs; }
+  int64_t v(int g) const { return vofs + int64_t(g) * hs; }
+};
+
+// NKV = 0 means NKV = NH (multi-head attention).
+inline QkvLayout qkv_layout(int C, int NH, int NKV) {
+  LOOM_CHECK(NH > 0 && C % NH == 0, "C=%d not divisible by NH=%d", C, NH);
+  if (NKV == 0) NKV = NH;
+  LOOM_CHECK(NKV > 0 && NH % NKV == 0, "NH=%d not a multiple of NKV=%d", NH, NKV);
+  const int hs = C / NH;
+  const int64_t kv = int64_t(NKV) * hs;
+  return QkvLayout{hs, NKV, NH / NKV, C + 2 * kv, C, C + kv};
+}
 
 // Query rows per tile: row tile [i0,i1) only needs key columns [0,i1).
 constexpr int kAttnTile = 64;
