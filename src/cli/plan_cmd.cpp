@@ -1,5 +1,6 @@
 // `loom plan`: which layout of a model on a cluster fits and runs fastest,
 // with a ranked table and a memo for the best (see docs/planner.md).
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -24,7 +25,7 @@ struct PlanOptions {
   std::string model = "", config, cluster = "a100-80gb", layout;
   std::vector<std::string> sets;
   int devices = 0, batch = 0, seq = 0, top = 5, ranks = 1;
-  int layers = 0, d_model = 0, heads = 0, vocab = 0;
+  int layers = 0, d_model = 0, heads = 0, kv_heads = 0, ffn = 0, vocab = 0;
   double inter_node_gbit = 0, tokens = 0, deadline_days = 0;
   bool cluster_given = false;
   SearchSpace space;
@@ -78,6 +79,8 @@ PlanOptions parse(const Args& args) {
     else if (a == "--layers") o.layers = parse_int(a, value());
     else if (a == "--d-model") o.d_model = parse_int(a, value());
     else if (a == "--heads") o.heads = parse_int(a, value());
+    else if (a == "--kv-heads") o.kv_heads = parse_int(a, value());
+    else if (a == "--ffn") o.ffn = parse_int(a, value());
     else if (a == "--vocab") o.vocab = parse_int(a, value());
     else if (a == "--top") o.top = parse_int(a, value());
     else if (a == "--inter-node-gbit") o.inter_node_gbit = parse_number(a, value());
@@ -122,6 +125,8 @@ Workload workload(const PlanOptions& o) {
   if (o.layers) w.model.n_layer = o.layers;
   if (o.d_model) w.model.d_model = o.d_model;
   if (o.heads) w.model.n_head = o.heads;
+  if (o.kv_heads) w.model.n_kv_head = o.kv_heads;  // LLaMA only: validate() refuses it for GPT-2
+  if (o.ffn) w.model.ffn_hidden = o.ffn;
   if (o.vocab) w.model.vocab_size = o.vocab;
   if (o.seq) w.model.seq_len = o.seq;
   if (o.batch) w.global_batch = o.batch;
@@ -159,17 +164,15 @@ int cmd_plan(const Args& args) {
   if (o.layout == "auto") return plan_loom_layout(o);
   const auto t0 = std::chrono::steady_clock::now();
   const Workload w = workload(o);
-  ClusterSpec cluster = load_cluster(o.cluster, default_root());
-  if (o.inter_node_gbit > 0) cluster.inter_bandwidth = o.inter_node_gbit * 1e9 / 8;
-  if (o.devices > 0) cluster = with_devices(cluster, o.devices);
+  ClusterSpec nodes = load_cluster(o.cluster, default_root());  // whole nodes, as the file describes them
+  if (o.inter_node_gbit > 0) nodes.inter_bandwidth = o.inter_node_gbit * 1e9 / 8;
+  ClusterSpec cluster = o.devices > 0 ? with_devices(nodes, o.devices) : nodes;
   cluster.validate(cluster.name);
 
   const double gib = 1024.0 * 1024.0 * 1024.0;
-  std::printf("loom plan: %s, %.2fB parameters (%d layers, d_model %d, %d heads, vocab %d), global batch %d x %d "
-              "tokens\n",
+  std::printf("loom plan: %s, %.2fB parameters (%s), global batch %d x %d tokens\n",
               o.config.empty() ? (o.model.empty() ? "gpt3-6.7b" : o.model.c_str()) : o.config.c_str(),
-              double(w.model.num_parameters()) / 1e9, w.model.n_layer, w.model.d_model, w.model.n_head,
-              w.model.vocab_size, w.global_batch, w.seq_len());
+              double(w.model.num_parameters()) / 1e9, model_summary(w.model).c_str(), w.global_batch, w.seq_len());
   std::printf("cluster: %s: %d node%s x %d devices, %.0f GiB each (%s)\n", cluster.name.c_str(), cluster.nodes,
               cluster.nodes > 1 ? "s" : "", cluster.devices_per_node, cluster.memory_bytes / gib,
               cluster.description.c_str());
@@ -178,8 +181,20 @@ int cmd_plan(const Args& args) {
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (r.top.empty()) {
     LOOM_USER_CHECK(r.have_closest, "no layout of %d devices divides the global batch %d and the model "
-                                    "(dp must divide the batch, tp the heads, pp at most the layers)",
+                                    "(dp must divide the batch, tp the heads, key/value heads and MLP width, "
+                                    "pp at most the layers)",
                     cluster.devices(), w.global_batch);
+    // Why, with figures, and the fewest devices of this kind that would do.
+    std::printf("\n%s", write_no_fit_memo(w, cluster, r).c_str());
+    SearchResult larger;
+    const int enough = smallest_fitting_devices(w, nodes, o.space, o.top, cluster.devices(),
+                                                64 * std::max(cluster.devices(), nodes.devices_per_node), &larger);
+    if (enough > 0) {
+      const ClusterSpec bigger = with_devices(nodes, enough);
+      std::printf("\nThe fewest %s devices on which it fits: %d (%d node%s). Plans there:\n\n%s\n%s\n",
+                  cluster.name.c_str(), enough, bigger.nodes, bigger.nodes > 1 ? "s" : "",
+                  format_plan_table(larger.top).c_str(), write_memo(w, bigger, larger.top[0]).c_str());
+    }
     const Candidate& c = r.closest;
     throw UserError(strprintf(
         "no layout fits in %d x %.1f GiB: the closest (%s) needs %.1f GiB on pipeline stage %d, %.1f GiB more per "

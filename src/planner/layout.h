@@ -21,7 +21,7 @@ Recompute parse_recompute(const std::string& s);
 
 // What is trained: the model and the step's batch.
 struct Workload {
-  GPTConfig model;
+  ModelConfig model;
   int global_batch = 1;  // sequences per optimizer step
   int seq_len() const { return model.seq_len; }
 };
@@ -43,6 +43,11 @@ struct Layout {
   // "dp 8 tp 4 pp 2 v 1 | mb 1 x 16 | zero 1 | bf16 | recompute none | sp"
   std::string describe() const;
 };
+
+// Whether tensor parallelism over tp ranks splits the model evenly: the
+// query heads, the key/value heads (LLaMA's grouped-query attention) and
+// the MLP width, as the trainer requires.
+bool tp_divides(const ModelConfig& m, int tp);
 
 // Layers of pipeline stage `stage` (first stages take the remainder).
 int layers_on_stage(int n_layer, int pp, int stage);

@@ -1,6 +1,7 @@
 #include "planner/memo.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "core/check.h"
 
@@ -28,6 +29,34 @@ std::string fits_paragraph(const Workload& w, const ClusterSpec& c, const Candid
       l.seq_parallel ? ", sequence parallel" : "",
       pp::max_in_flight(l.schedule(), l.pp, l.micro_batches, l.v, m.stage),
       l.v > 1 ? "(micro-batch, chunk) pairs" : "micro-batches", l.micro_batches * l.v, m.comm_buffers / kGiB, m.overhead / kGiB);
+}
+
+// The family and what it means for where parameters live and what is exchanged.
+std::string model_paragraph(const Workload& w, const Layout& l) {
+  const ModelConfig& m = w.model;
+  const bool split_ends = l.pp > 1;  // embedding and head on different stages
+  std::string head;
+  if (m.tied())
+    head = split_ends ? "the token embedding (tied): the last stage keeps a copy whose gradient is summed with the "
+                        "first stage's once per step (not in the step time)"
+                      : "the token embedding (tied)";
+  else
+    head = strprintf("its own %d x %d matrix (untied)%s", m.vocab_size, m.d_model,
+                     split_ends ? ": the first stage holds the embedding, the last the head, and no gradient passes "
+                                  "between them"
+                                : ", beside the embedding on every device");
+  if (!m.is_llama())
+    return strprintf("Model: gpt2 family: %d layers of LayerNorm, %d-head attention and a GELU MLP %d wide, with "
+                     "biases and learned positions; the output head is %s.\n",
+                     m.n_layer, m.n_head, m.ffn(), head.c_str());
+  const std::string attention =
+      m.kv_heads() == m.n_head
+          ? strprintf("%d-head attention", m.n_head)
+          : strprintf("grouped-query attention (%d query heads sharing %d key/value heads: q/k/v %lld wide, not %d)",
+                      m.n_head, m.kv_heads(), (long long)m.qkv_rows(), 3 * m.d_model);
+  return strprintf("Model: llama family: %d layers of RMSNorm, %s and a SwiGLU MLP %d wide (gate, up, down), no "
+                   "biases, rotary positions (base %g); the output head is %s.\n",
+                   m.n_layer, attention.c_str(), m.ffn(), m.rope_theta, head.c_str());
 }
 
 std::string comm_paragraph(const Workload& w, const Candidate& best) {
@@ -131,6 +160,7 @@ Bottleneck likely_bottleneck(const Candidate& best, const ClusterSpec& c) {
 std::string write_memo(const Workload& w, const ClusterSpec& c, const Candidate& best) {
   const StepTime& t = best.time;
   std::string out = "Memo for plan #1: " + best.layout.describe() + "\n";
+  out += model_paragraph(w, best.layout);
   out += fits_paragraph(w, c, best);
   out += comm_paragraph(w, best);
   out += microbatch_paragraph(w, c, best);
@@ -148,6 +178,44 @@ std::string write_memo(const Workload& w, const ClusterSpec& c, const Candidate&
                      "hides behind %.3f s of compute (perfect prefetch); if the overlap falls short, that traffic "
                      "is the bottleneck: then try ZeRO-1 with tensor and pipeline parallelism (--zero 0,1).\n",
                      t.zero3_total, t.compute);
+  return out;
+}
+
+std::string model_summary(const ModelConfig& m) {
+  std::string out = strprintf("%s family: %d layers, d_model %d, %d heads", model_family_name(m.family), m.n_layer,
+                              m.d_model, m.n_head);
+  if (m.is_llama()) out += strprintf(" (%d key/value), MLP %d", m.kv_heads(), m.ffn());
+  out += strprintf(", vocab %d", m.vocab_size);
+  if (m.is_llama()) out += m.tied() ? ", tied head" : ", untied head";
+  return out;
+}
+
+std::string write_no_fit_memo(const Workload& w, const ClusterSpec& c, const SearchResult& r) {
+  const double n = double(w.model.num_parameters()), states = 16 * n;  // bf16 or fp32 alike (memory_model.h)
+  const double usable = c.memory_bytes - c.overhead_bytes;
+  const int devices = c.devices();
+  std::string out = strprintf(
+      "No layout fits %d x %.1f GiB. Model states alone: %.2fB parameters x 16 B (16-bit parameters and "
+      "gradients + fp32 master weights and two Adam moments; fp32 training also 4 + 4 + 8) = %.0f GB, against "
+      "%d x %.1f GiB = %.0f GB left after the fixed overhead: spread over all %d devices (ZeRO-3, or tp x pp = "
+      "%d) each would hold %.1f GiB of states before any activation. Holding them takes at least %d devices of "
+      "%.0f GiB.\n",
+      devices, c.memory_bytes / kGiB, n / 1e9, states / 1e9, devices, usable / kGiB, devices * usable / 1e9,
+      devices, devices, states / devices / kGiB, int(std::ceil(states / usable)), c.memory_bytes / kGiB);
+  if (r.have_closest) {
+    const MemoryBreakdown& m = r.closest.memory;
+    out += strprintf(
+        "Closest: %s needs %.1f GiB on pipeline stage %d (parameters %.1f, gradients %.1f, optimizer %.1f, "
+        "activations %.1f, buffers %.1f, overhead %.1f GiB), %.1f GiB more than a device has.\n",
+        r.closest.layout.describe().c_str(), m.total() / kGiB, m.stage, m.params / kGiB, m.grads / kGiB,
+        m.optimizer / kGiB, m.activations / kGiB, m.comm_buffers / kGiB, m.overhead / kGiB,
+        (m.total() - c.memory_bytes) / kGiB);
+  }
+  out += strprintf(
+      "Beyond what loom models: offloading the fp32 master weights and moments to host memory (12 B x %.2fB = %.0f "
+      "GB there) leaves 4 B per parameter on the devices, %.1f GiB each over %d; training only adapters (LoRA) on "
+      "frozen 16-bit weights leaves about 2 B, %.1f GiB each; both before activations.\n",
+      n / 1e9, 12 * n / 1e9, 4 * n / devices / kGiB, devices, 2 * n / devices / kGiB);
   return out;
 }
 

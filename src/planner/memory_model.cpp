@@ -23,19 +23,51 @@ double layer_activation_bytes(double s, double b, double h, double a, int t, boo
   return 0;
 }
 
-double stage_parameters(const GPTConfig& m, const Layout& l, int stage) {
-  const double h = m.d_model, V = m.vocab_size, t = l.tp;
-  // Per layer: qkv, projection, fc, fc projection weights and their
-  // column-split biases are split over tp; the rest is replicated.
-  const double per_layer = (12 * h * h + 7 * h) / t + 6 * h;
-  double n = layers_on_stage(m.n_layer, l.pp, stage) * per_layer;
-  if (stage == 0) n += V * h / t + double(m.seq_len) * h;       // wte (vocab-parallel), wpe
-  if (stage == l.pp - 1) n += (l.pp > 1 ? V * h / t : 0) + 2 * h;  // tied head copy, final layernorm
+double layer_activation_bytes(const ModelConfig& m, double s, double b, int t, bool sp, Recompute r) {
+  const double h = m.d_model, a = m.n_head;
+  if (!m.is_llama()) return layer_activation_bytes(s, b, h, a, t, sp, r);
+  if (r == Recompute::Full) return sp ? 2 * s * b * h / t : 2 * s * b * h;
+  const double g = double(m.kv_heads()) / m.n_head, F = m.ffn();
+  const double whole = 8 * s * b * h + 8 * s * b;
+  const double split = (4 + 4 * g) * s * b * h + 6 * s * b * F + (r == Recompute::None ? 2 * a * s * s * b : 0);
+  return sp ? (whole + split) / t : whole + split / t;
+}
+
+ParameterCounts parameter_counts(const ModelConfig& m) {
+  const double h = m.d_model, F = m.ffn(), qkv = double(m.qkv_rows()), V = m.vocab_size;
+  ParameterCounts p;
+  p.embedding = V * h;
+  if (m.is_llama()) {
+    p.layer_matrices = qkv * h + h * h + 3 * F * h;  // q/k/v, o_proj, gate/up/down
+    p.layer_split = p.layer_matrices;                 // no biases
+    p.layer_replicated = 2 * h;                       // two RMSNorm weights
+    p.final_norm = h;
+  } else {
+    p.layer_matrices = qkv * h + h * h + 2 * F * h;  // qkv, projection, fc, fc projection
+    p.layer_split = p.layer_matrices + qkv + F;       // + the column-split biases (qkv, fc)
+    p.layer_replicated = 4 * h + 2 * h;               // two layernorms, the row-parallel biases
+    p.positions = double(m.seq_len) * h;
+    p.final_norm = 2 * h;
+  }
+  p.head = m.tied() ? 0 : V * h;
+  return p;
+}
+
+double stage_parameters(const ModelConfig& m, const Layout& l, int stage) {
+  const ParameterCounts p = parameter_counts(m);
+  const double t = l.tp;
+  double n = layers_on_stage(m.n_layer, l.pp, stage) * (p.layer_split / t + p.layer_replicated);
+  if (stage == 0) n += p.embedding / t + p.positions;  // vocabulary-parallel token table, positions
+  if (stage == l.pp - 1) {
+    // The output head: its own matrix when untied, else the tied table
+    // (a copy only when the first stage is another device).
+    n += (m.tied() ? (l.pp > 1 ? p.embedding / t : 0) : p.head / t) + p.final_norm;
+  }
   return n;
 }
 
 MemoryBreakdown stage_memory(const Workload& w, const Layout& l, const ClusterSpec& c, int stage) {
-  const GPTConfig& m = w.model;
+  const ModelConfig& m = w.model;
   const double s = w.seq_len(), b = l.micro_batch, h = m.d_model;
   MemoryBreakdown mem;
   mem.stage = stage;
@@ -50,10 +82,10 @@ MemoryBreakdown stage_memory(const Workload& w, const Layout& l, const ClusterSp
   const double scale = activation_scale(l.precision);
   const int in_flight = pp::max_in_flight(l.schedule(), l.pp, l.micro_batches, l.v, stage);
   const double layers_per_chunk = double(layers_on_stage(m.n_layer, l.pp, stage)) / l.v;
-  const double per_layer = scale * layer_activation_bytes(s, b, h, m.n_head, l.tp, l.seq_parallel, l.recompute);
+  const double per_layer = scale * layer_activation_bytes(m, s, b, l.tp, l.seq_parallel, l.recompute);
   mem.activations = in_flight * layers_per_chunk * per_layer;
   if (l.recompute == Recompute::Full)  // the layer being recomputed holds everything once
-    mem.activations += scale * layer_activation_bytes(s, b, h, m.n_head, l.tp, l.seq_parallel, Recompute::None);
+    mem.activations += scale * layer_activation_bytes(m, s, b, l.tp, l.seq_parallel, Recompute::None);
   const double sbh_bytes = s * b * h * 2 * scale / (l.seq_parallel ? l.tp : 1);
   if (stage == 0) mem.activations += in_flight * sbh_bytes;  // embedding output
   if (stage == l.pp - 1)  // final layernorm input, and fp32 logits for the loss (one micro-batch)
@@ -64,7 +96,7 @@ MemoryBreakdown stage_memory(const Workload& w, const Layout& l, const ClusterSp
   // gathered parameters of the current and the prefetched layer.
   if (l.dp > 1) mem.comm_buffers += 2 * std::min(25.0 * (1 << 20), mem.grads);
   if (l.pp > 1) mem.comm_buffers += 2 * sbh_bytes;
-  if (l.zero >= 3) mem.comm_buffers += 2 * (12 * h * h / l.tp) * param_bytes(l.precision);
+  if (l.zero >= 3) mem.comm_buffers += 2 * (parameter_counts(m).layer_matrices / l.tp) * param_bytes(l.precision);
   mem.overhead = c.overhead_bytes;
   return mem;
 }

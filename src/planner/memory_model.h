@@ -1,6 +1,8 @@
 // Memory of one device for a layout: model states by precision and ZeRO
 // stage, activations of the micro-batches a pipeline stage holds at once,
-// communication buffers and a fixed overhead.
+// communication buffers and a fixed overhead. Both families: GPT-2 (and the
+// GPT-3 shapes) and LLaMA (grouped-query attention, SwiGLU, RMSNorm, no
+// biases, an untied output head).
 //
 // Model states follow the ZeRO paper (Rajbhandari et al. 2020, section 3.1):
 // mixed precision keeps 2 B parameters + 2 B gradients + 12 B fp32 master
@@ -30,10 +32,44 @@ struct MemoryBreakdown {
 //   full recompute:      2 s b h (only the layer's input), / t with sequence parallelism
 double layer_activation_bytes(double s, double b, double h, double a, int t, bool seq_parallel, Recompute r);
 
+// The same count for either family: GPT-2 the formula above; LLaMA its
+// counterpart, term by term as Korthikanti counts GPT's (2-byte elements, no
+// dropout, so no masks and no dropout outputs), with g = n_kv_head / n_head
+// and F the MLP width:
+//   kept whole on every tp rank: both RMSNorm inputs 4 s b h, both RMSNorm
+//     outputs (the q/k/v and gate/up inputs) 4 s b h, both rstd 8 s b (fp32);
+//   split over t: q 2 s b h, k and v 4 g s b h (after RoPE), the attention
+//     output 2 s b h, the gate and up products 4 s b F, the SwiGLU output
+//     2 s b F, the softmax probabilities 2 a s^2 b;
+//   no recompute:        8 s b h + 8 s b + ((4 + 4g) s b h + 6 s b F + 2 a s^2 b) / t
+//   + sequence parallel: everything / t
+//   selective recompute: without the 2 a s^2 b term
+//   full recompute:      2 s b h (the layer's input), / t with sequence parallelism
+double layer_activation_bytes(const ModelConfig& m, double s, double b, int t, bool seq_parallel, Recompute r);
+
+// A model's parameters as tensor and pipeline parallelism place them.
+struct ParameterCounts {
+  double layer_split = 0;       // per layer: weight matrices and column-split biases (1/tp on each rank)
+  double layer_replicated = 0;  // per layer: norms and row-parallel biases (whole on each rank)
+  double layer_matrices = 0;    // per layer: weight-matrix elements (2 forward FLOPs per token each)
+  double embedding = 0;         // token table, vocabulary-parallel (1/tp), first stage
+  double positions = 0;         // GPT-2's learned position table, first stage
+  double head = 0;              // LLaMA's untied lm_head (vocabulary-parallel), last stage; 0 when tied
+  double final_norm = 0;        // last stage
+};
+// GPT-2: per layer qkv 3h^2 + 3h, projection h^2 + h, fc 4h^2 + 4h, fc
+// projection 4h^2 + h, two layernorms 4h. LLaMA: per layer q/k/v
+// (n_head + 2 n_kv_head) hd x h, o_proj h^2, gate/up/down 3 F h, two RMSNorm
+// weights 2h; embedding and lm_head V x h each (untied), final norm h.
+ParameterCounts parameter_counts(const ModelConfig& m);
+
 // Parameters held by one device of pipeline stage `stage` before any ZeRO
-// sharding (its layers' share over tp, plus the embedding on the first stage
-// and the tied output embedding and final layernorm on the last).
-double stage_parameters(const GPTConfig& m, const Layout& l, int stage);
+// sharding: its layers' share over tp, the token embedding (and GPT-2's
+// positions) on the first stage, the final norm and the output head on the
+// last: GPT-2's tied head is the embedding itself, so the last stage holds a
+// copy of it only when pp > 1 (its gradient is summed with the first stage's);
+// LLaMA's untied lm_head is a separate V x h matrix, on the last stage always.
+double stage_parameters(const ModelConfig& m, const Layout& l, int stage);
 
 MemoryBreakdown stage_memory(const Workload& w, const Layout& l, const ClusterSpec& c, int stage);
 // The stage that needs the most memory (the first device to run out).

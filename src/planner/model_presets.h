@@ -1,5 +1,7 @@
-// Named model shapes the planner knows: GPT-2 (Radford et al. 2019) and
-// GPT-3-shaped models (Brown et al. 2020, Table 2.1, and two sizes in between).
+// Named model shapes the planner knows: GPT-2 (Radford et al. 2019),
+// GPT-3-shaped models (Brown et al. 2020, Table 2.1, and two sizes in
+// between), and LLaMA 2 and 3 (family llama: grouped-query attention,
+// SwiGLU, RMSNorm, untied head) with their published shapes.
 #pragma once
 
 #include <string>
@@ -11,7 +13,7 @@ namespace loom::planner {
 
 struct ModelPreset {
   std::string name;   // e.g. "gpt3-175b"
-  GPTConfig model;    // seq_len is the context length trained at
+  ModelConfig model;  // seq_len is the context length trained at
   int global_batch;   // sequences per step, as published (or a GPT-3-like choice)
 };
 

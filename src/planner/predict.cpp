@@ -11,6 +11,7 @@
 #include "obs/peak_flops.h"
 #include "planner/comm_cost.h"
 #include "planner/layout.h"
+#include "planner/memory_model.h"
 #include "planner/pipeline_sim.h"
 
 namespace loom::planner {
@@ -22,6 +23,7 @@ constexpr double kMiB = 1024.0 * 1024.0;
 struct LoomRun {
   double b, T, C, H, V, L;
   int dp, tp, pp, zero, accumulation, world;
+  ModelConfig model;
 };
 
 LoomRun loom_run(const RunConfig& cfg, int world) {
@@ -31,6 +33,10 @@ LoomRun loom_run(const RunConfig& cfg, int world) {
                   "world size %d is not a multiple of parallel.tp x parallel.pp = %d", world, p.tp * p.pp);
   LOOM_USER_CHECK(cfg.model.n_head % p.tp == 0, "model.n_head %d is not divisible by parallel.tp %d",
                   cfg.model.n_head, p.tp);
+  LOOM_USER_CHECK(cfg.model.kv_heads() % p.tp == 0, "model.n_kv_head %d is not divisible by parallel.tp %d",
+                  cfg.model.kv_heads(), p.tp);
+  LOOM_USER_CHECK(cfg.model.ffn() % p.tp == 0, "the MLP width %d (model.ffn_hidden) is not divisible by parallel.tp %d",
+                  cfg.model.ffn(), p.tp);
   LOOM_USER_CHECK(p.pp <= cfg.model.n_layer, "parallel.pp %d is more than model.n_layer %d", p.pp,
                   cfg.model.n_layer);
   const int dp = p.dp > 0 ? p.dp : world / (p.tp * p.pp);
@@ -42,41 +48,50 @@ LoomRun loom_run(const RunConfig& cfg, int world) {
   const int micro = cfg.train.micro_batch_size > 0 ? cfg.train.micro_batch_size : rows;
   LOOM_USER_CHECK(rows % micro == 0, "train.micro_batch_size %d does not divide the %d rows of a replica", micro,
                   rows);
-  const GPTConfig& m = cfg.model;
+  const ModelConfig& m = cfg.model;
   return {double(micro), double(m.seq_len), double(m.d_model), double(m.n_head), double(m.vocab_size),
-          double(m.n_layer), dp, p.tp, p.pp, p.zero, rows / micro, world};
+          double(m.n_layer), dp, p.tp, p.pp, p.zero, rows / micro, world, m};
 }
 
-// Bytes of one layer's activations for one micro-batch (model/gpt.cpp's
-// plan): `a` bytes per compute-type element (4 in fp32, 2 in bf16 / fp16)
-// for the products' inputs and what attention and GELU keep; fp32 for the
-// norm statistics and the residual stream.
+// Bytes of one layer's activations for one micro-batch (the family's
+// plan_block): `a` bytes per compute-type element (4 in fp32, 2 in bf16 / fp16)
+// for the products' inputs and what attention and the MLP keep; fp32 for the
+// norm statistics and the residual stream. Per layer, N = b T tokens:
+//   both norms' outputs a 2 N C; their statistics in fp32 (GPT-2's
+//   layernorm mean and rstd 2 x 2 N, LLaMA's RMSNorm rstd 2 N); the residual
+//   stream after attention and after the MLP, fp32 2 N C (all of these on
+//   N / tp tokens under sequence parallelism);
+//   split over tp: q/k/v N (n_head + 2 n_kv_head) hd, the attention output
+//   N C, the probabilities b n_head T^2, and the MLP's (GPT-2: fc N F and its
+//   GELU N F; LLaMA: the gate/up product N 2F and the SwiGLU output N F).
 double layer_bytes(const LoomRun& r, bool seq_parallel, double a) {
-  const double bTC = r.b * r.T * r.C, stats = 2 * r.b * r.T, t = r.tp, split = seq_parallel ? t : 1;
-  const double norms = a * 2 * bTC + 4 * 2 * stats, residuals = 4 * 2 * bTC;
-  const double qkv = 3 * bTC / t, atty = bTC / t, att = r.b * (r.H / t) * r.T * r.T;
-  const double fch = 4 * bTC / t, gelu = 4 * bTC / t;
-  return (norms + residuals) / split + a * (qkv + atty + att + fch + gelu);
+  const ModelConfig& m = r.model;
+  const double N = r.b * r.T, bTC = N * r.C, t = r.tp, split = seq_parallel ? t : 1;
+  const double stats = 2 * N, stats_per_row = m.is_llama() ? 1 : 2;  // (mean,) rstd of two norms
+  const double norms = a * 2 * bTC + 4 * stats_per_row * stats, residuals = 4 * 2 * bTC;
+  const double qkv = N * double(m.qkv_rows()) / t, atty = bTC / t, att = r.b * (r.H / t) * r.T * r.T;
+  const double mlp = (m.is_llama() ? 3 : 2) * N * m.ffn() / t;
+  return (norms + residuals) / split + a * (qkv + atty + att + mlp);
 }
 
 int layers_of(const LoomRun& r, int stage) { return layers_on_stage(int(r.L), r.pp, stage); }
 
-// Parameters a rank of `stage` holds: its layers' share over tp, the
-// embeddings on the first stage, the tied head and final layernorm on the last.
-double stage_params(const RunConfig& cfg, const LoomRun& r, int stage) {
-  if (r.tp == 1 && r.pp == 1) return double(cfg.model.num_parameters());
-  const double C = r.C, t = r.tp;
-  double n = layers_of(r, stage) * ((12 * C * C + 7 * C) / t + 6 * C);
-  if (stage == 0) n += r.V * C / t + r.T * C;
-  if (stage == r.pp - 1) n += (r.pp > 1 ? r.V * C / t : 0) + 2 * C;
-  return n;
+// Parameters a rank of `stage` holds (memory_model.h's stage_parameters:
+// its layers' share over tp, the embeddings on the first stage, the head
+// and final norm on the last).
+double stage_params(const LoomRun& r, int stage) {
+  Layout l;
+  l.dp = r.dp, l.tp = r.tp, l.pp = r.pp;
+  return stage_parameters(r.model, l, stage);
 }
 
-// Training FLOPs of one micro-batch on one rank of `stage` (6N + 12LCT per token, split by stage and tp).
+// Training FLOPs of one micro-batch on one rank of `stage` (6N + 12LCT per
+// token, split by stage and tp; the head's V x C matrix on the last stage).
 double stage_flops(const LoomRun& r, int stage) {
-  const double C = r.C, per_layer = 6 * (12 * C * C + 13 * C) + 12 * C * r.T;
+  const ParameterCounts p = parameter_counts(r.model);
+  const double C = r.C, per_layer = 6 * (p.layer_split + p.layer_replicated) + 12 * C * r.T;
   double per_token = layers_of(r, stage) * per_layer;
-  if (stage == r.pp - 1) per_token += 6 * (r.V * C + 2 * C);
+  if (stage == r.pp - 1) per_token += 6 * (r.V * C + p.final_norm);
   return per_token * r.b * r.T / r.tp;
 }
 
@@ -85,7 +100,7 @@ struct StageFigures {
 };
 
 StageFigures stage_memory_bytes(const RunConfig& cfg, const LoomRun& r, int stage, double threads) {
-  const double n = stage_params(cfg, r, stage);
+  const double n = stage_params(r, stage);
   const bool lowp = cfg.precision.compute_precision() != ComputePrecision::fp32;
   const double a = lowp ? 2 : 4;  // bytes of a compute-type element
   StageFigures f;
@@ -101,22 +116,28 @@ StageFigures stage_memory_bytes(const RunConfig& cfg, const LoomRun& r, int stag
   const bool sp = cfg.parallel.sequence_parallel && r.tp > 1;
   const int in_flight = r.pp == 1 ? 1 : std::min(r.accumulation, r.pp - stage);
   const double N = r.b * r.T, R = sp ? N / r.tp : N, C = r.C, t = r.tp, att = r.b * (r.H / t) * r.T * r.T;
+  const bool llama = r.model.is_llama();
   double bytes = in_flight * layers_of(r, stage) * layer_bytes(r, sp, a);
   if (stage == 0) bytes += 4 * in_flight * R * C;  // encoded input of layer 0
   if (stage == r.pp - 1) {
     const double Vp = r.tp > 1 ? std::ceil(r.V / (64.0 * r.tp)) * 64.0 * r.tp : r.V;
-    bytes += a * R * C + 4 * 2 * R;                   // final layernorm
+    bytes += a * R * C + 4 * (llama ? 1 : 2) * R;    // final norm: output, (mean,) rstd
     if (sp) bytes += (2 * a + 4) * N * C;             // its gathered output and two work buffers
     bytes += a * N * Vp / t + 4 * (N + 3 * N);        // logits (this rank's vocabulary), losses, cross-entropy scratch
   }
-  // Backward work space, reused by every layer: dres, dbuf_c, datty, dbuf_4c
-  // and datt in fp32, dbuf_3c in the compute type; in 16 bits also GELU's
-  // input gradient, the rounded residual gradient and attention's per-thread
-  // work space (about 3 T hs + T^2 floats per thread).
-  bytes += 4 * (2 * R * C + 5 * N * C / t + att) + a * 3 * N * C / t;
+  // Backward work space, reused by every layer (model/gpt2/, model/llama/
+  // plan_block_work): dres, dbuf_c, the attention output's gradient, the MLP
+  // output's (N F) and the probabilities' in fp32; the q/k/v gradient and
+  // the MLP input's in the compute type (LLaMA: gate/up, N 2F, always;
+  // GPT-2: GELU's input N F, 16-bit only, in place in fp32); in 16 bits also
+  // the rounded residual gradient and attention's per-thread work space
+  // (about 3 T hs + T^2 floats per thread).
+  const double Fl = r.model.ffn() / t, qkv_grad = N * double(r.model.qkv_rows()) / t;
+  const double mlp_in_grad = llama ? 2 * N * Fl : lowp ? N * Fl : 0;
+  bytes += 4 * (2 * R * C + N * C / t + N * Fl + att) + a * (qkv_grad + mlp_in_grad);
   if (lowp) {
     const double hs = C / r.H;
-    bytes += a * (4 * N * C / t + R * C + (sp ? N * C : 0)) + 4 * threads * (3 * r.T * hs + r.T * r.T + 64 * hs);
+    bytes += a * (R * C + (sp ? N * C : 0)) + 4 * threads * (3 * r.T * hs + r.T * r.T + 64 * hs);
   }
   // fp16 products (and bf16 ones on CPUs without avx512_bf16) widen their
   // operands to fp32 one panel at a time (kernels/cpu/matmul_lowp.h): at most
@@ -183,7 +204,7 @@ RunPrediction predict_loom_run(const RunConfig& cfg, int world_size, const Clust
   const auto schedule = pp::one_f_one_b(r.pp, r.accumulation);
   const PipelineTiming timing = simulate_pipeline(schedule, r.pp, 1, d);
   for (int s = 0; s < r.pp; s++) {
-    const double n = stage_params(cfg, r, s), updated = n / (r.zero >= 1 ? r.dp : 1);
+    const double n = stage_params(r, s), updated = n / (r.zero >= 1 ? r.dp : 1);
     double reduce = 0, gather = 0;
     if (r.zero == 0) reduce = all_reduce_seconds(4 * n, r.dp, links.dp);
     else reduce = reduce_scatter_seconds(4 * n, r.dp, links.dp), gather = all_gather_seconds(4 * n, r.dp, links.dp);
@@ -254,7 +275,7 @@ ParallelConfig choose_layout(const RunConfig& cfg, int world_size, const Cluster
 
 ParallelConfig choose_layout(const RunConfig& cfg, int world_size, const ClusterSpec& cluster, int* micro_batch) {
   LOOM_USER_CHECK(world_size >= 1, "world size must be at least 1 (got %d)", world_size);
-  const GPTConfig& m = cfg.model;
+  const ModelConfig& m = cfg.model;
   // Ranks of one node share its memory.
   const double ranks_per_node = std::ceil(double(world_size) / cluster.nodes);
   const double budget = cluster.memory_bytes * cluster.devices_per_node / ranks_per_node;
@@ -262,7 +283,7 @@ ParallelConfig choose_layout(const RunConfig& cfg, int world_size, const Cluster
   double best_step = 0, least_missing = -1;
   ParallelConfig best = cfg.parallel;
   for (int tp = 1; tp <= world_size; tp++) {
-    if (world_size % tp || m.n_head % tp) continue;
+    if (world_size % tp || !tp_divides(m, tp)) continue;
     for (int pp = 1; pp <= std::min(m.n_layer, world_size / tp); pp++) {
       if ((world_size / tp) % pp) continue;
       const int dp = world_size / (tp * pp);

@@ -2,7 +2,8 @@
 // machine's CPUs: fp32 or precision.compute, no recomputation, one process
 // per rank. The train loop prints these beside what it measures.
 //
-// Memory follows loom's own allocations (model/gpt.cpp, train/replica.cpp):
+// Memory follows loom's own allocations (model/transformer_stage.cpp and the
+// family's block plan in model/gpt2/ or model/llama/, train/replica.cpp):
 // fp32 parameters (4 B, + 2 B for the 16-bit compute copy in bf16 / fp16;
 // activations then 2 B where the model stores them in 16 bits), one fp32 gradient buffer (4 B; ZeRO-2 keeps only a
 // 1/dp shard outside backward unless micro-batches accumulate), AdamW moments

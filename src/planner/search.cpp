@@ -38,7 +38,7 @@ bool better(const Candidate& a, const Candidate& b) {
 SearchResult search_layouts(const Workload& w, const ClusterSpec& c, const SearchSpace& space, int top_k) {
   LOOM_USER_CHECK(top_k >= 1, "top-k must be at least 1");
   LOOM_USER_CHECK(w.global_batch >= 1, "the global batch must be at least 1 sequence");
-  const GPTConfig& m = w.model;
+  const ModelConfig& m = w.model;
   const int devices = c.devices();
   std::vector<Precision> precisions = space.precision;
   if (precisions.empty()) {
@@ -63,7 +63,7 @@ SearchResult search_layouts(const Workload& w, const ClusterSpec& c, const Searc
   double closest_excess = 0;
 
   for (int tp : divisors(devices, devices)) {
-    if (m.n_head % tp != 0 || !allowed(space.tp, tp)) continue;
+    if (!tp_divides(m, tp) || !allowed(space.tp, tp)) continue;
     for (int pp : divisors(devices / tp, m.n_layer)) {
       const int dp = devices / (tp * pp);
       if (!allowed(space.pp, pp) || !allowed(space.dp, dp) || w.global_batch % dp != 0) continue;
@@ -117,6 +117,26 @@ SearchResult search_layouts(const Workload& w, const ClusterSpec& c, const Searc
     if (int(result.top.size()) > top_k) result.top.pop_back();
   }
   return result;
+}
+
+int smallest_fitting_devices(const Workload& w, const ClusterSpec& c, const SearchSpace& space, int top_k,
+                             int more_than, int max_devices, SearchResult* found) {
+  const double usable = c.memory_bytes - c.overhead_bytes;
+  if (usable <= 0) return 0;
+  const double need = std::ceil(16 * double(w.model.num_parameters()) / usable);
+  const int per_node = c.devices_per_node;
+  int searches = 0;
+  auto next = [&](int d) { return d < per_node ? d + 1 : (d / per_node + 1) * per_node; };  // whole nodes past one
+  for (int d = more_than + 1; d <= max_devices && searches < 16; d = next(d)) {
+    if (d < need || (d > per_node && d % per_node != 0)) continue;
+    searches++;
+    SearchResult r = search_layouts(w, with_devices(c, d), space, top_k);
+    if (!r.top.empty()) {
+      *found = std::move(r);
+      return d;
+    }
+  }
+  return 0;
 }
 
 }  // namespace loom::planner

@@ -47,4 +47,12 @@ struct SearchResult {
 
 SearchResult search_layouts(const Workload& w, const ClusterSpec& c, const SearchSpace& space, int top_k);
 
+// When nothing fits: the fewest devices of c's kind, more than `more_than`
+// (any count up to one of c's nodes, whole nodes beyond), on which a layout
+// in `space` fits, counting up from what the model states alone need (16 B
+// per parameter over every device) to at most max_devices (and at most 16
+// searches); 0 if none does. *found gets that search.
+int smallest_fitting_devices(const Workload& w, const ClusterSpec& c, const SearchSpace& space, int top_k,
+                             int more_than, int max_devices, SearchResult* found);
+
 }  // namespace loom::planner

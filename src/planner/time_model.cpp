@@ -19,18 +19,22 @@ struct ChunkCosts {
 double act_bytes(Precision p) { return p == Precision::FP32 ? 4 : 2; }
 
 ChunkCosts chunk_costs(const Workload& w, const Layout& l, const ClusterSpec& c, const GroupLinks& links) {
-  const GPTConfig& m = w.model;
+  const ModelConfig& m = w.model;
   const double s = w.seq_len(), h = m.d_model, V = m.vocab_size, t = l.tp;
   const double tokens = double(l.micro_batch) * s;
   const double rate = c.peak_flops(l.precision) * c.matmul_efficiency;
-  // Forward FLOPs per layer: 24 h^2 per token for the four GEMMs, 4 s h for
-  // the attention scores and their weighted sum (GPTConfig counts the same).
-  const double f_layer = tokens * (24 * h * h + 4 * s * h) / t / rate;
+  // Forward FLOPs per layer and token: 2 per weight-matrix element (GPT-2's
+  // four GEMMs 24 h^2; LLaMA's q/k/v of n_head + 2 n_kv_head heads, o_proj
+  // and three MLP matrices of width F), 4 s h for the attention scores and
+  // their weighted sum (ModelConfig counts the same).
+  const double f_layer = tokens * (2 * parameter_counts(m).layer_matrices + 4 * s * h) / t / rate;
   const double recompute = l.recompute == Recompute::Full ? f_layer
                            : l.recompute == Recompute::Selective ? tokens * 4 * s * h / t / rate : 0;
   const double b_layer = 2 * f_layer + recompute;
-  // Two all-reduces of the layer's output per pass (attention, MLP); with
-  // sequence parallelism an all-gather + reduce-scatter pair moves the same.
+  // Two all-reduces of the layer's output per pass (attention, MLP), in both
+  // families; with sequence parallelism an all-gather + reduce-scatter pair
+  // moves the same. The data-parallel reduction below covers every stage's
+  // own parameters (an untied LLaMA head is the last stage's alone).
   const double ar = all_reduce_seconds(tokens * h * act_bytes(l.precision), l.tp, links.tp);
   const double f_tp = 2 * ar, b_tp = 2 * ar + (l.recompute == Recompute::Full ? 2 * ar : 0);
   const double f_head = tokens * 2 * V * h / t / rate;
@@ -64,7 +68,7 @@ ChunkCosts chunk_costs(const Workload& w, const Layout& l, const ClusterSpec& c,
   return k;
 }
 
-double optimizer_seconds(const GPTConfig& m, const Layout& l, const ClusterSpec& c, int stage) {
+double optimizer_seconds(const ModelConfig& m, const Layout& l, const ClusterSpec& c, int stage) {
   // AdamW reads parameter, gradient and two moments and writes three of
   // them back: about 28 bytes per parameter it updates.
   const double updated = stage_parameters(m, l, stage) / (l.zero >= 1 ? l.dp : 1);

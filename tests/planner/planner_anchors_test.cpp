@@ -4,18 +4,10 @@
 #include "parallel/pp/schedule.h"
 #include "planner/memory_model.h"
 #include "planner/pipeline_sim.h"
+#include "planner/roomy_cluster.h"
 
 namespace loom::planner {
 namespace {
-
-ClusterSpec roomy_cluster(int devices) {
-  ClusterSpec c;
-  c.name = "test";
-  c.nodes = 1, c.devices_per_node = devices;
-  c.memory_bytes = 1e15, c.peak_flops_fp32 = 1e13, c.peak_flops_bf16 = 1e14, c.memory_bandwidth = 1e12;
-  c.intra_bandwidth = 1e11, c.inter_bandwidth = 1e10;
-  return c;
-}
 
 // Rajbhandari et al. 2020, "ZeRO: Memory Optimizations Toward Training
 // Trillion Parameter Models", section 3.1 and Figure 1: mixed-precision Adam
@@ -23,7 +15,7 @@ ClusterSpec roomy_cluster(int devices) {
 // 120 GB of model states; ZeRO-3 (P_os+g+p) over 64 devices needs 1.9 GB each.
 TEST(PlannerAnchors, ZeroPaperSixteenBytesPerParameter) {
   Workload w;
-  w.model = GPTConfig{50304, 36, 32, 4096, 2048};  // 7.5B (Narayanan et al. 2021, Table 1)
+  w.model = ModelConfig{50304, 36, 32, 4096, 2048};  // 7.5B (Narayanan et al. 2021, Table 1)
   w.global_batch = 64;
   const double n = stage_parameters(w.model, Layout{}, 0);
   ASSERT_NEAR(n, 7.5e9, 0.05e9);

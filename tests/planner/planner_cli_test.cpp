@@ -23,6 +23,40 @@ TEST(PlannerCli, PlansThe175BModelOnAThousandDevices) {
     EXPECT_NE(r.output.find(words), std::string::npos) << words << "\n" << r.output;
 }
 
+// Scenario 8: llama2-70b on one 8 x 80 GB node does not fit (1104 GB of
+// model states); the plan says why with the figures, shows the fewest
+// devices that do (two nodes) with their plan and memo, and exits 2.
+TEST(PlannerCli, Llama70BOnOneNodeSaysWhyAndWhatFits) {
+  CliResult r = run_loom("plan --model llama2-70b --cluster a100-80gb --devices 8 --top 2");
+  EXPECT_EQ(r.code, 2) << r.output;
+  for (const char* words : {"68.98B parameters (llama family: 80 layers", "64 heads (8 key/value), MLP 28672",
+                            "No layout fits 8 x 80.0 GiB", "= 1104 GB", "Closest:",
+                            "The fewest a100-80gb devices on which it fits: 16 (2 nodes)", "Memo for plan #1",
+                            "Model: llama family", "its own 32000 x 8192 matrix (untied)", "GiB more per device"})
+    EXPECT_NE(r.output.find(words), std::string::npos) << words << "\n" << r.output;
+}
+
+TEST(PlannerCli, LlamaPresetsAndOverrides) {
+  CliResult r = run_loom("plan --model llama3-8b --cluster a100-80gb --devices 8 --top 2");
+  ASSERT_EQ(r.code, 0) << r.output;
+  for (const char* words : {"8.03B parameters (llama family: 32 layers, d_model 4096, 32 heads (8 key/value), "
+                            "MLP 14336, vocab 128256, untied head)",
+                            "Model: llama family", "Why it fits"})
+    EXPECT_NE(r.output.find(words), std::string::npos) << words << "\n" << r.output;
+  // GPT-2's header names its family too.
+  CliResult g = run_loom("plan --model gpt2-124m --cluster a100-80gb --devices 8 --top 1");
+  ASSERT_EQ(g.code, 0) << g.output;
+  EXPECT_NE(g.output.find("(gpt2 family: 12 layers"), std::string::npos) << g.output;
+  EXPECT_NE(g.output.find("Model: gpt2 family"), std::string::npos) << g.output;
+  // Grouped-query attention is LLaMA's: refused for GPT-2, taken for LLaMA.
+  CliResult bad = run_loom("plan --model gpt2-124m --kv-heads 4");
+  EXPECT_EQ(bad.code, 2) << bad.output;
+  EXPECT_NE(bad.output.find("n_kv_head"), std::string::npos) << bad.output;
+  CliResult kv = run_loom("plan --model llama2-7b --cluster a100-80gb --devices 8 --kv-heads 8 --ffn 11264 --top 1");
+  ASSERT_EQ(kv.code, 0) << kv.output;
+  EXPECT_NE(kv.output.find("32 heads (8 key/value), MLP 11264"), std::string::npos) << kv.output;
+}
+
 TEST(PlannerCli, HelpListsPlanAndCalibrate) {
   CliResult r = run_loom("--help");
   EXPECT_NE(r.output.find("loom plan --model"), std::string::npos);

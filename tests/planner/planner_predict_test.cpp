@@ -4,7 +4,7 @@
 
 #include "config/run_config.h"
 #include "core/check.h"
-#include "model/gpt.h"
+#include "model/stage_module.h"
 #include "planner/predict.h"
 
 namespace loom::planner {
@@ -23,7 +23,7 @@ ClusterSpec test_machine(int cores, double gib_per_core) {
 
 RunConfig small_run() {
   RunConfig cfg;
-  cfg.model = GPTConfig{512, 4, 4, 128, 128};
+  cfg.model = ModelConfig{512, 4, 4, 128, 128};
   cfg.train.batch_size = 8;
   return cfg;
 }
@@ -32,7 +32,8 @@ TEST(PlannerPredict, MemoryIsLoomsOwnAllocations) {
   RunConfig cfg = small_run();
   const ClusterSpec c = test_machine(2, 4);
   RunPrediction p = predict_loom_run(cfg, 1, c);
-  GPT model(cfg.model, cfg.train.batch_size, cfg.model.seq_len);
+  auto model_owner = make_model(cfg.model, cfg.train.batch_size, cfg.model.seq_len);
+  StageModule& model = *model_owner;
   EXPECT_DOUBLE_EQ(p.params_bytes, 4.0 * cfg.model.num_parameters());
   EXPECT_DOUBLE_EQ(p.grads_bytes, 4.0 * cfg.model.num_parameters());
   EXPECT_DOUBLE_EQ(p.optimizer_bytes, 8.0 * cfg.model.num_parameters());
@@ -85,7 +86,7 @@ TEST(PlannerPredict, ChooseLayoutFollowsLoomsRules) {
 
 TEST(PlannerPredict, ChooseLayoutSaysHowMuchMemoryIsMissing) {
   RunConfig cfg = small_run();
-  cfg.model = GPTConfig{50304, 48, 16, 2048, 1024};  // 2.5B parameters: 40 GB of fp32 state
+  cfg.model = ModelConfig{50304, 48, 16, 2048, 1024};  // 2.5B parameters: 40 GB of fp32 state
   try {
     choose_layout(cfg, 2, test_machine(2, 1));
     ADD_FAILURE();

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "planner/cluster.h"
+#include "planner/memo.h"
 #include "planner/model_presets.h"
 #include "planner/search.h"
 
@@ -62,6 +63,49 @@ TEST(PlannerScenarios, ThirtyBillionOn32x24GBNeedsTheSplitThatMakesItFit) {
   EXPECT_FALSE(search_layouts(w, c, SearchSpace{}, 1).top.empty());
 }
 
+// Scenario 8: llama2-70b on one node of 8 x 80 GB. Training every weight
+// with Adam keeps 16 B per parameter: 69.0B x 16 = 1104 GB of model states
+// against 8 x 80 GiB = 687 GB of devices, so no layout fits, whatever the
+// split; the planner says so with the figures and finds that two nodes do.
+TEST(PlannerScenarios, SeventyBillionLlamaOnOneNodeOf8x80GB) {
+  const Workload w = preset_workload("llama2-70b");
+  const ClusterSpec c = preset("a100-80gb", 8);
+  const double n = double(w.model.num_parameters());
+  ASSERT_GT(kStateBytesPerParameter * n, c.devices() * c.memory_bytes);
+  const SearchResult r = search_layouts(w, c, SearchSpace{}, 5);
+  EXPECT_TRUE(r.top.empty());
+  EXPECT_GT(r.considered, 1000);
+  ASSERT_TRUE(r.have_closest);
+  // The closest still holds at least an eighth of the states on a device (128.5 GiB).
+  const MemoryBreakdown& m = r.closest.memory;
+  EXPECT_GE(m.params + m.grads + m.optimizer, 0.999 * kStateBytesPerParameter * n / 8) << r.closest.layout.describe();
+  const std::string why = write_no_fit_memo(w, c, r);
+  for (const char* words : {"No layout fits 8 x 80.0 GiB", "68.98B parameters x 16 B", "= 1104 GB",
+                            "each would hold 128.5 GiB", "at least 14 devices", "Closest:"})
+    EXPECT_NE(why.find(words), std::string::npos) << words << "\n" << why;
+
+  // Two nodes (16 devices) are the fewest a100-80gb devices that hold it.
+  SearchResult larger;
+  ASSERT_EQ(smallest_fitting_devices(w, c, SearchSpace{}, 3, 8, 1024, &larger), 16);
+  ASSERT_FALSE(larger.top.empty());
+  const Candidate& best = larger.top[0];
+  EXPECT_LE(best.memory.total(), c.memory_bytes);
+  EXPECT_LE(best.layout.tp, 8) << best.layout.describe();
+  const std::string memo = write_memo(w, with_devices(c, 16), best);
+  EXPECT_NE(memo.find("Model: llama family"), std::string::npos) << memo;
+  EXPECT_NE(memo.find("8 key/value heads"), std::string::npos) << memo;
+}
+
+// The smaller LLaMA presets fit one 8 x 80 GB node.
+TEST(PlannerScenarios, EightBillionLlamaFitsOneNode) {
+  for (const char* name : {"llama2-7b", "llama2-13b", "llama3-8b"}) {
+    const SearchResult r = search_layouts(preset_workload(name), preset("a100-80gb", 8), SearchSpace{}, 1);
+    ASSERT_FALSE(r.top.empty()) << name;
+    EXPECT_GT(r.top[0].time.mfu, 0.2) << name;
+    EXPECT_LT(r.top[0].time.mfu, 0.7) << name;
+  }
+}
+
 TEST(PlannerScenarios, NeverTensorParallelAcrossNodesWhenItFitsInsideOne) {
   struct Case {
     const char *model, *cluster;
@@ -69,6 +113,7 @@ TEST(PlannerScenarios, NeverTensorParallelAcrossNodesWhenItFitsInsideOne) {
   } cases[] = {
       {"gpt3-6.7b", "a100-40gb", 16},   {"gpt3-13b", "a100-80gb", 64},  {"gpt3-70b", "h100-80gb", 256},
       {"gpt3-175b", "a100-80gb", 1024}, {"gpt3-30b", "a100-80gb-100g", 64}, {"gpt2-1.5b", "pcie-24gb", 16},
+      {"llama2-70b", "a100-80gb", 64},  {"llama3-405b", "h100-80gb", 512},
   };
   for (const Case& k : cases) {
     const ClusterSpec c = preset(k.cluster, k.devices);
