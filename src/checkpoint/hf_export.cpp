@@ -41,7 +41,7 @@ std::vector<float> read_parameter(const Checkpoint& ckpt, const std::string& nam
 
 HfExportResult export_hf_gpt2(const Checkpoint& ckpt, const std::string& out_dir, StDType dtype) {
   LOOM_USER_CHECK(dtype != StDType::I32, "export: weights cannot be I32");
-  const GPTConfig cfg = gpt_config_from_fields(ckpt.manifest().model, ckpt.dir() + "/manifest.json");
+  const ModelConfig cfg = model_config_from_fields(ckpt.manifest().model, ckpt.manifest().model_real, ckpt.dir() + "/manifest.json");
   const int64_t C = cfg.d_model, V = cfg.vocab_size, T = cfg.seq_len;
 
   std::vector<HfTensor> out;

@@ -14,6 +14,7 @@ std::string manifest_to_text(const CheckpointManifest& m) {
   j["step"] = m.step;
   j["config"] = m.config_toml;
   j["model"] = m.model;
+  if (!m.model_real.empty()) j["model_real"] = m.model_real;
   j["layout"] = {{"dp", m.layout.dp},     {"tp", m.layout.tp},       {"pp", m.layout.pp},
                  {"zero", m.layout.zero}, {"order", m.layout.order}, {"world_size", m.layout.world_size}};
   j["data"] = {{"step", m.data.step}, {"consumed_samples", m.data.consumed_samples}};
@@ -74,6 +75,7 @@ CheckpointManifest parse_manifest(const std::string& text, const std::string& pa
   m.step = f.get<int64_t>(j, "step");
   m.config_toml = f.get<std::string>(j, "config");
   m.model = f.get<std::map<std::string, int64_t>>(j, "model");
+  if (j.contains("model_real")) m.model_real = f.get<std::map<std::string, double>>(j, "model_real");
   const nlohmann::json& lay = f.at(j, "layout");
   m.layout.dp = f.get<int>(lay, "dp", "layout.");
   m.layout.tp = f.get<int>(lay, "tp", "layout.");
@@ -115,6 +117,13 @@ void check_model_matches(const CheckpointManifest& m, const std::map<std::string
                          const std::string& path) {
   for (const auto& [field, want] : expected) {
     auto it = m.model.find(field);
+    if (field == "family") {
+      // Checkpoints written before LLaMA are GPT-2's and do not record it.
+      const int64_t there = it == m.model.end() ? 0 : it->second;
+      LOOM_USER_CHECK(there == want, "checkpoint '%s' is a %s model; this run's model.family is \"%s\"", path.c_str(),
+                      there == 1 ? "LLaMA" : "GPT-2", want == 1 ? "llama" : "gpt2");
+      continue;
+    }
     LOOM_USER_CHECK(it != m.model.end(), "checkpoint '%s' does not record model.%s; it cannot be checked against this run",
                     path.c_str(), field.c_str());
     LOOM_USER_CHECK(it->second == want,

@@ -44,6 +44,7 @@ struct CheckpointManifest {
   int64_t step = 0;
   std::string config_toml;               // the run's config, as TOML text
   std::map<std::string, int64_t> model;  // the model section (n_layer, d_model, ...), checked on resume
+  std::map<std::string, double> model_real;  // its real-valued fields (LLaMA's rope_theta, norm_eps), not checked
   CheckpointLayout layout;
   DataPosition data;
   int64_t seed = 0;

@@ -4,25 +4,52 @@
 
 namespace loom {
 
-std::map<std::string, int64_t> model_fields(const GPTConfig& cfg) {
-  return {{"vocab_size", cfg.vocab_size}, {"n_layer", cfg.n_layer}, {"n_head", cfg.n_head},
-          {"d_model", cfg.d_model},       {"seq_len", cfg.seq_len}};
+std::map<std::string, int64_t> model_fields(const ModelConfig& cfg) {
+  std::map<std::string, int64_t> f = {{"family", cfg.is_llama() ? 1 : 0}, {"vocab_size", cfg.vocab_size},
+                                      {"n_layer", cfg.n_layer},              {"n_head", cfg.n_head},
+                                      {"d_model", cfg.d_model},              {"seq_len", cfg.seq_len}};
+  if (cfg.is_llama()) {  // GPT-2's are fixed by the family
+    f["n_kv_head"] = cfg.kv_heads();
+    f["ffn_hidden"] = cfg.ffn();
+    f["tie_embeddings"] = cfg.tied() ? 1 : 0;
+  }
+  return f;
 }
 
-GPTConfig gpt_config_from_fields(const std::map<std::string, int64_t>& fields, const std::string& origin) {
+std::map<std::string, double> model_real_fields(const ModelConfig& cfg) {
+  if (!cfg.is_llama()) return {};
+  return {{"rope_theta", cfg.rope_theta}, {"norm_eps", cfg.norm_eps}};
+}
+
+ModelConfig model_config_from_fields(const std::map<std::string, int64_t>& fields,
+                                     const std::map<std::string, double>& real, const std::string& origin) {
   auto get = [&](const char* key) {
     auto it = fields.find(key);
     LOOM_USER_CHECK(it != fields.end(), "%s: model field '%s' is missing", origin.c_str(), key);
-    LOOM_USER_CHECK(it->second > 0 && it->second < (int64_t(1) << 31), "%s: model field '%s' = %lld is out of range",
+    LOOM_USER_CHECK(it->second >= 0 && it->second < (int64_t(1) << 31), "%s: model field '%s' = %lld is out of range",
                     origin.c_str(), key, (long long)it->second);
     return int(it->second);
   };
-  GPTConfig c;
+  ModelConfig c;
+  const auto family = fields.find("family");
+  LOOM_USER_CHECK(family == fields.end() || family->second == 0 || family->second == 1,
+                  "%s: model field 'family' must be 0 (gpt2) or 1 (llama)", origin.c_str());
+  c.family = family != fields.end() && family->second == 1 ? ModelFamily::llama : ModelFamily::gpt2;
   c.vocab_size = get("vocab_size");
   c.n_layer = get("n_layer");
   c.n_head = get("n_head");
   c.d_model = get("d_model");
   c.seq_len = get("seq_len");
+  if (c.is_llama()) {
+    c.n_kv_head = get("n_kv_head");
+    c.ffn_hidden = get("ffn_hidden");
+    c.tie_embeddings = get("tie_embeddings") != 0;
+    for (auto [key, field] : {std::pair{"rope_theta", &c.rope_theta}, std::pair{"norm_eps", &c.norm_eps}}) {
+      auto it = real.find(key);
+      LOOM_USER_CHECK(it != real.end(), "%s: model field '%s' (model_real) is missing", origin.c_str(), key);
+      *field = it->second;
+    }
+  }
   c.validate();
   return c;
 }

@@ -1,5 +1,7 @@
-// The GPT model section as the flat key/value map a checkpoint manifest
-// records ("n_layer", "n_head", "d_model", "vocab_size", "seq_len"), and back.
+// The model section as the flat key/value maps a checkpoint manifest records
+// ("family", "n_layer", "n_head", "d_model", "vocab_size", "seq_len",
+// "n_kv_head", "ffn_hidden", "tie_embeddings"; and, real-valued, "rope_theta"
+// and "norm_eps"), and back.
 #pragma once
 
 #include <cstdint>
@@ -10,8 +12,11 @@
 
 namespace loom {
 
-std::map<std::string, int64_t> model_fields(const GPTConfig& cfg);
-// Throws UserError naming `origin` and the missing field.
-GPTConfig gpt_config_from_fields(const std::map<std::string, int64_t>& fields, const std::string& origin);
+std::map<std::string, int64_t> model_fields(const ModelConfig& cfg);
+std::map<std::string, double> model_real_fields(const ModelConfig& cfg);
+// Throws UserError naming `origin` and the missing field. A manifest without
+// "family" is GPT-2's (written before LLaMA).
+ModelConfig model_config_from_fields(const std::map<std::string, int64_t>& fields,
+                                     const std::map<std::string, double>& real, const std::string& origin);
 
 }  // namespace loom

@@ -19,7 +19,7 @@
 #include "core/rng.h"
 #include "kernels/cpu/grad_norm.h"
 #include "kernels/cpu/isa.h"
-#include "model/gpt.h"
+#include "model/stage_module.h"
 #include "optim/adamw.h"
 #include "optim/grad_clip.h"
 #include "precision/loss_scaler.h"
@@ -31,16 +31,28 @@ namespace {
 
 struct BenchShape {
   const char* name;
-  GPTConfig model;
+  ModelConfig model;
   int B;
   int default_steps;
+  const char* torch_args;  // the same model in tools/bench_pytorch.py
 };
+
+// A LLaMA of GPT-2's sizes: grouped-query attention (kv heads), SwiGLU of
+// width ffn, untied head.
+ModelConfig llama(int vocab, int layers, int heads, int kv_heads, int d_model, int ffn, int seq_len) {
+  ModelConfig c{vocab, layers, heads, d_model, seq_len};
+  c.family = ModelFamily::llama, c.n_kv_head = kv_heads, c.ffn_hidden = ffn;
+  return c;
+}
 
 const std::vector<BenchShape>& bench_shapes() {
   static const std::vector<BenchShape> shapes = {
-      {"tiny", GPTConfig{512, 4, 4, 128, 128}, 8, 10},
-      {"small", GPTConfig{4096, 6, 6, 384, 256}, 4, 5},
-      {"gpt2-124M", GPTConfig{50304, 12, 12, 768, 256}, 4, 3},
+      {"tiny", ModelConfig{512, 4, 4, 128, 128}, 8, 10, "--shape tiny"},
+      {"small", ModelConfig{4096, 6, 6, 384, 256}, 4, 5, "--shape small"},
+      {"gpt2-124M", ModelConfig{50304, 12, 12, 768, 256}, 4, 3, "--shape gpt2-124M"},
+      {"llama-tiny", llama(512, 4, 4, 2, 128, 352, 128), 8, 10, "--model llama --shape tiny"},
+      {"llama-small", llama(4096, 6, 6, 2, 384, 1024, 256), 4, 5, "--model llama --shape small"},
+      {"llama-124M", llama(50304, 12, 12, 4, 768, 2048, 256), 4, 3, "--model llama --shape llama-124M"},
   };
   return shapes;
 }
@@ -48,7 +60,8 @@ const std::vector<BenchShape>& bench_shapes() {
 const BenchShape& find_shape(const std::string& name) {
   for (const auto& s : bench_shapes())
     if (name == s.name) return s;
-  throw UserError(strprintf("bench: unknown shape '%s' (tiny, small, gpt2-124M)", name.c_str()));
+  throw UserError(strprintf(
+      "bench: unknown shape '%s' (tiny, small, gpt2-124M; llama-tiny, llama-small, llama-124M)", name.c_str()));
 }
 
 std::vector<std::string> split(const std::string& s) {
@@ -75,9 +88,10 @@ int parse_int(const std::string& s, const char* what) {
 // the 16-bit weight copies as it updates.
 int run_child(const BenchShape& shape, int threads, int steps, ComputePrecision precision) {
   set_threads(threads);
-  const GPTConfig& cfg = shape.model;
+  const ModelConfig& cfg = shape.model;
   const int B = shape.B, T = cfg.seq_len;
-  GPT model(cfg, ModelShard{}, TensorParallel{}, B, T, GPTBuffers{nullptr, nullptr, 0, 1, precision});
+  auto model_owner = make_stage_module(cfg, ModelShard{}, TensorParallel{}, B, T, StageBuffers{nullptr, nullptr, 0, 1, precision});
+  StageModule& model = *model_owner;
   model.init_parameters(1234);
   const bool mixed = precision != ComputePrecision::fp32;
   LossScalerOptions scaling;
@@ -167,6 +181,11 @@ int cmd_bench(const Args& args) {
     };
     const std::string& a = args[i];
     if (a == "--shapes" || a == "--shape") shapes = split(value("--shapes"));
+    else if (a == "--model") {
+      const std::string m = value("--model");
+      LOOM_USER_CHECK(m == "gpt2" || m == "llama", "bench: --model must be gpt2 or llama, got '%s'", m.c_str());
+      if (m == "llama") shapes = {"llama-tiny", "llama-small", "llama-124M"};
+    }
     else if (a == "--threads") {
       threads.clear();
       for (auto& t : split(value("--threads"))) threads.push_back(parse_int(t, "--threads"));
@@ -200,13 +219,14 @@ int cmd_bench(const Args& args) {
     const BenchShape& s = find_shape(name);
     int n = steps > 0 ? steps : s.default_steps;
     for (int t : threads) {
-      std::string common = strprintf("--shape %s --threads %d --steps %d", name.c_str(), t, n);
+      const std::string run = strprintf("--threads %d --steps %d", t, n);
+      const std::string common = "--shape " + name + " " + run;
       PrecisionGroup g{name, t, n, {}, pytorch, autocast, {}, {}, {}};
       for (ComputePrecision p : precisions)
         g.loom.emplace_back(p, run_and_parse("'" + exe + "' bench step-child " + common + " --precision " +
                                              compute_precision_name(p) + " 2>&1"));
       if (pytorch) {
-        std::string py = "/usr/bin/python3 '" + tool + "' " + common + " --warmup 1 --json";
+        std::string py = "/usr/bin/python3 '" + tool + "' " + s.torch_args + " " + run + " --warmup 1 --json";
         g.torch = run_and_parse(py + " 2>&1");
         g.torch_best = run_and_parse("env " + torch_tuning + " " + py + " 2>&1");
         if (autocast) g.torch_bf16 = run_and_parse(py + " --autocast bf16 2>&1");

@@ -16,7 +16,7 @@ namespace loom::cli {
 struct StepResult {
   bool ok = false;
   double tokens_per_s = 0, peak_rss_mb = 0;
-  double activation_mib = -1;  // loom only: GPT::activation_bytes()
+  double activation_mib = -1;  // loom only: StageModule::activation_bytes()
   int skipped = 0;             // loom fp16: steps whose gradients overflowed
 };
 StepResult parse_step_result(const std::string& json_line);

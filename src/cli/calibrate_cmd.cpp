@@ -22,7 +22,7 @@
 #include "core/atomic_file.h"
 #include "core/check.h"
 #include "core/rng.h"
-#include "model/gpt.h"
+#include "model/stage_module.h"
 #include "obs/peak_flops.h"
 #include "optim/adamw.h"
 #include "planner/cluster.h"
@@ -60,9 +60,10 @@ struct StepFigures {
 // activations (libraries, thread stacks, allocator): the fixed overhead.
 StepFigures measure_training_step(int threads) {
   set_threads(threads);
-  GPTConfig cfg;  // the default job's model
+  ModelConfig cfg;  // the default job's model
   const int B = 4, T = cfg.seq_len;
-  GPT model(cfg, B, T);
+  auto model_owner = make_model(cfg, B, T);
+  StageModule& model = *model_owner;
   model.init_parameters(1);
   AdamW opt(model.layout().flat(), AdamWConfig{});
   std::vector<int32_t> tokens(size_t(B) * T), targets(tokens.size());

@@ -19,7 +19,7 @@
 #include "core/check.h"
 #include "core/rng.h"
 #include "data/text_codec.h"
-#include "model/gpt.h"
+#include "model/stage_module.h"
 #include "model/sampling.h"
 #include "train/trainer.h"
 
@@ -28,10 +28,10 @@ namespace {
 
 // ---- The one place that knows the model class. ----------------------------
 
-// A GPT for one sequence of up to cfg.seq_len tokens, holding the
+// A model for one sequence of up to cfg.seq_len tokens, holding the
 // checkpoint's global parameters.
-std::unique_ptr<GPT> load_gpt(const Checkpoint& ckpt, const GPTConfig& cfg) {
-  auto model = std::make_unique<GPT>(cfg, 1, cfg.seq_len);
+std::unique_ptr<StageModule> load_model(const Checkpoint& ckpt, const ModelConfig& cfg) {
+  auto model = make_model(cfg, 1, cfg.seq_len);
   for (size_t i = 0; i < model->layout().params.size(); i++) {
     const ParamSpec& spec = model->layout().params[i];
     std::vector<float> values = read_parameter(ckpt, spec.name);
@@ -114,9 +114,9 @@ int cmd_generate(const Args& args) {
   ResumeChoice chosen = resolve_resume(checkpoint, "");
   Checkpoint ckpt = Checkpoint::open(chosen.dir);
   const std::string origin = "checkpoint '" + ckpt.dir() + "'";
-  const GPTConfig cfg = gpt_config_from_fields(ckpt.manifest().model, origin);
+  const ModelConfig cfg = model_config_from_fields(ckpt.manifest().model, ckpt.manifest().model_real, origin);
   TextCodec codec = codec_for(ckpt.manifest(), origin, tokenizer);
-  std::unique_ptr<GPT> model = load_gpt(ckpt, cfg);
+  std::unique_ptr<StageModule> model = load_model(ckpt, cfg);
 
   std::vector<int32_t> tokens = codec.encode(prompt);
   LOOM_USER_CHECK(!tokens.empty(), "generate: the prompt is empty");
@@ -131,13 +131,16 @@ int cmd_generate(const Args& args) {
   const std::vector<int32_t> generated = sample_tokens(*model, tokens, opt, [&](const std::vector<int32_t>& so_far) {
     std::string text = codec.decode(so_far);  // decoded whole: pieces may split a UTF-8 character
     if (text.size() > printed.size() && text.compare(0, printed.size(), printed) == 0) {
-      std::fputs(text.c_str() + printed.size(), stdout);
+      std::fwrite(text.data() + printed.size(), 1, text.size() - printed.size(), stdout);  // NUL bytes too
       std::fflush(stdout);
       printed = text;
     }
   });
   std::string text = codec.decode(generated);
-  if (text != printed) std::fputs(text.c_str() + std::min(printed.size(), text.size()), stdout);
+  if (text != printed) {
+    const size_t from = std::min(printed.size(), text.size());
+    std::fwrite(text.data() + from, 1, text.size() - from, stdout);
+  }
   double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::printf("\n");
   std::fprintf(stderr, "generate: %zu tokens in %.2f s (%.1f tokens/s) from %s (step %lld)\n", generated.size(), s,

@@ -35,7 +35,10 @@ commands:
                               (auto; a damaged one is named and the previous one used), or from DIR,
                               under any layout (dp, tp, pp, ZeRO may differ from the run that saved)
             --layout auto     let the planner (loom plan) choose dp, tp, pp, ZeRO and micro-batch
-          Fields: [model] vocab_size n_layer n_head d_model seq_len
+          Fields: [model] family ("gpt2" | "llama") vocab_size n_layer n_head d_model seq_len
+                          LLaMA only: n_kv_head (0 = n_head; grouped-query attention)
+                          ffn_hidden (0 = 8/3 d_model rounded up to ffn_multiple_of, 256)
+                          rope_theta (10000) norm_eps (1e-5) tie_embeddings (false)
                   [train] batch_size micro_batch_size (0 = batch_size / dp) steps lr min_lr
                           warmup_steps weight_decay beta1 beta2 eps grad_clip eval_every
                           eval_batches log_every seed sample_tokens (0 = none) sample_prompt
@@ -66,7 +69,8 @@ commands:
           the gradients.
           Tensor parallelism (parallel.tp, Megatron-LM's scheme): every block's heads and MLP
           features, and the vocabulary, split over tp ranks (keep them inside a node); tp must
-          divide model.n_head. parallel.sequence_parallel = true also splits the tokens of the
+          divide model.n_head (LLaMA: and model.n_kv_head; kv heads are not replicated).
+          parallel.sequence_parallel = true also splits the tokens of the
           norms and residuals (micro-batch x seq_len must divide by tp).
           Pipeline parallelism (parallel.pp): blocks split into stages; each step runs
           m = batch_size / (dp x micro_batch_size) micro-batches through the schedule (GPipe,
@@ -86,8 +90,10 @@ commands:
           above the recent mean, skips the step; guard_max_skips in a row roll back to the last
           checkpoint and skip that data.
   bench   Benchmarks (speed is measured here, never in tests).
-            loom bench step [--shapes tiny,small,gpt2-124M] [--threads 1,2] [--steps N]
-                            [--precision fp32,bf16,fp16] [--torch-autocast] [--no-pytorch]
+            loom bench step [--shapes tiny,small,gpt2-124M] [--model gpt2|llama] [--threads 1,2]
+                            [--steps N] [--precision fp32,bf16,fp16] [--torch-autocast] [--no-pytorch]
+          --model llama: the LLaMA shapes llama-tiny, llama-small, llama-124M (12 layers, d_model
+          768, 12 heads, 4 kv heads, SwiGLU 2048, T 256, B 4), PyTorch's LLaMA beside them.
           Tokens/s and peak RSS of a full training step (forward, backward, clip, AdamW)
           for each shape and thread count, beside PyTorch eager (tools/bench_pytorch.py,
           run with the environment as it is and tuned: OMP_WAIT_POLICY=PASSIVE, plus

@@ -1,6 +1,7 @@
 #include "config/run_config.h"
 
 #include <cmath>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <toml++/toml.h>
@@ -35,7 +36,7 @@ class FieldReader {
       auto v = node.value<std::string>();
       if (!v || !node.is_string()) fail(key, "a string");
       *out = *v;
-    } else if constexpr (std::is_same_v<T, bool>) {
+    } else if constexpr (std::is_same_v<T, bool> || std::is_same_v<T, std::optional<bool>>) {
       if (!node.is_boolean()) fail(key, "true or false");
       *out = *node.value<bool>();
     } else if constexpr (std::is_floating_point_v<T>) {
@@ -74,11 +75,25 @@ class FieldReader {
 };
 
 void read_fields(FieldReader& r, RunConfig& c) {
+  std::string family = model_family_name(c.model.family);
+  r.get("model.family", &family);
+  const std::optional<ModelFamily> parsed = parse_model_family(family);
+  LOOM_USER_CHECK(parsed.has_value(), "config field 'model.family' must be \"gpt2\" or \"llama\" (got \"%s\")",
+                  family.c_str());
+  c.model.family = *parsed;
   r.get("model.vocab_size", &c.model.vocab_size);
   r.get("model.n_layer", &c.model.n_layer);
   r.get("model.n_head", &c.model.n_head);
   r.get("model.d_model", &c.model.d_model);
   r.get("model.seq_len", &c.model.seq_len);
+  r.get("model.n_kv_head", &c.model.n_kv_head);
+  r.get("model.ffn_hidden", &c.model.ffn_hidden);
+  r.get("model.ffn_multiple_of", &c.model.ffn_multiple_of);
+  r.get("model.rope_theta", &c.model.rope_theta);
+  r.get("model.norm_eps", &c.model.norm_eps);
+  std::optional<bool> tie;
+  r.get("model.tie_embeddings", &tie);
+  if (tie) c.model.tie_embeddings = *tie ? 1 : 0;
   r.get("train.batch_size", &c.train.batch_size);
   r.get("train.micro_batch_size", &c.train.micro_batch_size);
   r.get("train.steps", &c.train.steps);
@@ -256,6 +271,9 @@ LossScalerOptions PrecisionConfig::scaler_options() const {
 
 // The inside of a TOML basic string: quotes, backslashes and control
 // characters escaped, so any path round-trips.
+// A double exactly, in a form TOML reads back as a number.
+static std::string toml_number(double v) { return strprintf("%.17g", v); }
+
 static std::string toml_escaped(const std::string& text) {
   std::string out;
   for (unsigned char c : text) {
@@ -268,8 +286,11 @@ static std::string toml_escaped(const std::string& text) {
 
 std::string RunConfig::to_toml() const {
   std::ostringstream s;
-  s << "[model]\nvocab_size = " << model.vocab_size << "\nn_layer = " << model.n_layer
+  s << "[model]\nfamily = \"" << model_family_name(model.family) << "\"\nvocab_size = " << model.vocab_size << "\nn_layer = " << model.n_layer
     << "\nn_head = " << model.n_head << "\nd_model = " << model.d_model << "\nseq_len = " << model.seq_len
+    << "\nn_kv_head = " << model.n_kv_head << "\nffn_hidden = " << model.ffn_hidden
+    << "\nffn_multiple_of = " << model.ffn_multiple_of << "\nrope_theta = " << toml_number(model.rope_theta)
+    << "\nnorm_eps = " << toml_number(model.norm_eps) << (model.tie_embeddings < 0 ? "" : model.tie_embeddings ? "\ntie_embeddings = true" : "\ntie_embeddings = false")
     << "\n[train]\nbatch_size = " << train.batch_size
     << "\nmicro_batch_size = " << train.micro_batch_size << "\nsteps = " << train.steps << "\nlr = " << train.lr
     << "\nmin_lr = " << train.min_lr << "\nwarmup_steps = " << train.warmup_steps

@@ -94,7 +94,7 @@ struct RuntimeConfig {
 };
 
 struct RunConfig {
-  GPTConfig model;
+  ModelConfig model;
   TrainConfig train;
   DataConfig data;
   ParallelConfig parallel;

@@ -1,10 +1,29 @@
 #include "model/config.h"
 
+#include <cmath>
+
 #include "core/check.h"
 
 namespace loom {
 
-void GPTConfig::validate() const {
+const char* model_family_name(ModelFamily f) { return f == ModelFamily::llama ? "llama" : "gpt2"; }
+
+std::optional<ModelFamily> parse_model_family(const std::string& name) {
+  if (name == "gpt2") return ModelFamily::gpt2;
+  if (name == "llama") return ModelFamily::llama;
+  return std::nullopt;
+}
+
+int ModelConfig::ffn() const {
+  if (ffn_hidden > 0) return ffn_hidden;
+  if (family == ModelFamily::gpt2) return 4 * d_model;
+  // LLaMA: 2/3 of 4 d_model, rounded up to a multiple of ffn_multiple_of.
+  const int64_t m = ffn_multiple_of > 0 ? ffn_multiple_of : 1;
+  const int64_t want = 8 * int64_t(d_model) / 3;
+  return int((want + m - 1) / m * m);
+}
+
+void ModelConfig::validate() const {
   auto positive = [](int v, const char* field) {
     LOOM_USER_CHECK(v > 0, "config field '%s' must be > 0 (got %d)", field, v);
   };
@@ -24,16 +43,56 @@ void GPTConfig::validate() const {
   LOOM_USER_CHECK(vocab_size <= (1 << 30), "config field 'model.vocab_size' is too large (%d)", vocab_size);
   LOOM_USER_CHECK(int64_t(seq_len) * d_model <= (int64_t(1) << 31),
                   "config fields 'model.seq_len' x 'model.d_model' are too large");
+  LOOM_USER_CHECK(n_kv_head >= 0, "config field 'model.n_kv_head' must be >= 0 (0 = model.n_head), got %d",
+                  n_kv_head);
+  LOOM_USER_CHECK(ffn_hidden >= 0 && ffn_hidden <= (1 << 20),
+                  "config field 'model.ffn_hidden' must be in [1, 1048576] (0 = the family's rule), got %d",
+                  ffn_hidden);
+  LOOM_USER_CHECK(ffn_multiple_of >= 1 && ffn_multiple_of <= 65536,
+                  "config field 'model.ffn_multiple_of' must be in [1, 65536], got %d", ffn_multiple_of);
+  LOOM_USER_CHECK(tie_embeddings >= -1 && tie_embeddings <= 1, "config field 'model.tie_embeddings' must be a boolean");
+  LOOM_USER_CHECK(std::isfinite(norm_eps) && norm_eps > 0 && norm_eps < 1,
+                  "config field 'model.norm_eps' must be in (0, 1), got %g", norm_eps);
+  LOOM_USER_CHECK(std::isfinite(rope_theta) && rope_theta > 1 && rope_theta < 1e12,
+                  "config field 'model.rope_theta' must be in (1, 1e12), got %g", rope_theta);
+  if (family == ModelFamily::gpt2) {
+    // GPT-2 has none of these: refuse rather than silently train something else.
+    LOOM_USER_CHECK(kv_heads() == n_head,
+                    "config field 'model.n_kv_head' (%d) is LLaMA's: GPT-2 has n_head key/value heads "
+                    "(set model.family = \"llama\" for grouped-query attention)",
+                    n_kv_head);
+    LOOM_USER_CHECK(ffn_hidden == 0 || ffn_hidden == 4 * d_model,
+                    "config field 'model.ffn_hidden' (%d) is LLaMA's: GPT-2's MLP is 4 x d_model = %d wide",
+                    ffn_hidden, 4 * d_model);
+    LOOM_USER_CHECK(tied(), "config field 'model.tie_embeddings' = false is LLaMA's: GPT-2's head is the token table");
+    LOOM_USER_CHECK(norm_eps == 1e-5, "config field 'model.norm_eps' is LLaMA's: GPT-2's LayerNorm uses 1e-5");
+    LOOM_USER_CHECK(rope_theta == 10000.0, "config field 'model.rope_theta' is LLaMA's: GPT-2 has learned positions");
+  } else {
+    LOOM_USER_CHECK(n_head % kv_heads() == 0,
+                    "config field 'model.n_head' (%d) must be divisible by 'model.n_kv_head' (%d): each key/value "
+                    "head serves the same number of query heads",
+                    n_head, kv_heads());
+    LOOM_USER_CHECK(head_dim() % 2 == 0,
+                    "rotary positions rotate pairs of features: the head dimension model.d_model / model.n_head = "
+                    "%d must be even",
+                    head_dim());
+  }
 }
 
-int64_t GPTConfig::num_parameters() const {
-  int64_t C = d_model, L = n_layer;
-  int64_t per_layer = 2 * C + (3 * C * C + 3 * C) + (C * C + C) + 2 * C + (4 * C * C + 4 * C) + (4 * C * C + C);
-  return int64_t(vocab_size) * C + int64_t(seq_len) * C + L * per_layer + 2 * C;
+int64_t ModelConfig::num_parameters() const {
+  const int64_t C = d_model, L = n_layer, F = ffn(), V = vocab_size;
+  if (family == ModelFamily::llama) {
+    // Norms, fused q/k/v, output projection, gate/up and down: no biases.
+    const int64_t per_layer = 2 * C + qkv_rows() * C + C * C + 3 * F * C;
+    return V * C * (tied() ? 1 : 2) + L * per_layer + C;
+  }
+  const int64_t per_layer = 2 * C + (3 * C * C + 3 * C) + (C * C + C) + 2 * C + (F * C + F) + (F * C + C);
+  return V * C + int64_t(seq_len) * C + L * per_layer + 2 * C;
 }
 
-double GPTConfig::train_flops_per_token(int T) const {
-  double n = double(num_parameters() - int64_t(seq_len) * d_model);
+double ModelConfig::train_flops_per_token(int T) const {
+  const int64_t positions = family == ModelFamily::gpt2 ? int64_t(seq_len) * d_model : 0;
+  double n = double(num_parameters() - positions);
   return 6.0 * n + 12.0 * n_layer * d_model * double(T);
 }
 

@@ -1,21 +1,49 @@
-// GPT-2 model shape.
+// The model's shape: which family (GPT-2 or LLaMA) and its sizes.
+//
+// GPT-2: LayerNorm, GELU MLP of width 4 x d_model, learned positions, biases,
+// the LM head tied to the token embedding. LLaMA: RMSNorm, SwiGLU MLP,
+// rotary positions (Hugging Face's rotate-half convention), grouped-query
+// attention (n_kv_head key/value heads, each shared by n_head / n_kv_head
+// query heads), no biases, untied head unless tie_embeddings.
 #pragma once
 
 #include <cstdint>
+#include <optional>
+#include <string>
 
 namespace loom {
 
-struct GPTConfig {
+enum class ModelFamily { gpt2, llama };
+const char* model_family_name(ModelFamily f);
+// "gpt2" / "llama"; nullopt for anything else.
+std::optional<ModelFamily> parse_model_family(const std::string& name);
+
+// ModelConfig{vocab_size, n_layer, n_head, d_model, seq_len} is a GPT-2.
+struct ModelConfig {
   int vocab_size = 8192;  // the default SentencePiece tokenizer of `loom prepare`
   int n_layer = 6;
   int n_head = 8;
   int d_model = 256;
-  int seq_len = 256;  // maximum sequence length (rows of the position table)
+  int seq_len = 256;  // maximum sequence length (GPT-2: rows of the position table)
+  ModelFamily family = ModelFamily::gpt2;
+  // LLaMA's fields (GPT-2 accepts only their GPT-2 values: 0 / -1 = unset).
+  int n_kv_head = 0;         // 0: n_head (multi-head attention)
+  int ffn_hidden = 0;        // MLP width; 0: GPT-2 4 x d_model, LLaMA the multiple_of rule
+  int ffn_multiple_of = 256; // LLaMA: ffn = multiple_of x ceil((8/3 d_model) / multiple_of)
+  double rope_theta = 10000.0;
+  double norm_eps = 1e-5;
+  int tie_embeddings = -1;  // -1: the family's default (GPT-2 tied, LLaMA untied); 0 / 1
 
   int head_dim() const { return d_model / n_head; }
+  int kv_heads() const { return n_kv_head > 0 ? n_kv_head : n_head; }
+  int ffn() const;
+  bool tied() const { return tie_embeddings < 0 ? family == ModelFamily::gpt2 : tie_embeddings == 1; }
+  bool is_llama() const { return family == ModelFamily::llama; }
+  // Output rows of the fused query/key/value projection: (n_head + 2 n_kv_head) x head_dim.
+  int64_t qkv_rows() const { return int64_t(n_head + 2 * kv_heads()) * head_dim(); }
   // Checks the fields; throws UserError naming the field ("model.n_head").
   void validate() const;
-  // Number of parameters (embeddings included, tied LM head counted once).
+  // Number of parameters (embeddings included, a tied LM head counted once).
   int64_t num_parameters() const;
   // Training FLOPs per token: 6 N + 12 L C T (PaLM / nanoGPT estimate; N
   // without the position table since it does no multiply-adds).

@@ -3,64 +3,36 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/check.h"
 #include "core/rng.h"
 
 namespace loom {
 
-ParamLayout ParamLayout::gpt2(const GPTConfig& cfg, const ModelShard& shard) {
-  ParamLayout lay;
-  lay.shard = shard;
-  const int64_t C = cfg.d_model, V = cfg.vocab_size, T = cfg.seq_len, t = shard.tp_size;
-  const float std = 0.02f;
-  const float proj_std = 0.02f / std::sqrt(2.0f * float(cfg.n_layer));  // GPT-2's scaled residual projections
-  auto add = [&](std::string name, std::vector<int64_t> shape, Init init, float init_std, TensorSplit split) {
-    ParamSpec p;
-    p.name = std::move(name);
-    p.shape = std::move(shape);
-    p.local_shape = p.shape;
-    if (split.dim >= 0) {
-      if (split.padded == 0) split.padded = p.shape[size_t(split.dim)];
-      p.local_shape[size_t(split.dim)] = split.padded / t;
+int ParamLayout::add(std::string name, std::vector<int64_t> shape, Init init, float init_std, TensorSplit split) {
+  ParamSpec p;
+  p.name = std::move(name);
+  p.shape = std::move(shape);
+  p.local_shape = p.shape;
+  if (split.dim >= 0) {
+    if (split.blocks.empty()) split.blocks = {p.shape[size_t(split.dim)]};
+    int64_t padded = 0;
+    for (int64_t b : split.blocks) {
+      LOOM_CHECK(b % shard.tp_size == 0, "%s: a block of %lld rows does not split over %d tp ranks", p.name.c_str(),
+                 (long long)b, shard.tp_size);
+      padded += b;
     }
-    p.split = split;
-    p.numel = 1;
-    for (int64_t d : p.local_shape) p.numel *= d;
-    p.weight_decay = p.shape.size() >= 2;
-    p.init = init;
-    p.init_std = init_std;
-    p.offset = lay.total;
-    lay.total += (p.numel + 15) / 16 * 16;  // 64-byte alignment
-    lay.params.push_back(std::move(p));
-    return int(lay.params.size()) - 1;
-  };
-  const TensorSplit whole{}, rows{0, 1, 0}, cols{1, 1, 0}, qkv_rows{0, 3, 0};
-  if (shard.head) {
-    lay.lnf_w = add("ln_f.weight", {C}, Init::Ones, 0, whole);
-    lay.lnf_b = add("ln_f.bias", {C}, Init::Zeros, 0, whole);
+    p.local_shape[size_t(split.dim)] = padded / shard.tp_size;
   }
-  const int first = shard.first_layer, end = shard.layers_end(cfg);
-  lay.blocks.resize(size_t(end - first));
-  for (int l = end - 1; l >= first; l--) {
-    std::string h = "h." + std::to_string(l) + ".";
-    BlockParams& b = lay.blocks[size_t(l - first)];
-    b.fc_proj_w = add(h + "mlp.c_proj.weight", {C, 4 * C}, Init::Normal, proj_std, cols);
-    b.fc_proj_b = add(h + "mlp.c_proj.bias", {C}, Init::Zeros, 0, whole);
-    b.fc_w = add(h + "mlp.c_fc.weight", {4 * C, C}, Init::Normal, std, rows);
-    b.fc_b = add(h + "mlp.c_fc.bias", {4 * C}, Init::Zeros, 0, rows);
-    b.ln2_w = add(h + "ln_2.weight", {C}, Init::Ones, 0, whole);
-    b.ln2_b = add(h + "ln_2.bias", {C}, Init::Zeros, 0, whole);
-    b.attn_proj_w = add(h + "attn.c_proj.weight", {C, C}, Init::Normal, proj_std, cols);
-    b.attn_proj_b = add(h + "attn.c_proj.bias", {C}, Init::Zeros, 0, whole);
-    b.qkv_w = add(h + "attn.c_attn.weight", {3 * C, C}, Init::Normal, std, qkv_rows);
-    b.qkv_b = add(h + "attn.c_attn.bias", {3 * C}, Init::Zeros, 0, qkv_rows);
-    b.ln1_w = add(h + "ln_1.weight", {C}, Init::Ones, 0, whole);
-    b.ln1_b = add(h + "ln_1.bias", {C}, Init::Zeros, 0, whole);
-  }
-  if (shard.embedding) lay.wpe = add("wpe.weight", {T, C}, Init::Normal, std, whole);
-  // The token table is the embedding (first stage) and the tied LM head (last).
-  if (shard.embedding || shard.head)
-    lay.wte = add("wte.weight", {V, C}, Init::Normal, std, TensorSplit{0, 1, shard.padded_vocab(cfg)});
-  return lay;
+  p.split = std::move(split);
+  p.numel = 1;
+  for (int64_t d : p.local_shape) p.numel *= d;
+  p.weight_decay = p.shape.size() >= 2;
+  p.init = init;
+  p.init_std = init_std;
+  p.offset = total;
+  total += (p.numel + 15) / 16 * 16;  // 64-byte alignment
+  params.push_back(std::move(p));
+  return int(params.size()) - 1;
 }
 
 void ParamLayout::init_parameters(float* buffer, uint64_t seed) const {
@@ -101,14 +73,17 @@ std::vector<TensorPiece> ParamLayout::pieces(int i) const {
   } else if (p.split.dim == 0) {
     // Row blocks: each part's piece is contiguous in both tensors.
     const int64_t cols = p.shape.size() > 1 ? p.shape[1] : 1;
-    const int64_t block = p.split.padded / p.split.parts, local_rows = block / shard.tp_size;
-    for (int part = 0; part < p.split.parts; part++) {
-      int64_t row0 = part * block + r * local_rows;
-      int64_t n = std::min(local_rows, p.shape[0] - row0);  // padding rows are not part of the tensor
-      if (n <= 0) continue;
-      TensorPiece piece{{row0}, {n}, part * local_rows * cols};
-      if (p.shape.size() > 1) piece.global_offset.push_back(0), piece.shape.push_back(cols);
-      out.push_back(std::move(piece));
+    int64_t block_row0 = 0, local_row0 = 0;
+    for (int64_t block : p.split.blocks) {
+      const int64_t local_rows = block / shard.tp_size;
+      const int64_t row0 = block_row0 + r * local_rows;
+      const int64_t n = std::min(local_rows, p.shape[0] - row0);  // padding rows are not part of the tensor
+      if (n > 0) {
+        TensorPiece piece{{row0}, {n}, local_row0 * cols};
+        if (p.shape.size() > 1) piece.global_offset.push_back(0), piece.shape.push_back(cols);
+        out.push_back(std::move(piece));
+      }
+      block_row0 += block, local_row0 += local_rows;
     }
   } else {
     const int64_t local_cols = p.local_shape[1];
@@ -126,9 +101,28 @@ FlatLayout ParamLayout::flat() const {
 }
 
 const ParamSpec* ParamLayout::find(const std::string& name) const {
-  for (const auto& p : params)
-    if (p.name == name) return &p;
-  return nullptr;
+  const int i = index_of(name);
+  return i < 0 ? nullptr : &params[size_t(i)];
+}
+
+int ParamLayout::index_of(const std::string& name) const {
+  for (size_t i = 0; i < params.size(); i++)
+    if (params[i].name == name) return int(i);
+  return -1;
+}
+
+std::vector<int> ParamLayout::sequence_partial() const {
+  std::vector<int> out;
+  for (size_t i = 0; i < params.size(); i++)
+    if (params[i].sequence_partial) out.push_back(int(i));
+  return out;
+}
+
+std::vector<int> ParamLayout::tied_across_stages() const {
+  std::vector<int> out;
+  for (size_t i = 0; i < params.size(); i++)
+    if (params[i].tied_across_stages) out.push_back(int(i));
+  return out;
 }
 
 }  // namespace loom

@@ -22,13 +22,13 @@ namespace loom {
 enum class Init : uint8_t { Normal, Zeros, Ones };
 
 // How a tensor is split over the tensor-parallel ranks. Along `dim` the global
-// tensor (of `padded` rows/columns there, padding included) is viewed as
-// `parts` equal blocks (3 for the fused QKV: q, k and v); rank r holds piece r
-// of each block, the pieces concatenated block by block.
+// tensor is a stack of blocks (`blocks`: their lengths there, padding
+// included; one block by default, three for a fused q/k/v projection, two
+// for a fused gate/up); rank r holds piece r of each block, the pieces
+// concatenated block by block.
 struct TensorSplit {
-  int dim = -1;        // -1: not split (every tp rank holds all of it)
-  int parts = 1;
-  int64_t padded = 0;  // length along dim with padding (>= the global shape's)
+  int dim = -1;                 // -1: not split (every tp rank holds all of it)
+  std::vector<int64_t> blocks;  // empty: one block, the whole length along dim
 };
 
 // A rectangle of the global tensor that a rank holds, stored contiguously
@@ -48,29 +48,37 @@ struct ParamSpec {
   bool weight_decay = false;  // 2-D matrices (embeddings included)
   Init init = Init::Zeros;
   float init_std = 0.f;  // for Init::Normal
-};
-
-// The tensors of one transformer block, as indices into ParamLayout::params.
-struct BlockParams {
-  int ln1_w, ln1_b, qkv_w, qkv_b, attn_proj_w, attn_proj_b;
-  int ln2_w, ln2_b, fc_w, fc_b, fc_proj_w, fc_proj_b;
+  // Family facts the train loop acts on without knowing the family:
+  // with sequence parallelism each tp rank's gradient covers only its rows
+  // (norm weights, a position table): summed over the tp group once a step.
+  bool sequence_partial = false;
+  // Held by the first stage (embedding) and the last (tied head) under
+  // pipeline parallelism: the two copies' gradients are summed.
+  bool tied_across_stages = false;
 };
 
 struct ParamLayout {
   std::vector<ParamSpec> params;
-  std::vector<BlockParams> blocks;  // blocks[l - shard.first_layer] for layer l
-  int wte = -1, wpe = -1, lnf_w = -1, lnf_b = -1;  // -1 where the shard has none
   int64_t total = 0;  // floats, including alignment padding
   ModelShard shard;
 
-  static ParamLayout gpt2(const GPTConfig& cfg, const ModelShard& shard = {});
+  // The layout of `cfg`'s family (model/<family>/): tensors in backward order.
+  static ParamLayout for_model(const ModelConfig& cfg, const ModelShard& shard = {});
+  // Appends a tensor (64-byte aligned) and returns its index: the family
+  // layouts' one way to add one. init_std is for Init::Normal.
+  int add(std::string name, std::vector<int64_t> shape, Init init, float init_std, TensorSplit split = {});
   const ParamSpec* find(const std::string& name) const;
+  // Its index; -1 when this shard does not hold it.
+  int index_of(const std::string& name) const;
+  // Indices of the tensors with the flag set.
+  std::vector<int> sequence_partial() const;
+  std::vector<int> tied_across_stages() const;
   // The same tensors as plain ranges, for optim/ and parallel/.
   FlatLayout flat() const;
   // The rectangles of the global tensor that params[i] holds (padding rows
   // belong to none).
   std::vector<TensorPiece> pieces(int i) const;
-  // GPT-2 initialization of buffer[total]: each value comes from the
+  // Initialization of buffer[total]: each value comes from the
   // counter-based RNG keyed by (seed, tensor name, index in the global
   // tensor), so every layout starts from the same weights; padding is 0.
   void init_parameters(float* buffer, uint64_t seed) const;

@@ -12,7 +12,7 @@ namespace {
 
 // Logits of the token after `context` (at most seq_len tokens), from a
 // forward pass over the context padded to a power of two (fewer shapes).
-const float* next_token_logits(GPT& model, const std::vector<int32_t>& context) {
+const float* next_token_logits(StageModule& model, const std::vector<int32_t>& context) {
   const int n = int(context.size());
   int T = 1;
   while (T < n) T *= 2;
@@ -40,7 +40,7 @@ int32_t sample_token(const float* logits, int V, float temperature, int top_k, d
   return ids[size_t(k - 1)];
 }
 
-std::vector<int32_t> sample_tokens(GPT& model, const std::vector<int32_t>& prompt, const SamplingOptions& opt,
+std::vector<int32_t> sample_tokens(StageModule& model, const std::vector<int32_t>& prompt, const SamplingOptions& opt,
                                    const std::function<void(const std::vector<int32_t>&)>& on_token) {
   const int V = model.config().vocab_size;
   std::vector<int32_t> tokens(prompt), generated;

@@ -1,4 +1,4 @@
-// Sampling tokens from a whole GPT (one process, batch 1): what
+// Sampling tokens from a whole model (one process, batch 1): what
 // `loom generate` streams and what `loom train` prints at the end of a run.
 #pragma once
 
@@ -6,7 +6,7 @@
 #include <functional>
 #include <vector>
 
-#include "model/gpt.h"
+#include "model/stage_module.h"
 
 namespace loom {
 
@@ -25,7 +25,7 @@ int32_t sample_token(const float* logits, int V, float temperature, int top_k, d
 // Up to opt.max_tokens tokens continuing `prompt` (the last seq_len tokens
 // are the context). on_token, if set, sees the tokens generated so far after
 // each one. The model's batch must be 1 and its sequence length seq_len.
-std::vector<int32_t> sample_tokens(GPT& model, const std::vector<int32_t>& prompt, const SamplingOptions& opt,
+std::vector<int32_t> sample_tokens(StageModule& model, const std::vector<int32_t>& prompt, const SamplingOptions& opt,
                                    const std::function<void(const std::vector<int32_t>&)>& on_token = {});
 
 }  // namespace loom

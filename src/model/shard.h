@@ -20,23 +20,23 @@ struct ModelShard {
   int tp_rank = 0, tp_size = 1;
   bool sequence_parallel = false;
   int first_layer = 0, end_layer = -1;  // blocks [first_layer, end_layer); -1: n_layer
-  bool embedding = true;                 // holds wte, wpe and does the input lookup
-  bool head = true;                      // holds ln_f and the tied LM head (a copy of wte)
+  bool embedding = true;                 // holds the token (and position) table, does the input lookup
+  bool head = true;                      // holds the final norm and the LM head (tied: a copy of the token table)
 
-  int layers_end(const GPTConfig& cfg) const { return end_layer < 0 ? cfg.n_layer : end_layer; }
-  int num_layers(const GPTConfig& cfg) const { return layers_end(cfg) - first_layer; }
+  int layers_end(const ModelConfig& cfg) const { return end_layer < 0 ? cfg.n_layer : end_layer; }
+  int num_layers(const ModelConfig& cfg) const { return layers_end(cfg) - first_layer; }
   // Vocabulary rows of the embedding table: padded to a multiple of 64 x tp
   // when split (every rank the same count; padding rows are zero and masked
   // out of the loss); unpadded on one rank.
-  int64_t padded_vocab(const GPTConfig& cfg) const {
+  int64_t padded_vocab(const ModelConfig& cfg) const {
     if (tp_size == 1) return cfg.vocab_size;
     const int64_t m = 64 * int64_t(tp_size);
     return (cfg.vocab_size + m - 1) / m * m;
   }
-  int64_t vocab_per_rank(const GPTConfig& cfg) const { return padded_vocab(cfg) / tp_size; }
-  int64_t vocab_begin(const GPTConfig& cfg) const { return vocab_per_rank(cfg) * tp_rank; }
+  int64_t vocab_per_rank(const ModelConfig& cfg) const { return padded_vocab(cfg) / tp_size; }
+  int64_t vocab_begin(const ModelConfig& cfg) const { return vocab_per_rank(cfg) * tp_rank; }
   // Real (unpadded) vocabulary rows on this rank.
-  int64_t vocab_valid(const GPTConfig& cfg) const {
+  int64_t vocab_valid(const ModelConfig& cfg) const {
     int64_t end = vocab_begin(cfg) + vocab_per_rank(cfg);
     int64_t valid = (end < cfg.vocab_size ? end : cfg.vocab_size) - vocab_begin(cfg);
     return valid > 0 ? valid : 0;

@@ -85,6 +85,7 @@ void TrainCheckpoints::save(const TrainPosition& position, Replica& replica, FIL
     m.step = position.next_step;
     m.config_toml = cfg_.to_toml();
     m.model = model_fields(cfg_.model);
+    m.model_real = model_real_fields(cfg_.model);
     const ParallelGrid& g = ctx_.grid();
     m.layout = {g.dp(), g.tp(), g.pp(), cfg_.parallel.zero, cfg_.parallel.order, g.world_size()};
     m.data = {position.next_step, position.next_step * cfg_.train.batch_size};

@@ -32,7 +32,7 @@ PipelinePlan plan_pipeline(const RunConfig& cfg, int pp) {
   return plan;
 }
 
-// The executor's view of this stage: chunk c's GPT, one micro-batch at a time.
+// The executor's view of this stage: chunk c's stage module, one micro-batch at a time.
 class Replica::Stage : public pp::StageModel {
  public:
   Stage(Replica& r, const std::vector<int32_t>* tokens, const std::vector<int32_t>* targets, int T)
@@ -47,15 +47,16 @@ class Replica::Stage : public pp::StageModel {
     r_.chunks_[size_t(c)]->forward_stage(slot, tok(mb), B(), T_);
   }
   void backward(int mb, int c, int slot) override {
-    GPT& chunk = *r_.chunks_[size_t(c)];
+    StageModule& chunk = *r_.chunks_[size_t(c)];
     // Only each chunk's last micro-batch reports gradients to the reducer.
     const bool last = mb + 1 == r_.micro_batches_;
-    const bool tied = r_.ctx_.grid().pp() > 1;  // wte is reported after its two copies are summed
-    const int first_tensor = r_.chunk_tensor_[size_t(c)], wte = chunk.layout().wte;
+    const int first_tensor = r_.chunk_tensor_[size_t(c)];
+    const ParamLayout& lay = chunk.layout();
     obs::ScopedSpan span(r_.trace_, "backward", obs::SpanKind::backward, obs::CommGroup::none, mb);
     if (last)
-      chunk.set_grad_ready_hook([this, first_tensor, wte, tied](int i) {
-        if (!(tied && i == wte)) r_.reducer_->on_grad_ready(first_tensor + i);
+      chunk.set_grad_ready_hook([this, first_tensor, &lay](int i) {
+        // A tensor tied across stages is reported after its copies are summed.
+        if (!lay.params[size_t(i)].tied_across_stages) r_.reducer_->on_grad_ready(first_tensor + i);
       });
     loss_sum_ += chunk.backward_stage(slot, tok(mb), tgt(mb), B(), T_, r_.loss_scale_ * r_.scaler_.scale());
     chunk.set_grad_ready_hook(nullptr);
@@ -101,12 +102,12 @@ std::vector<ModelShard> stage_shards(const RunConfig& cfg, const ParallelContext
   return shards;
 }
 
-std::vector<int64_t> chunk_offsets(const GPTConfig& model, const std::vector<ModelShard>& shards) {
+std::vector<int64_t> chunk_offsets(const ModelConfig& model, const std::vector<ModelShard>& shards) {
   std::vector<int64_t> offsets(shards.size());
   int64_t at = 0;
   for (int c = int(shards.size()) - 1; c >= 0; c--) {
     offsets[size_t(c)] = at;
-    at += ParamLayout::gpt2(model, shards[size_t(c)]).total;
+    at += ParamLayout::for_model(model, shards[size_t(c)]).total;
   }
   return offsets;
 }
@@ -115,17 +116,17 @@ namespace {
 
 // The stage's flat layout: its chunks' tensors, chunk v-1 first (its
 // backward finishes first).
-FlatLayout stage_flat(const GPTConfig& model, const std::vector<ModelShard>& shards, bool tied) {
+FlatLayout stage_flat(const ModelConfig& model, const std::vector<ModelShard>& shards) {
   FlatLayout flat;
   for (int c = int(shards.size()) - 1; c >= 0; c--) {
-    const ParamLayout lay = ParamLayout::gpt2(model, shards[size_t(c)]);
+    const ParamLayout lay = ParamLayout::for_model(model, shards[size_t(c)]);
     const size_t first = flat.tensors.size();
     for (FlatTensor t : lay.flat().tensors) {
       t.offset += flat.total;
       flat.tensors.push_back(t);
     }
-    // Pipeline: the first and last stage each hold the tied token table.
-    if (tied && lay.wte >= 0) flat.tensors[first + size_t(lay.wte)].copies *= 2;
+    // Pipeline: the first and last stage each hold a copy of a tied table.
+    for (int i : lay.tied_across_stages()) flat.tensors[first + size_t(i)].copies *= 2;
     flat.total += lay.total;
   }
   return flat;
@@ -147,7 +148,7 @@ Replica::Replica(const RunConfig& cfg, const ParallelContext& ctx, int micro_bat
       shards_(stage_shards(cfg, ctx, pipeline_)),
       chunk_offset_(shards_.size()),
       chunk_tensor_(shards_.size()),
-      flat_(stage_flat(cfg.model, shards_, ctx.grid().pp() > 1)),
+      flat_(stage_flat(cfg.model, shards_)),
       plan_(flat_, double(cfg.parallel.bucket_mb) * (1 << 20), ctx.dp().size()),
       grads_(plan_.padded_total()) {
   LOOM_CHECK(ctx.pp().rank() == ctx.coord().pp, "pipeline group rank %d is not the stage %d", ctx.pp().rank(),
@@ -155,7 +156,7 @@ Replica::Replica(const RunConfig& cfg, const ParallelContext& ctx, int micro_bat
   chunk_offset_ = chunk_offsets(cfg.model, shards_);
   for (int c = int(shards_.size()) - 1, tensor = 0; c >= 0; c--) {
     chunk_tensor_[size_t(c)] = tensor;
-    tensor += int(ParamLayout::gpt2(cfg.model, shards_[size_t(c)]).params.size());
+    tensor += int(ParamLayout::for_model(cfg.model, shards_[size_t(c)]).params.size());
   }
   params_.reserve(size_t(plan_.padded_total()) * sizeof(float));
   params_.allocate();
@@ -166,11 +167,11 @@ Replica::Replica(const RunConfig& cfg, const ParallelContext& ctx, int micro_bat
   }
   const std::vector<int> slots = pp::PipelineExecutor::slots_needed(schedule_, pipeline_.v);
   for (size_t c = 0; c < shards_.size(); c++) {
-    GPTBuffers buffers{params_.at<float>(0) + chunk_offset_[c], grads_.data() + chunk_offset_[c], 0, slots[c],
-                       compute_, lowp ? weights16_.at<uint16_t>(0) + chunk_offset_[c] : nullptr};
-    chunks_.push_back(std::make_unique<GPT>(cfg.model, shards_[c],
-                                            TensorParallel(&ctx.tp(), shards_[c].sequence_parallel), micro_batch,
-                                            cfg.model.seq_len, buffers));
+    StageBuffers buffers{params_.at<float>(0) + chunk_offset_[c], grads_.data() + chunk_offset_[c], 0, slots[c],
+                         compute_, lowp ? weights16_.at<uint16_t>(0) + chunk_offset_[c] : nullptr};
+    chunks_.push_back(make_stage_module(cfg.model, shards_[c],
+                                        TensorParallel(&ctx.tp(), shards_[c].sequence_parallel), micro_batch,
+                                        cfg.model.seq_len, buffers));
   }
   using Mode = GradReducer::Mode;
   reducer_ = std::make_unique<GradReducer>(plan_, ctx.dp(), grads_, zero_ == 0 ? Mode::AllReduce : Mode::ReduceScatter,
@@ -204,17 +205,17 @@ float Replica::forward_backward(const std::vector<int32_t>& tokens, const std::v
   return loss;
 }
 
-// The first stage's embedding and the last stage's head hold copies of the
-// token table: their gradients are summed (then reduced over dp like the rest).
+// A tied embedding (GPT-2's token table): the first stage's embedding and
+// the last stage's head hold copies, whose gradients are summed (then reduced
+// over dp like the rest). The family's layout says which tensors are tied.
 void Replica::sync_tied_embedding() {
-  if (ctx_.grid().pp() == 1) return;
   for (size_t c = 0; c < chunks_.size(); c++) {
-    GPT& chunk = *chunks_[c];
-    const int wte = chunk.layout().wte;
-    if (wte < 0) continue;
-    ctx_.group(GroupKind::embedding)
-        .all_reduce(chunk.grad(wte), size_t(chunk.layout().params[size_t(wte)].numel), DType::f32, ReduceOp::Sum);
-    reducer_->on_grad_ready(chunk_tensor_[c] + wte);
+    StageModule& chunk = *chunks_[c];
+    for (int i : chunk.layout().tied_across_stages()) {
+      ctx_.group(GroupKind::embedding)
+          .all_reduce(chunk.grad(i), size_t(chunk.layout().params[size_t(i)].numel), DType::f32, ReduceOp::Sum);
+      reducer_->on_grad_ready(chunk_tensor_[c] + i);
+    }
   }
 }
 
@@ -224,7 +225,7 @@ float Replica::evaluate(const int32_t* tokens, const int32_t* targets, int T) {
   const size_t n = size_t(chunks_[0]->local_rows(int64_t(micro_batch_) * T)) * size_t(chunks_[0]->config().d_model);
   float loss = 0;
   for (int c = 0; c < pipeline_.v; c++) {
-    GPT& chunk = *chunks_[size_t(c)];
+    StageModule& chunk = *chunks_[size_t(c)];
     if (!chunk.layout().shard.embedding) ctx_.pp().recv(chunk.stage_input(0), n, DType::f32, (stage + pp - 1) % pp, 1);
     chunk.forward_stage(0, tokens, micro_batch_, T);
     if (chunk.layout().shard.head) loss = chunk.stage_loss(0, targets, micro_batch_, T);
@@ -268,7 +269,8 @@ void Replica::update(float lr, float grad_scale) {
 void Replica::reduce_sequence_partial_grads() {
   std::vector<int> partial;
   for (size_t c = 0; c < chunks_.size(); c++)
-    for (int i : chunks_[c]->sequence_partial_grads()) partial.push_back(chunk_tensor_[c] + i);
+    if (shards_[c].sequence_parallel)
+      for (int i : chunks_[c]->layout().sequence_partial()) partial.push_back(chunk_tensor_[c] + i);
   if (partial.empty()) return;
   std::sort(partial.begin(), partial.end());
   std::vector<FlatRange> owned = zero_ > 0 ? plan_.shard_ranges(ctx_.dp().rank())
@@ -314,7 +316,7 @@ bool Replica::writes_checkpoint() const { return ctx_.coord().dp == 0 || zero_ >
 // each chunk: [begin, end) in the chunk's own offsets, packed = where that
 // part starts in the packed moments.
 template <class F>
-static void for_owned_parts(const std::vector<FlatRange>& owned, const std::vector<std::unique_ptr<GPT>>& chunks,
+static void for_owned_parts(const std::vector<FlatRange>& owned, const std::vector<std::unique_ptr<StageModule>>& chunks,
                             const std::vector<int64_t>& chunk_offset, F&& f) {
   int64_t packed = 0;
   for (const FlatRange& r : owned) {

@@ -19,7 +19,7 @@
 #include "config/run_config.h"
 #include "checkpoint/checkpoint_reader.h"
 #include "checkpoint/tensor_piece.h"
-#include "model/gpt.h"
+#include "model/stage_module.h"
 #include "obs/trace_recorder.h"
 #include "parallel/dp/bucket_plan.h"
 #include "parallel/dp/grad_buffer.h"
@@ -44,7 +44,7 @@ PipelinePlan plan_pipeline(const RunConfig& cfg, int pp);
 std::vector<ModelShard> stage_shards(const RunConfig& cfg, const ParallelContext& ctx, const PipelinePlan& plan);
 // Where chunk c's tensors start in the stage's buffers (floats): chunk v-1
 // first, since its backward finishes first.
-std::vector<int64_t> chunk_offsets(const GPTConfig& model, const std::vector<ModelShard>& shards);
+std::vector<int64_t> chunk_offsets(const ModelConfig& model, const std::vector<ModelShard>& shards);
 
 class Replica {
  public:
@@ -107,7 +107,7 @@ class Replica {
   // reverse, from a checkpoint of any layout. load() also restores the
   // AdamW step count.
   bool writes_checkpoint() const;
-  // The whole model's fp32 parameters (GPT layout of the full model) when
+  // The whole model's fp32 parameters (the layout of the full model) when
   // this rank holds all of it (tp = pp = 1), else nullptr.
   const float* whole_model_params() const;
   std::vector<CheckpointPiece> checkpoint_pieces();
@@ -140,7 +140,7 @@ class Replica {
   GradBuffer grads_;
   Arena params_;
   Arena weights16_;  // bf16 / fp16: the compute weights, laid out as params_ (the optimizer writes them)
-  std::vector<std::unique_ptr<GPT>> chunks_;
+  std::vector<std::unique_ptr<StageModule>> chunks_;
   std::unique_ptr<GradReducer> reducer_;
   std::unique_ptr<ShardedOptimizer> optimizer_;
   std::unique_ptr<pp::PipelineExecutor> executor_;

@@ -14,7 +14,7 @@
 #include "data/token_source.h"
 #include "kernels/cpu/grad_norm.h"
 #include "kernels/cpu/isa.h"
-#include "model/gpt.h"
+#include "model/stage_module.h"
 #include "model/sampling.h"
 #include "obs/peak_flops.h"
 #include "optim/lr_schedule.h"
@@ -61,8 +61,17 @@ void check_layout(const RunConfig& cfg, const ParallelGrid& grid) {
   const int tp = grid.tp();
   LOOM_USER_CHECK(cfg.model.n_head % tp == 0,
                   "parallel.tp = %d must divide model.n_head (%d): tensor parallelism splits the attention heads "
-                  "(and the MLP's %d = 4 x model.d_model hidden features) over the tp ranks",
-                  tp, cfg.model.n_head, 4 * cfg.model.d_model);
+                  "(and the MLP's %d hidden features) over the tp ranks",
+                  tp, cfg.model.n_head, cfg.model.ffn());
+  // Each tp rank keeps whole key/value heads with the query heads that read
+  // them; replicating kv heads (tp > n_kv_head) would need their gradients
+  // summed over the copies, which loom does not do.
+  LOOM_USER_CHECK(cfg.model.kv_heads() % tp == 0,
+                  "parallel.tp = %d must divide model.n_kv_head (%d): tensor parallelism gives each rank whole "
+                  "key/value heads (it does not replicate them); use a tp that divides %d",
+                  tp, cfg.model.kv_heads(), cfg.model.kv_heads());
+  LOOM_USER_CHECK(cfg.model.ffn() % tp == 0,
+                  "parallel.tp = %d must divide the MLP width (model.ffn_hidden = %d)", tp, cfg.model.ffn());
   LOOM_USER_CHECK(cfg.train.batch_size % grid.dp() == 0,
                   "config field 'train.batch_size' (%d) must be divisible by the data-parallel size %d",
                   cfg.train.batch_size, grid.dp());
@@ -101,7 +110,8 @@ void print_sample(const RunConfig& cfg, const Replica& replica, FILE* log) {
   const TextCodec codec = TextCodec::for_data(cfg.data.format, cfg.data.path, "data.path");
   std::vector<int32_t> prompt = codec.encode(cfg.train.sample_prompt);
   for (int32_t& t : prompt) t = std::min(t, cfg.model.vocab_size - 1);  // a byte codec on a small vocabulary
-  GPT model(cfg.model, 1, cfg.model.seq_len);
+  auto model_owner = make_model(cfg.model, 1, cfg.model.seq_len);
+  StageModule& model = *model_owner;
   std::copy(params, params + model.layout().total, model.params());
   const SamplingOptions opt{cfg.train.sample_tokens, 0.8f, 40, uint64_t(cfg.train.seed), codec.eos()};
   const std::string text = cfg.train.sample_prompt + codec.decode(sample_tokens(model, prompt, opt));
@@ -150,9 +160,11 @@ TrainResult train(const RunConfig& cfg, const ParallelContext& ctx, FILE* log, c
   if (log) {
     std::fprintf(log, "layout: %s; this process is rank 0 of %d\n", ctx.grid().describe().c_str(),
                  ctx.grid().world_size());
-    std::fprintf(log, "model: GPT-2, %d layers, d_model %d, %d heads, vocab %d, seq_len %d: %.2fM parameters\n",
-                 cfg.model.n_layer, cfg.model.d_model, cfg.model.n_head, cfg.model.vocab_size, T,
-                 double(cfg.model.num_parameters()) / 1e6);
+    std::fprintf(log, "model: %s, %d layers, d_model %d, %d heads (%d key/value), MLP %d, vocab %d, seq_len %d%s: "
+                 "%.2fM parameters\n",
+                 cfg.model.is_llama() ? "LLaMA" : "GPT-2", cfg.model.n_layer, cfg.model.d_model, cfg.model.n_head,
+                 cfg.model.kv_heads(), cfg.model.ffn(), cfg.model.vocab_size, T,
+                 cfg.model.tied() ? ", tied head" : ", untied head", double(cfg.model.num_parameters()) / 1e6);
     std::fprintf(log, "data: %s; global batch %d x %d tokens, %d rows per replica\n", data->describe().c_str(), B,
                  T, rows.size());
     std::fprintf(log,
@@ -171,7 +183,7 @@ TrainResult train(const RunConfig& cfg, const ParallelContext& ctx, FILE* log, c
       std::fprintf(log,
                    "tensor parallel: %d ranks per layer, %d heads and %d MLP features each; vocabulary %d padded to "
                    "%lld; sequence parallel: %s\n",
-                   ctx.grid().tp(), cfg.model.n_head / ctx.grid().tp(), 4 * cfg.model.d_model / ctx.grid().tp(),
+                   ctx.grid().tp(), cfg.model.n_head / ctx.grid().tp(), cfg.model.ffn() / ctx.grid().tp(),
                    cfg.model.vocab_size, (long long)shard.padded_vocab(cfg.model),
                    cfg.parallel.sequence_parallel ? "on" : "off");
     }

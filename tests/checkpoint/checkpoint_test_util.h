@@ -18,7 +18,7 @@
 #include "checkpoint/manifest.h"
 #include "checkpoint/layout_pieces.h"
 #include "checkpoint/tensor_piece.h"
-#include "model/gpt.h"
+#include "model/stage_module.h"
 
 namespace loom::test {
 
@@ -91,12 +91,12 @@ struct RankPieces {
   RankPieces(const RankPieces&) = delete;
 };
 
-inline RankPieces tp_pieces(GPT& model, int tp, int rank) {
+inline RankPieces tp_pieces(StageModule& model, int tp, int rank) {
   RankPieces out;
   ModelShard shard;
   shard.tp_rank = rank;
   shard.tp_size = tp;
-  out.layout = ParamLayout::gpt2(model.config(), shard);
+  out.layout = ParamLayout::for_model(model.config(), shard);
   out.buffer.assign(size_t(out.layout.total), 0.f);
   for (size_t i = 0; i < out.layout.params.size(); i++) {
     const ParamSpec& local = out.layout.params[i];

@@ -8,7 +8,7 @@
 #include "checkpoint/safetensors.h"
 #include "checkpoint_test_util.h"
 #include "core/rng.h"
-#include "model/gpt.h"
+#include "model/stage_module.h"
 
 namespace loom {
 namespace {
@@ -18,7 +18,7 @@ using test::run_command;
 using test::run_loom_cmd;
 
 // A GPT saved as tensor-parallel ranks (tp pieces per rank file) under root.
-std::string save_gpt(GPT& model, const std::string& root, int tp, const std::string& config_toml) {
+std::string save_gpt(StageModule& model, const std::string& root, int tp, const std::string& config_toml) {
   CheckpointWriter w(root, 50);
   std::vector<int> ranks;
   for (int r = 0; r < tp; r++) {
@@ -39,9 +39,10 @@ std::string bytes_config() { return "[model]\nvocab_size = 256\n[data]\nformat =
 
 TEST(ExportHf, LogitsMatchPyTorchOnTheExportedTensors) {
   const std::string dir = ckpt_dir("export-hf");
-  const GPTConfig cfg{96, 2, 2, 32, 16};
+  const ModelConfig cfg{96, 2, 2, 32, 16};
   const int B = 2, T = 16;
-  GPT model(cfg, B, T);
+  auto model_owner = make_model(cfg, B, T);
+  StageModule& model = *model_owner;
   model.init_parameters(11);
   // Non-trivial layernorms and biases, so that a misplaced one shows.
   for (size_t i = 0; i < model.layout().params.size(); i++) {
@@ -100,7 +101,7 @@ TEST(ExportHf, BadInputExitsTwoNamingTheFile) {
   std::vector<float> w(4, 1.0f);
   CheckpointManifest m;
   m.step = 1;
-  m.model = model_fields(GPTConfig{96, 1, 2, 32, 16});
+  m.model = model_fields(ModelConfig{96, 1, 2, 32, 16});
   save_checkpoint(dir + "/partial", m, {{"wte.weight", {2, 2}, {}, {}, 0, -1, w.data()}}, 1);
   r = run_loom_cmd("export --checkpoint '" + dir + "/partial' --out '" + dir + "/hf' 2>&1");
   EXPECT_EQ(r.code, 2) << r.output;
@@ -114,8 +115,9 @@ TEST(ExportHf, BadInputExitsTwoNamingTheFile) {
 // same model run here, whatever the layout the checkpoint was saved from.
 TEST(GenerateCli, GreedyFollowsTheModelsArgmaxAndSamplingIsSeeded) {
   const std::string dir = ckpt_dir("generate");
-  const GPTConfig cfg{256, 2, 2, 32, 24};
-  GPT model(cfg, 1, cfg.seq_len);
+  const ModelConfig cfg{256, 2, 2, 32, 24};
+  auto model_owner = make_model(cfg, 1, cfg.seq_len);
+  StageModule& model = *model_owner;
   model.init_parameters(21);
   save_gpt(model, dir + "/plain", 2, bytes_config());
   // Sharpen the output so that greedy picks are far from ties.

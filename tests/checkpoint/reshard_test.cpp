@@ -10,11 +10,11 @@
 namespace loom {
 namespace {
 
-ParamLayout tp_layout(const GPTConfig& cfg, int tp, int rank) {
+ParamLayout tp_layout(const ModelConfig& cfg, int tp, int rank) {
   ModelShard shard;
   shard.tp_rank = rank;
   shard.tp_size = tp;
-  return ParamLayout::gpt2(cfg, shard);
+  return ParamLayout::for_model(cfg, shard);
 }
 
 std::vector<float> init_buffer(const ParamLayout& layout, uint64_t seed) {
@@ -30,7 +30,7 @@ std::vector<float> init_buffer(const ParamLayout& layout, uint64_t seed) {
 // depend on the layout), padding rows untouched.
 TEST(CheckpointReshard, TensorParallelAndZeroShardsReloadIntoOtherLayouts) {
   const std::string root = test::ckpt_dir("reshard");
-  const GPTConfig cfg{100, 2, 4, 32, 16};  // vocabulary padded under tp
+  const ModelConfig cfg{100, 2, 4, 32, 16};  // vocabulary padded under tp
   const uint64_t seed = 17;
   const int tp = 2, dp = 2;
   CheckpointWriter w(root, 9);
@@ -75,7 +75,7 @@ TEST(CheckpointReshard, TensorParallelAndZeroShardsReloadIntoOtherLayouts) {
     }
   }
   // A different model cannot be filled from it.
-  ParamLayout other = ParamLayout::gpt2(GPTConfig{100, 2, 4, 64, 16});
+  ParamLayout other = ParamLayout::for_model(ModelConfig{100, 2, 4, 64, 16});
   std::vector<float> buf(size_t(other.total));
   EXPECT_THROW(fill_from_checkpoint(ckpt.tensors(), other, buf.data()), UserError);
 }

@@ -91,7 +91,8 @@ TEST(CheckpointSave, ManifestRoundTripsAndKeepsTheLastK) {
 // processes); the lead commits; a tp = 1 reader gets whole tensors back.
 TEST(CheckpointSave, ManyRanksWriteThenTheLeadCommits) {
   std::string root = ckpt_dir("save-ranks");
-  GPT model(GPTConfig{64, 2, 4, 32, 16}, 1, 16);
+  auto model_owner = make_model(ModelConfig{64, 2, 4, 32, 16}, 1, 16);
+  StageModule& model = *model_owner;
   model.init_parameters(3);
   const int tp = 4;
   CheckpointWriter w(root, 7);

@@ -86,6 +86,9 @@ echo "$out" | grep -q "^resume: .*step_000004 (step 4, written by dp 2 x tp 1 x 
 # (found once training starts, so every rank reports it with its rank)
 once=0 expect_bad 2 "is from a different model: model.d_model is 64 there, 32" --set model.d_model=32 \
   --set "train.checkpoint_dir=$ck" --resume auto
+# The same checkpoint resumed as the other family (issue 17).
+once=0 expect_bad 2 "is a GPT-2 model; this run's model.family is \"llama\"" --set 'model.family="llama"' \
+  --set "train.checkpoint_dir=$ck" --resume auto
 once=0 expect_bad 2 "/nonexistent/ckpt" --resume /nonexistent/ckpt
 # The planner picks the layout (issue 10).
 out=$(run 2 --layout auto); rc=$?

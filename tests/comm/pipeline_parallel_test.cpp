@@ -89,11 +89,11 @@ TEST_P(PipelineParallel, ReproducesTheSingleProcessRun) {
   const loom::RunConfig cfg = tiny(l, dp);
   const loom::TrainResult got = loom::train(cfg, ctx, nullptr, loom::TrainOptions{true});
 
-  const auto whole = loom::ParamLayout::gpt2(cfg.model);
+  const auto whole = loom::ParamLayout::for_model(cfg.model);
   const auto shards = loom::stage_shards(cfg, ctx, loom::plan_pipeline(cfg, l.pp));
   const auto offsets = loom::chunk_offsets(cfg.model, shards);
   for (size_t c = 0; c < shards.size(); c++) {
-    const auto local = loom::ParamLayout::gpt2(cfg.model, shards[c]);
+    const auto local = loom::ParamLayout::for_model(cfg.model, shards[c]);
     for (size_t i = 0; i < local.params.size(); i++) {
       const auto& p = local.params[i];
       const auto& g = *whole.find(p.name);

@@ -80,8 +80,8 @@ TEST_P(TensorParallel, ReproducesTheSingleProcessRun) {
   const loom::RunConfig cfg = tiny(l, dp);
   const loom::TrainResult got = loom::train(cfg, ctx, nullptr, loom::TrainOptions{true});
 
-  const auto whole = loom::ParamLayout::gpt2(cfg.model);
-  const auto local = loom::ParamLayout::gpt2(
+  const auto whole = loom::ParamLayout::for_model(cfg.model);
+  const auto local = loom::ParamLayout::for_model(
       cfg.model, loom::ModelShard{ctx.coord().tp, l.tp, l.sequence_parallel});
   ASSERT_GE(got.first_step_grads.size(), size_t(local.total));
   for (size_t i = 0; i < local.params.size(); i++) {

@@ -89,7 +89,7 @@ float over_ranks(float x, loom::ReduceOp op) {
 TEST_P(ZeroDataParallel, ReproducesTheSingleProcessRun) {
   const auto& want = single_process();
   const auto& got = first_run();
-  const auto layout = loom::ParamLayout::gpt2(config().model);
+  const auto layout = loom::ParamLayout::for_model(config().model);
   ASSERT_EQ(got.first_step_grads.size(), want.first_step_grads.size());
   for (const auto& p : layout.params) {
     double diff = 0, norm = 0;
@@ -124,7 +124,7 @@ TEST_P(ZeroDataParallel, SameLayoutTwiceIsBitwiseIdentical) {
 TEST_P(ZeroDataParallel, ShardedStateIsOneOverDpPerRank) {
   const auto cfg = config();
   const auto& result = first_run();
-  const auto flat = loom::ParamLayout::gpt2(cfg.model).flat();
+  const auto flat = loom::ParamLayout::for_model(cfg.model).flat();
   const loom::BucketPlan plan(flat, double(cfg.parallel.bucket_mb) * (1 << 20), dp_);
   const double whole = 8.0 * double(flat.total);  // m and v, fp32, for every parameter
   const double padding = 8.0 * double(plan.padded_total() - flat.total);

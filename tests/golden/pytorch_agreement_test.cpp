@@ -8,7 +8,7 @@
 
 #include "golden/reference_file.h"
 #include "kernels/cpu/grad_norm.h"
-#include "model/gpt.h"
+#include "model/stage_module.h"
 #include "optim/adamw.h"
 #include "optim/grad_clip.h"
 
@@ -31,18 +31,18 @@ double rel_frobenius(const float* got, const std::vector<float>& want) {
 }
 
 struct LoadedModel {
-  loom::GPTConfig cfg;
+  loom::ModelConfig cfg;
   int B, T;
-  std::unique_ptr<loom::GPT> model;
+  std::unique_ptr<loom::StageModule> model;
 };
 
 LoadedModel make_model(const ReferenceFile& ref) {
   LoadedModel s;
-  s.cfg = loom::GPTConfig{int(ref.ints.at("vocab_size")), int(ref.ints.at("n_layer")), int(ref.ints.at("n_head")),
+  s.cfg = loom::ModelConfig{int(ref.ints.at("vocab_size")), int(ref.ints.at("n_layer")), int(ref.ints.at("n_head")),
                           int(ref.ints.at("d_model")), int(ref.ints.at("seq_len"))};
   s.B = int(ref.ints.at("batch_size"));
   s.T = s.cfg.seq_len;
-  s.model = std::make_unique<loom::GPT>(s.cfg, s.B, s.T);
+  s.model = loom::make_model(s.cfg, s.B, s.T);
   // Load PyTorch's initial weights by global name; shapes must agree.
   for (size_t i = 0; i < s.model->layout().params.size(); i++) {
     const auto& spec = s.model->layout().params[i];

@@ -19,21 +19,26 @@
 namespace loom {
 namespace {
 
-GPTConfig small_model(int vocab) {
-  GPTConfig cfg;
+// GPT-2, and a LLaMA whose fused q/k/v has unequal parts (8 query heads, 4
+// kv heads) and whose MLP is not 4 x d_model.
+ModelConfig small_model(int vocab, ModelFamily family = ModelFamily::gpt2) {
+  ModelConfig cfg;
   cfg.vocab_size = vocab, cfg.n_layer = 2, cfg.n_head = 4, cfg.d_model = 32, cfg.seq_len = 16;
+  if (family == ModelFamily::llama) cfg.family = family, cfg.n_head = 8, cfg.n_kv_head = 4, cfg.ffn_hidden = 96;
   return cfg;
 }
 
-TEST(TensorParallelInit, ShardsAreSlicesOfTheSingleProcessWeights) {
-  const GPTConfig cfg = small_model(301);  // needs padding at every tp > 1
-  const ParamLayout whole = ParamLayout::gpt2(cfg);
+class TensorParallelInit : public testing::TestWithParam<ModelFamily> {};
+
+TEST_P(TensorParallelInit, ShardsAreSlicesOfTheSingleProcessWeights) {
+  const ModelConfig cfg = small_model(301, GetParam());  // needs padding at every tp > 1
+  const ParamLayout whole = ParamLayout::for_model(cfg);
   std::vector<float> global(size_t(whole.total));
   whole.init_parameters(global.data(), 7);
   for (int tp : {2, 4}) {
     for (int rank = 0; rank < tp; rank++) {
       SCOPED_TRACE(testing::Message() << "tp " << tp << " rank " << rank);
-      const ParamLayout lay = ParamLayout::gpt2(cfg, ModelShard{rank, tp});
+      const ParamLayout lay = ParamLayout::for_model(cfg, ModelShard{rank, tp});
       ASSERT_EQ(lay.params.size(), whole.params.size());
       std::vector<float> local(size_t(lay.total), NAN);
       lay.init_parameters(local.data(), 7);
@@ -57,18 +62,25 @@ TEST(TensorParallelInit, ShardsAreSlicesOfTheSingleProcessWeights) {
         if (p.split.dim < 0) EXPECT_EQ(p.local_shape, g.shape) << p.name;
       }
       // Split matrices hold 1/tp each.
-      EXPECT_EQ(lay.find("h.0.attn.c_attn.weight")->numel * tp, whole.find("h.0.attn.c_attn.weight")->numel);
-      EXPECT_EQ(lay.find("h.1.mlp.c_proj.weight")->local_shape, (std::vector<int64_t>{32, 128 / tp}));
+      if (cfg.is_llama()) {
+        const std::string qkv = "model.layers.0.self_attn.qkv_proj.weight";
+        EXPECT_EQ(lay.find(qkv)->numel * tp, whole.find(qkv)->numel);
+        EXPECT_EQ(lay.pieces(lay.index_of(qkv)).size(), 3u);  // q, k and v rows
+        EXPECT_EQ(lay.find("model.layers.1.mlp.down_proj.weight")->local_shape, (std::vector<int64_t>{32, 96 / tp}));
+      } else {
+        EXPECT_EQ(lay.find("h.0.attn.c_attn.weight")->numel * tp, whole.find("h.0.attn.c_attn.weight")->numel);
+        EXPECT_EQ(lay.find("h.1.mlp.c_proj.weight")->local_shape, (std::vector<int64_t>{32, 128 / tp}));
+      }
     }
   }
 }
 
-TEST(TensorParallelInit, PiecesOfEveryRankTileTheGlobalTensor) {
-  const GPTConfig cfg = small_model(301);
+TEST_P(TensorParallelInit, PiecesOfEveryRankTileTheGlobalTensor) {
+  const ModelConfig cfg = small_model(301, GetParam());
   for (int tp : {2, 4}) {
-    std::vector<int64_t> covered(ParamLayout::gpt2(cfg).params.size(), 0);
+    std::vector<int64_t> covered(ParamLayout::for_model(cfg).params.size(), 0);
     for (int rank = 0; rank < tp; rank++) {
-      const ParamLayout lay = ParamLayout::gpt2(cfg, ModelShard{rank, tp});
+      const ParamLayout lay = ParamLayout::for_model(cfg, ModelShard{rank, tp});
       for (size_t i = 0; i < lay.params.size(); i++)
         for (const TensorPiece& piece : lay.pieces(int(i))) {
           int64_t n = 1;
@@ -76,7 +88,7 @@ TEST(TensorParallelInit, PiecesOfEveryRankTileTheGlobalTensor) {
           covered[i] += n;
         }
     }
-    const ParamLayout whole = ParamLayout::gpt2(cfg);
+    const ParamLayout whole = ParamLayout::for_model(cfg);
     for (size_t i = 0; i < whole.params.size(); i++) {
       const ParamSpec& p = whole.params[i];
       const int64_t copies = p.split.dim < 0 ? tp : 1;
@@ -109,6 +121,9 @@ void vocab_parallel_xent(std::vector<float>& losses, std::vector<std::vector<flo
                      dloss, N, int(Vl), valid);
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Families, TensorParallelInit, testing::Values(ModelFamily::gpt2, ModelFamily::llama),
+                         [](const testing::TestParamInfo<ModelFamily>& i) { return model_family_name(i.param); });
 
 TEST(VocabParallelCrossEntropy, EqualsTheFullSoftmaxLossWithPadding) {
   const int N = 13;

@@ -10,7 +10,7 @@
 
 #include "config/run_config.h"
 #include "core/check.h"
-#include "model/gpt.h"
+#include "model/stage_module.h"
 #include "parallel/grid/parallel_context.h"
 #include "train/trainer.h"
 
@@ -64,13 +64,14 @@ TEST(MixedPrecisionTraining, Bf16AndFp16EndWithin2PercentOfFp32) {
 // loss by 2^16 (then dividing the fp32 gradients back) lifts them into
 // fp16's normal range. Measured: 3.9% lost unscaled, 0.18% scaled.
 TEST(MixedPrecisionTraining, LossScalingRecoversFp16GradientsLostToUnderflow) {
-  loom::GPTConfig cfg{256, 2, 2, 64, 64};
+  loom::ModelConfig cfg{256, 2, 2, 64, 64};
   const int B = 64, T = 64, N = B * T;
   std::vector<int32_t> tokens(N), targets(N);
   for (int i = 0; i < N; i++) tokens[size_t(i)] = int32_t((i * 7919 + 13) % 256), targets[size_t(i)] = int32_t((i * 104729 + 5) % 256);
   auto grads = [&](loom::ComputePrecision p, float scale) {
-    loom::GPT model(cfg, loom::ModelShard{}, loom::TensorParallel{}, B, T,
-                    loom::GPTBuffers{nullptr, nullptr, 0, 1, p});
+    auto model_owner = loom::make_stage_module(cfg, loom::ModelShard{}, loom::TensorParallel{}, B, T,
+                    loom::StageBuffers{nullptr, nullptr, 0, 1, p});
+    loom::StageModule& model = *model_owner;
     model.init_parameters(42);
     model.zero_grads();
     model.forward_backward(tokens.data(), targets.data(), B, T, scale);

@@ -30,7 +30,7 @@ TEST(Config, DefaultFileEqualsBuiltInDefaults) {
 }
 
 TEST(Config, EveryBundledConfigLoads) {
-  for (const char* name : {"default", "tiny", "gpt2-124m"})
+  for (const char* name : {"default", "tiny", "gpt2-124m", "llama-tiny", "llama-small"})
     EXPECT_NO_THROW(loom::load_run_config(std::string(LOOM_SOURCE_DIR "/configs/") + name + ".toml", {})) << name;
 }
 
@@ -67,6 +67,37 @@ TEST(Config, HeadsMustDivideWidth) {
   std::string e = error_of("", {"model.d_model=130", "model.n_head=4"});
   EXPECT_NE(e.find("'model.d_model'"), std::string::npos) << e;
   EXPECT_NE(e.find("'model.n_head'"), std::string::npos) << e;
+}
+
+// LLaMA's fields: read, written back by to_toml, and checked.
+TEST(Config, LlamaFieldsRoundTrip) {
+  const auto c = loom::load_run_config(LOOM_SOURCE_DIR "/configs/llama-tiny.toml", {"model.rope_theta=500000"});
+  EXPECT_TRUE(c.model.is_llama());
+  EXPECT_EQ(c.model.kv_heads(), 2);
+  EXPECT_FALSE(c.model.tied());
+  EXPECT_EQ(c.model.rope_theta, 500000.0);
+  const std::string path = write_temp("llama_roundtrip.toml", c.to_toml());
+  EXPECT_EQ(loom::load_run_config(path, {}).to_toml(), c.to_toml());
+  EXPECT_TRUE(loom::load_run_config("", {"model.family=\"llama\"", "model.tie_embeddings=true"}).model.tied());
+}
+
+TEST(Config, LlamaBadFieldsAreNamed) {
+  const std::string llama = "model.family=\"llama\"";
+  auto expect = [&](std::vector<std::string> sets, const char* field) {
+    const std::string e = error_of("", sets);
+    EXPECT_NE(e.find(field), std::string::npos) << e;
+  };
+  expect({"model.family=\"llamma\""}, "'model.family'");
+  expect({llama, "model.n_head=8", "model.n_kv_head=3"}, "'model.n_kv_head'");    // 8 % 3
+  expect({llama, "model.d_model=72", "model.n_head=8"}, "head dimension");       // 9: odd, rotary needs pairs
+  expect({llama, "model.ffn_hidden=-4"}, "'model.ffn_hidden'");
+  expect({llama, "model.norm_eps=0"}, "'model.norm_eps'");
+  expect({llama, "model.rope_theta=0.5"}, "'model.rope_theta'");
+  expect({"model.tie_embeddings=1"}, "'model.tie_embeddings'");                   // not a boolean
+  // GPT-2 refuses LLaMA's fields rather than training something else.
+  expect({"model.n_kv_head=2"}, "'model.n_kv_head'");
+  expect({"model.ffn_hidden=100"}, "'model.ffn_hidden'");
+  expect({"model.tie_embeddings=false"}, "'model.tie_embeddings'");
 }
 
 TEST(Config, SyntaxErrorNamesFileAndLine) {

@@ -10,7 +10,7 @@
 #include "config/run_config.h"
 #include "core/check.h"
 #include "core/rng.h"
-#include "model/gpt.h"
+#include "model/stage_module.h"
 #include "optim/adamw.h"
 #include "parallel/dp/bucket_plan.h"
 #include "parallel/dp/grad_buffer.h"
@@ -18,10 +18,10 @@
 
 namespace {
 
-loom::GPTConfig tiny_model() { return loom::GPTConfig{256, 2, 2, 64, 32}; }
+loom::ModelConfig tiny_model() { return loom::ModelConfig{256, 2, 2, 64, 32}; }
 
 TEST(BucketPlan, EqualAlignedShardsCoverTheBuffer) {
-  const loom::FlatLayout layout = loom::ParamLayout::gpt2(tiny_model()).flat();
+  const loom::FlatLayout layout = loom::ParamLayout::for_model(tiny_model()).flat();
   for (int shards : {1, 2, 3, 4, 8}) {
     for (double bytes : {1.0, 50e3, 1e9}) {
       loom::BucketPlan plan(layout, bytes, shards);
@@ -84,7 +84,7 @@ TEST(FlatLayout, PiecesAreTheTensorElementsInsideTheRanges) {
 // exactly as AdamW over the whole buffer: shards cut through tensors, and
 // weight decay still follows the tensor of each element.
 TEST(ShardedAdamW, ShardsTogetherEqualTheWholeBufferBitwise) {
-  const loom::FlatLayout layout = loom::ParamLayout::gpt2(tiny_model()).flat();
+  const loom::FlatLayout layout = loom::ParamLayout::for_model(tiny_model()).flat();
   const int shards = 3;
   loom::BucketPlan plan(layout, 20e3, shards);
   const size_t n = size_t(plan.padded_total());
@@ -125,32 +125,38 @@ TEST(ShardedAdamW, ShardsTogetherEqualTheWholeBufferBitwise) {
 
 // Backward reports each parameter once, in layout order, after its last
 // write: the gradient seen at the report is the final one.
-TEST(GPT, GradReadyHookReportsEachFinalGradientOnceInLayoutOrder) {
-  const auto cfg = tiny_model();
-  const int B = 2, T = 16;
-  loom::GPT model(cfg, B, T);
-  model.init_parameters(7);
-  std::vector<int32_t> tokens(B * T), targets(B * T);
-  for (int i = 0; i < B * T; i++) tokens[i] = (i * 37) % 256, targets[i] = (i * 11 + 3) % 256;
-  const auto& layout = model.layout();
-  std::vector<int> order;
-  std::vector<std::vector<float>> at_report(layout.params.size());
-  model.set_grad_ready_hook([&](int i) {
-    order.push_back(i);
-    at_report[i].assign(model.grad(i), model.grad(i) + layout.params[i].numel);
-  });
-  model.zero_grads();
-  model.forward_backward(tokens.data(), targets.data(), B, T);
-  std::vector<int> want(layout.params.size());
-  std::iota(want.begin(), want.end(), 0);
-  EXPECT_EQ(order, want);
-  for (size_t i = 0; i < layout.params.size(); i++)
-    EXPECT_EQ(0, std::memcmp(at_report[i].data(), model.grad(int(i)), at_report[i].size() * sizeof(float)))
-        << layout.params[i].name;
-  model.set_grad_ready_hook(nullptr);
-  order.clear();
-  model.forward_backward(tokens.data(), targets.data(), B, T);
-  EXPECT_TRUE(order.empty());
+// Both families: LLaMA's untied head is reported when its backward is done.
+TEST(StageModule, GradReadyHookReportsEachFinalGradientOnceInLayoutOrder) {
+  loom::ModelConfig llama = tiny_model();
+  llama.family = loom::ModelFamily::llama, llama.n_kv_head = 1, llama.ffn_hidden = 48;
+  for (const loom::ModelConfig& cfg : {tiny_model(), llama}) {
+    SCOPED_TRACE(loom::model_family_name(cfg.family));
+    const int B = 2, T = 16;
+    auto model_owner = loom::make_model(cfg, B, T);
+    loom::StageModule& model = *model_owner;
+    model.init_parameters(7);
+    std::vector<int32_t> tokens(B * T), targets(B * T);
+    for (int i = 0; i < B * T; i++) tokens[i] = (i * 37) % 256, targets[i] = (i * 11 + 3) % 256;
+    const auto& layout = model.layout();
+    std::vector<int> order;
+    std::vector<std::vector<float>> at_report(layout.params.size());
+    model.set_grad_ready_hook([&](int i) {
+      order.push_back(i);
+      at_report[i].assign(model.grad(i), model.grad(i) + layout.params[i].numel);
+    });
+    model.zero_grads();
+    model.forward_backward(tokens.data(), targets.data(), B, T);
+    std::vector<int> want(layout.params.size());
+    std::iota(want.begin(), want.end(), 0);
+    EXPECT_EQ(order, want);
+    for (size_t i = 0; i < layout.params.size(); i++)
+      EXPECT_EQ(0, std::memcmp(at_report[i].data(), model.grad(int(i)), at_report[i].size() * sizeof(float)))
+          << layout.params[i].name;
+    model.set_grad_ready_hook(nullptr);
+    order.clear();
+    model.forward_backward(tokens.data(), targets.data(), B, T);
+    EXPECT_TRUE(order.empty());
+  }
 }
 
 TEST(GradBuffer, ReleasedPagesReadAsZeroAndLeaveMemory) {
@@ -176,7 +182,7 @@ TEST(GradBuffer, ReleasedPagesReadAsZeroAndLeaveMemory) {
 // the buffer's pages leave memory as soon as the buckets over them are
 // reduced (4 KiB pages here, to see it happen bucket by bucket).
 TEST(GradReducer, OneRankReduceScatterReleasesReducedPages) {
-  const loom::FlatLayout layout = loom::ParamLayout::gpt2(tiny_model()).flat();
+  const loom::FlatLayout layout = loom::ParamLayout::for_model(tiny_model()).flat();
   loom::BucketPlan plan(layout, 20e3, 1);
   loom::GradBuffer grads(plan.padded_total(), /*huge_pages=*/false);
   ASSERT_EQ(grads.page_floats(), 1024);

@@ -4,15 +4,15 @@
 #include <cstring>
 #include <vector>
 
-#include "model/gpt.h"
+#include "model/stage_module.h"
 #include "model/param_layout.h"
 
 namespace {
 
-loom::GPTConfig small_config() { return loom::GPTConfig{64, 3, 2, 32, 16}; }
+loom::ModelConfig small_config() { return loom::ModelConfig{64, 3, 2, 32, 16}; }
 
 TEST(ParamLayout, OffsetsAlignedDisjointAndInBackwardOrder) {
-  auto lay = loom::ParamLayout::gpt2(small_config());
+  auto lay = loom::ParamLayout::for_model(small_config());
   ASSERT_EQ(lay.params.front().name, "ln_f.weight");
   EXPECT_EQ(lay.params.back().name, "wte.weight");
   EXPECT_EQ(lay.params[2].name, "h.2.mlp.c_proj.weight");  // the last layer comes first
@@ -29,8 +29,9 @@ TEST(ParamLayout, OffsetsAlignedDisjointAndInBackwardOrder) {
 }
 
 TEST(GPT, Gpt2InitializationStatistics) {
-  loom::GPTConfig cfg{512, 4, 4, 128, 64};
-  loom::GPT model(cfg, 1, 8);
+  loom::ModelConfig cfg{512, 4, 4, 128, 64};
+  auto model_owner = loom::make_model(cfg, 1, 8);
+  loom::StageModule& model = *model_owner;
   model.init_parameters(1);
   for (size_t i = 0; i < model.layout().params.size(); i++) {
     const auto& p = model.layout().params[i];
@@ -51,7 +52,9 @@ TEST(GPT, Gpt2InitializationStatistics) {
 
 TEST(GPT, InitDependsOnlyOnSeedAndName) {
   // Two models with different depths share the tensors they both have.
-  loom::GPT a(loom::GPTConfig{64, 2, 2, 32, 16}, 1, 4), b(loom::GPTConfig{64, 3, 2, 32, 16}, 2, 8);
+  auto a_owner = loom::make_model(loom::ModelConfig{64, 2, 2, 32, 16}, 1, 4);
+  auto b_owner = loom::make_model(loom::ModelConfig{64, 3, 2, 32, 16}, 2, 8);
+  loom::StageModule &a = *a_owner, &b = *b_owner;
   a.init_parameters(5);
   b.init_parameters(5);
   for (const char* name : {"wte.weight", "wpe.weight", "h.1.attn.c_attn.weight", "h.0.mlp.c_fc.weight"}) {
@@ -63,8 +66,9 @@ TEST(GPT, InitDependsOnlyOnSeedAndName) {
 }
 
 TEST(GPT, IgnoredTargetsDoNotCount) {
-  loom::GPTConfig cfg = small_config();
-  loom::GPT model(cfg, 2, 8);
+  loom::ModelConfig cfg = small_config();
+  auto model_owner = loom::make_model(cfg, 2, 8);
+  loom::StageModule& model = *model_owner;
   model.init_parameters(3);
   std::vector<int32_t> tokens(16), targets(16), masked(16);
   for (int i = 0; i < 16; i++) tokens[i] = (i * 7) % 64, targets[i] = (i * 5 + 1) % 64;
@@ -75,6 +79,72 @@ TEST(GPT, IgnoredTargetsDoNotCount) {
   float first = model.forward(tokens.data(), targets.data(), 1, 8);  // the first row alone
   EXPECT_NE(full, half);
   EXPECT_FLOAT_EQ(half, first);
+}
+
+}  // namespace
+
+namespace {
+
+loom::ModelConfig small_llama(int tie = -1) {
+  loom::ModelConfig c{64, 3, 4, 32, 16};
+  c.family = loom::ModelFamily::llama, c.n_kv_head = 2, c.ffn_hidden = 48, c.tie_embeddings = tie;
+  return c;
+}
+
+// LLaMA's layout: Hugging Face's names (q/k/v and gate/up fused by rows), no
+// biases, an untied head first in backward order and the embedding last; the
+// count matches num_parameters(); tied: no lm_head.
+TEST(LlamaLayout, NamesShapesAndParameterCount) {
+  const loom::ModelConfig cfg = small_llama();
+  const auto lay = loom::ParamLayout::for_model(cfg);
+  ASSERT_EQ(lay.params.front().name, "lm_head.weight");
+  EXPECT_EQ(lay.params[1].name, "model.norm.weight");
+  EXPECT_EQ(lay.params[2].name, "model.layers.2.mlp.down_proj.weight");
+  EXPECT_EQ(lay.params.back().name, "model.embed_tokens.weight");
+  // q: 4 heads x 8, k and v: 2 heads x 8 each.
+  EXPECT_EQ(lay.find("model.layers.0.self_attn.qkv_proj.weight")->shape, (std::vector<int64_t>{64, 32}));
+  EXPECT_EQ(lay.find("model.layers.0.mlp.gate_up_proj.weight")->shape, (std::vector<int64_t>{96, 32}));
+  EXPECT_EQ(lay.find("model.layers.0.mlp.down_proj.weight")->shape, (std::vector<int64_t>{32, 48}));
+  int64_t counted = 0;
+  for (const auto& p : lay.params) {
+    EXPECT_FALSE(p.name.ends_with(".bias")) << p.name;
+    EXPECT_EQ(p.sequence_partial, p.shape.size() == 1) << p.name;  // the norms
+    EXPECT_FALSE(p.tied_across_stages) << p.name;
+    counted += p.numel;
+  }
+  EXPECT_EQ(counted, cfg.num_parameters());
+  const auto tied = loom::ParamLayout::for_model(small_llama(1));
+  EXPECT_EQ(tied.find("lm_head.weight"), nullptr);
+  EXPECT_EQ(tied.params.size() + 1, lay.params.size());
+  EXPECT_EQ(small_llama(1).num_parameters() + 64 * 32, cfg.num_parameters());
+  // Pipeline: the untied head and the embedding are separate tensors on the
+  // last and first stages (nothing to sync); a tied table is held by both.
+  loom::ModelShard first{0, 1, false, 0, 1, true, false}, last{0, 1, false, 1, 3, false, true};
+  EXPECT_TRUE(loom::ParamLayout::for_model(cfg, first).tied_across_stages().empty());
+  EXPECT_TRUE(loom::ParamLayout::for_model(cfg, last).tied_across_stages().empty());
+  EXPECT_EQ(loom::ParamLayout::for_model(small_llama(1), last).tied_across_stages().size(), 1u);
+}
+
+// The multiple_of rule of Meta's LLaMA: 8/3 d_model rounded up.
+TEST(LlamaConfig, FfnWidthRule) {
+  loom::ModelConfig c{32000, 32, 32, 4096, 4096};
+  c.family = loom::ModelFamily::llama;
+  EXPECT_EQ(c.ffn(), 11008);  // LLaMA-7B
+  c.ffn_hidden = 1000;
+  EXPECT_EQ(c.ffn(), 1000);
+  EXPECT_EQ(loom::ModelConfig{}.ffn(), 4 * 256);  // GPT-2
+}
+
+TEST(LlamaModel, InitDependsOnlyOnSeedAndNameAndLossStartsNearUniform) {
+  auto model = loom::make_model(small_llama(), 2, 16);
+  model->init_parameters(3);
+  std::vector<int32_t> tokens(32), targets(32);
+  for (int i = 0; i < 32; i++) tokens[size_t(i)] = (i * 7) % 64, targets[size_t(i)] = (i * 13 + 1) % 64;
+  const float loss = model->forward(tokens.data(), targets.data(), 2, 16);
+  EXPECT_NEAR(loss, std::log(64.f), 0.1f);
+  auto again = loom::make_model(small_llama(), 1, 8);
+  again->init_parameters(3);
+  EXPECT_EQ(0, std::memcmp(again->params(), model->params(), size_t(model->layout().total) * sizeof(float)));
 }
 
 }  // namespace

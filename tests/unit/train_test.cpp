@@ -49,4 +49,27 @@ TEST(Train, MissingDataFileIsAUserError) {
   }
 }
 
+// The LLaMA smoke config trains: the loss falls from uniform over bytes.
+TEST(Train, LlamaLossFalls) {
+  auto cfg = loom::load_run_config(LOOM_SOURCE_DIR "/configs/llama-tiny.toml", {});
+  cfg.data.path = LOOM_SOURCE_DIR "/data/sample/kjv.txt";
+  cfg.runtime.threads = 2;
+  auto result = loom::train(cfg, *loom::ParallelContext::create_single(), nullptr);
+  ASSERT_EQ(result.train_losses.size(), size_t(cfg.train.steps));
+  EXPECT_NEAR(result.train_losses.front(), std::log(256.0), 0.3);
+  EXPECT_LT(result.train_losses.back(), result.train_losses.front() - 1.5f);
+}
+
+// tp must give every rank whole key/value heads (loom does not replicate them).
+TEST(Train, TensorParallelMustDivideKvHeads) {
+  auto cfg = loom::load_run_config(LOOM_SOURCE_DIR "/configs/llama-tiny.toml", {});  // 4 heads, 2 kv heads
+  EXPECT_NO_THROW(loom::check_layout(cfg, loom::ParallelGrid::for_world(2, 0, 2, 1)));
+  try {
+    loom::check_layout(cfg, loom::ParallelGrid::for_world(4, 0, 4, 1));
+    ADD_FAILURE() << "tp = 4 over 2 kv heads was accepted";
+  } catch (const loom::UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("model.n_kv_head"), std::string::npos) << e.what();
+  }
+}
+
 }  // namespace

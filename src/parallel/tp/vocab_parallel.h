@@ -20,13 +20,15 @@ struct VocabSlice {
 
 // out[local_rows, C] = wte[tokens] + wpe[position] for this rank's rows of
 // the N = B x T token rows. work[N, C]: the masked lookups before their
-// reduction (unused on one rank).
+// reduction (unused on one rank). wpe == nullptr: no position table (LLaMA's
+// positions are rotary, inside attention).
 void embedding_forward(const TensorParallel& tp, float* out, float* work, const int32_t* tokens,
                        const float* wte_rows, const VocabSlice& vocab, const float* wpe, int N, int T, int C);
 
 // Gradients of the lookup from dout[local_rows, C]: dwpe (partial over the
 // sequence-parallel ranks: each adds its own rows) and this rank's rows of
 // dwte. work[N, C] receives the gathered gradient with sequence parallelism.
+// dwpe == nullptr: no position table.
 void embedding_backward(const TensorParallel& tp, float* dwte_rows, float* dwpe, const float* dout, float* work,
                         const int32_t* tokens, const VocabSlice& vocab, int N, int T, int C);
 

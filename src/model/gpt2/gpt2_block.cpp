@@ -1,0 +1,127 @@
+#include "model/gpt2/gpt2_block.h"
+
+#include "parallel/tp/linear.h"
+
+namespace loom::gpt2 {
+namespace {
+
+template <class T>
+T* as(void* p) {
+  return static_cast<T*>(p);
+}
+template <class T>
+const T* as(const void* p) {
+  return static_cast<const T*>(p);
+}
+
+}  // namespace
+
+void plan_block(ActivationPlan& plan, BlockActs& l, const ModelConfig& cfg, const TensorParallel& tp, int B, int T,
+                size_t a) {
+  const size_t N = size_t(B) * T, R = size_t(tp.local_rows(int64_t(N))), C = cfg.d_model, t = size_t(tp.size());
+  const size_t Cl = C / t, NHl = size_t(cfg.n_head) / t, Fl = size_t(cfg.ffn()) / t, att = size_t(B) * NHl * T * T;
+  plan.want(&l.ln1, R * C, a), plan.want(&l.ln1_mean, R), plan.want(&l.ln1_rstd, R);
+  plan.want(&l.qkv, N * 3 * Cl, a), plan.want(&l.atty, N * Cl, a), plan.want(&l.att, att, a);
+  plan.want(&l.res2, R * C);
+  plan.want(&l.ln2, R * C, a), plan.want(&l.ln2_mean, R), plan.want(&l.ln2_rstd, R);
+  plan.want(&l.fch, N * Fl, a), plan.want(&l.fch_gelu, N * Fl, a), plan.want(&l.res3, R * C);
+}
+
+void plan_block_work(ActivationPlan& plan, BlockWork& w, const ModelConfig& cfg, const TensorParallel& tp, int B,
+                     int T, size_t a) {
+  const size_t N = size_t(B) * T, t = size_t(tp.size()), Cl = size_t(cfg.d_model) / t;
+  const size_t NHl = size_t(cfg.n_head) / t, Fl = size_t(cfg.ffn()) / t;
+  plan.want(&w.dattn_out, N * Cl), plan.want(&w.dqkv, N * 3 * Cl, a);
+  plan.want(&w.dmlp_out, N * Fl), plan.want(&w.datt, size_t(B) * NHl * T * T);
+  if (a != sizeof(float)) plan.want(&w.dmlp_in, N * Fl, a);
+  // fp32: GELU's backward runs in place (dmlp_in = dmlp_out), set by the stage.
+}
+
+template <class A>
+void block_forward(const BlockContext& ctx, const BlockTensors& p, BlockActs& a, const float* res) {
+  const int C = ctx.cfg.d_model, t = ctx.tp.size(), Cl = C / t, NHl = ctx.cfg.n_head / t, Fl = ctx.cfg.ffn() / t;
+  const int N = ctx.N(), R = ctx.R();
+  const bool sp = ctx.tp.sequence_parallel();
+  CpuBackend& ops = ctx.ops;
+  const ParamAccess& w = ctx.p;
+  A* work = as<A>(ctx.work.gathered);  // only used with sequence parallelism
+  A *ln1 = as<A>(a.ln1), *qkv = as<A>(a.qkv), *atty = as<A>(a.atty), *att = as<A>(a.att);
+  A *ln2 = as<A>(a.ln2), *fch = as<A>(a.fch), *fch_gelu = as<A>(a.fch_gelu);
+  // Attention: res2 = res + attn_proj(attention(qkv(ln1(res))))
+  ops.layernorm_forward(ln1, a.ln1_mean, a.ln1_rstd, res, w.param(p.ln1_w), w.param(p.ln1_b), R, C);
+  const A* x = ctx.tp.gather_rows(ln1, work, N, C);
+  tp::column_parallel_forward(ops.matmul(), qkv, x, w.weight<A>(p.qkv_w), w.param(p.qkv_b), N, C, 3 * Cl);
+  ops.attention_forward(atty, att, qkv, ctx.B, ctx.T, Cl, NHl, NHl);
+  tp::row_parallel_forward(ops.matmul(), ctx.tp, a.res2, sp ? ctx.work.grad_work : a.res2, atty,
+                           w.weight<A>(p.attn_proj_w), w.param(p.attn_proj_b), res, N, Cl, C);
+  // MLP: res3 = res2 + fc_proj(gelu(fc(ln2(res2))))
+  ops.layernorm_forward(ln2, a.ln2_mean, a.ln2_rstd, a.res2, w.param(p.ln2_w), w.param(p.ln2_b), R, C);
+  x = ctx.tp.gather_rows(ln2, work, N, C);
+  tp::column_parallel_forward(ops.matmul(), fch, x, w.weight<A>(p.fc_w), w.param(p.fc_b), N, C, Fl);
+  ops.gelu_forward(fch_gelu, fch, size_t(N) * Fl);
+  tp::row_parallel_forward(ops.matmul(), ctx.tp, a.res3, sp ? ctx.work.grad_work : a.res3, fch_gelu,
+                           w.weight<A>(p.fc_proj_w), w.param(p.fc_proj_b), a.res2, N, Fl, C);
+}
+
+template <class A>
+void block_backward(const BlockContext& ctx, const BlockTensors& p, const BlockActs& a, const float* res_in,
+                    float* dres) {
+  constexpr bool lowp = !std::is_same_v<A, float>;
+  const int C = ctx.cfg.d_model, t = ctx.tp.size(), Cl = C / t, NHl = ctx.cfg.n_head / t, Fl = ctx.cfg.ffn() / t;
+  const int N = ctx.N(), R = ctx.R();
+  const bool sp = ctx.tp.sequence_parallel();
+  CpuBackend& ops = ctx.ops;
+  const ParamAccess& w = ctx.p;
+  const BlockWork& k = ctx.work;
+  float* const dnorm = k.dnorm;
+  float* const partial = sp ? k.grad_work : k.dnorm;  // input-gradient partial sums before their reduction
+  A* const gathered = as<A>(k.gathered);
+  A* const dqkv = as<A>(k.dqkv);
+  A* const dfch = as<A>(k.dmlp_in);
+  // The row-parallel products read the residual gradient in A: itself in
+  // fp32; rounded (and, sequence parallel, gathered into dres16_full) in 16 bits.
+  A* const dres_a = lowp ? as<A>(k.dres16) : reinterpret_cast<A*>(dres);
+  A* const dres_rows = lowp ? as<A>(k.dres16_full) : reinterpret_cast<A*>(k.grad_work);
+  auto round_dres = [&] {
+    if constexpr (lowp) ops.round_to(dres_a, dres, size_t(R) * C);
+  };
+  const A *ln1 = as<A>(a.ln1), *qkv = as<A>(a.qkv), *atty = as<A>(a.atty), *att = as<A>(a.att);
+  const A *ln2 = as<A>(a.ln2), *fch = as<A>(a.fch), *fch_gelu = as<A>(a.fch_gelu);
+  // MLP. Sequence parallel: ln2's rows are gathered again (not kept whole),
+  // while the row-parallel backward runs.
+  auto ln2_ready = ctx.tp.gather_rows_async(ln2, gathered, N, C);
+  round_dres();
+  tp::row_parallel_backward(ops.matmul(), ctx.tp, k.dmlp_out, w.grad(p.fc_proj_w), w.grad(p.fc_proj_b), dres_a,
+                            dres_rows, fch_gelu, w.weight<A>(p.fc_proj_w), N, Fl, C);
+  ctx.grad_ready(p.fc_proj_w), ctx.grad_ready(p.fc_proj_b);
+  ops.gelu_backward(dfch, fch, k.dmlp_out, size_t(N) * Fl);
+  tp::column_parallel_backward(ops.matmul(), ctx.tp, dnorm, partial, w.grad(p.fc_w), w.grad(p.fc_b), dfch,
+                               sp ? gathered : ln2, w.weight<A>(p.fc_w), N, C, Fl, ln2_ready.get());
+  ctx.grad_ready(p.fc_w), ctx.grad_ready(p.fc_b);
+  ops.layernorm_backward(dres, w.grad(p.ln2_w), w.grad(p.ln2_b), dnorm, a.res2, w.param(p.ln2_w), a.ln2_mean,
+                         a.ln2_rstd, R, C);
+  ctx.grad_ready(p.ln2_w), ctx.grad_ready(p.ln2_b);
+  // Attention.
+  auto ln1_ready = ctx.tp.gather_rows_async(ln1, gathered, N, C);
+  round_dres();
+  tp::row_parallel_backward(ops.matmul(), ctx.tp, k.dattn_out, w.grad(p.attn_proj_w), w.grad(p.attn_proj_b), dres_a,
+                            dres_rows, atty, w.weight<A>(p.attn_proj_w), N, Cl, C);
+  ctx.grad_ready(p.attn_proj_w), ctx.grad_ready(p.attn_proj_b);
+  ops.attention_backward(dqkv, k.datt, k.dattn_out, qkv, att, ctx.B, ctx.T, Cl, NHl, NHl);
+  tp::column_parallel_backward(ops.matmul(), ctx.tp, dnorm, partial, w.grad(p.qkv_w), w.grad(p.qkv_b), dqkv,
+                               sp ? gathered : ln1, w.weight<A>(p.qkv_w), N, C, 3 * Cl, ln1_ready.get());
+  ctx.grad_ready(p.qkv_w), ctx.grad_ready(p.qkv_b);
+  ops.layernorm_backward(dres, w.grad(p.ln1_w), w.grad(p.ln1_b), dnorm, res_in, w.param(p.ln1_w), a.ln1_mean,
+                         a.ln1_rstd, R, C);
+  ctx.grad_ready(p.ln1_w), ctx.grad_ready(p.ln1_b);
+}
+
+#define LOOM_GPT2_BLOCK(A)                                                                            \
+  template void block_forward<A>(const BlockContext&, const BlockTensors&, BlockActs&, const float*); \
+  template void block_backward<A>(const BlockContext&, const BlockTensors&, const BlockActs&, const float*, float*);
+LOOM_GPT2_BLOCK(float)
+LOOM_GPT2_BLOCK(bf16)
+LOOM_GPT2_BLOCK(f16)
+#undef LOOM_GPT2_BLOCK
+
+}  // namespace loom::gpt2

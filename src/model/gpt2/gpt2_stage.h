@@ -1,0 +1,16 @@
+// GPT-2's stage module: learned positions, LayerNorm, GELU MLP, biases, the
+// LM head tied to the token table.
+#pragma once
+
+#include <memory>
+
+#include "model/gpt2/gpt2_block.h"
+#include "model/gpt2/gpt2_layout.h"
+#include "model/transformer_stage.h"
+
+namespace loom::gpt2 {
+
+std::unique_ptr<StageModule> make_stage(const ModelConfig& cfg, const ModelShard& shard, const TensorParallel& tp,
+                                        int B, int T, const StageBuffers& buffers);
+
+}  // namespace loom::gpt2

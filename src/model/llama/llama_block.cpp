@@ -1,0 +1,139 @@
+#include "model/llama/llama_block.h"
+
+#include "parallel/tp/linear.h"
+
+namespace loom::llama {
+namespace {
+
+template <class T>
+T* as(void* p) {
+  return static_cast<T*>(p);
+}
+
+// This rank's widths: query heads, kv heads, q/k/v rows, attention output, MLP.
+struct LocalShape {
+  int NHl, NKVl, hd, qkv, Cl, Fl;
+  LocalShape(const ModelConfig& cfg, int t)
+      : NHl(cfg.n_head / t),
+        NKVl(cfg.kv_heads() / t),
+        hd(cfg.head_dim()),
+        qkv(int(cfg.qkv_rows() / t)),
+        Cl(cfg.d_model / t),
+        Fl(cfg.ffn() / t) {}
+};
+
+}  // namespace
+
+void plan_block(ActivationPlan& plan, BlockActs& l, const ModelConfig& cfg, const TensorParallel& tp, int B, int T,
+                size_t a) {
+  const LocalShape s(cfg, tp.size());
+  const size_t N = size_t(B) * T, R = size_t(tp.local_rows(int64_t(N))), C = cfg.d_model;
+  plan.want(&l.attn_in, R * C, a), plan.want(&l.attn_rstd, R);
+  plan.want(&l.qkv, N * s.qkv, a), plan.want(&l.atty, N * s.Cl, a);
+  plan.want(&l.att, size_t(B) * s.NHl * T * T, a), plan.want(&l.res2, R * C);
+  plan.want(&l.mlp_in, R * C, a), plan.want(&l.mlp_rstd, R);
+  plan.want(&l.gate_up, N * 2 * s.Fl, a), plan.want(&l.hidden, N * s.Fl, a), plan.want(&l.res3, R * C);
+}
+
+void plan_block_work(ActivationPlan& plan, BlockWork& w, const ModelConfig& cfg, const TensorParallel& tp, int B,
+                     int T, size_t a) {
+  const LocalShape s(cfg, tp.size());
+  const size_t N = size_t(B) * T;
+  plan.want(&w.dattn_out, N * s.Cl), plan.want(&w.dqkv, N * s.qkv, a);
+  plan.want(&w.datt, size_t(B) * s.NHl * T * T);
+  plan.want(&w.dmlp_out, N * s.Fl), plan.want(&w.dmlp_in, N * 2 * s.Fl, a);
+}
+
+template <class A>
+void block_forward(const BlockContext& ctx, const RopeTables& rope, const BlockTensors& p, BlockActs& a,
+                   const float* res) {
+  const LocalShape s(ctx.cfg, ctx.tp.size());
+  const int C = ctx.cfg.d_model, N = ctx.N(), R = ctx.R();
+  const float eps = float(ctx.cfg.norm_eps);
+  const bool sp = ctx.tp.sequence_parallel();
+  CpuBackend& ops = ctx.ops;
+  const ParamAccess& w = ctx.p;
+  A* work = as<A>(ctx.work.gathered);  // only used with sequence parallelism
+  A *attn_in = as<A>(a.attn_in), *qkv = as<A>(a.qkv), *atty = as<A>(a.atty), *att = as<A>(a.att);
+  A *mlp_in = as<A>(a.mlp_in), *gate_up = as<A>(a.gate_up), *hidden = as<A>(a.hidden);
+  // Attention: res2 = res + o_proj(attention(rope(qkv(rmsnorm(res)))))
+  ops.rmsnorm_forward(attn_in, a.attn_rstd, res, w.param(p.attn_norm), R, C, eps);
+  const A* x = ctx.tp.gather_rows(attn_in, work, N, C);
+  tp::column_parallel_forward(ops.matmul(), qkv, x, w.weight<A>(p.qkv), nullptr, N, C, s.qkv);
+  ops.rope_forward(qkv, rope.cos, rope.sin, N, ctx.T, s.NHl, s.NKVl, s.hd);
+  ops.attention_forward(atty, att, qkv, ctx.B, ctx.T, s.Cl, s.NHl, s.NKVl);
+  tp::row_parallel_forward(ops.matmul(), ctx.tp, a.res2, sp ? ctx.work.grad_work : a.res2, atty,
+                           w.weight<A>(p.o_proj), nullptr, res, N, s.Cl, C);
+  // MLP: res3 = res2 + down(silu(gate) * up), gate/up of rmsnorm(res2)
+  ops.rmsnorm_forward(mlp_in, a.mlp_rstd, a.res2, w.param(p.mlp_norm), R, C, eps);
+  x = ctx.tp.gather_rows(mlp_in, work, N, C);
+  tp::column_parallel_forward(ops.matmul(), gate_up, x, w.weight<A>(p.gate_up), nullptr, N, C, 2 * s.Fl);
+  ops.swiglu_forward(hidden, gate_up, N, s.Fl);
+  tp::row_parallel_forward(ops.matmul(), ctx.tp, a.res3, sp ? ctx.work.grad_work : a.res3, hidden,
+                           w.weight<A>(p.down), nullptr, a.res2, N, s.Fl, C);
+}
+
+template <class A>
+void block_backward(const BlockContext& ctx, const RopeTables& rope, const BlockTensors& p, const BlockActs& a,
+                    const float* res_in, float* dres) {
+  constexpr bool lowp = !std::is_same_v<A, float>;
+  const LocalShape s(ctx.cfg, ctx.tp.size());
+  const int C = ctx.cfg.d_model, N = ctx.N(), R = ctx.R();
+  const bool sp = ctx.tp.sequence_parallel();
+  CpuBackend& ops = ctx.ops;
+  const ParamAccess& w = ctx.p;
+  const BlockWork& k = ctx.work;
+  float* const dnorm = k.dnorm;
+  float* const partial = sp ? k.grad_work : k.dnorm;  // input-gradient partial sums before their reduction
+  A* const gathered = as<A>(k.gathered);
+  A* const dqkv = as<A>(k.dqkv);
+  A* const dgate_up = as<A>(k.dmlp_in);
+  // The row-parallel products read the residual gradient in A (see gpt2_block.cpp).
+  A* const dres_a = lowp ? as<A>(k.dres16) : reinterpret_cast<A*>(dres);
+  A* const dres_rows = lowp ? as<A>(k.dres16_full) : reinterpret_cast<A*>(k.grad_work);
+  auto round_dres = [&] {
+    if constexpr (lowp) ops.round_to(dres_a, dres, size_t(R) * C);
+  };
+  const A *attn_in = static_cast<const A*>(a.attn_in), *qkv = static_cast<const A*>(a.qkv);
+  const A *atty = static_cast<const A*>(a.atty), *att = static_cast<const A*>(a.att);
+  const A *mlp_in = static_cast<const A*>(a.mlp_in), *gate_up = static_cast<const A*>(a.gate_up);
+  const A* hidden = static_cast<const A*>(a.hidden);
+  // MLP (sequence parallel: mlp_in's rows gathered again while the
+  // row-parallel backward runs).
+  auto mlp_in_ready = ctx.tp.gather_rows_async(mlp_in, gathered, N, C);
+  round_dres();
+  tp::row_parallel_backward(ops.matmul(), ctx.tp, k.dmlp_out, w.grad(p.down), nullptr, dres_a, dres_rows, hidden,
+                            w.weight<A>(p.down), N, s.Fl, C);
+  ctx.grad_ready(p.down);
+  ops.swiglu_backward(dgate_up, gate_up, k.dmlp_out, N, s.Fl);
+  tp::column_parallel_backward(ops.matmul(), ctx.tp, dnorm, partial, w.grad(p.gate_up), nullptr, dgate_up,
+                               sp ? gathered : mlp_in, w.weight<A>(p.gate_up), N, C, 2 * s.Fl, mlp_in_ready.get());
+  ctx.grad_ready(p.gate_up);
+  ops.rmsnorm_backward(dres, w.grad(p.mlp_norm), dnorm, a.res2, w.param(p.mlp_norm), a.mlp_rstd, R, C);
+  ctx.grad_ready(p.mlp_norm);
+  // Attention.
+  auto attn_in_ready = ctx.tp.gather_rows_async(attn_in, gathered, N, C);
+  round_dres();
+  tp::row_parallel_backward(ops.matmul(), ctx.tp, k.dattn_out, w.grad(p.o_proj), nullptr, dres_a, dres_rows, atty,
+                            w.weight<A>(p.o_proj), N, s.Cl, C);
+  ctx.grad_ready(p.o_proj);
+  ops.attention_backward(dqkv, k.datt, k.dattn_out, qkv, att, ctx.B, ctx.T, s.Cl, s.NHl, s.NKVl);
+  ops.rope_backward(dqkv, rope.cos, rope.sin, N, ctx.T, s.NHl, s.NKVl, s.hd);
+  tp::column_parallel_backward(ops.matmul(), ctx.tp, dnorm, partial, w.grad(p.qkv), nullptr, dqkv,
+                               sp ? gathered : attn_in, w.weight<A>(p.qkv), N, C, s.qkv, attn_in_ready.get());
+  ctx.grad_ready(p.qkv);
+  ops.rmsnorm_backward(dres, w.grad(p.attn_norm), dnorm, res_in, w.param(p.attn_norm), a.attn_rstd, R, C);
+  ctx.grad_ready(p.attn_norm);
+}
+
+#define LOOM_LLAMA_BLOCK(A)                                                                                        \
+  template void block_forward<A>(const BlockContext&, const RopeTables&, const BlockTensors&, BlockActs&,         \
+                                 const float*);                                                                  \
+  template void block_backward<A>(const BlockContext&, const RopeTables&, const BlockTensors&, const BlockActs&, \
+                                  const float*, float*);
+LOOM_LLAMA_BLOCK(float)
+LOOM_LLAMA_BLOCK(bf16)
+LOOM_LLAMA_BLOCK(f16)
+#undef LOOM_LLAMA_BLOCK
+
+}  // namespace loom::llama

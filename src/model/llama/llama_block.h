@@ -1,0 +1,42 @@
+// One LLaMA block, forward and backward, written out by hand (the same
+// tensor-parallel scheme as GPT-2's: column-parallel fused q/k/v and fused
+// gate/up, row-parallel o_proj and down_proj, optional sequence parallelism;
+// no biases):
+//   res2 = res + o_proj(attention(rope(qkv(rmsnorm(res)))))   (grouped-query)
+//   res3 = res2 + down(silu(gate(x)) * up(x)),  x = rmsnorm(res2)
+#pragma once
+
+#include "model/block_context.h"
+#include "model/llama/llama_layout.h"
+
+namespace loom::llama {
+
+// What a block keeps for backward: A (compute type) for the products' inputs
+// and what attention and SwiGLU keep (qkv after the rotation); fp32 for the
+// norm statistics and the residual stream.
+struct BlockActs {
+  void *attn_in, *qkv, *atty, *att, *mlp_in, *gate_up, *hidden;  // A
+  float *attn_rstd, *res2, *mlp_rstd, *res3;
+};
+
+// Rotary tables cos/sin [T, hd/2] (cpu::rope_table).
+struct RopeTables {
+  const float* cos;
+  const float* sin;
+};
+
+void plan_block(ActivationPlan& plan, BlockActs& acts, const ModelConfig& cfg, const TensorParallel& tp, int B,
+                int T, size_t a);
+void plan_block_work(ActivationPlan& plan, BlockWork& work, const ModelConfig& cfg, const TensorParallel& tp, int B,
+                     int T, size_t a);
+
+template <class A>
+void block_forward(const BlockContext& ctx, const RopeTables& rope, const BlockTensors& t, BlockActs& acts,
+                   const float* in);
+// dres[R, C] (the gradient of the block's output) becomes the gradient of
+// its input `in`; weight gradients are added and reported ready.
+template <class A>
+void block_backward(const BlockContext& ctx, const RopeTables& rope, const BlockTensors& t, const BlockActs& acts,
+                    const float* in, float* dres);
+
+}  // namespace loom::llama

@@ -1,0 +1,51 @@
+#include "model/llama/llama_layout.h"
+
+#include <cmath>
+#include <string>
+
+namespace loom::llama {
+
+ParamLayout make_layout(const ModelConfig& cfg, const ModelShard& shard, Tensors* out) {
+  ParamLayout lay;
+  lay.shard = shard;
+  Tensors t;
+  const int64_t C = cfg.d_model, V = cfg.vocab_size, F = cfg.ffn(), hd = cfg.head_dim();
+  const int64_t q_rows = int64_t(cfg.n_head) * hd, kv_rows = int64_t(cfg.kv_heads()) * hd;
+  const float std = 0.02f;
+  // The residual projections scaled as GPT-2's (and Megatron's) are.
+  const float proj_std = 0.02f / std::sqrt(2.0f * float(cfg.n_layer));
+  const TensorSplit cols{1, {}};
+  auto norm = [&](const std::string& name) {
+    const int i = lay.add(name, {C}, Init::Ones, 0, {});
+    lay.params[size_t(i)].sequence_partial = true;
+    return i;
+  };
+  const TensorSplit vocab_rows{0, {shard.padded_vocab(cfg)}};
+  const bool tied = cfg.tied();
+  if (shard.head) {
+    if (!tied) t.head = lay.add("lm_head.weight", {V, C}, Init::Normal, std, vocab_rows);
+    t.norm = norm("model.norm.weight");
+  }
+  const int first = shard.first_layer, end = shard.layers_end(cfg);
+  t.blocks.resize(size_t(end - first));
+  for (int l = end - 1; l >= first; l--) {
+    const std::string h = "model.layers." + std::to_string(l) + ".";
+    BlockTensors& b = t.blocks[size_t(l - first)];
+    b.down = lay.add(h + "mlp.down_proj.weight", {C, F}, Init::Normal, proj_std, cols);
+    b.gate_up = lay.add(h + "mlp.gate_up_proj.weight", {2 * F, C}, Init::Normal, std, TensorSplit{0, {F, F}});
+    b.mlp_norm = norm(h + "post_attention_layernorm.weight");
+    b.o_proj = lay.add(h + "self_attn.o_proj.weight", {C, q_rows}, Init::Normal, proj_std, cols);
+    b.qkv = lay.add(h + "self_attn.qkv_proj.weight", {q_rows + 2 * kv_rows, C}, Init::Normal, std,
+                    TensorSplit{0, {q_rows, kv_rows, kv_rows}});
+    b.attn_norm = norm(h + "input_layernorm.weight");
+  }
+  if (shard.embedding || (tied && shard.head)) {
+    t.embed = lay.add("model.embed_tokens.weight", {V, C}, Init::Normal, std, vocab_rows);
+    lay.params[size_t(t.embed)].tied_across_stages = tied && !(shard.embedding && shard.head);
+  }
+  if (tied) t.head = t.embed;
+  if (out) *out = std::move(t);
+  return lay;
+}
+
+}  // namespace loom::llama

@@ -1,0 +1,26 @@
+// LLaMA's parameters: Hugging Face's LlamaForCausalLM names, except that
+// q/k/v are one fused tensor (qkv_proj: q's rows, then k's, then v's) and
+// gate/up another (gate_up_proj: gate's rows, then up's), so each is one
+// product; the export splits them (checkpoint/hf_export). q and k rows are
+// in HF's order: loom applies rotary positions with HF's rotate-half
+// convention.
+#pragma once
+
+#include <vector>
+
+#include "model/param_layout.h"
+
+namespace loom::llama {
+
+struct BlockTensors {
+  int attn_norm, qkv, o_proj, mlp_norm, gate_up, down;
+};
+
+struct Tensors {
+  std::vector<BlockTensors> blocks;  // blocks[l - shard.first_layer] for layer l
+  int embed = -1, norm = -1, head = -1;  // head: lm_head, or embed when tied
+};
+
+ParamLayout make_layout(const ModelConfig& cfg, const ModelShard& shard, Tensors* tensors = nullptr);
+
+}  // namespace loom::llama

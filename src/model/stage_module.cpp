@@ -1,0 +1,27 @@
+// The one place that maps a model family to its code.
+#include "model/stage_module.h"
+
+#include "model/gpt2/gpt2_layout.h"
+#include "model/gpt2/gpt2_stage.h"
+#include "model/llama/llama_layout.h"
+#include "model/llama/llama_stage.h"
+
+namespace loom {
+
+ParamLayout ParamLayout::for_model(const ModelConfig& cfg, const ModelShard& shard) {
+  return cfg.is_llama() ? llama::make_layout(cfg, shard) : gpt2::make_layout(cfg, shard);
+}
+
+std::unique_ptr<StageModule> make_stage_module(const ModelConfig& cfg, const ModelShard& shard,
+                                               const TensorParallel& tp, int B, int T, const StageBuffers& buffers) {
+  return cfg.is_llama() ? llama::make_stage(cfg, shard, tp, B, T, buffers)
+                        : gpt2::make_stage(cfg, shard, tp, B, T, buffers);
+}
+
+std::unique_ptr<StageModule> make_model(const ModelConfig& cfg, int B, int T, float* grad_buffer,
+                                        int64_t param_floats) {
+  return make_stage_module(cfg, ModelShard{}, TensorParallel{}, B, T,
+                           StageBuffers{nullptr, grad_buffer, param_floats, 1});
+}
+
+}  // namespace loom

@@ -1,0 +1,121 @@
+// The model interface the train loop and the pipeline executor drive: one
+// rank's shard of the model (a StageModule) — all of it on one process, its
+// tensor-parallel slices, and/or one pipeline chunk (a range of blocks, with
+// the embedding on the first chunk and the final norm + LM head on the
+// last) — implemented once per family (model/gpt2/, model/llama/), made by
+// make_stage_module() from the config's family.
+//
+// Parameters and gradients each live in one allocation laid out by the
+// family's ParamLayout (whose per-tensor flags declare what train/ must do
+// across ranks: sequence-partial gradients, tensors tied across stages);
+// activations are planned and allocated once at construction, in `slots`
+// sets (a pipeline stage holds several micro-batches in flight), so a
+// training step allocates nothing.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "model/config.h"
+#include "model/param_layout.h"
+#include "parallel/tp/tensor_parallel.h"
+#include "parallel/tp/vocab_parallel.h"
+#include "precision/policy.h"
+
+namespace loom {
+
+// Where a model's buffers come from; nullptr: the model allocates its own.
+struct StageBuffers {
+  float* params = nullptr;  // at least layout().total floats
+  float* grads = nullptr;   // at least layout().total floats, zeroed (e.g. a data-parallel gradient buffer)
+  int64_t param_floats = 0;  // own parameter buffer's size when more than the layout's (ZeRO padding)
+  int slots = 1;             // activation sets (micro-batches in flight)
+  // bf16 / fp16: matrix products read a 16-bit copy of the weights and the
+  // activations kept for backward are 16-bit (docs/precision.md lists which).
+  ComputePrecision compute = ComputePrecision::fp32;
+  // bf16 / fp16: where the 16-bit weights live (layout().total elements);
+  // nullptr: the model allocates them.
+  void* weights16 = nullptr;
+};
+
+class StageModule {
+ public:
+  virtual ~StageModule() = default;
+
+  virtual const ModelConfig& config() const = 0;
+  virtual const ParamLayout& layout() const = 0;
+  virtual ComputePrecision compute() const = 0;
+
+  // Fills every parameter from the counter-based RNG; each rank fills its
+  // slices of the global tensors, so any layout starts from the same weights.
+  virtual void init_parameters(uint64_t seed) = 0;
+  // bf16 / fp16: rounds the fp32 (master) parameters into the 16-bit copy
+  // the matrix products read. Call after the parameters change. No-op in fp32.
+  virtual void refresh_compute_weights() = 0;
+  virtual float* params() = 0;
+  virtual float* grads() = 0;
+  // The 16-bit weights (layout().total elements of compute_dtype(compute())),
+  // laid out as params(): an optimizer may write them as it updates
+  // (AdamW's WeightCopy). nullptr in fp32.
+  virtual void* compute_weights() = 0;
+  float* param(int i) { return params() + layout().params[size_t(i)].offset; }
+  float* grad(int i) { return grads() + layout().params[size_t(i)].offset; }
+  int64_t params_size() const { return layout().total; }
+  void zero_grads();
+
+  // --- One pipeline chunk, one micro-batch in activation slot `slot`. ---
+  // Rows are this rank's rows of the micro-batch's B x T tokens (all of them
+  // without sequence parallelism): local_rows(B*T) x d_model floats.
+  virtual int64_t local_rows(int64_t rows) const = 0;
+  // Without the embedding: fill this with the previous chunk's output first.
+  virtual float* stage_input(int slot) = 0;
+  // The blocks (after the embedding lookup on the first chunk; the final norm
+  // on the last). The head's logits and loss wait for backward_stage.
+  virtual void forward_stage(int slot, const int32_t* tokens, int B, int T) = 0;
+  // Without the head: the last block's output, for the next chunk.
+  virtual const float* stage_output(int slot) const = 0;
+  // Without the head: fill with the gradient of stage_output before
+  // backward_stage. Afterwards, without the embedding: the gradient of
+  // stage_input, for the previous chunk.
+  virtual float* stage_grad(int slot) = 0;
+  // Backward of the micro-batch in `slot`; gradients are *added* to grads().
+  // With the head: computes the logits, the loss (returned: the mean over
+  // counted targets; a target < 0 is ignored) and its gradient scaled by
+  // loss_scale first; otherwise returns 0.
+  virtual float backward_stage(int slot, const int32_t* tokens, const int32_t* targets, int B, int T,
+                               float loss_scale) = 0;
+  // With the head, forward only: the mean loss of the micro-batch in `slot`.
+  virtual float stage_loss(int slot, const int32_t* targets, int B, int T) = 0;
+
+  // --- The whole model (embedding and head on this rank), slot 0. ---
+  float forward(const int32_t* tokens, const int32_t* targets, int B, int T);
+  float forward_backward(const int32_t* tokens, const int32_t* targets, int B, int T, float loss_scale = 1.f);
+
+  // Called during backward with a parameter's index as soon as its gradient
+  // is final (nothing later in this backward writes it); every parameter
+  // once per backward. Data parallelism starts a bucket's reduction from it.
+  virtual void set_grad_ready_hook(std::function<void(int param_index)> hook) = 0;
+
+  // [B,T,vocab_slice().rows] after forward(): this rank's vocabulary columns
+  // (fp32 compute only).
+  virtual const float* logits() const = 0;
+  virtual const tp::VocabSlice& vocab_slice() const = 0;
+  virtual size_t activation_bytes() const = 0;
+  virtual size_t compute_weight_bytes() const = 0;
+  // Seconds this rank spent waiting on tensor-parallel communication so far.
+  virtual double tp_comm_seconds() const = 0;
+};
+
+// The family's stage module for `shard` (tp: this rank's tensor-parallel
+// group; shard.tp_rank/tp_size must match it). B, T: the largest batch and
+// sequence length a forward will be given.
+std::unique_ptr<StageModule> make_stage_module(const ModelConfig& cfg, const ModelShard& shard,
+                                               const TensorParallel& tp, int B, int T,
+                                               const StageBuffers& buffers = {});
+// The whole model on one process.
+std::unique_ptr<StageModule> make_model(const ModelConfig& cfg, int B, int T, float* grad_buffer = nullptr,
+                                        int64_t param_floats = 0);
+
+}  // namespace loom

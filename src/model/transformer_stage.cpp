@@ -1,0 +1,230 @@
+#include "model/transformer_stage.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "core/check.h"
+#include "parallel/tp/linear.h"
+
+namespace loom {
+namespace {
+
+template <class T>
+T* as(void* p) {
+  return static_cast<T*>(p);
+}
+
+int count_targets(const int32_t* targets, int n) {
+  int valid = 0;
+  for (int i = 0; i < n; i++) valid += targets[i] >= 0;
+  return valid;
+}
+
+float mean_loss(const float* losses, int n, int valid) {
+  double sum = 0;
+  for (int i = 0; i < n; i++) sum += losses[i];
+  return valid > 0 ? float(sum / valid) : 0.f;
+}
+
+void check_targets(const int32_t* targets, int n, int V) {
+  for (int i = 0; i < n; i++)
+    LOOM_CHECK(targets[i] < V, "target %d at row %d is outside the vocabulary (%d)", targets[i], i, V);
+}
+
+}  // namespace
+
+void ActivationPlan::allocate(Arena& arena) {
+  std::vector<size_t> offsets;
+  for (auto& [p, n] : wants_) offsets.push_back(arena.reserve(n));
+  arena.allocate();
+  for (size_t i = 0; i < wants_.size(); i++) *wants_[i].first = arena.at<uint8_t>(offsets[i]);
+}
+
+TransformerStage::TransformerStage(const ModelConfig& cfg, ParamLayout layout, SharedTensors shared,
+                                   const ModelShard& shard, const TensorParallel& tp, int B, int T,
+                                   const StageBuffers& buffers)
+    : cfg_(cfg),
+      layout_(std::move(layout)),
+      shared_(shared),
+      tp_(tp),
+      compute_(buffers.compute),
+      maxB_(B),
+      maxT_(T),
+      slot_count_(buffers.slots) {
+  cfg_.validate();
+  LOOM_USER_CHECK(T >= 1 && T <= cfg.seq_len, "sequence length %d is outside [1, model.seq_len=%d]", T,
+                  cfg.seq_len);
+  LOOM_USER_CHECK(B >= 1, "batch size must be >= 1 (got %d)", B);
+  LOOM_CHECK(shard.tp_size == tp.size() && shard.tp_rank == tp.rank(), "model shard tp %d/%d on a tp group %d/%d",
+             shard.tp_rank, shard.tp_size, tp.rank(), tp.size());
+  LOOM_CHECK(shard.sequence_parallel == tp.sequence_parallel(), "sequence parallelism differs in shard and group");
+  LOOM_CHECK(shard.first_layer >= 0 && shard.first_layer <= shard.layers_end(cfg) &&
+                 shard.layers_end(cfg) <= cfg.n_layer && buffers.slots >= 1,
+             "bad model chunk: layers [%d, %d) of %d, %d slots", shard.first_layer, shard.layers_end(cfg),
+             cfg.n_layer, buffers.slots);
+  LOOM_USER_CHECK(cfg.n_head % tp.size() == 0, "model.n_head (%d) must be divisible by parallel.tp (%d)",
+                  cfg.n_head, tp.size());
+  LOOM_USER_CHECK(cfg.kv_heads() % tp.size() == 0, "model.n_kv_head (%d) must be divisible by parallel.tp (%d)",
+                  cfg.kv_heads(), tp.size());
+  LOOM_USER_CHECK(cfg.ffn() % tp.size() == 0, "the MLP width (%d) must be divisible by parallel.tp (%d)", cfg.ffn(),
+                  tp.size());
+  LOOM_USER_CHECK(!tp.sequence_parallel() || (int64_t(B) * T) % tp.size() == 0,
+                  "sequence parallelism splits the micro-batch's %d x %d tokens over parallel.tp = %d ranks: "
+                  "they must divide evenly",
+                  B, T, tp.size());
+  vocab_ = {shard.vocab_begin(cfg), int(shard.vocab_per_rank(cfg)), int(shard.vocab_valid(cfg))};
+  access_.layout = &layout_;
+  if (buffers.params) {
+    access_.params = buffers.params;
+  } else {
+    params_.reserve(size_t(std::max(layout_.total, buffers.param_floats)) * 4);
+    params_.allocate();
+    access_.params = params_.at<float>(0);
+  }
+  if (buffers.grads) {
+    access_.grads = buffers.grads;
+  } else {
+    grads_.reserve(size_t(layout_.total) * 4);
+    grads_.allocate();
+    access_.grads = grads_.at<float>(0);
+  }
+  if (compute_ != ComputePrecision::fp32 && buffers.weights16) {
+    access_.weights16 = buffers.weights16;
+  } else if (compute_ != ComputePrecision::fp32) {
+    weights16_.reserve(size_t(layout_.total) * 2);
+    weights16_.allocate();
+    access_.weights16 = weights16_.base();
+  }
+  if (compute_ != ComputePrecision::fp32) ops_.reserve_attention(T, cfg.d_model / tp.size(), cfg.n_head / tp.size());
+}
+
+void TransformerStage::plan(int B, int T, int slots) {
+  const size_t N = size_t(B) * T, R = size_t(tp_.local_rows(int64_t(N))), C = cfg_.d_model;
+  const size_t Vl = size_t(vocab_.rows), a = act_bytes();
+  const bool sp = tp_.sequence_parallel(), head = layout_.shard.head, lowp = compute_ != ComputePrecision::fp32;
+  ActivationPlan p;
+  slots_.resize(size_t(slots));
+  for (Slot& s : slots_) {
+    p.want(&s.input, R * C), p.want(&s.dres, R * C);
+    s.head_in = nullptr;
+    if (head) p.want(&s.head_in, R * C, a);
+  }
+  if (head) p.want(&logits_, N * Vl, a), p.want(&losses_, N), p.want(&xent_scratch_, 3 * N);
+  if (head && sp) p.want(&head_in_full_, N * C, a);
+  if (sp) p.want(&gathered_, N * C, a), p.want(&grad_work_, N * C);
+  p.want(&dbuf_c_, R * C);
+  if (lowp) {
+    p.want(&dres16_, R * C, a);
+    if (sp) p.want(&dres16_full_, N * C, a);
+  }
+  plan_family(p, B, T, slots);
+  p.allocate(acts_);
+  for (Slot& s : slots_) s.output = s.input;
+}
+
+const float* TransformerStage::logits() const {
+  LOOM_CHECK(compute_ == ComputePrecision::fp32, "logits() of a %s model: they are kept in 16 bits",
+             compute_precision_name(compute_));
+  return as<float>(logits_);
+}
+
+void TransformerStage::init_parameters(uint64_t seed) {
+  layout_.init_parameters(params(), seed);
+  refresh_compute_weights();
+}
+
+void TransformerStage::refresh_compute_weights() {
+  const size_t n = size_t(layout_.total);
+  if (compute_ == ComputePrecision::bf16) cpu::narrow(static_cast<bf16*>(access_.weights16), params(), n);
+  if (compute_ == ComputePrecision::fp16) cpu::narrow(static_cast<f16*>(access_.weights16), params(), n);
+}
+
+void TransformerStage::forward_stage(int slot, const int32_t* tokens, int B, int T) {
+  LOOM_CHECK(B <= maxB_ && T <= maxT_, "batch %dx%d exceeds the planned %dx%d", B, T, maxB_, maxT_);
+  Slot& s = slots_[size_t(slot)];
+  const int N = B * T, C = cfg_.d_model;
+  if (layout_.shard.embedding)
+    tp::embedding_forward(tp_, s.input, grad_work_, tokens, access_.param(shared_.embed), vocab_,
+                          shared_.positions >= 0 ? access_.param(shared_.positions) : nullptr, N, T, C);
+  s.output = forward_blocks(slot, B, T);
+  if (layout_.shard.head) final_norm_forward(slot, s.output, int(tp_.local_rows(N)));
+}
+
+// The LM head, column-parallel over the vocabulary:
+// logits[N, Vl] = head_in[N, C] @ head_rows[Vl, C]^T (head_in gathered with
+// sequence parallelism). In bf16 / fp16 the logits are rounded once to 16
+// bits; the softmax and the loss widen them and compute in fp32.
+template <class A>
+void TransformerStage::head_logits(int slot, int N) {
+  const int C = cfg_.d_model;
+  const A* x = tp_.gather_rows(as<A>(head_input(slot)), as<A>(head_in_full_), N, C);
+  tp::column_parallel_forward(ops_.matmul(), as<A>(logits_), x, access_.weight<A>(shared_.head), nullptr, N, C,
+                              vocab_.rows);
+}
+
+float TransformerStage::stage_loss(int slot, const int32_t* targets, int B, int T) {
+  LOOM_CHECK(layout_.shard.head, "the loss is computed on the chunk with the head");
+  const int N = B * T;
+  check_targets(targets, N, cfg_.vocab_size);
+  with_compute_type([&](auto a) {
+    using A = decltype(a);
+    head_logits<A>(slot, N);
+    tp::cross_entropy(tp_, losses_, as<A>(logits_), xent_scratch_, targets, vocab_, N, false, 0.f);
+  });
+  return mean_loss(losses_, N, count_targets(targets, N));
+}
+
+float TransformerStage::backward_stage(int slot, const int32_t* tokens, const int32_t* targets, int B, int T,
+                                       float loss_scale) {
+  const int N = B * T, C = cfg_.d_model, R = int(tp_.local_rows(N));
+  const bool sp = tp_.sequence_parallel();
+  Slot& s = slots_[size_t(slot)];
+  float loss = 0;
+  if (layout_.shard.head) {
+    check_targets(targets, N, cfg_.vocab_size);
+    const int valid = count_targets(targets, N);
+    const float dloss = valid > 0 ? loss_scale / float(valid) : 0.f;
+    with_compute_type([&](auto a) {
+      using A = decltype(a);
+      head_logits<A>(slot, N);
+      // logits_ becomes d(loss)/d(logits) in place.
+      A* const dlogits = as<A>(logits_);
+      tp::cross_entropy(tp_, losses_, dlogits, xent_scratch_, targets, vocab_, N, true, dloss);
+      // dnorm = reduce(dlogits @ head_rows); dhead_rows += dlogits^T @ head_in
+      tp::column_parallel_backward(ops_.matmul(), tp_, dbuf_c_, sp ? grad_work_ : dbuf_c_,
+                                   access_.grad(shared_.head), nullptr, dlogits,
+                                   sp ? as<A>(head_in_full_) : as<A>(s.head_in), access_.weight<A>(shared_.head), N,
+                                   C, vocab_.rows);
+    });
+    loss = mean_loss(losses_, N, valid);
+    // An untied head's gradient is final here; a tied one waits for the embedding's.
+    if (shared_.head != shared_.embed) grad_ready(shared_.head);
+    std::memset(s.dres, 0, size_t(R) * C * sizeof(float));
+    final_norm_backward(slot, s.dres, dbuf_c_, s.output, R);
+  }
+  backward_blocks(slot, B, T);
+  if (layout_.shard.embedding) {
+    // On the whole model a tied table's gradient was first written by the
+    // head above; this is its last write.
+    float* dpos = shared_.positions >= 0 ? access_.grad(shared_.positions) : nullptr;
+    tp::embedding_backward(tp_, access_.grad(shared_.embed), dpos, s.dres, grad_work_, tokens, vocab_, N, T, C);
+    if (shared_.positions >= 0) grad_ready(shared_.positions);
+  }
+  if (shared_.embed >= 0) grad_ready(shared_.embed);
+  return loss;
+}
+
+void StageModule::zero_grads() { std::memset(grads(), 0, size_t(layout().total) * sizeof(float)); }
+
+float StageModule::forward(const int32_t* tokens, const int32_t* targets, int B, int T) {
+  forward_stage(0, tokens, B, T);
+  return stage_loss(0, targets, B, T);
+}
+
+float StageModule::forward_backward(const int32_t* tokens, const int32_t* targets, int B, int T, float loss_scale) {
+  LOOM_CHECK(layout().shard.embedding && layout().shard.head, "forward_backward needs the whole model");
+  forward_stage(0, tokens, B, T);
+  return backward_stage(0, tokens, targets, B, T, loss_scale);
+}
+
+}  // namespace loom

@@ -1,0 +1,161 @@
+// What every family's stage module shares: the buffers (fp32 parameters and
+// gradients, the 16-bit weight copy), the activation slots, the token
+// embedding (vocabulary-parallel, with an optional position table), the LM
+// head (tied or not) and the loss, the gradient-ready hook. A family adds its
+// blocks and its final norm through the hooks below (model/gpt2/,
+// model/llama/), each dispatching on the compute type once.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <utility>
+#include <vector>
+
+#include "core/arena.h"
+#include "kernels/backend.h"
+#include "model/stage_module.h"
+
+namespace loom {
+
+// Activation buffers are planned first, then made in one allocation.
+class ActivationPlan {
+ public:
+  template <class P>
+  void want(P** p, size_t n, size_t elem = sizeof(float)) {
+    wants_.push_back({reinterpret_cast<void**>(p), n * elem});
+  }
+  // Reserves and allocates `arena`, then points every wanted pointer into it.
+  void allocate(Arena& arena);
+
+ private:
+  std::vector<std::pair<void**, size_t>> wants_;
+};
+
+// Reads a shard's parameters: fp32 masters, the compute copy, gradients.
+struct ParamAccess {
+  const ParamLayout* layout;
+  float* params;
+  void* weights16;
+  float* grads;
+  float* param(int i) const { return params + layout->params[size_t(i)].offset; }
+  float* grad(int i) const { return grads + layout->params[size_t(i)].offset; }
+  template <class A>
+  const A* weight(int i) const {
+    if constexpr (std::is_same_v<A, float>)
+      return params + layout->params[size_t(i)].offset;
+    else
+      return static_cast<const A*>(weights16) + layout->params[size_t(i)].offset;
+  }
+};
+
+class TransformerStage : public StageModule {
+ public:
+  // The tensors the shared parts use (indices into layout.params; -1: none).
+  struct SharedTensors {
+    int embed = -1;     // token table (this shard holds the embedding or a tied head)
+    int positions = -1; // learned position table (GPT-2)
+    int head = -1;      // LM head weight: embed when tied
+  };
+
+  const ModelConfig& config() const override { return cfg_; }
+  const ParamLayout& layout() const override { return layout_; }
+  ComputePrecision compute() const override { return compute_; }
+  void init_parameters(uint64_t seed) override;
+  void refresh_compute_weights() override;
+  float* params() override { return access_.params; }
+  float* grads() override { return access_.grads; }
+  void* compute_weights() override { return access_.weights16; }
+  int64_t local_rows(int64_t rows) const override { return tp_.local_rows(rows); }
+  float* stage_input(int slot) override { return slots_[size_t(slot)].input; }
+  const float* stage_output(int slot) const override { return slots_[size_t(slot)].output; }
+  float* stage_grad(int slot) override { return slots_[size_t(slot)].dres; }
+  void forward_stage(int slot, const int32_t* tokens, int B, int T) override;
+  float backward_stage(int slot, const int32_t* tokens, const int32_t* targets, int B, int T,
+                       float loss_scale) override;
+  float stage_loss(int slot, const int32_t* targets, int B, int T) override;
+  void set_grad_ready_hook(std::function<void(int)> hook) override { grad_ready_ = std::move(hook); }
+  const float* logits() const override;
+  const tp::VocabSlice& vocab_slice() const override { return vocab_; }
+  size_t activation_bytes() const override { return acts_.size(); }
+  size_t compute_weight_bytes() const override {
+    return compute_ == ComputePrecision::fp32 ? 0 : size_t(layout_.total) * 2;
+  }
+  double tp_comm_seconds() const override { return tp_.exposed_seconds(); }
+
+ protected:
+  // Checks the shard against the group and allocates the parameter buffers;
+  // the family then calls plan(): its constructor is the place to do so.
+  TransformerStage(const ModelConfig& cfg, ParamLayout layout, SharedTensors shared, const ModelShard& shard,
+                   const TensorParallel& tp, int B, int T, const StageBuffers& buffers);
+  // Plans the shared activations and the family's (plan_family), then
+  // allocates them all at once.
+  void plan(int B, int T, int slots);
+
+  // --- Family hooks. ---
+  // Adds the family's activations: per slot (its blocks and final-norm
+  // statistics) and shared scratch. N = B x T rows, R = local rows.
+  virtual void plan_family(ActivationPlan& plan, int B, int T, int slots) = 0;
+  // The blocks on slot's input; returns their output (fp32 [R, C]).
+  virtual const float* forward_blocks(int slot, int B, int T) = 0;
+  // The final norm of `res` into head_input(slot) (compute type, [R, C]).
+  virtual void final_norm_forward(int slot, const float* res, int R) = 0;
+  // dres[R, C] += the final norm's input gradient from dnorm[R, C] (fp32);
+  // its weight gradients, reported ready.
+  virtual void final_norm_backward(int slot, float* dres, const float* dnorm, const float* res, int R) = 0;
+  // The blocks' backward, the slot's residual gradient updated in place.
+  virtual void backward_blocks(int slot, int B, int T) = 0;
+
+  // Calls f(A{}) with the compute type.
+  template <class F>
+  decltype(auto) with_compute_type(F&& f) {
+    switch (compute_) {
+      case ComputePrecision::bf16: return f(bf16{});
+      case ComputePrecision::fp16: return f(f16{});
+      default: return f(float{});
+    }
+  }
+  void grad_ready(int i) const {
+    if (grad_ready_) grad_ready_(i);
+  }
+  const std::function<void(int)>& ready_hook() const { return grad_ready_; }
+  void* head_input(int slot) { return slots_[size_t(slot)].head_in; }
+  const float* slot_input(int slot) const { return slots_[size_t(slot)].input; }
+  float* slot_dres(int slot) { return slots_[size_t(slot)].dres; }
+  size_t act_bytes() const { return dtype_size(compute_dtype(compute_)); }  // of a compute-type element
+
+  ModelConfig cfg_;
+  ParamLayout layout_;
+  SharedTensors shared_;
+  TensorParallel tp_;
+  tp::VocabSlice vocab_;
+  ComputePrecision compute_;
+  CpuBackend ops_;
+  ParamAccess access_{};
+  int maxB_, maxT_, slot_count_;
+  // Shared work space (fp32 unless marked A), used within one action.
+  void* gathered_ = nullptr;   // A, [N, C]: norm outputs gathered (sequence parallel)
+  float* grad_work_ = nullptr; // [N, C]: partial sums / gathered gradients (sequence parallel)
+  float* dbuf_c_ = nullptr;    // [R, C]: a norm's output gradient
+  // 16-bit compute only: the residual gradient rounded for the row-parallel
+  // products ([R, C], gathered to [N, C] with sequence parallelism).
+  void *dres16_ = nullptr, *dres16_full_ = nullptr;
+
+ private:
+  struct Slot {
+    float* input;     // [R, C]: the embedding's output or the received activation
+    const float* output = nullptr;  // [R, C]: the blocks' output (set by forward)
+    void* head_in;    // A, [R, C]: the final norm's output (head chunk)
+    float* dres;      // [R, C]: gradient of the residual stream, updated in place
+  };
+  template <class A>
+  void head_logits(int slot, int N);
+
+  Arena params_, grads_, weights16_, acts_;
+  std::function<void(int)> grad_ready_;
+  std::vector<Slot> slots_;
+  void* logits_ = nullptr;  // A: the head's product; the loss's gradient in place in backward
+  float *losses_ = nullptr, *xent_scratch_ = nullptr;
+  void* head_in_full_ = nullptr;  // A, [N, C]: the head's input gathered (sequence parallel)
+};
+
+}  // namespace loom

@@ -1,0 +1,136 @@
+// A tiny LLaMA's logits, loss, every gradient and ten AdamW steps match
+// PyTorch (tools/llama_torch.py, written by tools/make_reference.py with
+// Debian's python3-torch), for grouped-query attention (2 kv heads for 4
+// query heads) and multi-head attention. PyTorch keeps q/k/v and gate/up as
+// separate tensors (Hugging Face's names); loom fuses each group by rows, so
+// the reference's tensors are stacked the same way before comparing.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+
+#include "golden/reference_file.h"
+#include "kernels/cpu/grad_norm.h"
+#include "model/stage_module.h"
+#include "optim/adamw.h"
+#include "optim/grad_clip.h"
+
+namespace {
+
+using loom::test::ReferenceFile;
+
+const ReferenceFile& reference(const std::string& name) {
+  static std::map<std::string, ReferenceFile> cache;
+  auto it = cache.find(name);
+  if (it == cache.end())
+    it = cache.emplace(name, ReferenceFile::load(LOOM_BINARY_DIR "/reference/" + name + ".ref")).first;
+  return it->second;
+}
+
+// The reference's values of loom tensor `name` under `prefix` ("param/",
+// "grad/", "final/"): fused tensors are the row-wise stack of HF's parts.
+std::vector<float> reference_values(const ReferenceFile& ref, const std::string& prefix, const std::string& name) {
+  auto stack = [&](const std::string& base, std::initializer_list<const char*> parts) {
+    std::vector<float> out;
+    for (const char* part : parts) {
+      const auto& t = ref.tensor(prefix + base + part + ".weight").f32;
+      out.insert(out.end(), t.begin(), t.end());
+    }
+    return out;
+  };
+  const std::string qkv = "self_attn.qkv_proj.weight", gate_up = "mlp.gate_up_proj.weight";
+  if (name.ends_with(qkv)) return stack(name.substr(0, name.size() - qkv.size()) + "self_attn.", {"q_proj", "k_proj", "v_proj"});
+  if (name.ends_with(gate_up)) return stack(name.substr(0, name.size() - gate_up.size()) + "mlp.", {"gate_proj", "up_proj"});
+  return ref.tensor(prefix + name).f32;
+}
+
+double rel_frobenius(const float* got, const std::vector<float>& want) {
+  double diff = 0, norm = 0;
+  for (size_t i = 0; i < want.size(); i++) {
+    diff += (double(got[i]) - want[i]) * (double(got[i]) - want[i]);
+    norm += double(want[i]) * want[i];
+  }
+  return std::sqrt(diff / std::max(norm, 1e-30));
+}
+
+struct LoadedModel {
+  loom::ModelConfig cfg;
+  int B, T;
+  std::unique_ptr<loom::StageModule> model;
+};
+
+LoadedModel make_model(const ReferenceFile& ref) {
+  LoadedModel s;
+  s.cfg = loom::ModelConfig{int(ref.ints.at("vocab_size")), int(ref.ints.at("n_layer")), int(ref.ints.at("n_head")),
+                            int(ref.ints.at("d_model")), int(ref.ints.at("seq_len"))};
+  s.cfg.family = loom::ModelFamily::llama;
+  s.cfg.n_kv_head = int(ref.ints.at("n_kv_head"));
+  s.cfg.ffn_hidden = int(ref.ints.at("ffn_hidden"));
+  s.cfg.rope_theta = ref.floats.at("rope_theta");
+  s.cfg.norm_eps = ref.floats.at("norm_eps");
+  s.B = int(ref.ints.at("batch_size"));
+  s.T = s.cfg.seq_len;
+  s.model = loom::make_model(s.cfg, s.B, s.T);
+  // Every loom tensor from the reference's initial weights, by name.
+  for (size_t i = 0; i < s.model->layout().params.size(); i++) {
+    const auto& spec = s.model->layout().params[i];
+    const std::vector<float> values = reference_values(ref, "param/", spec.name);
+    EXPECT_EQ(int64_t(values.size()), spec.numel) << spec.name;
+    std::memcpy(s.model->param(int(i)), values.data(), values.size() * sizeof(float));
+  }
+  return s;
+}
+
+class LlamaAgreement : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(LlamaAgreement, LogitsAndLoss) {
+  const auto& ref = reference(GetParam());
+  LoadedModel s = make_model(ref);
+  if (std::string(GetParam()).ends_with("gqa")) EXPECT_LT(s.cfg.kv_heads(), s.cfg.n_head) << "not grouped-query";
+  const float loss = s.model->forward(ref.tensor("inputs").i32.data(), ref.tensor("targets").i32.data(), s.B, s.T);
+  EXPECT_LT(rel_frobenius(s.model->logits(), ref.tensor("logits").f32), 1e-5);
+  EXPECT_NEAR(loss, ref.tensor("loss").f32[0], 1e-6 * std::abs(ref.tensor("loss").f32[0]));
+}
+
+TEST_P(LlamaAgreement, EveryGradient) {
+  const auto& ref = reference(GetParam());
+  LoadedModel s = make_model(ref);
+  s.model->zero_grads();
+  const float loss =
+      s.model->forward_backward(ref.tensor("inputs").i32.data(), ref.tensor("targets").i32.data(), s.B, s.T);
+  EXPECT_NEAR(loss, ref.tensor("loss").f32[0], 1e-6 * std::abs(ref.tensor("loss").f32[0]));
+  for (size_t i = 0; i < s.model->layout().params.size(); i++) {
+    const auto& name = s.model->layout().params[i].name;
+    EXPECT_LT(rel_frobenius(s.model->grad(int(i)), reference_values(ref, "grad/", name)), 1e-5) << name;
+  }
+}
+
+TEST_P(LlamaAgreement, TenAdamWStepsWithClipping) {
+  const auto& ref = reference(GetParam());
+  LoadedModel s = make_model(ref);
+  loom::AdamWConfig acfg{float(ref.floats.at("beta1")), float(ref.floats.at("beta2")), float(ref.floats.at("eps")),
+                         float(ref.floats.at("weight_decay"))};
+  loom::AdamW opt(s.model->layout().flat(), acfg);
+  const auto& losses = ref.tensor("adam/losses").f32;
+  const auto& norms = ref.tensor("adam/grad_norms").f32;
+  ASSERT_EQ(int64_t(losses.size()), ref.ints.at("adam_steps"));
+  for (size_t step = 0; step < losses.size(); step++) {
+    s.model->zero_grads();
+    const float loss =
+        s.model->forward_backward(ref.tensor("inputs").i32.data(), ref.tensor("targets").i32.data(), s.B, s.T);
+    const double norm = loom::global_grad_norm(s.model->layout().flat(), s.model->grads());
+    EXPECT_NEAR(loss, losses[step], 1e-5 * std::abs(losses[step])) << "step " << step;
+    EXPECT_NEAR(norm, norms[step], 1e-5 * std::abs(norms[step])) << "step " << step;
+    const float scale = loom::cpu::clip_scale(norm, float(ref.floats.at("grad_clip")));
+    opt.step(s.model->params(), s.model->grads(), float(ref.floats.at("lr")), scale);
+  }
+  for (size_t i = 0; i < s.model->layout().params.size(); i++) {
+    const auto& name = s.model->layout().params[i].name;
+    EXPECT_LT(rel_frobenius(s.model->param(int(i)), reference_values(ref, "final/", name)), 1e-5) << name;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Gqa, LlamaAgreement, ::testing::Values("tiny_llama_gqa"));
+INSTANTIATE_TEST_SUITE_P(Mha, LlamaAgreement, ::testing::Values("tiny_llama_mha"));
+
+}  // namespace
