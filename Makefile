@@ -2,15 +2,23 @@
 BUILD ?= build
 JOBS ?= $(shell nproc)
 
-.PHONY: setup build run test bench clean
+.PHONY: setup venv build run test interop bench clean
 setup:
 	scripts/setup.sh
+venv:
+	scripts/setup.sh venv
 build:
 	cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null && cmake --build $(BUILD) -j $(JOBS)
 run: setup
 	$(BUILD)/loom train
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+# GPT-2 (configs/tiny.toml) and LLaMA (configs/llama-tiny.toml) trained a few
+# steps, exported, loaded by transformers from .venv: logits and greedy
+# generations against loom's (tests/checkpoint/hf_interop_test.cpp).
+interop: build venv
+	OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=2 LOOM_REQUIRE_HF_INTEROP=1 \
+	  $(BUILD)/tests/loom_tests --gtest_filter='HfInterop.*:HfExport*'
 bench: build
 	$(BUILD)/loom bench step
 clean:

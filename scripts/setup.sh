@@ -2,14 +2,53 @@
 # Sets up everything loom needs on Debian 12 and builds it. Safe to run twice:
 # packages already installed are skipped, the build is incremental.
 #
-#   scripts/setup.sh            install packages (needs root or sudo), configure, build,
-#                               fetch the corpus and prepare its tokenizer and shards
+#   scripts/setup.sh            install packages (needs root or sudo), the Python
+#                               environment .venv, configure, build, fetch the
+#                               corpus and prepare its tokenizer and shards
+#   scripts/setup.sh venv       only the Python environment .venv
 #   LOOM_SKIP_APT=1 scripts/setup.sh   no package installs
+#   LOOM_SKIP_VENV=1 scripts/setup.sh  no .venv (the transformers interop tests skip)
 #   LOOM_SKIP_CORPUS=1 scripts/setup.sh  no corpus (tests do not need it)
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BUILD_DIR="${LOOM_BUILD_DIR:-$ROOT/build}"
+VENV="$ROOT/.venv"
+
+# Hugging Face transformers, to load `loom export` folders the way users do
+# (tools/check_hf_interop.py, `make interop`), in .venv beside Debian's
+# python3-torch 1.13 (--system-site-packages). transformers 4.40.2 is among
+# the last that run on torch 1.13 (4.46's generate() imports torch 2's FSDP);
+# every dependency is pinned and installed with --no-deps, so the set is the
+# same on every machine. numpy, PyYAML, requests, typing-extensions: Debian's.
+PY_PACKAGES=(
+  transformers==4.40.2 tokenizers==0.19.1 safetensors==0.4.3 huggingface-hub==0.23.0
+  regex==2024.4.28 tqdm==4.66.4 filelock==3.14.0 fsspec==2024.3.1 packaging==24.0
+  sentencepiece==0.2.0   # check_hf_interop.py --tokenizer: the run's SentencePiece model
+)
+
+setup_venv() {
+  if [[ -x "$VENV/bin/python" ]] && "$VENV/bin/python" - "${PY_PACKAGES[@]}" <<'PY'
+import sys
+from importlib.metadata import version, PackageNotFoundError
+for spec in sys.argv[1:]:
+    name, want = spec.split("==")
+    try:
+        if version(name) != want:
+            sys.exit(1)
+    except PackageNotFoundError:
+        sys.exit(1)
+PY
+  then
+    echo "setup: $VENV already has transformers ${PY_PACKAGES[0]#*==}"
+    return
+  fi
+  local t0=$SECONDS
+  [[ -x "$VENV/bin/python" ]] || /usr/bin/python3 -m venv --system-site-packages "$VENV"
+  "$VENV/bin/pip" install -q --disable-pip-version-check --no-cache-dir --no-deps "${PY_PACKAGES[@]}"
+  "$VENV/bin/python" -c 'import torch, transformers; from transformers import GPT2LMHeadModel, LlamaForCausalLM'
+  echo "setup: $VENV with transformers ${PY_PACKAGES[0]#*==} on torch $("$VENV/bin/python" -c 'import torch; print(torch.__version__)') ($((SECONDS - t0)) s)"
+}
 
 # Build: compiler, CMake, Ninja. Libraries: oneDNN (matmuls), toml++ (config),
 # OpenMP, GoogleTest, SentencePiece (tokenizer), OpenMPI (communication),
@@ -24,9 +63,18 @@ PACKAGES=(
   nlohmann-json3-dev   # JSON: checkpoint manifests, metrics, traces
   libssl-dev           # SHA-256 of checkpoint files (OpenSSL's EVP)
   python3 python3-torch python3-numpy
+  python3-venv   # .venv for transformers (below)
   libopenblas0   # the BLAS that the PyTorch baseline (tools/bench_pytorch.py) runs on
   groff-base perl
 )
+
+if [[ "${1:-}" == venv ]]; then
+  setup_venv
+  exit 0
+elif [[ -n "${1:-}" ]]; then
+  echo "setup: unknown argument '$1' (none, or venv)" >&2
+  exit 2
+fi
 
 if [[ "${LOOM_SKIP_APT:-0}" != 1 ]]; then
   missing=()
@@ -42,6 +90,10 @@ if [[ "${LOOM_SKIP_APT:-0}" != 1 ]]; then
   else
     echo "setup: Debian packages already installed"
   fi
+fi
+
+if [[ "${LOOM_SKIP_VENV:-0}" != 1 ]]; then
+  setup_venv
 fi
 
 cmake -S "$ROOT" -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release > /dev/null

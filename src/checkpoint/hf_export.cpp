@@ -2,6 +2,8 @@
 
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <toml++/toml.h>
+#include <utility>
 
 #include "checkpoint/model_fields.h"
 #include "core/atomic_file.h"
@@ -26,7 +28,179 @@ std::vector<float> transposed(const std::vector<float>& a, int64_t rows, int64_t
   return t;
 }
 
+// The HF tensors, read from a checkpoint's global parameters.
+class HfTensors {
+ public:
+  explicit HfTensors(const Checkpoint& ckpt) : ckpt_(ckpt) {}
+
+  // Parameter `loom_name` of shape `shape` as `hf_name`, transposed
+  // ([out, in] -> [in, out]) when asked.
+  void add(const std::string& loom_name, const std::vector<int64_t>& shape, const std::string& hf_name,
+           bool transpose = false) {
+    HfTensor h{hf_name, shape, read(loom_name, shape), {}};
+    if (transpose) {
+      h.values = transposed(h.values, shape[0], shape[1]);
+      std::swap(h.shape[0], h.shape[1]);
+    }
+    out_.push_back(std::move(h));
+  }
+
+  // Parameter `loom_name` of shape `shape` ([rows, cols]) cut by rows into
+  // consecutive tensors: (HF name, rows) in order, covering every row.
+  void add_rows(const std::string& loom_name, const std::vector<int64_t>& shape,
+                const std::vector<std::pair<std::string, int64_t>>& parts) {
+    const std::vector<float> all = read(loom_name, shape);
+    const int64_t cols = shape[1];
+    int64_t row0 = 0;
+    for (const auto& [hf_name, rows] : parts) {
+      const auto begin = all.begin() + row0 * cols;
+      out_.push_back(HfTensor{hf_name, {rows, cols}, std::vector<float>(begin, begin + rows * cols), {}});
+      row0 += rows;
+    }
+    LOOM_CHECK(row0 == shape[0], "%s: the parts cover %lld of %lld rows", loom_name.c_str(), (long long)row0,
+               (long long)shape[0]);
+  }
+
+  // The safetensors entries, in `dtype` (F32, BF16 or F16).
+  std::vector<StEntry> entries(StDType dtype) {
+    std::vector<StEntry> e;
+    for (HfTensor& h : out_) {
+      StEntry s{h.hf_name, dtype, h.shape, h.values.data()};
+      if (dtype != StDType::F32) {
+        h.narrow.resize(h.values.size());
+        if (dtype == StDType::BF16) convert_f32_to_bf16(reinterpret_cast<bf16*>(h.narrow.data()), h.values.data(), h.values.size());
+        else convert_f32_to_f16(reinterpret_cast<f16*>(h.narrow.data()), h.values.data(), h.values.size());
+        s.data = h.narrow.data();
+      }
+      e.push_back(s);
+    }
+    return e;
+  }
+
+ private:
+  std::vector<float> read(const std::string& loom_name, const std::vector<int64_t>& shape) const {
+    const std::string stored = parameter_key(ckpt_, loom_name);
+    LOOM_USER_CHECK(ckpt_.tensors().global_shape(stored) == shape,
+                    "checkpoint '%s': parameter '%s' does not have the shape its model needs", ckpt_.dir().c_str(),
+                    stored.c_str());
+    return ckpt_.tensors().read_global(stored);
+  }
+
+  const Checkpoint& ckpt_;
+  std::vector<HfTensor> out_;
+};
+
+void add_gpt2(HfTensors& t, const ModelConfig& cfg) {
+  const int64_t C = cfg.d_model, V = cfg.vocab_size, T = cfg.seq_len;
+  t.add("wte.weight", {V, C}, "transformer.wte.weight");
+  t.add("wpe.weight", {T, C}, "transformer.wpe.weight");
+  for (int l = 0; l < cfg.n_layer; l++) {
+    const std::string p = "h." + std::to_string(l) + ".", hf = "transformer." + p;
+    t.add(p + "ln_1.weight", {C}, hf + "ln_1.weight");
+    t.add(p + "ln_1.bias", {C}, hf + "ln_1.bias");
+    t.add(p + "attn.c_attn.weight", {3 * C, C}, hf + "attn.c_attn.weight", true);
+    t.add(p + "attn.c_attn.bias", {3 * C}, hf + "attn.c_attn.bias");
+    t.add(p + "attn.c_proj.weight", {C, C}, hf + "attn.c_proj.weight", true);
+    t.add(p + "attn.c_proj.bias", {C}, hf + "attn.c_proj.bias");
+    t.add(p + "ln_2.weight", {C}, hf + "ln_2.weight");
+    t.add(p + "ln_2.bias", {C}, hf + "ln_2.bias");
+    t.add(p + "mlp.c_fc.weight", {4 * C, C}, hf + "mlp.c_fc.weight", true);
+    t.add(p + "mlp.c_fc.bias", {4 * C}, hf + "mlp.c_fc.bias");
+    t.add(p + "mlp.c_proj.weight", {C, 4 * C}, hf + "mlp.c_proj.weight", true);
+    t.add(p + "mlp.c_proj.bias", {C}, hf + "mlp.c_proj.bias");
+  }
+  t.add("ln_f.weight", {C}, "transformer.ln_f.weight");
+  t.add("ln_f.bias", {C}, "transformer.ln_f.bias");
+}
+
+// loom's LLaMA names are HF's but for the two fused projections. loom
+// applies rotary embeddings with HF's rotate-half convention (feature i
+// paired with i + head_dim/2), so the q and k rows are already in HF's order:
+// no per-head permutation (Meta's interleaved checkpoints need one; these
+// do not).
+void add_llama(HfTensors& t, const ModelConfig& cfg) {
+  const int64_t C = cfg.d_model, V = cfg.vocab_size, F = cfg.ffn(), hd = cfg.head_dim();
+  const int64_t q_rows = int64_t(cfg.n_head) * hd, kv_rows = int64_t(cfg.kv_heads()) * hd;
+  t.add("model.embed_tokens.weight", {V, C}, "model.embed_tokens.weight");
+  for (int l = 0; l < cfg.n_layer; l++) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    t.add(p + "input_layernorm.weight", {C}, p + "input_layernorm.weight");
+    t.add_rows(p + "self_attn.qkv_proj.weight", {cfg.qkv_rows(), C},
+               {{p + "self_attn.q_proj.weight", q_rows},
+                {p + "self_attn.k_proj.weight", kv_rows},
+                {p + "self_attn.v_proj.weight", kv_rows}});
+    t.add(p + "self_attn.o_proj.weight", {C, q_rows}, p + "self_attn.o_proj.weight");
+    t.add(p + "post_attention_layernorm.weight", {C}, p + "post_attention_layernorm.weight");
+    t.add_rows(p + "mlp.gate_up_proj.weight", {2 * F, C}, {{p + "mlp.gate_proj.weight", F}, {p + "mlp.up_proj.weight", F}});
+    t.add(p + "mlp.down_proj.weight", {C, F}, p + "mlp.down_proj.weight");
+  }
+  t.add("model.norm.weight", {C}, "model.norm.weight");
+  if (!cfg.tied()) t.add("lm_head.weight", {V, C}, "lm_head.weight");
+}
+
+nlohmann::ordered_json token_id(std::optional<int> id) { return id ? nlohmann::ordered_json(*id) : nullptr; }
+
+nlohmann::ordered_json gpt2_config(const ModelConfig& cfg) {
+  return {
+      {"architectures", {"GPT2LMHeadModel"}},
+      {"model_type", "gpt2"},
+      {"vocab_size", cfg.vocab_size},
+      {"n_positions", cfg.seq_len},
+      {"n_ctx", cfg.seq_len},
+      {"n_embd", cfg.d_model},
+      {"n_layer", cfg.n_layer},
+      {"n_head", cfg.n_head},
+      {"n_inner", nullptr},
+      {"activation_function", "gelu_new"},
+      {"layer_norm_epsilon", 1e-5},
+      {"initializer_range", 0.02},
+      {"resid_pdrop", 0.0},
+      {"embd_pdrop", 0.0},
+      {"attn_pdrop", 0.0},
+      {"scale_attn_weights", true},
+      {"tie_word_embeddings", true},
+  };
+}
+
+nlohmann::ordered_json llama_config(const ModelConfig& cfg) {
+  return {
+      {"architectures", {"LlamaForCausalLM"}},
+      {"model_type", "llama"},
+      {"vocab_size", cfg.vocab_size},
+      {"hidden_size", cfg.d_model},
+      {"intermediate_size", cfg.ffn()},
+      {"num_hidden_layers", cfg.n_layer},
+      {"num_attention_heads", cfg.n_head},
+      {"num_key_value_heads", cfg.kv_heads()},
+      {"head_dim", cfg.head_dim()},  // read by transformers >= 4.45; older ones derive the same
+      {"max_position_embeddings", cfg.seq_len},
+      {"rms_norm_eps", cfg.norm_eps},
+      {"rope_theta", cfg.rope_theta},
+      {"rope_scaling", nullptr},
+      {"hidden_act", "silu"},
+      {"tie_word_embeddings", cfg.tied()},
+      {"attention_bias", false},
+      {"attention_dropout", 0.0},
+      {"mlp_bias", false},
+      {"pretraining_tp", 1},
+      {"initializer_range", 0.02},
+      {"use_cache", true},
+  };
+}
+
 }  // namespace
+
+RunData run_data(const CheckpointManifest& m, const std::string& origin) {
+  toml::table config;
+  try {
+    config = toml::parse(m.config_toml);
+  } catch (const toml::parse_error& e) {
+    throw UserError(strprintf("%s: the run config it records does not parse: %s", origin.c_str(),
+                              std::string(e.description()).c_str()));
+  }
+  return {config.at_path("data.format").value_or(std::string("shards")),
+          config.at_path("data.path").value_or(std::string(".cache/data"))};
+}
 
 std::string parameter_key(const Checkpoint& ckpt, const std::string& name) {
   const ShardedTensors& t = ckpt.tensors();
@@ -39,56 +213,18 @@ std::vector<float> read_parameter(const Checkpoint& ckpt, const std::string& nam
   return ckpt.tensors().read_global(parameter_key(ckpt, name));
 }
 
-HfExportResult export_hf_gpt2(const Checkpoint& ckpt, const std::string& out_dir, StDType dtype) {
-  LOOM_USER_CHECK(dtype != StDType::I32, "export: weights cannot be I32");
-  const ModelConfig cfg = model_config_from_fields(ckpt.manifest().model, ckpt.manifest().model_real, ckpt.dir() + "/manifest.json");
-  const int64_t C = cfg.d_model, V = cfg.vocab_size, T = cfg.seq_len;
+HfExportResult export_hf(const Checkpoint& ckpt, const std::string& out_dir, const HfExportOptions& opt) {
+  LOOM_USER_CHECK(opt.dtype != StDType::I32, "export: weights cannot be I32");
+  const ModelConfig cfg =
+      model_config_from_fields(ckpt.manifest().model, ckpt.manifest().model_real, ckpt.dir() + "/manifest.json");
+  for (std::optional<int> id : {opt.tokens.bos, opt.tokens.eos})
+    LOOM_USER_CHECK(!id || (*id >= 0 && *id < cfg.vocab_size), "export: token id %d is outside the model's vocabulary of %d",
+                    *id, cfg.vocab_size);
 
-  std::vector<HfTensor> out;
-  // loom name, its expected shape, HF name, transpose ([out,in] -> [in,out])?
-  auto add = [&](const std::string& loom_name, std::vector<int64_t> shape, const std::string& hf_name, bool transpose) {
-    const ShardedTensors& t = ckpt.tensors();
-    const std::string stored = parameter_key(ckpt, loom_name);
-    LOOM_USER_CHECK(t.global_shape(stored) == shape, "checkpoint '%s': parameter '%s' does not have the shape its model needs",
-                    ckpt.dir().c_str(), stored.c_str());
-    HfTensor h{hf_name, shape, t.read_global(stored), {}};
-    if (transpose) {
-      h.values = transposed(h.values, shape[0], shape[1]);
-      std::swap(h.shape[0], h.shape[1]);
-    }
-    out.push_back(std::move(h));
-  };
-  add("wte.weight", {V, C}, "transformer.wte.weight", false);
-  add("wpe.weight", {T, C}, "transformer.wpe.weight", false);
-  for (int l = 0; l < cfg.n_layer; l++) {
-    const std::string p = "h." + std::to_string(l) + ".", hf = "transformer." + p;
-    add(p + "ln_1.weight", {C}, hf + "ln_1.weight", false);
-    add(p + "ln_1.bias", {C}, hf + "ln_1.bias", false);
-    add(p + "attn.c_attn.weight", {3 * C, C}, hf + "attn.c_attn.weight", true);
-    add(p + "attn.c_attn.bias", {3 * C}, hf + "attn.c_attn.bias", false);
-    add(p + "attn.c_proj.weight", {C, C}, hf + "attn.c_proj.weight", true);
-    add(p + "attn.c_proj.bias", {C}, hf + "attn.c_proj.bias", false);
-    add(p + "ln_2.weight", {C}, hf + "ln_2.weight", false);
-    add(p + "ln_2.bias", {C}, hf + "ln_2.bias", false);
-    add(p + "mlp.c_fc.weight", {4 * C, C}, hf + "mlp.c_fc.weight", true);
-    add(p + "mlp.c_fc.bias", {4 * C}, hf + "mlp.c_fc.bias", false);
-    add(p + "mlp.c_proj.weight", {C, 4 * C}, hf + "mlp.c_proj.weight", true);
-    add(p + "mlp.c_proj.bias", {C}, hf + "mlp.c_proj.bias", false);
-  }
-  add("ln_f.weight", {C}, "transformer.ln_f.weight", false);
-  add("ln_f.bias", {C}, "transformer.ln_f.bias", false);
-
-  std::vector<StEntry> entries;
-  for (HfTensor& h : out) {
-    StEntry e{h.hf_name, dtype, h.shape, h.values.data()};
-    if (dtype != StDType::F32) {
-      h.narrow.resize(h.values.size());
-      if (dtype == StDType::BF16) convert_f32_to_bf16(reinterpret_cast<bf16*>(h.narrow.data()), h.values.data(), h.values.size());
-      else convert_f32_to_f16(reinterpret_cast<f16*>(h.narrow.data()), h.values.data(), h.values.size());
-      e.data = h.narrow.data();
-    }
-    entries.push_back(e);
-  }
+  HfTensors tensors(ckpt);
+  if (cfg.is_llama()) add_llama(tensors, cfg);
+  else add_gpt2(tensors, cfg);
+  const std::vector<StEntry> entries = tensors.entries(opt.dtype);
 
   std::error_code ec;
   std::filesystem::create_directories(out_dir, ec);
@@ -101,27 +237,11 @@ HfExportResult export_hf_gpt2(const Checkpoint& ckpt, const std::string& out_dir
   r.tensors = int(entries.size());
   r.bytes = w.bytes;
 
-  nlohmann::ordered_json config = {
-      {"architectures", {"GPT2LMHeadModel"}},
-      {"model_type", "gpt2"},
-      {"vocab_size", V},
-      {"n_positions", T},
-      {"n_ctx", T},
-      {"n_embd", C},
-      {"n_layer", cfg.n_layer},
-      {"n_head", cfg.n_head},
-      {"n_inner", nullptr},
-      {"activation_function", "gelu_new"},
-      {"layer_norm_epsilon", 1e-5},
-      {"initializer_range", 0.02},
-      {"resid_pdrop", 0.0},
-      {"embd_pdrop", 0.0},
-      {"attn_pdrop", 0.0},
-      {"scale_attn_weights", true},
-      {"tie_word_embeddings", true},
-      {"torch_dtype", dtype == StDType::F32 ? "float32" : dtype == StDType::BF16 ? "bfloat16" : "float16"},
-      {"loom_checkpoint_step", ckpt.manifest().step},
-  };
+  nlohmann::ordered_json config = cfg.is_llama() ? llama_config(cfg) : gpt2_config(cfg);
+  config["bos_token_id"] = token_id(opt.tokens.bos);
+  config["eos_token_id"] = token_id(opt.tokens.eos);
+  config["torch_dtype"] = opt.dtype == StDType::F32 ? "float32" : opt.dtype == StDType::BF16 ? "bfloat16" : "float16";
+  config["loom_checkpoint_step"] = ckpt.manifest().step;
   write_file_atomically(r.config_path, config.dump(2) + "\n");
   return r;
 }

@@ -1,13 +1,18 @@
-// Export to Hugging Face's GPT-2 format (GPT2LMHeadModel): one
-// model.safetensors with HF's tensor names and a config.json, assembled from
-// the global tensors of a checkpoint of any layout.
+// Export to Hugging Face's formats: one model.safetensors with HF's tensor
+// names and a config.json, assembled from the global tensors of a checkpoint
+// of any layout.
 //
-// loom stores linear weights as [out, in]; HF's GPT-2 uses Conv1D, whose
-// weight is [in, out], so those four per block are transposed. The LM head
-// is tied to wte (HF ties it on load; it is not stored).
+// GPT-2 (GPT2LMHeadModel): loom stores linear weights as [out, in]; HF's
+// GPT-2 uses Conv1D, whose weight is [in, out], so those four per block are
+// transposed. The LM head is tied to wte (HF ties it on load; not stored).
+//
+// LLaMA (LlamaForCausalLM): HF's nn.Linear is [out, in] as loom's; loom's
+// fused qkv_proj and gate_up_proj are cut by rows into q/k/v_proj and
+// gate/up_proj. lm_head.weight is stored unless the model ties it.
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "checkpoint/checkpoint_reader.h"
@@ -21,6 +26,30 @@ struct HfExportResult {
   uint64_t bytes = 0;
 };
 
+// What config.json says generate() starts and stops with. loom's tokenizers
+// (`loom prepare`) have an end-of-text piece and no beginning-of-text one;
+// every training document follows the previous one's end-of-text, so that id
+// is both HF's eos_token_id and bos_token_id (GPT-2's <|endoftext|>
+// convention). Byte-level data has neither: both null, and generate() runs to
+// max_new_tokens, as `loom generate` does.
+struct HfSpecialTokens {
+  std::optional<int> bos, eos;  // nullopt: null
+  static HfSpecialTokens from_eos(std::optional<int> eos) { return {eos, eos}; }
+};
+
+struct HfExportOptions {
+  StDType dtype = StDType::F32;  // of the tensors: F32, BF16 or F16
+  HfSpecialTokens tokens;
+};
+
+// The data a checkpoint's run read, as its recorded config names it:
+// data.format ("shards" or "bytes") and data.path (as written, unresolved).
+struct RunData {
+  std::string format, path;
+};
+// Throws UserError naming `origin` if the recorded config does not parse.
+RunData run_data(const CheckpointManifest& m, const std::string& origin);
+
 // Where parameter `name` ("h.0.attn.c_attn.weight") is stored: under its own
 // name, or as its fp32 master copy "master.<name>" if only that was saved.
 // Throws UserError naming the checkpoint if neither is there.
@@ -28,9 +57,9 @@ std::string parameter_key(const Checkpoint& ckpt, const std::string& name);
 // Its global values.
 std::vector<float> read_parameter(const Checkpoint& ckpt, const std::string& name);
 
-// Writes <out_dir>/model.safetensors (tensors in `dtype`: F32, BF16 or F16)
-// and <out_dir>/config.json, each atomically. Throws UserError naming the
+// Writes <out_dir>/model.safetensors and <out_dir>/config.json for the
+// checkpoint's model family, each atomically. Throws UserError naming the
 // checkpoint and tensor when a tensor is missing or has the wrong shape.
-HfExportResult export_hf_gpt2(const Checkpoint& ckpt, const std::string& out_dir, StDType dtype = StDType::F32);
+HfExportResult export_hf(const Checkpoint& ckpt, const std::string& out_dir, const HfExportOptions& opt = {});
 
 }  // namespace loom

@@ -1,15 +1,38 @@
-// `loom export`: a checkpoint of any layout -> Hugging Face GPT-2 files.
+// `loom export`: a checkpoint of any layout -> Hugging Face files
+// (GPT2LMHeadModel or LlamaForCausalLM, by the checkpoint's model family).
 #include <cstdio>
+#include <filesystem>
 
 #include "checkpoint/checkpoint_reader.h"
 #include "checkpoint/hf_export.h"
 #include "cli/commands.h"
 #include "core/check.h"
+#include "data/tokenizer.h"
 
 namespace loom::cli {
+namespace {
+
+// bos/eos for config.json (see HfSpecialTokens): the end-of-text id of the
+// tokenizer given, else of the run's (<data.path>/tokenizer.model for
+// data.format = "shards"); none for byte-level data, or (with a warning) when
+// the run's tokenizer is not where its config says.
+HfSpecialTokens special_tokens(const Checkpoint& ckpt, const std::string& tokenizer) {
+  if (!tokenizer.empty()) return HfSpecialTokens::from_eos(Tokenizer::load(resolve_path(tokenizer)).eos_id());
+  const RunData data = run_data(ckpt.manifest(), "checkpoint '" + ckpt.dir() + "'");
+  if (data.format != "shards") return {};
+  const std::string path = resolve_path(data.path) + "/tokenizer.model";
+  if (std::filesystem::exists(path)) return HfSpecialTokens::from_eos(Tokenizer::load(path).eos_id());
+  std::fprintf(stderr,
+               "export: warning: the run's tokenizer '%s' is not there; bos_token_id and eos_token_id are left null "
+               "(--tokenizer PATH names it)\n",
+               path.c_str());
+  return {};
+}
+
+}  // namespace
 
 int cmd_export(const Args& args) {
-  std::string checkpoint, out, format = "hf", dtype_name = "f32";
+  std::string checkpoint, out, format = "hf", dtype_name = "f32", tokenizer;
   for (size_t i = 0; i < args.size(); i++) {
     std::string a = args[i], inline_value;
     bool has_inline = false;
@@ -24,21 +47,23 @@ int cmd_export(const Args& args) {
     else if (a == "--out") out = value();
     else if (a == "--format") format = value();
     else if (a == "--dtype") dtype_name = value();
+    else if (a == "--tokenizer") tokenizer = value();
     else if (a == "-h" || a == "--help") return print_help(), 0;
     else throw UserError(strprintf("export: unknown option '%s' (try loom --help)", a.c_str()));
   }
   LOOM_USER_CHECK(!checkpoint.empty(), "export: --checkpoint DIR is required");
   LOOM_USER_CHECK(!out.empty(), "export: --out DIR is required");
   LOOM_USER_CHECK(format == "hf", "export: unknown --format '%s' (hf)", format.c_str());
-  StDType dtype;
-  if (dtype_name == "f32" || dtype_name == "fp32") dtype = StDType::F32;
-  else if (dtype_name == "bf16") dtype = StDType::BF16;
-  else if (dtype_name == "f16" || dtype_name == "fp16") dtype = StDType::F16;
+  HfExportOptions opt;
+  if (dtype_name == "f32" || dtype_name == "fp32") opt.dtype = StDType::F32;
+  else if (dtype_name == "bf16") opt.dtype = StDType::BF16;
+  else if (dtype_name == "f16" || dtype_name == "fp16") opt.dtype = StDType::F16;
   else throw UserError(strprintf("export: unknown --dtype '%s' (f32, bf16, f16)", dtype_name.c_str()));
 
   ResumeChoice chosen = resolve_resume(checkpoint, "");  // verifies every file's sha256
   Checkpoint ckpt = Checkpoint::open(chosen.dir);
-  HfExportResult r = export_hf_gpt2(ckpt, out, dtype);
+  opt.tokens = special_tokens(ckpt, tokenizer);
+  HfExportResult r = export_hf(ckpt, out, opt);
   std::printf("export: %s (step %lld) -> %s (%d tensors, %.1f MB) and %s\n", ckpt.dir().c_str(),
               (long long)ckpt.manifest().step, r.weights_path.c_str(), r.tensors, double(r.bytes) / 1e6,
               r.config_path.c_str());
