@@ -10,7 +10,6 @@
 #include <cstdio>
 #include <memory>
 #include <numeric>
-#include <toml++/toml.h>
 
 #include "checkpoint/checkpoint_reader.h"
 #include "checkpoint/hf_export.h"
@@ -48,16 +47,8 @@ TextCodec codec_for(const CheckpointManifest& m, const std::string& origin, cons
     c.sp = std::make_unique<Tokenizer>(Tokenizer::load(resolve_path(tokenizer_override)));
     return c;
   }
-  toml::table config;
-  try {
-    config = toml::parse(m.config_toml);
-  } catch (const toml::parse_error& e) {
-    throw UserError(strprintf("%s: the run config it records does not parse: %s", origin.c_str(),
-                              std::string(e.description()).c_str()));
-  }
-  std::string format = config.at_path("data.format").value_or(std::string("shards"));
-  std::string path = config.at_path("data.path").value_or(std::string(".cache/data"));
-  return TextCodec::for_data(format, format == "bytes" ? path : resolve_path(path), origin);
+  const RunData d = run_data(m, origin);
+  return TextCodec::for_data(d.format, d.format == "bytes" ? d.path : resolve_path(d.path), origin);
 }
 
 double number(const std::string& s, const char* flag) {

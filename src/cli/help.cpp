@@ -143,11 +143,14 @@ commands:
           rising). See docs/observability.md.
           Both read metrics.jsonl, summary.json, layout.json and trace.json, whichever exist;
           exit code 2 only when none can be read.
-  export  Write a checkpoint (any layout) as Hugging Face GPT-2 files.
-            loom export --checkpoint DIR --out DIR2 [--format hf] [--dtype f32|bf16|f16]
+  export  Write a checkpoint (any layout) as Hugging Face files (GPT2LMHeadModel or LlamaForCausalLM).
+            loom export --checkpoint DIR --out DIR2 [--format hf] [--dtype f32|bf16|f16] [--tokenizer FILE]
           DIR is a checkpoint folder (runs/x/checkpoints/step_000100) or a root with `latest`;
-          every file's sha256 is checked first. Writes DIR2/model.safetensors (transformer.*
-          names, Conv1D weights as [in, out], LM head tied) and DIR2/config.json (GPT2LMHeadModel).
+          every file's sha256 is checked first. Writes DIR2/model.safetensors and DIR2/config.json
+          with Hugging Face's names: GPT-2 (transformer.*, Conv1D weights as [in, out], LM head
+          tied) or LLaMA (model.layers.*, q/k/v and gate/up cut out of loom's fused tensors,
+          lm_head unless tied); bos/eos ids from the run's tokenizer (null for byte-level data).
+          tools/check_hf_interop.py (make interop) loads both with transformers.
   generate  Sample text from a checkpoint, single process.
             loom generate --checkpoint DIR --prompt TEXT [--temperature 0.8] [--top-k 40]
                           [--max-tokens 100] [--seed 1] [--tokenizer FILE] [--threads N]
@@ -164,15 +167,20 @@ commands:
             loom plan --model gpt3-175b --cluster a100-80gb --devices 1024
             loom plan --config configs/NAME.toml [--set k=v] --cluster local
             loom plan --config configs/NAME.toml --layout auto --ranks N   (the layout for loom train)
+            loom plan --model llama2-70b --cluster a100-80gb --devices 16
           Model: --model gpt2-124m|gpt2-350m|gpt2-774m|gpt2-1.5b|gpt3-6.7b|gpt3-13b|gpt3-30b|
-                 gpt3-70b|gpt3-175b, or --config FILE; --layers --d-model --heads --vocab --seq
+                 gpt3-70b|gpt3-175b (family gpt2), llama2-7b|llama2-13b|llama2-70b|llama3-8b|
+                 llama3-70b|llama3-405b (family llama: grouped-query attention, SwiGLU, untied head),
+                 or --config FILE; --layers --d-model --heads --kv-heads --ffn --vocab --seq
                  override sizes; --batch N global batch in sequences.
           Cluster: --cluster NAME (configs/clusters/NAME.toml, or local = .cache/cluster-local.toml
                  from loom bench calibrate) or FILE.toml; --devices N; --inter-node-gbit G.
           Fix dimensions (comma lists): --dp --tp --pp --v --micro-batch --zero 0-3 --sp 0|1
                  --precision fp32,bf16,fp16 --recompute none,selective,full; --top K (default 5).
           Deadline: --tokens N [--deadline-days D] (exit 2 if the best plan misses it).
-          No layout fits: exit 2, saying how much memory per device is missing. See docs/planner.md.
+          No layout fits: exit 2, with the memory per device missing, why (model states against
+                 the devices) and the fewest devices of that cluster that fit, with their plan.
+                 See docs/planner.md.
             loom bench calibrate [--mpi] [--out FILE]
           Measures this machine (fp32 peak per core, memcpy bandwidth, a loom training step's share
           of peak; with --mpi, 2-rank MPI all-reduce bandwidth and latency) and writes the cluster

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <functional>
+#include <type_traits>
 
 #include "kernels/backend.h"
 #include "model/config.h"
@@ -41,6 +42,32 @@ struct BlockContext {
   void grad_ready(int i) const {
     if (ready) ready(i);
   }
+};
+
+// The residual gradient dres[R, C] as a block's row-parallel backward reads
+// it: dres itself in fp32; in 16 bits rounded into work.dres16 (and, with
+// sequence parallelism, gathered into work.dres16_full by the product).
+template <class A>
+class ResidualGrad {
+ public:
+  ResidualGrad(const BlockContext& ctx, float* dres) : ctx_(ctx), dres_(dres) {
+    if constexpr (std::is_same_v<A, float>) {
+      local_ = dres, rows_ = ctx.work.grad_work;
+    } else {
+      local_ = static_cast<A*>(ctx.work.dres16), rows_ = static_cast<A*>(ctx.work.dres16_full);
+    }
+  }
+  // Before each row-parallel backward: dres changed since the last one.
+  void refresh() const {
+    if constexpr (!std::is_same_v<A, float>) ctx_.ops.round_to(local_, dres_, size_t(ctx_.R()) * ctx_.cfg.d_model);
+  }
+  A* local() const { return local_; }  // [R, C]
+  A* rows() const { return rows_; }    // [N, C] work space for the gathered rows
+
+ private:
+  const BlockContext& ctx_;
+  float* dres_;
+  A *local_, *rows_;
 };
 
 }  // namespace loom

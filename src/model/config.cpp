@@ -91,8 +91,12 @@ int64_t ModelConfig::num_parameters() const {
 }
 
 double ModelConfig::train_flops_per_token(int T) const {
-  const int64_t positions = family == ModelFamily::gpt2 ? int64_t(seq_len) * d_model : 0;
-  double n = double(num_parameters() - positions);
+  // Lookups do no multiply-adds: GPT-2's position table, and an untied
+  // token table (its head is a separate matrix that does).
+  const int64_t lookups = family == ModelFamily::gpt2 ? int64_t(seq_len) * d_model
+                          : tied()                    ? 0
+                                                      : int64_t(vocab_size) * d_model;
+  double n = double(num_parameters() - lookups);
   return 6.0 * n + 12.0 * n_layer * d_model * double(T);
 }
 

@@ -46,7 +46,8 @@ struct ModelConfig {
   // Number of parameters (embeddings included, a tied LM head counted once).
   int64_t num_parameters() const;
   // Training FLOPs per token: 6 N + 12 L C T (PaLM / nanoGPT estimate; N
-  // without the position table since it does no multiply-adds).
+  // without the tables that are only looked up: GPT-2's positions, an untied
+  // token embedding).
   double train_flops_per_token(int T) const;
 };
 

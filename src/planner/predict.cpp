@@ -131,13 +131,13 @@ StageFigures stage_memory_bytes(const RunConfig& cfg, const LoomRun& r, int stag
   // the MLP input's in the compute type (LLaMA: gate/up, N 2F, always;
   // GPT-2: GELU's input N F, 16-bit only, in place in fp32); in 16 bits also
   // the rounded residual gradient and attention's per-thread work space
-  // (about 3 T hs + T^2 floats per thread).
+  // (about 5 T hs + T^2 floats per thread: its fp16 backward layout).
   const double Fl = r.model.ffn() / t, qkv_grad = N * double(r.model.qkv_rows()) / t;
   const double mlp_in_grad = llama ? 2 * N * Fl : lowp ? N * Fl : 0;
   bytes += 4 * (2 * R * C + N * C / t + N * Fl + att) + a * (qkv_grad + mlp_in_grad);
   if (lowp) {
     const double hs = C / r.H;
-    bytes += a * (R * C + (sp ? N * C : 0)) + 4 * threads * (3 * r.T * hs + r.T * r.T + 64 * hs);
+    bytes += a * (R * C + (sp ? N * C : 0)) + 4 * threads * (5 * r.T * hs + r.T * r.T + 64 * hs);
   }
   // fp16 products (and bf16 ones on CPUs without avx512_bf16) widen their
   // operands to fp32 one panel at a time (kernels/cpu/matmul_lowp.h): at most

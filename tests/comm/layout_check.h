@@ -1,10 +1,16 @@
-// Comparing a layout's first-step gradients with the single-process run's,
-// per global tensor (DESIGN.md invariant 1): each stage's chunks, each tp
-// rank's slices of each tensor, summed over the tp group where split.
+// Helpers of the multi-rank layout tests: the world's contexts, and
+// comparing a layout's first-step gradients with the single-process run's
+// per global tensor (DESIGN.md invariant 1: each stage's chunks, each tp
+// rank's slices of each tensor, summed over the tp group where split) and
+// its losses.
 #pragma once
+
+#include <gtest/gtest.h>
+#include <mpi.h>
 
 #include <cmath>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -12,8 +18,23 @@
 #include "model/param_layout.h"
 #include "parallel/grid/parallel_context.h"
 #include "train/replica.h"
+#include "train/trainer.h"
 
 namespace loom::test {
+
+inline int world_size() {
+  int world = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &world);
+  return world;
+}
+
+// The whole world as dp x tp x pp (dp inferred), made once per (tp, pp).
+inline const ParallelContext& world_context(int tp, int pp) {
+  static std::map<std::pair<int, int>, std::unique_ptr<ParallelContext>> contexts;
+  auto& ctx = contexts[{tp, pp}];
+  if (!ctx) ctx = ParallelContext::create_mpi(ParallelGrid::for_world(world_size(), 0, tp, pp), MpiOptions{120});
+  return *ctx;
+}
 
 // Relative Frobenius distance between this stage's first-step gradients
 // (`got`, the stage buffer) and the single-process ones (`want`, the whole
@@ -46,6 +67,17 @@ inline std::map<std::string, double> gradient_errors(const RunConfig& cfg, const
     }
   }
   return out;
+}
+
+// A layout's train and validation losses against the single-process run's,
+// each within rtol.
+inline void expect_same_losses(const TrainResult& got, const TrainResult& want, double rtol = 1e-4) {
+  ASSERT_EQ(got.train_losses.size(), want.train_losses.size());
+  for (size_t i = 0; i < want.train_losses.size(); i++)
+    EXPECT_NEAR(got.train_losses[i], want.train_losses[i], rtol * std::abs(want.train_losses[i])) << "step " << i;
+  ASSERT_EQ(got.val_losses.size(), want.val_losses.size());
+  for (size_t i = 0; i < want.val_losses.size(); i++)
+    EXPECT_NEAR(got.val_losses[i], want.val_losses[i], rtol * std::abs(want.val_losses[i])) << "eval " << i;
 }
 
 }  // namespace loom::test

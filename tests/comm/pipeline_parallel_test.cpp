@@ -14,6 +14,7 @@
 #include <string>
 #include <tuple>
 
+#include "comm/layout_check.h"
 #include "config/run_config.h"
 #include "model/param_layout.h"
 #include "parallel/grid/parallel_context.h"
@@ -24,11 +25,7 @@ namespace {
 
 constexpr int kBatch = 16;
 
-int world_size() {
-  int world = 1;
-  MPI_Comm_size(MPI_COMM_WORLD, &world);
-  return world;
-}
+using loom::test::world_size;
 
 struct Layout {
   int pp, tp;
@@ -61,14 +58,7 @@ const loom::TrainResult& single_process() {
   return result;
 }
 
-const loom::ParallelContext& context(int tp, int pp) {
-  static std::map<std::pair<int, int>, std::unique_ptr<loom::ParallelContext>> contexts;
-  auto& ctx = contexts[{tp, pp}];
-  if (!ctx)
-    ctx = loom::ParallelContext::create_mpi(loom::ParallelGrid::for_world(world_size(), 0, tp, pp),
-                                            loom::MpiOptions{120});
-  return *ctx;
-}
+const loom::ParallelContext& context(int tp, int pp) { return loom::test::world_context(tp, pp); }
 
 std::string layout_name(const testing::TestParamInfo<Layout>& info) {
   const Layout& l = info.param;
@@ -89,36 +79,9 @@ TEST_P(PipelineParallel, ReproducesTheSingleProcessRun) {
   const loom::RunConfig cfg = tiny(l, dp);
   const loom::TrainResult got = loom::train(cfg, ctx, nullptr, loom::TrainOptions{true});
 
-  const auto whole = loom::ParamLayout::for_model(cfg.model);
-  const auto shards = loom::stage_shards(cfg, ctx, loom::plan_pipeline(cfg, l.pp));
-  const auto offsets = loom::chunk_offsets(cfg.model, shards);
-  for (size_t c = 0; c < shards.size(); c++) {
-    const auto local = loom::ParamLayout::for_model(cfg.model, shards[c]);
-    for (size_t i = 0; i < local.params.size(); i++) {
-      const auto& p = local.params[i];
-      const auto& g = *whole.find(p.name);
-      const int64_t gcols = g.shape.size() > 1 ? g.shape[1] : 1;
-      float sums[2] = {0, 0};  // squared difference, squared reference
-      for (const auto& piece : local.pieces(int(i))) {
-        const int64_t rows = piece.shape[0], cols = piece.shape.size() > 1 ? piece.shape[1] : 1;
-        const int64_t col0 = piece.shape.size() > 1 ? piece.global_offset[1] : 0;
-        for (int64_t r = 0; r < rows; r++)
-          for (int64_t k = 0; k < cols; k++) {
-            double a = got.first_step_grads[size_t(offsets[c] + p.offset + piece.local_offset + r * cols + k)];
-            double b = want.first_step_grads[size_t(g.offset + (piece.global_offset[0] + r) * gcols + col0 + k)];
-            sums[0] += float((a - b) * (a - b)), sums[1] += float(b * b);
-          }
-      }
-      if (p.split.dim >= 0) ctx.tp().all_reduce(sums, 2, loom::DType::f32, loom::ReduceOp::Sum);
-      EXPECT_LE(std::sqrt(sums[0]), 1e-5 * std::sqrt(sums[1])) << p.name << " on stage " << ctx.coord().pp;
-    }
-  }
-  ASSERT_EQ(got.train_losses.size(), want.train_losses.size());
-  for (size_t i = 0; i < want.train_losses.size(); i++)
-    EXPECT_NEAR(got.train_losses[i], want.train_losses[i], 1e-4 * std::abs(want.train_losses[i])) << "step " << i;
-  ASSERT_EQ(got.val_losses.size(), want.val_losses.size());
-  for (size_t i = 0; i < want.val_losses.size(); i++)
-    EXPECT_NEAR(got.val_losses[i], want.val_losses[i], 1e-4 * std::abs(want.val_losses[i])) << "eval " << i;
+  for (const auto& [name, err] : loom::test::gradient_errors(cfg, ctx, got.first_step_grads, want.first_step_grads))
+    EXPECT_LE(err, 1e-5) << name << " on stage " << ctx.coord().pp;
+  loom::test::expect_same_losses(got, want);
   ASSERT_EQ(got.bubble.size(), size_t(l.pp));
   for (float b : got.bubble) EXPECT_TRUE(b >= 0.f && b < 1.f) << b;
 }

@@ -13,6 +13,7 @@
 #include <memory>
 #include <string>
 
+#include "comm/layout_check.h"
 #include "config/run_config.h"
 #include "model/param_layout.h"
 #include "parallel/grid/parallel_context.h"
@@ -80,34 +81,9 @@ TEST_P(TensorParallel, ReproducesTheSingleProcessRun) {
   const loom::RunConfig cfg = tiny(l, dp);
   const loom::TrainResult got = loom::train(cfg, ctx, nullptr, loom::TrainOptions{true});
 
-  const auto whole = loom::ParamLayout::for_model(cfg.model);
-  const auto local = loom::ParamLayout::for_model(
-      cfg.model, loom::ModelShard{ctx.coord().tp, l.tp, l.sequence_parallel});
-  ASSERT_GE(got.first_step_grads.size(), size_t(local.total));
-  for (size_t i = 0; i < local.params.size(); i++) {
-    const auto& p = local.params[i];
-    const auto& g = *whole.find(p.name);
-    const int64_t gcols = g.shape.size() > 1 ? g.shape[1] : 1;
-    float sums[2] = {0, 0};  // squared difference, squared reference
-    for (const auto& piece : local.pieces(int(i))) {
-      const int64_t rows = piece.shape[0], cols = piece.shape.size() > 1 ? piece.shape[1] : 1;
-      const int64_t col0 = piece.shape.size() > 1 ? piece.global_offset[1] : 0;
-      for (int64_t r = 0; r < rows; r++)
-        for (int64_t c = 0; c < cols; c++) {
-          double a = got.first_step_grads[size_t(p.offset + piece.local_offset + r * cols + c)];
-          double b = want.first_step_grads[size_t(g.offset + (piece.global_offset[0] + r) * gcols + col0 + c)];
-          sums[0] += float((a - b) * (a - b)), sums[1] += float(b * b);
-        }
-    }
-    if (p.split.dim >= 0) ctx.tp().all_reduce(sums, 2, loom::DType::f32, loom::ReduceOp::Sum);
-    EXPECT_LE(std::sqrt(sums[0]), 1e-5 * std::sqrt(sums[1])) << p.name;
-  }
-  ASSERT_EQ(got.train_losses.size(), want.train_losses.size());
-  for (size_t i = 0; i < want.train_losses.size(); i++)
-    EXPECT_NEAR(got.train_losses[i], want.train_losses[i], 1e-4 * std::abs(want.train_losses[i])) << "step " << i;
-  ASSERT_EQ(got.val_losses.size(), want.val_losses.size());
-  for (size_t i = 0; i < want.val_losses.size(); i++)
-    EXPECT_NEAR(got.val_losses[i], want.val_losses[i], 1e-4 * std::abs(want.val_losses[i])) << "eval " << i;
+  for (const auto& [name, err] : loom::test::gradient_errors(cfg, ctx, got.first_step_grads, want.first_step_grads))
+    EXPECT_LE(err, 1e-5) << name;
+  loom::test::expect_same_losses(got, want);
 }
 
 INSTANTIATE_TEST_SUITE_P(Matrix, TensorParallel,

@@ -18,6 +18,7 @@
 namespace {
 
 using loom::test::ReferenceFile;
+using loom::test::rel_frobenius;
 
 const ReferenceFile& reference(const std::string& name) {
   static std::map<std::string, ReferenceFile> cache;
@@ -42,15 +43,6 @@ std::vector<float> reference_values(const ReferenceFile& ref, const std::string&
   if (name.ends_with(qkv)) return stack(name.substr(0, name.size() - qkv.size()) + "self_attn.", {"q_proj", "k_proj", "v_proj"});
   if (name.ends_with(gate_up)) return stack(name.substr(0, name.size() - gate_up.size()) + "mlp.", {"gate_proj", "up_proj"});
   return ref.tensor(prefix + name).f32;
-}
-
-double rel_frobenius(const float* got, const std::vector<float>& want) {
-  double diff = 0, norm = 0;
-  for (size_t i = 0; i < want.size(); i++) {
-    diff += (double(got[i]) - want[i]) * (double(got[i]) - want[i]);
-    norm += double(want[i]) * want[i];
-  }
-  return std::sqrt(diff / std::max(norm, 1e-30));
 }
 
 struct LoadedModel {

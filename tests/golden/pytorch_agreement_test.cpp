@@ -15,19 +15,11 @@
 namespace {
 
 using loom::test::ReferenceFile;
+using loom::test::rel_frobenius;
 
 const ReferenceFile& reference() {
   static const ReferenceFile ref = ReferenceFile::load(LOOM_BINARY_DIR "/reference/tiny_gpt.ref");
   return ref;
-}
-
-double rel_frobenius(const float* got, const std::vector<float>& want) {
-  double diff = 0, norm = 0;
-  for (size_t i = 0; i < want.size(); i++) {
-    diff += (double(got[i]) - want[i]) * (double(got[i]) - want[i]);
-    norm += double(want[i]) * want[i];
-  }
-  return std::sqrt(diff / std::max(norm, 1e-30));
 }
 
 struct LoadedModel {

@@ -10,6 +10,8 @@
 //            (0 = float32, 1 = int32), uint32 ndim, int64 dims[ndim],
 //            raw row-major data}
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <map>
 #include <string>
@@ -44,5 +46,15 @@ struct ReferenceFile {
   // Looks up a tensor; throws std::runtime_error if it is missing.
   const Tensor& tensor(const std::string& name) const;
 };
+
+// ||got - want|| / ||want|| (Frobenius; got holds want.size() values).
+inline double rel_frobenius(const float* got, const std::vector<float>& want) {
+  double diff = 0, norm = 0;
+  for (size_t i = 0; i < want.size(); i++) {
+    diff += (double(got[i]) - want[i]) * (double(got[i]) - want[i]);
+    norm += double(want[i]) * want[i];
+  }
+  return std::sqrt(diff / std::max(norm, 1e-30));
+}
 
 }  // namespace loom::test

@@ -66,7 +66,6 @@ void block_forward(const BlockContext& ctx, const BlockTensors& p, BlockActs& a,
 template <class A>
 void block_backward(const BlockContext& ctx, const BlockTensors& p, const BlockActs& a, const float* res_in,
                     float* dres) {
-  constexpr bool lowp = !std::is_same_v<A, float>;
   const int C = ctx.cfg.d_model, t = ctx.tp.size(), Cl = C / t, NHl = ctx.cfg.n_head / t, Fl = ctx.cfg.ffn() / t;
   const int N = ctx.N(), R = ctx.R();
   const bool sp = ctx.tp.sequence_parallel();
@@ -78,21 +77,15 @@ void block_backward(const BlockContext& ctx, const BlockTensors& p, const BlockA
   A* const gathered = as<A>(k.gathered);
   A* const dqkv = as<A>(k.dqkv);
   A* const dfch = as<A>(k.dmlp_in);
-  // The row-parallel products read the residual gradient in A: itself in
-  // fp32; rounded (and, sequence parallel, gathered into dres16_full) in 16 bits.
-  A* const dres_a = lowp ? as<A>(k.dres16) : reinterpret_cast<A*>(dres);
-  A* const dres_rows = lowp ? as<A>(k.dres16_full) : reinterpret_cast<A*>(k.grad_work);
-  auto round_dres = [&] {
-    if constexpr (lowp) ops.round_to(dres_a, dres, size_t(R) * C);
-  };
+  const ResidualGrad<A> dres_a(ctx, dres);
   const A *ln1 = as<A>(a.ln1), *qkv = as<A>(a.qkv), *atty = as<A>(a.atty), *att = as<A>(a.att);
   const A *ln2 = as<A>(a.ln2), *fch = as<A>(a.fch), *fch_gelu = as<A>(a.fch_gelu);
   // MLP. Sequence parallel: ln2's rows are gathered again (not kept whole),
   // while the row-parallel backward runs.
   auto ln2_ready = ctx.tp.gather_rows_async(ln2, gathered, N, C);
-  round_dres();
-  tp::row_parallel_backward(ops.matmul(), ctx.tp, k.dmlp_out, w.grad(p.fc_proj_w), w.grad(p.fc_proj_b), dres_a,
-                            dres_rows, fch_gelu, w.weight<A>(p.fc_proj_w), N, Fl, C);
+  dres_a.refresh();
+  tp::row_parallel_backward(ops.matmul(), ctx.tp, k.dmlp_out, w.grad(p.fc_proj_w), w.grad(p.fc_proj_b), dres_a.local(),
+                            dres_a.rows(), fch_gelu, w.weight<A>(p.fc_proj_w), N, Fl, C);
   ctx.grad_ready(p.fc_proj_w), ctx.grad_ready(p.fc_proj_b);
   ops.gelu_backward(dfch, fch, k.dmlp_out, size_t(N) * Fl);
   tp::column_parallel_backward(ops.matmul(), ctx.tp, dnorm, partial, w.grad(p.fc_w), w.grad(p.fc_b), dfch,
@@ -103,9 +96,9 @@ void block_backward(const BlockContext& ctx, const BlockTensors& p, const BlockA
   ctx.grad_ready(p.ln2_w), ctx.grad_ready(p.ln2_b);
   // Attention.
   auto ln1_ready = ctx.tp.gather_rows_async(ln1, gathered, N, C);
-  round_dres();
-  tp::row_parallel_backward(ops.matmul(), ctx.tp, k.dattn_out, w.grad(p.attn_proj_w), w.grad(p.attn_proj_b), dres_a,
-                            dres_rows, atty, w.weight<A>(p.attn_proj_w), N, Cl, C);
+  dres_a.refresh();
+  tp::row_parallel_backward(ops.matmul(), ctx.tp, k.dattn_out, w.grad(p.attn_proj_w), w.grad(p.attn_proj_b),
+                            dres_a.local(), dres_a.rows(), atty, w.weight<A>(p.attn_proj_w), N, Cl, C);
   ctx.grad_ready(p.attn_proj_w), ctx.grad_ready(p.attn_proj_b);
   ops.attention_backward(dqkv, k.datt, k.dattn_out, qkv, att, ctx.B, ctx.T, Cl, NHl, NHl);
   tp::column_parallel_backward(ops.matmul(), ctx.tp, dnorm, partial, w.grad(p.qkv_w), w.grad(p.qkv_b), dqkv,

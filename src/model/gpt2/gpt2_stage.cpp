@@ -1,91 +1,59 @@
 #include "model/gpt2/gpt2_stage.h"
 
+#include "model/block_stage.h"
+#include "model/gpt2/gpt2_block.h"
+
 namespace loom::gpt2 {
 namespace {
 
-class Gpt2Stage final : public TransformerStage {
- public:
-  Gpt2Stage(const ModelConfig& cfg, ParamLayout layout, Tensors tensors, const ModelShard& shard,
-            const TensorParallel& tp, int B, int T, const StageBuffers& buffers)
-      : TransformerStage(cfg, std::move(layout), {tensors.wte, tensors.wpe, tensors.wte}, shard, tp, B, T, buffers),
-        t_(std::move(tensors)) {
-    plan(B, T, buffers.slots);
-  }
-
- private:
-  struct SlotActs {
-    std::vector<BlockActs> blocks;
-    float *lnf_mean = nullptr, *lnf_rstd = nullptr;
+// GPT-2 as BlockStage's family: its blocks, and LayerNorm as the final norm.
+struct Gpt2 {
+  using Tensors = gpt2::Tensors;
+  using BlockActs = gpt2::BlockActs;
+  struct NormActs {
+    float *mean = nullptr, *rstd = nullptr;
+  };
+  struct State {  // nothing besides the parameters
+    State(const ModelConfig&, int) {}
   };
 
-  void plan_family(ActivationPlan& plan, int B, int T, int slots) override {
-    const size_t R = size_t(tp_.local_rows(int64_t(B) * T)), a = act_bytes();
-    acts_.resize(size_t(slots));
-    for (SlotActs& s : acts_) {
-      s.blocks.resize(t_.blocks.size());
-      for (BlockActs& b : s.blocks) plan_block(plan, b, cfg_, tp_, B, T, a);
-      if (layout_.shard.head) plan.want(&s.lnf_mean, R), plan.want(&s.lnf_rstd, R);
-    }
-    plan_block_work(plan, work_, cfg_, tp_, B, T, a);
+  static TransformerStage::SharedTensors shared(const Tensors& t) { return {t.wte, t.wpe, t.wte}; }
+  static void plan_block(ActivationPlan& p, BlockActs& a, const ModelConfig& cfg, const TensorParallel& tp, int B,
+                         int T, size_t bytes) {
+    gpt2::plan_block(p, a, cfg, tp, B, T, bytes);
+  }
+  static void plan_block_work(ActivationPlan& p, BlockWork& w, const ModelConfig& cfg, const TensorParallel& tp,
+                              int B, int T, size_t bytes) {
+    gpt2::plan_block_work(p, w, cfg, tp, B, T, bytes);
+  }
+  static void plan_norm(ActivationPlan& p, NormActs& n, size_t R) { p.want(&n.mean, R), p.want(&n.rstd, R); }
+  // fp32: GELU's backward runs in place.
+  static void finish_work(BlockWork& w, ComputePrecision c) {
+    if (c == ComputePrecision::fp32) w.dmlp_in = w.dmlp_out;
   }
 
-  void finish_work() {
-    work_.gathered = gathered_, work_.grad_work = grad_work_, work_.dnorm = dbuf_c_;
-    work_.dres16 = dres16_, work_.dres16_full = dres16_full_;
-    if (compute_ == ComputePrecision::fp32) work_.dmlp_in = work_.dmlp_out;  // GELU's backward in place
+  template <class A>
+  static void block_forward(const BlockContext& ctx, const State&, const BlockTensors& t, BlockActs& a,
+                            const float* in) {
+    gpt2::block_forward<A>(ctx, t, a, in);
+  }
+  template <class A>
+  static void block_backward(const BlockContext& ctx, const State&, const BlockTensors& t, const BlockActs& a,
+                             const float* in, float* dres) {
+    gpt2::block_backward<A>(ctx, t, a, in, dres);
   }
 
-  BlockContext context(int B, int T) {
-    finish_work();
-    return BlockContext{ops_, tp_, cfg_, access_, work_, ready_hook(), B, T};
+  template <class A>
+  static void norm_forward(CpuBackend& ops, const ModelConfig& cfg, const ParamAccess& p, const Tensors& t,
+                           NormActs& n, A* out, const float* res, int R) {
+    ops.layernorm_forward(out, n.mean, n.rstd, res, p.param(t.lnf_w), p.param(t.lnf_b), R, cfg.d_model);
   }
-
-  const float* forward_blocks(int slot, int B, int T) override {
-    const BlockContext ctx = context(B, T);
-    SlotActs& s = acts_[size_t(slot)];
-    const float* res = slot_input(slot);
-    with_compute_type([&](auto a) {
-      using A = decltype(a);
-      for (size_t l = 0; l < s.blocks.size(); l++) {
-        block_forward<A>(ctx, t_.blocks[l], s.blocks[l], res);
-        res = s.blocks[l].res3;
-      }
-    });
-    return res;
+  static void norm_backward(CpuBackend& ops, const ModelConfig& cfg, const ParamAccess& p, const Tensors& t,
+                            const NormActs& n, float* dres, const float* dnorm, const float* res, int R) {
+    ops.layernorm_backward(dres, p.grad(t.lnf_w), p.grad(t.lnf_b), dnorm, res, p.param(t.lnf_w), n.mean, n.rstd, R,
+                           cfg.d_model);
   }
-
-  void final_norm_forward(int slot, const float* res, int R) override {
-    SlotActs& s = acts_[size_t(slot)];
-    with_compute_type([&](auto a) {
-      using A = decltype(a);
-      ops_.layernorm_forward(static_cast<A*>(head_input(slot)), s.lnf_mean, s.lnf_rstd, res,
-                             access_.param(t_.lnf_w), access_.param(t_.lnf_b), R, cfg_.d_model);
-    });
-  }
-
-  void final_norm_backward(int slot, float* dres, const float* dnorm, const float* res, int R) override {
-    SlotActs& s = acts_[size_t(slot)];
-    ops_.layernorm_backward(dres, access_.grad(t_.lnf_w), access_.grad(t_.lnf_b), dnorm, res,
-                            access_.param(t_.lnf_w), s.lnf_mean, s.lnf_rstd, R, cfg_.d_model);
-    grad_ready(t_.lnf_w), grad_ready(t_.lnf_b);
-  }
-
-  void backward_blocks(int slot, int B, int T) override {
-    const BlockContext ctx = context(B, T);
-    SlotActs& s = acts_[size_t(slot)];
-    float* dres = slot_dres(slot);
-    with_compute_type([&](auto a) {
-      using A = decltype(a);
-      for (int l = int(s.blocks.size()) - 1; l >= 0; l--) {
-        const float* in = l > 0 ? s.blocks[size_t(l - 1)].res3 : slot_input(slot);
-        block_backward<A>(ctx, t_.blocks[size_t(l)], s.blocks[size_t(l)], in, dres);
-      }
-    });
-  }
-
-  Tensors t_;
-  std::vector<SlotActs> acts_;
-  BlockWork work_;
+  static std::vector<int> norm_tensors(const Tensors& t) { return {t.lnf_w, t.lnf_b}; }
 };
 
 }  // namespace
@@ -94,7 +62,7 @@ std::unique_ptr<StageModule> make_stage(const ModelConfig& cfg, const ModelShard
                                         int B, int T, const StageBuffers& buffers) {
   Tensors tensors;
   ParamLayout layout = make_layout(cfg, shard, &tensors);
-  return std::make_unique<Gpt2Stage>(cfg, std::move(layout), std::move(tensors), shard, tp, B, T, buffers);
+  return std::make_unique<BlockStage<Gpt2>>(cfg, std::move(layout), std::move(tensors), shard, tp, B, T, buffers);
 }
 
 }  // namespace loom::gpt2

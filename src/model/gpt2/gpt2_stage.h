@@ -4,9 +4,7 @@
 
 #include <memory>
 
-#include "model/gpt2/gpt2_block.h"
-#include "model/gpt2/gpt2_layout.h"
-#include "model/transformer_stage.h"
+#include "model/stage_module.h"
 
 namespace loom::gpt2 {
 

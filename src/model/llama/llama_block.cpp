@@ -76,7 +76,6 @@ void block_forward(const BlockContext& ctx, const RopeTables& rope, const BlockT
 template <class A>
 void block_backward(const BlockContext& ctx, const RopeTables& rope, const BlockTensors& p, const BlockActs& a,
                     const float* res_in, float* dres) {
-  constexpr bool lowp = !std::is_same_v<A, float>;
   const LocalShape s(ctx.cfg, ctx.tp.size());
   const int C = ctx.cfg.d_model, N = ctx.N(), R = ctx.R();
   const bool sp = ctx.tp.sequence_parallel();
@@ -88,12 +87,7 @@ void block_backward(const BlockContext& ctx, const RopeTables& rope, const Block
   A* const gathered = as<A>(k.gathered);
   A* const dqkv = as<A>(k.dqkv);
   A* const dgate_up = as<A>(k.dmlp_in);
-  // The row-parallel products read the residual gradient in A (see gpt2_block.cpp).
-  A* const dres_a = lowp ? as<A>(k.dres16) : reinterpret_cast<A*>(dres);
-  A* const dres_rows = lowp ? as<A>(k.dres16_full) : reinterpret_cast<A*>(k.grad_work);
-  auto round_dres = [&] {
-    if constexpr (lowp) ops.round_to(dres_a, dres, size_t(R) * C);
-  };
+  const ResidualGrad<A> dres_a(ctx, dres);
   const A *attn_in = static_cast<const A*>(a.attn_in), *qkv = static_cast<const A*>(a.qkv);
   const A *atty = static_cast<const A*>(a.atty), *att = static_cast<const A*>(a.att);
   const A *mlp_in = static_cast<const A*>(a.mlp_in), *gate_up = static_cast<const A*>(a.gate_up);
@@ -101,9 +95,9 @@ void block_backward(const BlockContext& ctx, const RopeTables& rope, const Block
   // MLP (sequence parallel: mlp_in's rows gathered again while the
   // row-parallel backward runs).
   auto mlp_in_ready = ctx.tp.gather_rows_async(mlp_in, gathered, N, C);
-  round_dres();
-  tp::row_parallel_backward(ops.matmul(), ctx.tp, k.dmlp_out, w.grad(p.down), nullptr, dres_a, dres_rows, hidden,
-                            w.weight<A>(p.down), N, s.Fl, C);
+  dres_a.refresh();
+  tp::row_parallel_backward(ops.matmul(), ctx.tp, k.dmlp_out, w.grad(p.down), nullptr, dres_a.local(),
+                            dres_a.rows(), hidden, w.weight<A>(p.down), N, s.Fl, C);
   ctx.grad_ready(p.down);
   ops.swiglu_backward(dgate_up, gate_up, k.dmlp_out, N, s.Fl);
   tp::column_parallel_backward(ops.matmul(), ctx.tp, dnorm, partial, w.grad(p.gate_up), nullptr, dgate_up,
@@ -113,9 +107,9 @@ void block_backward(const BlockContext& ctx, const RopeTables& rope, const Block
   ctx.grad_ready(p.mlp_norm);
   // Attention.
   auto attn_in_ready = ctx.tp.gather_rows_async(attn_in, gathered, N, C);
-  round_dres();
-  tp::row_parallel_backward(ops.matmul(), ctx.tp, k.dattn_out, w.grad(p.o_proj), nullptr, dres_a, dres_rows, atty,
-                            w.weight<A>(p.o_proj), N, s.Cl, C);
+  dres_a.refresh();
+  tp::row_parallel_backward(ops.matmul(), ctx.tp, k.dattn_out, w.grad(p.o_proj), nullptr, dres_a.local(),
+                            dres_a.rows(), atty, w.weight<A>(p.o_proj), N, s.Cl, C);
   ctx.grad_ready(p.o_proj);
   ops.attention_backward(dqkv, k.datt, k.dattn_out, qkv, att, ctx.B, ctx.T, s.Cl, s.NHl, s.NKVl);
   ops.rope_backward(dqkv, rope.cos, rope.sin, N, ctx.T, s.NHl, s.NKVl, s.hd);

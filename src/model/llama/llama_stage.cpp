@@ -1,93 +1,62 @@
 #include "model/llama/llama_stage.h"
 
+#include "model/block_stage.h"
 #include "model/llama/llama_block.h"
-#include "model/transformer_stage.h"
 
 namespace loom::llama {
 namespace {
 
-class LlamaStage final : public TransformerStage {
- public:
-  LlamaStage(const ModelConfig& cfg, ParamLayout layout, Tensors tensors, const ModelShard& shard,
-             const TensorParallel& tp, int B, int T, const StageBuffers& buffers)
-      : TransformerStage(cfg, std::move(layout), {tensors.embed, -1, tensors.head}, shard, tp, B, T, buffers),
-        t_(std::move(tensors)),
-        cos_(size_t(T) * size_t(cfg.head_dim() / 2)),
-        sin_(cos_.size()) {
-    cpu::rope_table(cos_.data(), sin_.data(), T, cfg.head_dim(), cfg.rope_theta);
-    plan(B, T, buffers.slots);
-  }
-
- private:
-  struct SlotActs {
-    std::vector<BlockActs> blocks;
-    float* norm_rstd = nullptr;
+// LLaMA as BlockStage's family: its blocks with their rotary tables, and
+// RMSNorm as the final norm.
+struct Llama {
+  using Tensors = llama::Tensors;
+  using BlockActs = llama::BlockActs;
+  struct NormActs {
+    float* rstd = nullptr;
+  };
+  // Rotary tables cos/sin [T, hd/2], made once.
+  struct State {
+    std::vector<float> cos, sin;
+    State(const ModelConfig& cfg, int T)
+        : cos(size_t(T) * size_t(cfg.head_dim() / 2)), sin(cos.size()) {
+      cpu::rope_table(cos.data(), sin.data(), T, cfg.head_dim(), cfg.rope_theta);
+    }
+    RopeTables tables() const { return {cos.data(), sin.data()}; }
   };
 
-  void plan_family(ActivationPlan& plan, int B, int T, int slots) override {
-    const size_t R = size_t(tp_.local_rows(int64_t(B) * T)), a = act_bytes();
-    acts_.resize(size_t(slots));
-    for (SlotActs& s : acts_) {
-      s.blocks.resize(t_.blocks.size());
-      for (BlockActs& b : s.blocks) plan_block(plan, b, cfg_, tp_, B, T, a);
-      if (layout_.shard.head) plan.want(&s.norm_rstd, R);
-    }
-    plan_block_work(plan, work_, cfg_, tp_, B, T, a);
+  static TransformerStage::SharedTensors shared(const Tensors& t) { return {t.embed, -1, t.head}; }
+  static void plan_block(ActivationPlan& p, BlockActs& a, const ModelConfig& cfg, const TensorParallel& tp, int B,
+                         int T, size_t bytes) {
+    llama::plan_block(p, a, cfg, tp, B, T, bytes);
+  }
+  static void plan_block_work(ActivationPlan& p, BlockWork& w, const ModelConfig& cfg, const TensorParallel& tp,
+                              int B, int T, size_t bytes) {
+    llama::plan_block_work(p, w, cfg, tp, B, T, bytes);
+  }
+  static void plan_norm(ActivationPlan& p, NormActs& n, size_t R) { p.want(&n.rstd, R); }
+  static void finish_work(BlockWork&, ComputePrecision) {}
+
+  template <class A>
+  static void block_forward(const BlockContext& ctx, const State& s, const BlockTensors& t, BlockActs& a,
+                            const float* in) {
+    llama::block_forward<A>(ctx, s.tables(), t, a, in);
+  }
+  template <class A>
+  static void block_backward(const BlockContext& ctx, const State& s, const BlockTensors& t, const BlockActs& a,
+                             const float* in, float* dres) {
+    llama::block_backward<A>(ctx, s.tables(), t, a, in, dres);
   }
 
-  BlockContext context(int B, int T) {
-    work_.gathered = gathered_, work_.grad_work = grad_work_, work_.dnorm = dbuf_c_;
-    work_.dres16 = dres16_, work_.dres16_full = dres16_full_;
-    return BlockContext{ops_, tp_, cfg_, access_, work_, ready_hook(), B, T};
+  template <class A>
+  static void norm_forward(CpuBackend& ops, const ModelConfig& cfg, const ParamAccess& p, const Tensors& t,
+                           NormActs& n, A* out, const float* res, int R) {
+    ops.rmsnorm_forward(out, n.rstd, res, p.param(t.norm), R, cfg.d_model, float(cfg.norm_eps));
   }
-
-  const float* forward_blocks(int slot, int B, int T) override {
-    const BlockContext ctx = context(B, T);
-    const RopeTables rope{cos_.data(), sin_.data()};
-    SlotActs& s = acts_[size_t(slot)];
-    const float* res = slot_input(slot);
-    with_compute_type([&](auto a) {
-      using A = decltype(a);
-      for (size_t l = 0; l < s.blocks.size(); l++) {
-        block_forward<A>(ctx, rope, t_.blocks[l], s.blocks[l], res);
-        res = s.blocks[l].res3;
-      }
-    });
-    return res;
+  static void norm_backward(CpuBackend& ops, const ModelConfig& cfg, const ParamAccess& p, const Tensors& t,
+                            const NormActs& n, float* dres, const float* dnorm, const float* res, int R) {
+    ops.rmsnorm_backward(dres, p.grad(t.norm), dnorm, res, p.param(t.norm), n.rstd, R, cfg.d_model);
   }
-
-  void final_norm_forward(int slot, const float* res, int R) override {
-    with_compute_type([&](auto a) {
-      using A = decltype(a);
-      ops_.rmsnorm_forward(static_cast<A*>(head_input(slot)), acts_[size_t(slot)].norm_rstd, res,
-                           access_.param(t_.norm), R, cfg_.d_model, float(cfg_.norm_eps));
-    });
-  }
-
-  void final_norm_backward(int slot, float* dres, const float* dnorm, const float* res, int R) override {
-    ops_.rmsnorm_backward(dres, access_.grad(t_.norm), dnorm, res, access_.param(t_.norm),
-                          acts_[size_t(slot)].norm_rstd, R, cfg_.d_model);
-    grad_ready(t_.norm);
-  }
-
-  void backward_blocks(int slot, int B, int T) override {
-    const BlockContext ctx = context(B, T);
-    const RopeTables rope{cos_.data(), sin_.data()};
-    SlotActs& s = acts_[size_t(slot)];
-    float* dres = slot_dres(slot);
-    with_compute_type([&](auto a) {
-      using A = decltype(a);
-      for (int l = int(s.blocks.size()) - 1; l >= 0; l--) {
-        const float* in = l > 0 ? s.blocks[size_t(l - 1)].res3 : slot_input(slot);
-        block_backward<A>(ctx, rope, t_.blocks[size_t(l)], s.blocks[size_t(l)], in, dres);
-      }
-    });
-  }
-
-  Tensors t_;
-  std::vector<float> cos_, sin_;  // rotary tables [T, hd/2]
-  std::vector<SlotActs> acts_;
-  BlockWork work_;
+  static std::vector<int> norm_tensors(const Tensors& t) { return {t.norm}; }
 };
 
 }  // namespace
@@ -96,7 +65,7 @@ std::unique_ptr<StageModule> make_stage(const ModelConfig& cfg, const ModelShard
                                         int B, int T, const StageBuffers& buffers) {
   Tensors tensors;
   ParamLayout layout = make_layout(cfg, shard, &tensors);
-  return std::make_unique<LlamaStage>(cfg, std::move(layout), std::move(tensors), shard, tp, B, T, buffers);
+  return std::make_unique<BlockStage<Llama>>(cfg, std::move(layout), std::move(tensors), shard, tp, B, T, buffers);
 }
 
 }  // namespace loom::llama

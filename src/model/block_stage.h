@@ -1,0 +1,104 @@
+// The stage module of a family whose chunk is a stack of blocks between the
+// shared embedding and head (both families today). The family supplies, as
+// one type of static members (model/gpt2/gpt2_stage.cpp,
+// model/llama/llama_stage.cpp):
+//   Tensors      its layout's indices (with `blocks`, one BlockTensors each)
+//   BlockActs    what a block keeps for backward (`res3`: its output, fp32)
+//   NormActs     the final norm's statistics for one slot
+//   State        what its blocks share besides parameters (LLaMA: the
+//                rotary tables), made from (cfg, T)
+//   shared(t)            the tensors TransformerStage needs
+//   plan_block, plan_block_work, plan_norm   activations and work space
+//   block_forward<A>, block_backward<A>      one block (plain functions)
+//   norm_forward<A>, norm_backward, norm_tensors   the final norm
+#pragma once
+
+#include <vector>
+
+#include "model/block_context.h"
+#include "model/transformer_stage.h"
+
+namespace loom {
+
+template <class Family>
+class BlockStage final : public TransformerStage {
+ public:
+  BlockStage(const ModelConfig& cfg, ParamLayout layout, typename Family::Tensors tensors, const ModelShard& shard,
+             const TensorParallel& tp, int B, int T, const StageBuffers& buffers)
+      : TransformerStage(cfg, std::move(layout), Family::shared(tensors), shard, tp, B, T, buffers),
+        t_(std::move(tensors)),
+        state_(cfg, T) {
+    plan(B, T, buffers.slots);
+  }
+
+ private:
+  struct SlotActs {
+    std::vector<typename Family::BlockActs> blocks;
+    typename Family::NormActs norm;
+  };
+
+  void plan_family(ActivationPlan& plan, int B, int T, int slots) override {
+    const int64_t R = tp_.local_rows(int64_t(B) * T);
+    const size_t a = act_bytes();
+    acts_.resize(size_t(slots));
+    for (SlotActs& s : acts_) {
+      s.blocks.resize(t_.blocks.size());
+      for (auto& b : s.blocks) Family::plan_block(plan, b, cfg_, tp_, B, T, a);
+      if (layout_.shard.head) Family::plan_norm(plan, s.norm, size_t(R));
+    }
+    Family::plan_block_work(plan, work_, cfg_, tp_, B, T, a);
+  }
+
+  BlockContext context(int B, int T) {
+    work_.gathered = gathered_, work_.grad_work = grad_work_, work_.dnorm = dbuf_c_;
+    work_.dres16 = dres16_, work_.dres16_full = dres16_full_;
+    Family::finish_work(work_, compute_);
+    return BlockContext{ops_, tp_, cfg_, access_, work_, ready_hook(), B, T};
+  }
+
+  const float* forward_blocks(int slot, int B, int T) override {
+    const BlockContext ctx = context(B, T);
+    SlotActs& s = acts_[size_t(slot)];
+    const float* res = slot_input(slot);
+    with_compute_type([&](auto a) {
+      for (size_t l = 0; l < s.blocks.size(); l++) {
+        Family::template block_forward<decltype(a)>(ctx, state_, t_.blocks[l], s.blocks[l], res);
+        res = s.blocks[l].res3;
+      }
+    });
+    return res;
+  }
+
+  void backward_blocks(int slot, int B, int T) override {
+    const BlockContext ctx = context(B, T);
+    SlotActs& s = acts_[size_t(slot)];
+    float* dres = slot_dres(slot);
+    with_compute_type([&](auto a) {
+      for (int l = int(s.blocks.size()) - 1; l >= 0; l--) {
+        const float* in = l > 0 ? s.blocks[size_t(l - 1)].res3 : slot_input(slot);
+        Family::template block_backward<decltype(a)>(ctx, state_, t_.blocks[size_t(l)], s.blocks[size_t(l)], in,
+                                                     dres);
+      }
+    });
+  }
+
+  void final_norm_forward(int slot, const float* res, int R) override {
+    with_compute_type([&](auto a) {
+      using A = decltype(a);
+      Family::template norm_forward<A>(ops_, cfg_, access_, t_, acts_[size_t(slot)].norm,
+                                       static_cast<A*>(head_input(slot)), res, R);
+    });
+  }
+
+  void final_norm_backward(int slot, float* dres, const float* dnorm, const float* res, int R) override {
+    Family::norm_backward(ops_, cfg_, access_, t_, acts_[size_t(slot)].norm, dres, dnorm, res, R);
+    for (int i : Family::norm_tensors(t_)) grad_ready(i);
+  }
+
+  typename Family::Tensors t_;
+  typename Family::State state_;
+  std::vector<SlotActs> acts_;
+  BlockWork work_;
+};
+
+}  // namespace loom
