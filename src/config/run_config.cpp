@@ -1,6 +1,7 @@
 #include "config/run_config.h"
 
 #include <cmath>
+#include <cstdlib>
 #include <optional>
 #include <set>
 #include <sstream>
@@ -271,8 +272,15 @@ LossScalerOptions PrecisionConfig::scaler_options() const {
 
 // The inside of a TOML basic string: quotes, backslashes and control
 // characters escaped, so any path round-trips.
-// A double exactly, in a form TOML reads back as a number.
-static std::string toml_number(double v) { return strprintf("%.17g", v); }
+// A double exactly, in the shortest form that reads back as the same
+// number (1e-05, not 1.0000000000000001e-05).
+static std::string toml_number(double v) {
+  for (int digits = 6; digits < 17; digits++) {
+    std::string s = strprintf("%.*g", digits, v);
+    if (std::strtod(s.c_str(), nullptr) == v) return s;
+  }
+  return strprintf("%.17g", v);
+}
 
 static std::string toml_escaped(const std::string& text) {
   std::string out;
