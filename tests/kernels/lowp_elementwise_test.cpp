@@ -15,40 +15,11 @@ namespace {
 
 using test::random_vec;
 
-float widen(bf16 x) { return bf16_to_float(x); }
-float widen(f16 x) { return f16_to_float(x); }
-template <class A>
-A narrow(float x);
-template <>
-bf16 narrow<bf16>(float x) { return float_to_bf16(x); }
-template <>
-f16 narrow<f16>(float x) { return float_to_f16(x); }
-
-template <class A>
-std::vector<A> narrow_vec(const std::vector<float>& v) {
-  std::vector<A> r(v.size());
-  for (size_t i = 0; i < v.size(); i++) r[i] = narrow<A>(v[i]);
-  return r;
-}
-template <class A>
-std::vector<float> widen_vec(const std::vector<A>& v) {
-  std::vector<float> r(v.size());
-  for (size_t i = 0; i < v.size(); i++) r[i] = widen(v[i]);
-  return r;
-}
-
-// got[i] has the bits of round(want[i]) for every i.
-template <class A>
-::testing::AssertionResult equals_rounded(const std::vector<A>& got, const std::vector<float>& want) {
-  if (got.size() != want.size()) return ::testing::AssertionFailure() << "sizes differ";
-  for (size_t i = 0; i < got.size(); i++) {
-    const A r = narrow<A>(want[i]);
-    if (got[i].bits != r.bits)
-      return ::testing::AssertionFailure() << "element " << i << ": bits 0x" << std::hex << got[i].bits
-                                           << " vs round(" << want[i] << ") = 0x" << r.bits;
-  }
-  return ::testing::AssertionSuccess();
-}
+using test::bits_of_rounded;
+using test::round_to;
+using test::round_vec;
+using test::widen;
+using test::widen_vec;
 
 template <class A>
 void check_layernorm() {
@@ -68,7 +39,7 @@ void check_layernorm() {
       std::vector<A> out(NC, A{0x7fff});
       std::vector<float> mean(N), rstd(N);
       cpu::layernorm_forward(out.data(), mean.data(), rstd.data(), inp.data(), w.data(), b.data(), s.B, s.T, s.C);
-      EXPECT_TRUE(equals_rounded(out, out32)) << threads << " threads";
+      EXPECT_TRUE(bits_of_rounded(out, out32)) << threads << " threads";
       EXPECT_TRUE(test::bitwise_equal(mean, mean32)) << threads << " threads";
       EXPECT_TRUE(test::bitwise_equal(rstd, rstd32)) << threads << " threads";
     }
@@ -83,7 +54,7 @@ void check_gelu() {
   for (size_t N : {size_t(1), size_t(17), size_t(1000), size_t(4099), size_t(3 * 4096 + 123)}) {
     SCOPED_TRACE(testing::Message() << "N=" << N);
     // 16-bit inputs over GELU's whole interesting range (and its tails).
-    const auto inp = narrow_vec<A>(random_vec<float>(N, 7, -8, 8));
+    const auto inp = round_vec<A>(random_vec<float>(N, 7, -8, 8));
     const auto dout = random_vec<float>(N, 8, -2, 2);
     const auto x = widen_vec(inp);
     std::vector<float> out32(N), din32(N);
@@ -94,8 +65,8 @@ void check_gelu() {
       std::vector<A> out(N, A{0x7fff}), din(N, A{0x7fff});
       cpu::gelu_forward(out.data(), inp.data(), N);
       cpu::gelu_backward(din.data(), inp.data(), dout.data(), N);
-      EXPECT_TRUE(equals_rounded(out, out32)) << threads << " threads";
-      EXPECT_TRUE(equals_rounded(din, din32)) << threads << " threads";
+      EXPECT_TRUE(bits_of_rounded(out, out32)) << threads << " threads";
+      EXPECT_TRUE(bits_of_rounded(din, din32)) << threads << " threads";
     }
   }
 }
