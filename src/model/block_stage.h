@@ -27,6 +27,7 @@ class BlockStage final : public TransformerStage {
              const TensorParallel& tp, int B, int T, const StageBuffers& buffers)
       : TransformerStage(cfg, std::move(layout), Family::shared(tensors), shard, tp, B, T, buffers),
         t_(std::move(tensors)),
+        norm_tensors_(Family::norm_tensors(t_)),
         state_(cfg, T) {
     plan(B, T, buffers.slots);
   }
@@ -92,10 +93,13 @@ class BlockStage final : public TransformerStage {
 
   void final_norm_backward(int slot, float* dres, const float* dnorm, const float* res, int R) override {
     Family::norm_backward(ops_, cfg_, access_, t_, acts_[size_t(slot)].norm, dres, dnorm, res, R);
-    for (int i : Family::norm_tensors(t_)) grad_ready(i);
+    for (int i : norm_tensors_) grad_ready(i);
   }
 
   typename Family::Tensors t_;
+  // The final norm's tensors, reported ready after its backward (listed once,
+  // so that a step allocates nothing).
+  std::vector<int> norm_tensors_;
   typename Family::State state_;
   std::vector<SlotActs> acts_;
   BlockWork work_;
