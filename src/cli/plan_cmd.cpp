@@ -102,7 +102,7 @@ PlanOptions parse(const Args& args) {
     } else if (a == "--precision") {
       for (const auto& p : split(value())) o.space.precision.push_back(parse_precision(p));
     } else if (a == "--recompute") {
-      for (const auto& r : split(value())) o.space.recompute.push_back(parse_recompute(r));
+      for (const auto& r : split(value())) o.space.recompute.push_back(parse_recompute(r, "--recompute"));
     } else throw UserError(strprintf("plan: unknown option '%s' (try loom --help)", a.c_str()));
   }
   LOOM_USER_CHECK(o.model.empty() || o.config.empty(), "plan: give --model or --config, not both");

@@ -121,6 +121,7 @@ void read_fields(FieldReader& r, RunConfig& c) {
   r.get("train.guard_z", &c.train.guard_z);
   r.get("train.guard_warmup", &c.train.guard_warmup);
   r.get("train.guard_max_skips", &c.train.guard_max_skips);
+  r.get("train.recompute", &c.train.recompute);
   r.get("data.path", &c.data.path);
   r.get("data.format", &c.data.format);
   r.get("data.val_fraction", &c.data.val_fraction);
@@ -213,6 +214,7 @@ void RunConfig::validate() const {
   require(t.guard_warmup >= 2 && t.guard_warmup <= t.guard_window, "train.guard_warmup",
           "in [2, train.guard_window]");
   require(t.guard_max_skips >= 1, "train.guard_max_skips", ">= 1");
+  t.recompute_mode();  // names the field when unknown
   require(t.lr > 0 && t.lr < 10, "train.lr", "in (0, 10)");
   require(t.min_lr >= 0 && t.min_lr <= t.lr, "train.min_lr", "in [0, train.lr]");
   require(t.warmup_steps >= 0, "train.warmup_steps", ">= 0");
@@ -309,7 +311,7 @@ std::string RunConfig::to_toml() const {
     << "\nseed = " << train.seed << "\ncheckpoint_every = " << train.checkpoint_every << "\ncheckpoint_dir = \""
     << toml_escaped(train.checkpoint_dir) << "\"\nkeep_checkpoints = " << train.keep_checkpoints << "\nguard_window = "
     << train.guard_window << "\nguard_z = " << train.guard_z << "\nguard_warmup = " << train.guard_warmup
-    << "\nguard_max_skips = " << train.guard_max_skips << "\nrun_dir = \"" << toml_escaped(train.run_dir) << "\"\nrun_name = \"" << toml_escaped(train.run_name) << "\""
+    << "\nguard_max_skips = " << train.guard_max_skips << "\nrecompute = \"" << train.recompute << "\"" << "\nrun_dir = \"" << toml_escaped(train.run_dir) << "\"\nrun_name = \"" << toml_escaped(train.run_name) << "\""
     << "\n[data]\npath = \"" << toml_escaped(data.path) << "\"\nformat = \"" << data.format
     << "\"\nval_fraction = " << data.val_fraction << "\n[parallel]\ndp = " << parallel.dp << "\ntp = " << parallel.tp
     << "\npp = " << parallel.pp << "\nsequence_parallel = " << (parallel.sequence_parallel ? "true" : "false")

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "model/config.h"
+#include "model/recompute.h"
 #include "precision/loss_scaler.h"
 #include "precision/policy.h"
 
@@ -46,6 +47,10 @@ struct TrainConfig {
   float guard_z = 6;             // 0 = spikes are not judged (non-finite losses still are)
   int guard_warmup = 20;
   int guard_max_skips = 3;
+  // Activation recomputation (model/recompute.h): "none", "selective" (the
+  // attention core) or "full" (each block from its input).
+  std::string recompute = "none";
+  Recompute recompute_mode() const { return parse_recompute(recompute); }
 };
 
 struct DataConfig {
@@ -63,7 +68,8 @@ struct ParallelConfig {
   int virtual_stages = 1;          // model chunks per pipeline stage (interleaved schedule)
   std::vector<int> pp_layers;      // blocks per (virtual) stage; empty = balanced by cost
   std::string order = "tp-dp-pp";  // rank order, innermost axis first
-  int zero = 0;          // ZeRO stage: 0 replicated optimizer, 1 sharded optimizer state, 2 also sharded gradients
+  int zero = 0;          // ZeRO stage: 0 replicated optimizer, 1 sharded optimizer state and master weights,
+                         // 2 also sharded gradients, 3 also sharded parameters (gathered per block)
   float bucket_mb = 4;   // MiB of gradients per reduction bucket (reductions overlap backward)
 };
 

@@ -13,25 +13,10 @@ const char* to_string(Precision p) {
   return "?";
 }
 
-const char* to_string(Recompute r) {
-  switch (r) {
-    case Recompute::None: return "none";
-    case Recompute::Selective: return "selective";
-    case Recompute::Full: return "full";
-  }
-  return "?";
-}
-
 Precision parse_precision(const std::string& s) {
   for (Precision p : {Precision::FP32, Precision::BF16, Precision::FP16})
     if (s == to_string(p)) return p;
   throw UserError(strprintf("unknown precision '%s' (fp32, bf16, fp16)", s.c_str()));
-}
-
-Recompute parse_recompute(const std::string& s) {
-  for (Recompute r : {Recompute::None, Recompute::Selective, Recompute::Full})
-    if (s == to_string(r)) return r;
-  throw UserError(strprintf("unknown recompute '%s' (none, selective, full)", s.c_str()));
 }
 
 std::string Layout::describe() const {

@@ -5,19 +5,17 @@
 #include <string>
 
 #include "model/config.h"
+#include "model/recompute.h"
 #include "parallel/pp/schedule.h"
 
 namespace loom::planner {
 
 enum class Precision { FP32, BF16, FP16 };
-// None keeps every activation; Selective recomputes the attention core
-// (Korthikanti et al. 2022); Full keeps only each layer's input.
-enum class Recompute { None, Selective, Full };
+// The engine's recomputation modes (model/recompute.h).
+using loom::Recompute;
 
 const char* to_string(Precision p);
-const char* to_string(Recompute r);
 Precision parse_precision(const std::string& s);  // UserError on anything else
-Recompute parse_recompute(const std::string& s);
 
 // What is trained: the model and the step's batch.
 struct Workload {
@@ -32,7 +30,7 @@ struct Layout {
   int micro_batch = 1;    // sequences per forward / backward
   int micro_batches = 1;  // m: micro-batches per replica per step
   int zero = 0;           // 0..3
-  Recompute recompute = Recompute::None;
+  Recompute recompute = Recompute::none;
   bool seq_parallel = false;
   Precision precision = Precision::BF16;
 

@@ -16,9 +16,9 @@ double activation_scale(Precision p) { return p == Precision::FP32 ? 2 : 1; }
 double layer_activation_bytes(double s, double b, double h, double a, int t, bool sp, Recompute r) {
   const double sbh = s * b * h, attn = 5 * a * s / h;
   switch (r) {
-    case Recompute::None: return sp ? sbh * (34 + attn) / t : sbh * (10 + 24.0 / t + attn / t);
-    case Recompute::Selective: return sp ? sbh * 34 / t : sbh * (10 + 24.0 / t);
-    case Recompute::Full: return sp ? 2 * sbh / t : 2 * sbh;
+    case Recompute::none: return sp ? sbh * (34 + attn) / t : sbh * (10 + 24.0 / t + attn / t);
+    case Recompute::selective: return sp ? sbh * 34 / t : sbh * (10 + 24.0 / t);
+    case Recompute::full: return sp ? 2 * sbh / t : 2 * sbh;
   }
   return 0;
 }
@@ -26,10 +26,10 @@ double layer_activation_bytes(double s, double b, double h, double a, int t, boo
 double layer_activation_bytes(const ModelConfig& m, double s, double b, int t, bool sp, Recompute r) {
   const double h = m.d_model, a = m.n_head;
   if (!m.is_llama()) return layer_activation_bytes(s, b, h, a, t, sp, r);
-  if (r == Recompute::Full) return sp ? 2 * s * b * h / t : 2 * s * b * h;
+  if (r == Recompute::full) return sp ? 2 * s * b * h / t : 2 * s * b * h;
   const double g = double(m.kv_heads()) / m.n_head, F = m.ffn();
   const double whole = 8 * s * b * h + 8 * s * b;
-  const double split = (4 + 4 * g) * s * b * h + 6 * s * b * F + (r == Recompute::None ? 2 * a * s * s * b : 0);
+  const double split = (4 + 4 * g) * s * b * h + 6 * s * b * F + (r == Recompute::none ? 2 * a * s * s * b : 0);
   return sp ? (whole + split) / t : whole + split / t;
 }
 
@@ -84,8 +84,8 @@ MemoryBreakdown stage_memory(const Workload& w, const Layout& l, const ClusterSp
   const double layers_per_chunk = double(layers_on_stage(m.n_layer, l.pp, stage)) / l.v;
   const double per_layer = scale * layer_activation_bytes(m, s, b, l.tp, l.seq_parallel, l.recompute);
   mem.activations = in_flight * layers_per_chunk * per_layer;
-  if (l.recompute == Recompute::Full)  // the layer being recomputed holds everything once
-    mem.activations += scale * layer_activation_bytes(m, s, b, l.tp, l.seq_parallel, Recompute::None);
+  if (l.recompute == Recompute::full)  // the layer being recomputed holds everything once
+    mem.activations += scale * layer_activation_bytes(m, s, b, l.tp, l.seq_parallel, Recompute::none);
   const double sbh_bytes = s * b * h * 2 * scale / (l.seq_parallel ? l.tp : 1);
   if (stage == 0) mem.activations += in_flight * sbh_bytes;  // embedding output
   if (stage == l.pp - 1)  // final layernorm input, and fp32 logits for the loss (one micro-batch)

@@ -50,7 +50,7 @@ SearchResult search_layouts(const Workload& w, const ClusterSpec& c, const Searc
     LOOM_USER_CHECK(c.peak_flops(p) > 0, "cluster %s has no %s peak (device.peak_tflops_%s)", c.name.c_str(),
                     to_string(p), to_string(p));
   std::vector<Recompute> recomputes = space.recompute;
-  if (recomputes.empty()) recomputes = {Recompute::None, Recompute::Selective, Recompute::Full};
+  if (recomputes.empty()) recomputes = {Recompute::none, Recompute::selective, Recompute::full};
 
   SearchResult result;
   struct Pending {

@@ -28,15 +28,15 @@ ChunkCosts chunk_costs(const Workload& w, const Layout& l, const ClusterSpec& c,
   // and three MLP matrices of width F), 4 s h for the attention scores and
   // their weighted sum (ModelConfig counts the same).
   const double f_layer = tokens * (2 * parameter_counts(m).layer_matrices + 4 * s * h) / t / rate;
-  const double recompute = l.recompute == Recompute::Full ? f_layer
-                           : l.recompute == Recompute::Selective ? tokens * 4 * s * h / t / rate : 0;
+  const double recompute = l.recompute == Recompute::full ? f_layer
+                           : l.recompute == Recompute::selective ? tokens * 4 * s * h / t / rate : 0;
   const double b_layer = 2 * f_layer + recompute;
   // Two all-reduces of the layer's output per pass (attention, MLP), in both
   // families; with sequence parallelism an all-gather + reduce-scatter pair
   // moves the same. The data-parallel reduction below covers every stage's
   // own parameters (an untied LLaMA head is the last stage's alone).
   const double ar = all_reduce_seconds(tokens * h * act_bytes(l.precision), l.tp, links.tp);
-  const double f_tp = 2 * ar, b_tp = 2 * ar + (l.recompute == Recompute::Full ? 2 * ar : 0);
+  const double f_tp = 2 * ar, b_tp = 2 * ar + (l.recompute == Recompute::full ? 2 * ar : 0);
   const double f_head = tokens * 2 * V * h / t / rate;
   const double pbytes = act_bytes(l.precision);
 

@@ -19,7 +19,7 @@ TEST(PlannerAnchors, ZeroPaperSixteenBytesPerParameter) {
   w.global_batch = 64;
   const double n = stage_parameters(w.model, Layout{}, 0);
   ASSERT_NEAR(n, 7.5e9, 0.05e9);
-  Layout replicated{64, 1, 1, 1, 1, 1, 0, Recompute::Full, false, Precision::BF16};
+  Layout replicated{64, 1, 1, 1, 1, 1, 0, Recompute::full, false, Precision::BF16};
   MemoryBreakdown m = stage_memory(w, replicated, roomy_cluster(64), 0);
   EXPECT_DOUBLE_EQ((m.params + m.grads + m.optimizer) / n, 16.0);
   EXPECT_NEAR((m.params + m.grads + m.optimizer) * 7.5e9 / n, 120e9, 1e6);
@@ -40,16 +40,16 @@ TEST(PlannerAnchors, ZeroPaperSixteenBytesPerParameter) {
 // (s 2048, b 1, h 12288, a 96): 5 a s / h = 80, so 2048 * 12288 * 114
 // = 2,868,903,936 bytes (by hand).
 TEST(PlannerAnchors, KorthikantiActivationsPerLayer) {
-  EXPECT_DOUBLE_EQ(layer_activation_bytes(2048, 1, 12288, 96, 1, false, Recompute::None), 2868903936.0);
+  EXPECT_DOUBLE_EQ(layer_activation_bytes(2048, 1, 12288, 96, 1, false, Recompute::none), 2868903936.0);
   // Tensor parallel t = 8: sbh (10 + 24/8 + 80/8) = 2048 * 12288 * 23.
-  EXPECT_DOUBLE_EQ(layer_activation_bytes(2048, 1, 12288, 96, 8, false, Recompute::None), 2048.0 * 12288 * 23);
+  EXPECT_DOUBLE_EQ(layer_activation_bytes(2048, 1, 12288, 96, 8, false, Recompute::none), 2048.0 * 12288 * 23);
   // + sequence parallelism: everything / t.
-  EXPECT_DOUBLE_EQ(layer_activation_bytes(2048, 1, 12288, 96, 8, true, Recompute::None), 2868903936.0 / 8);
+  EXPECT_DOUBLE_EQ(layer_activation_bytes(2048, 1, 12288, 96, 8, true, Recompute::none), 2868903936.0 / 8);
   // Selective recomputation with sequence parallelism: 34 s b h / t.
-  EXPECT_DOUBLE_EQ(layer_activation_bytes(2048, 1, 12288, 96, 8, true, Recompute::Selective),
+  EXPECT_DOUBLE_EQ(layer_activation_bytes(2048, 1, 12288, 96, 8, true, Recompute::selective),
                    34.0 * 2048 * 12288 / 8);
   // Full recomputation keeps the 2-byte layer input only.
-  EXPECT_DOUBLE_EQ(layer_activation_bytes(2048, 4, 12288, 96, 1, false, Recompute::Full), 2.0 * 2048 * 4 * 12288);
+  EXPECT_DOUBLE_EQ(layer_activation_bytes(2048, 4, 12288, 96, 1, false, Recompute::full), 2.0 * 2048 * 4 * 12288);
 }
 
 StageDurations uniform(int stages, double f, double b) {

@@ -94,13 +94,13 @@ TEST(PlannerLlama, ActivationsPerLayerByHand) {
   // + SwiGLU 2 s b F = 6 x 64 x 160 = 61440; probabilities 2 a s^2 b =
   // 2 x 8 x 1024 x 2 = 32768.
   const double split = 20480 + 61440, probs = 32768;
-  EXPECT_DOUBLE_EQ(layer_activation_bytes(m, s, b, 1, false, Recompute::None), whole + split + probs);
-  EXPECT_DOUBLE_EQ(layer_activation_bytes(m, s, b, 2, false, Recompute::None), whole + (split + probs) / 2);
-  EXPECT_DOUBLE_EQ(layer_activation_bytes(m, s, b, 2, true, Recompute::None), (whole + split + probs) / 2);
-  EXPECT_DOUBLE_EQ(layer_activation_bytes(m, s, b, 2, false, Recompute::Selective), whole + split / 2);
-  EXPECT_DOUBLE_EQ(layer_activation_bytes(m, s, b, 2, true, Recompute::Selective), (whole + split) / 2);
-  EXPECT_DOUBLE_EQ(layer_activation_bytes(m, s, b, 2, false, Recompute::Full), 2 * s * b * h);
-  EXPECT_DOUBLE_EQ(layer_activation_bytes(m, s, b, 2, true, Recompute::Full), s * b * h);
+  EXPECT_DOUBLE_EQ(layer_activation_bytes(m, s, b, 1, false, Recompute::none), whole + split + probs);
+  EXPECT_DOUBLE_EQ(layer_activation_bytes(m, s, b, 2, false, Recompute::none), whole + (split + probs) / 2);
+  EXPECT_DOUBLE_EQ(layer_activation_bytes(m, s, b, 2, true, Recompute::none), (whole + split + probs) / 2);
+  EXPECT_DOUBLE_EQ(layer_activation_bytes(m, s, b, 2, false, Recompute::selective), whole + split / 2);
+  EXPECT_DOUBLE_EQ(layer_activation_bytes(m, s, b, 2, true, Recompute::selective), (whole + split) / 2);
+  EXPECT_DOUBLE_EQ(layer_activation_bytes(m, s, b, 2, false, Recompute::full), 2 * s * b * h);
+  EXPECT_DOUBLE_EQ(layer_activation_bytes(m, s, b, 2, true, Recompute::full), s * b * h);
 
   // stage_memory: 16 B of model states per parameter, the layers' activations
   // times the micro-batches 1F1B keeps in flight (stage 0 of 2: two).
@@ -192,7 +192,7 @@ TEST(PlannerLlama, GptFiguresUnchanged) {
                        layers_on_stage(96, pp, pp - 1) * per_layer + (pp > 1 ? V * h / tp : V * h / tp + T * h) +
                            2 * h);
       for (bool sp : {false, true})
-        for (Recompute r : {Recompute::None, Recompute::Selective, Recompute::Full})
+        for (Recompute r : {Recompute::none, Recompute::selective, Recompute::full})
           EXPECT_DOUBLE_EQ(layer_activation_bytes(m, 2048, 2, tp, sp && tp > 1, r),
                            layer_activation_bytes(2048, 2, h, 96, tp, sp && tp > 1, r));
     }

@@ -26,7 +26,7 @@ constexpr double kStateBytesPerParameter = 16;
 TEST(PlannerScenarios, ThirtyBillionPureDataParallelFp32DoesNotFitOn8x80GB) {
   const Workload w = preset_workload("gpt3-30b");
   const ClusterSpec c = preset("a100-80gb", 8);
-  const Layout pure_dp{8, 1, 1, 1, 1, w.global_batch / 8, 0, Recompute::Full, false, Precision::FP32};
+  const Layout pure_dp{8, 1, 1, 1, 1, w.global_batch / 8, 0, Recompute::full, false, Precision::FP32};
   const MemoryBreakdown m = peak_memory(w, pure_dp, c);
   EXPECT_GT(m.total(), c.memory_bytes);
   EXPECT_GT(m.params + m.grads + m.optimizer, 16 * 29e9);  // 480 GB of model states on each device
