@@ -44,6 +44,16 @@ struct BlockContext {
   }
 };
 
+// Selective recomputation: attention's output atty[N, Cl] and probabilities
+// att[B, NHl, T, T] again from the block's stored q/k/v (after any rotation),
+// with the kernel forward ran; both families' attention core.
+template <class A>
+void attention_again(const BlockContext& ctx, void* atty, void* att, const void* qkv) {
+  const int t = ctx.tp.size();
+  ctx.ops.attention_forward(static_cast<A*>(atty), static_cast<A*>(att), static_cast<const A*>(qkv), ctx.B, ctx.T,
+                            ctx.cfg.d_model / t, ctx.cfg.n_head / t, ctx.cfg.kv_heads() / t);
+}
+
 // The residual gradient dres[R, C] as a block's row-parallel backward reads
 // it: dres itself in fp32; in 16 bits rounded into work.dres16 (and, with
 // sequence parallelism, gathered into work.dres16_full by the product).

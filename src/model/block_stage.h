@@ -11,6 +11,14 @@
 //   plan_block, plan_block_work, plan_norm   activations and work space
 //   block_forward<A>, block_backward<A>      one block (plain functions)
 //   norm_forward<A>, norm_backward, norm_tensors   the final norm
+//   attention_core(acts)       the stored tensors only attention's backward
+//                              reads (selective recomputation drops them)
+//   attention_again<A>         recomputes them from the block's stored inputs
+//
+// Recomputation (model/recompute.h) is the block plan rewired: the buffers a
+// mode drops point, in every slot and block, into one scratch block's; before
+// a block's backward the stage runs attention_again (selective) or the whole
+// block_forward from its stored input (full) into them again.
 #pragma once
 
 #include <vector>
@@ -41,13 +49,32 @@ class BlockStage final : public TransformerStage {
   void plan_family(ActivationPlan& plan, int B, int T, int slots) override {
     const int64_t R = tp_.local_rows(int64_t(B) * T);
     const size_t a = act_bytes();
+    const bool recompute = recompute_ != Recompute::none && !t_.blocks.empty();
+    // The scratch block whose buffers the dropped tensors share.
+    const size_t scratch = plan.size();
+    if (recompute) Family::plan_block(plan, scratch_, cfg_, tp_, B, T, a);
     acts_.resize(size_t(slots));
     for (SlotActs& s : acts_) {
       s.blocks.resize(t_.blocks.size());
-      for (auto& b : s.blocks) Family::plan_block(plan, b, cfg_, tp_, B, T, a);
+      for (auto& b : s.blocks) {
+        const size_t first = plan.size();
+        Family::plan_block(plan, b, cfg_, tp_, B, T, a);
+        if (recompute)
+          for (size_t i = first; i < plan.size(); i++)
+            if (dropped(b, plan.pointer(i))) plan.alias(i, scratch + (i - first));
+      }
       if (layout_.shard.head) Family::plan_norm(plan, s.norm, size_t(R));
     }
     Family::plan_block_work(plan, work_, cfg_, tp_, B, T, a);
+  }
+
+  // Whether recomputation drops block b's buffer *p (full: all but its output,
+  // the next block's input; selective: the attention core).
+  bool dropped(typename Family::BlockActs& b, void** p) const {
+    if (recompute_ == Recompute::full) return p != reinterpret_cast<void**>(&b.res3);
+    for (void** core : Family::attention_core(b))
+      if (p == core) return true;
+    return false;
   }
 
   BlockContext context(int B, int T) {
@@ -75,10 +102,15 @@ class BlockStage final : public TransformerStage {
     SlotActs& s = acts_[size_t(slot)];
     float* dres = slot_dres(slot);
     with_compute_type([&](auto a) {
+      using A = decltype(a);
       for (int l = int(s.blocks.size()) - 1; l >= 0; l--) {
         const float* in = l > 0 ? s.blocks[size_t(l - 1)].res3 : slot_input(slot);
-        Family::template block_backward<decltype(a)>(ctx, state_, t_.blocks[size_t(l)], s.blocks[size_t(l)], in,
-                                                     dres);
+        auto& acts = s.blocks[size_t(l)];
+        // The same kernels on the same inputs: bitwise what forward stored
+        // (the block's own output is rewritten with the values it holds).
+        if (recompute_ == Recompute::full) Family::template block_forward<A>(ctx, state_, t_.blocks[size_t(l)], acts, in);
+        if (recompute_ == Recompute::selective) Family::template attention_again<A>(ctx, acts);
+        Family::template block_backward<A>(ctx, state_, t_.blocks[size_t(l)], acts, in, dres);
       }
     });
   }
@@ -102,6 +134,7 @@ class BlockStage final : public TransformerStage {
   std::vector<int> norm_tensors_;
   typename Family::State state_;
   std::vector<SlotActs> acts_;
+  typename Family::BlockActs scratch_{};  // recomputation: the dropped tensors' one set of buffers
   BlockWork work_;
 };
 

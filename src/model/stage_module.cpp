@@ -18,6 +18,14 @@ std::unique_ptr<StageModule> make_stage_module(const ModelConfig& cfg, const Mod
                         : gpt2::make_stage(cfg, shard, tp, B, T, buffers);
 }
 
+size_t planned_activation_bytes(const ModelConfig& cfg, const ModelShard& shard, int B, int T, int slots,
+                                ComputePrecision compute, Recompute recompute) {
+  StageBuffers plan;
+  plan.slots = slots, plan.compute = compute, plan.recompute = recompute, plan.plan_only = true;
+  const TensorParallel tp = TensorParallel::shape_only(shard.tp_rank, shard.tp_size, shard.sequence_parallel);
+  return make_stage_module(cfg, shard, tp, B, T, plan)->activation_bytes();
+}
+
 std::unique_ptr<StageModule> make_model(const ModelConfig& cfg, int B, int T, float* grad_buffer,
                                         int64_t param_floats) {
   return make_stage_module(cfg, ModelShard{}, TensorParallel{}, B, T,

@@ -20,6 +20,7 @@
 
 #include "model/config.h"
 #include "model/param_layout.h"
+#include "model/recompute.h"
 #include "parallel/tp/tensor_parallel.h"
 #include "parallel/tp/vocab_parallel.h"
 #include "precision/policy.h"
@@ -38,6 +39,11 @@ struct StageBuffers {
   // bf16 / fp16: where the 16-bit weights live (layout().total elements);
   // nullptr: the model allocates them.
   void* weights16 = nullptr;
+  // What each block keeps for its backward (model/recompute.h).
+  Recompute recompute = Recompute::none;
+  // Plan the activations but allocate nothing (no parameters either): the
+  // module answers activation_bytes() only. planned_activation_bytes() uses it.
+  bool plan_only = false;
 };
 
 class StageModule {
@@ -114,6 +120,12 @@ class StageModule {
 std::unique_ptr<StageModule> make_stage_module(const ModelConfig& cfg, const ModelShard& shard,
                                                const TensorParallel& tp, int B, int T,
                                                const StageBuffers& buffers = {});
+// The activation memory make_stage_module() would allocate for `shard` (the
+// stored tensors of `slots` micro-batches in flight, the work space, and
+// 16-bit attention's per-thread scratch), computed from the same plan
+// without allocating: what the planner sums.
+size_t planned_activation_bytes(const ModelConfig& cfg, const ModelShard& shard, int B, int T, int slots,
+                                ComputePrecision compute, Recompute recompute);
 // The whole model on one process.
 std::unique_ptr<StageModule> make_model(const ModelConfig& cfg, int B, int T, float* grad_buffer = nullptr,
                                         int64_t param_floats = 0);

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "core/check.h"
+#include "kernels/cpu/attention_lowp.h"
 #include "parallel/tp/linear.h"
 
 namespace loom {
@@ -33,11 +34,27 @@ void check_targets(const int32_t* targets, int n, int V) {
 
 }  // namespace
 
+void ActivationPlan::alias(size_t i, size_t to) {
+  LOOM_CHECK(i < wants_.size() && to < wants_.size() && wants_[to].alias_of < 0 && wants_[i].bytes == wants_[to].bytes,
+             "activation %zu cannot share activation %zu's buffer", i, to);
+  wants_[i].alias_of = long(to);
+}
+
 void ActivationPlan::allocate(Arena& arena) {
   std::vector<size_t> offsets;
-  for (auto& [p, n] : wants_) offsets.push_back(arena.reserve(n));
+  for (const Want& w : wants_) offsets.push_back(w.alias_of < 0 ? arena.reserve(w.bytes) : 0);
   arena.allocate();
-  for (size_t i = 0; i < wants_.size(); i++) *wants_[i].first = arena.at<uint8_t>(offsets[i]);
+  for (size_t i = 0; i < wants_.size(); i++) {
+    const size_t own = wants_[i].alias_of < 0 ? i : size_t(wants_[i].alias_of);
+    *wants_[i].p = arena.at<uint8_t>(offsets[own]);
+  }
+}
+
+size_t ActivationPlan::planned_bytes() const {
+  Arena arena;
+  for (const Want& w : wants_)
+    if (w.alias_of < 0) arena.reserve(w.bytes);
+  return arena.size();
 }
 
 TransformerStage::TransformerStage(const ModelConfig& cfg, ParamLayout layout, SharedTensors shared,
@@ -48,6 +65,8 @@ TransformerStage::TransformerStage(const ModelConfig& cfg, ParamLayout layout, S
       shared_(shared),
       tp_(tp),
       compute_(buffers.compute),
+      recompute_(buffers.recompute),
+      plan_only_(buffers.plan_only),
       maxB_(B),
       maxT_(T),
       slot_count_(buffers.slots) {
@@ -74,6 +93,12 @@ TransformerStage::TransformerStage(const ModelConfig& cfg, ParamLayout layout, S
                   B, T, tp.size());
   vocab_ = {shard.vocab_begin(cfg), int(shard.vocab_per_rank(cfg)), int(shard.vocab_valid(cfg))};
   access_.layout = &layout_;
+  if (plan_only_) {
+    // Sizes only: 16-bit attention's per-thread scratch is counted, not made.
+    if (compute_ != ComputePrecision::fp32)
+      attention_work_bytes_ = cpu::attention_lowp_work_floats(T, cfg.d_model / tp.size(), cfg.n_head / tp.size()) * 4;
+    return;
+  }
   if (buffers.params) {
     access_.params = buffers.params;
   } else {
@@ -118,6 +143,10 @@ void TransformerStage::plan(int B, int T, int slots) {
     if (sp) p.want(&dres16_full_, N * C, a);
   }
   plan_family(p, B, T, slots);
+  if (plan_only_) {
+    planned_bytes_ = p.planned_bytes() + attention_work_bytes_;
+    return;
+  }
   p.allocate(acts_);
   for (Slot& s : slots_) s.output = s.input;
 }

@@ -22,13 +22,25 @@ class ActivationPlan {
  public:
   template <class P>
   void want(P** p, size_t n, size_t elem = sizeof(float)) {
-    wants_.push_back({reinterpret_cast<void**>(p), n * elem});
+    wants_.push_back({reinterpret_cast<void**>(p), n * elem, -1});
   }
+  size_t size() const { return wants_.size(); }       // wants so far
+  void** pointer(size_t i) const { return wants_[i].p; }
+  // Want i gets no memory of its own: it will point where want `to` (of the
+  // same size) does. Recomputation shares one block's buffers this way.
+  void alias(size_t i, size_t to);
   // Reserves and allocates `arena`, then points every wanted pointer into it.
   void allocate(Arena& arena);
+  // Reserves only: the bytes allocate() would take (a pure plan for the planner).
+  size_t planned_bytes() const;
 
  private:
-  std::vector<std::pair<void**, size_t>> wants_;
+  struct Want {
+    void** p;
+    size_t bytes;
+    long alias_of;  // -1: its own memory
+  };
+  std::vector<Want> wants_;
 };
 
 // Reads a shard's parameters: fp32 masters, the compute copy, gradients.
@@ -76,7 +88,7 @@ class TransformerStage : public StageModule {
   void set_grad_ready_hook(std::function<void(int)> hook) override { grad_ready_ = std::move(hook); }
   const float* logits() const override;
   const tp::VocabSlice& vocab_slice() const override { return vocab_; }
-  size_t activation_bytes() const override { return acts_.size(); }
+  size_t activation_bytes() const override { return plan_only_ ? planned_bytes_ : acts_.size(); }
   size_t compute_weight_bytes() const override {
     return compute_ == ComputePrecision::fp32 ? 0 : size_t(layout_.total) * 2;
   }
@@ -129,6 +141,9 @@ class TransformerStage : public StageModule {
   TensorParallel tp_;
   tp::VocabSlice vocab_;
   ComputePrecision compute_;
+  Recompute recompute_;
+  bool plan_only_;
+  size_t planned_bytes_ = 0, attention_work_bytes_ = 0;  // plan_only
   CpuBackend ops_;
   ParamAccess access_{};
   int maxB_, maxT_, slot_count_;

@@ -168,7 +168,8 @@ Replica::Replica(const RunConfig& cfg, const ParallelContext& ctx, int micro_bat
   const std::vector<int> slots = pp::PipelineExecutor::slots_needed(schedule_, pipeline_.v);
   for (size_t c = 0; c < shards_.size(); c++) {
     StageBuffers buffers{params_.at<float>(0) + chunk_offset_[c], grads_.data() + chunk_offset_[c], 0, slots[c],
-                         compute_, lowp ? weights16_.at<uint16_t>(0) + chunk_offset_[c] : nullptr};
+                         compute_, lowp ? weights16_.at<uint16_t>(0) + chunk_offset_[c] : nullptr,
+                         cfg.train.recompute_mode()};
     chunks_.push_back(make_stage_module(cfg.model, shards_[c],
                                         TensorParallel(&ctx.tp(), shards_[c].sequence_parallel), micro_batch,
                                         cfg.model.seq_len, buffers));

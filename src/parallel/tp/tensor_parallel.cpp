@@ -12,6 +12,12 @@ TensorParallel::TensorParallel(Communicator* comm, bool sequence_parallel) : com
   sp_ = sequence_parallel && size_ > 1;
 }
 
+TensorParallel TensorParallel::shape_only(int rank, int size, bool sequence_parallel) {
+  TensorParallel tp;
+  tp.rank_ = rank, tp.size_ = size, tp.sp_ = sequence_parallel && size > 1;
+  return tp;
+}
+
 namespace {
 
 // Adds the time until `f` returns to *total.

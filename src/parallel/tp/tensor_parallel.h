@@ -25,6 +25,9 @@ namespace loom {
 class TensorParallel {
  public:
   explicit TensorParallel(Communicator* comm = nullptr, bool sequence_parallel = false);
+  // A group's shape without its communicator, for plans (sizes) only:
+  // calls that would communicate must not be made.
+  static TensorParallel shape_only(int rank, int size, bool sequence_parallel);
 
   int rank() const { return rank_; }
   int size() const { return size_; }
