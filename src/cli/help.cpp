@@ -45,6 +45,8 @@ commands:
                           run_dir ("runs"; "" = none) run_name ("" = start time)
                           checkpoint_every (0 = never) checkpoint_dir keep_checkpoints
                           guard_window guard_z (0 = no spike test) guard_warmup guard_max_skips
+                          recompute ("none" | "selective": attention's probabilities |
+                          "full": each block from its input; bitwise the same results)
                   [data] path format (shards | bytes) val_fraction
                   [parallel] dp (0 = infer) tp pp order ("tp-dp-pp": innermost first)
                              sequence_parallel (true | false; with tp > 1)

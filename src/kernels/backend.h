@@ -32,6 +32,7 @@ class CpuBackend {
   void reserve_attention(int T, int C, int NH) {
     attn_work_.resize(cpu::attention_lowp_work_floats(T, C, NH));
   }
+  size_t attention_work_bytes() const { return attn_work_.size() * sizeof(float); }
   // The matrix products (linear layers; parallel/tp/ drives them).
   cpu::LowpMatmulEngine& matmul() { return matmul_; }
 

@@ -53,6 +53,7 @@ class BlockStage final : public TransformerStage {
     // The scratch block whose buffers the dropped tensors share.
     const size_t scratch = plan.size();
     if (recompute) Family::plan_block(plan, scratch_, cfg_, tp_, B, T, a);
+    std::vector<bool> shared(plan.size() - scratch, false);  // scratch buffers some block uses
     acts_.resize(size_t(slots));
     for (SlotActs& s : acts_) {
       s.blocks.resize(t_.blocks.size());
@@ -61,10 +62,12 @@ class BlockStage final : public TransformerStage {
         Family::plan_block(plan, b, cfg_, tp_, B, T, a);
         if (recompute)
           for (size_t i = first; i < plan.size(); i++)
-            if (dropped(b, plan.pointer(i))) plan.alias(i, scratch + (i - first));
+            if (dropped(b, plan.pointer(i))) plan.alias(i, scratch + (i - first)), shared[i - first] = true;
       }
       if (layout_.shard.head) Family::plan_norm(plan, s.norm, size_t(R));
     }
+    for (size_t i = 0; i < shared.size(); i++)
+      if (!shared[i]) plan.drop(scratch + i);
     Family::plan_block_work(plan, work_, cfg_, tp_, B, T, a);
   }
 

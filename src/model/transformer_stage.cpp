@@ -40,20 +40,25 @@ void ActivationPlan::alias(size_t i, size_t to) {
   wants_[i].alias_of = long(to);
 }
 
+void ActivationPlan::drop(size_t i) {
+  LOOM_CHECK(i < wants_.size() && wants_[i].alias_of == -1, "activation %zu cannot be dropped", i);
+  wants_[i].alias_of = -2;
+}
+
 void ActivationPlan::allocate(Arena& arena) {
   std::vector<size_t> offsets;
-  for (const Want& w : wants_) offsets.push_back(w.alias_of < 0 ? arena.reserve(w.bytes) : 0);
+  for (const Want& w : wants_) offsets.push_back(w.alias_of == -1 ? arena.reserve(w.bytes) : 0);
   arena.allocate();
   for (size_t i = 0; i < wants_.size(); i++) {
-    const size_t own = wants_[i].alias_of < 0 ? i : size_t(wants_[i].alias_of);
-    *wants_[i].p = arena.at<uint8_t>(offsets[own]);
+    const long own = wants_[i].alias_of == -1 ? long(i) : wants_[i].alias_of;
+    *wants_[i].p = own == -2 ? nullptr : arena.at<uint8_t>(offsets[size_t(own)]);
   }
 }
 
 size_t ActivationPlan::planned_bytes() const {
   Arena arena;
   for (const Want& w : wants_)
-    if (w.alias_of < 0) arena.reserve(w.bytes);
+    if (w.alias_of == -1) arena.reserve(w.bytes);
   return arena.size();
 }
 

@@ -29,6 +29,8 @@ class ActivationPlan {
   // Want i gets no memory of its own: it will point where want `to` (of the
   // same size) does. Recomputation shares one block's buffers this way.
   void alias(size_t i, size_t to);
+  // Want i is not needed after all: no memory, its pointer stays null.
+  void drop(size_t i);
   // Reserves and allocates `arena`, then points every wanted pointer into it.
   void allocate(Arena& arena);
   // Reserves only: the bytes allocate() would take (a pure plan for the planner).
@@ -38,7 +40,7 @@ class ActivationPlan {
   struct Want {
     void** p;
     size_t bytes;
-    long alias_of;  // -1: its own memory
+    long alias_of;  // -1: its own memory; -2: dropped
   };
   std::vector<Want> wants_;
 };
@@ -88,7 +90,10 @@ class TransformerStage : public StageModule {
   void set_grad_ready_hook(std::function<void(int)> hook) override { grad_ready_ = std::move(hook); }
   const float* logits() const override;
   const tp::VocabSlice& vocab_slice() const override { return vocab_; }
-  size_t activation_bytes() const override { return plan_only_ ? planned_bytes_ : acts_.size(); }
+  // The planned buffers and 16-bit attention's per-thread scratch.
+  size_t activation_bytes() const override {
+    return plan_only_ ? planned_bytes_ : acts_.size() + ops_.attention_work_bytes();
+  }
   size_t compute_weight_bytes() const override {
     return compute_ == ComputePrecision::fp32 ? 0 : size_t(layout_.total) * 2;
   }
