@@ -241,7 +241,7 @@ void RunConfig::validate() const {
   require(parallel.dp >= 0, "parallel.dp", ">= 0 (0 = infer from the world size)");
   require(parallel.tp >= 1, "parallel.tp", ">= 1");
   require(parallel.pp >= 1, "parallel.pp", ">= 1");
-  require(parallel.zero >= 0 && parallel.zero <= 2, "parallel.zero", "0, 1 or 2");
+  require(parallel.zero >= 0 && parallel.zero <= 3, "parallel.zero", "0, 1, 2 or 3");
   require(parallel.schedule == "1f1b" || parallel.schedule == "gpipe" || parallel.schedule == "interleaved",
           "parallel.schedule", "\"1f1b\", \"gpipe\" or \"interleaved\"");
   require(parallel.virtual_stages >= 1 && parallel.virtual_stages <= 64, "parallel.virtual_stages", "in [1, 64]");

@@ -19,6 +19,8 @@ struct FlatTensor {
   // Model-parallel ranks holding an identical copy (a norm replicated over
   // tensor parallelism): the global norm counts each copy 1 / copies.
   int copies = 1;
+  // Read only by matrix products (ParamSpec::products_only).
+  bool products_only = false;
 };
 
 struct FlatLayout {

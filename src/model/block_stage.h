@@ -93,7 +93,9 @@ class BlockStage final : public TransformerStage {
     const float* res = slot_input(slot);
     with_compute_type([&](auto a) {
       for (size_t l = 0; l < s.blocks.size(); l++) {
+        use(block_unit(l), after_block(l));
         Family::template block_forward<decltype(a)>(ctx, state_, t_.blocks[l], s.blocks[l], res);
+        done(block_unit(l));
         res = s.blocks[l].res3;
       }
     });
@@ -109,11 +111,13 @@ class BlockStage final : public TransformerStage {
       for (int l = int(s.blocks.size()) - 1; l >= 0; l--) {
         const float* in = l > 0 ? s.blocks[size_t(l - 1)].res3 : slot_input(slot);
         auto& acts = s.blocks[size_t(l)];
+        use(block_unit(size_t(l)), before_block(size_t(l)));
         // The same kernels on the same inputs: bitwise what forward stored
         // (the block's own output is rewritten with the values it holds).
         if (recompute_ == Recompute::full) Family::template block_forward<A>(ctx, state_, t_.blocks[size_t(l)], acts, in);
         if (recompute_ == Recompute::selective) Family::template attention_again<A>(ctx, acts);
         Family::template block_backward<A>(ctx, state_, t_.blocks[size_t(l)], acts, in, dres);
+        done(block_unit(size_t(l)));
       }
     });
   }

@@ -27,6 +27,8 @@ int ParamLayout::add(std::string name, std::vector<int64_t> shape, Init init, fl
   p.numel = 1;
   for (int64_t d : p.local_shape) p.numel *= d;
   p.weight_decay = p.shape.size() >= 2;
+  p.block = adding_block;
+  p.products_only = adding_block >= 0 && p.shape.size() >= 2;
   p.init = init;
   p.init_std = init_std;
   p.offset = total;
@@ -64,6 +66,34 @@ void ParamLayout::init_parameters(float* buffer, uint64_t seed) const {
   }
 }
 
+void ParamLayout::init_range(float* out, int64_t begin, int64_t end, uint64_t seed) const {
+  std::fill(out, out + (end - begin), 0.f);  // padding stays 0
+  for (size_t i = 0; i < params.size(); i++) {
+    const ParamSpec& p = params[i];
+    const int64_t lo = std::max(begin, p.offset), hi = std::min(end, p.offset + p.numel);
+    if (lo >= hi) continue;
+    if (p.init == Init::Ones) std::fill(out + (lo - begin), out + (hi - begin), 1.f);
+    if (p.init != Init::Normal) continue;
+    const uint64_t stream = stable_hash(p.name.c_str());
+    const int64_t global_cols = p.shape.size() > 1 ? p.shape[1] : 1;
+    for (const TensorPiece& piece : pieces(int(i))) {
+      const int64_t cols = piece.shape.size() > 1 ? piece.shape[1] : 1;
+      const int64_t row0 = piece.global_offset[0], col0 = piece.shape.size() > 1 ? piece.global_offset[1] : 0;
+      // Row r of the piece: local [start, start + cols), global index (row0 + r) x global_cols + col0 on.
+      const int64_t first = p.offset + piece.local_offset;
+      const int64_t r_lo = std::max<int64_t>(0, (lo - first) / cols);
+      const int64_t r_hi = std::min<int64_t>(piece.shape[0], (hi - first + cols - 1) / cols);
+      for (int64_t r = r_lo; r < r_hi; r++) {
+        const int64_t start = first + r * cols;
+        const int64_t a = std::max(lo, start), b = std::min(hi, start + cols);
+        if (a >= b) continue;
+        rng_fill_normal(out + (a - begin), b - a, seed, stream, uint64_t((row0 + r) * global_cols + col0 + (a - start)),
+                        0.f, p.init_std);
+      }
+    }
+  }
+}
+
 std::vector<TensorPiece> ParamLayout::pieces(int i) const {
   const ParamSpec& p = params[size_t(i)];
   const int64_t r = shard.tp_rank;
@@ -95,7 +125,7 @@ std::vector<TensorPiece> ParamLayout::pieces(int i) const {
 FlatLayout ParamLayout::flat() const {
   FlatLayout f;
   for (const auto& p : params)
-    f.tensors.push_back({p.offset, p.numel, p.weight_decay, p.split.dim < 0 ? shard.tp_size : 1});
+    f.tensors.push_back({p.offset, p.numel, p.weight_decay, p.split.dim < 0 ? shard.tp_size : 1, p.products_only});
   f.total = total;
   return f;
 }

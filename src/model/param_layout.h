@@ -55,12 +55,21 @@ struct ParamSpec {
   // Held by the first stage (embedding) and the last (tied head) under
   // pipeline parallelism: the two copies' gradients are summed.
   bool tied_across_stages = false;
+  // The block the tensor belongs to (-1: embedding, final norm or head):
+  // ZeRO-3 gathers a block's tensors together.
+  int block = -1;
+  // Read only by matrix products (in mixed precision through the 16-bit
+  // copy): with sharded master weights no rank needs its fp32 values whole.
+  bool products_only = false;
 };
 
 struct ParamLayout {
   std::vector<ParamSpec> params;
   int64_t total = 0;  // floats, including alignment padding
   ModelShard shard;
+  // While a family adds block l's tensors: l (add() records it; 2-D tensors
+  // of a block are products_only).
+  int adding_block = -1;
 
   // The layout of `cfg`'s family (model/<family>/): tensors in backward order.
   static ParamLayout for_model(const ModelConfig& cfg, const ModelShard& shard = {});
@@ -82,6 +91,9 @@ struct ParamLayout {
   // counter-based RNG keyed by (seed, tensor name, index in the global
   // tensor), so every layout starts from the same weights; padding is 0.
   void init_parameters(float* buffer, uint64_t seed) const;
+  // The same values for the flat range [begin, end) only, into out[end - begin]
+  // (a ZeRO shard fills its part without the whole buffer).
+  void init_range(float* out, int64_t begin, int64_t end, uint64_t seed) const;
 };
 
 }  // namespace loom

@@ -27,6 +27,20 @@
 
 namespace loom {
 
+// ZeRO-3: parameters that live sharded elsewhere and are present only while
+// in use. The module announces the tensors (its layout's indices) it is
+// about to read, with those it reads after them (to gather ahead), and
+// releases them when done; meanwhile they are at the addresses below.
+class ParamSource {
+ public:
+  virtual ~ParamSource() = default;
+  virtual void acquire(const std::vector<int>& tensors, const std::vector<int>& then) = 0;
+  virtual void release(const std::vector<int>& tensors) = 0;
+  // Per layout tensor: its fp32 values, and (bf16 / fp16) its 16-bit copy.
+  virtual const std::vector<float*>& tensor_params() const = 0;
+  virtual const std::vector<void*>& tensor_weights() const = 0;
+};
+
 // Where a model's buffers come from; nullptr: the model allocates its own.
 struct StageBuffers {
   float* params = nullptr;  // at least layout().total floats
@@ -44,6 +58,9 @@ struct StageBuffers {
   // Plan the activations but allocate nothing (no parameters either): the
   // module answers activation_bytes() only. planned_activation_bytes() uses it.
   bool plan_only = false;
+  // ZeRO-3: parameters come from here (params and weights16 are then unused
+  // and nothing is allocated for them).
+  ParamSource* source = nullptr;
 };
 
 class StageModule {

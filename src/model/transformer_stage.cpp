@@ -72,6 +72,7 @@ TransformerStage::TransformerStage(const ModelConfig& cfg, ParamLayout layout, S
       compute_(buffers.compute),
       recompute_(buffers.recompute),
       plan_only_(buffers.plan_only),
+      source_(buffers.source),
       maxB_(B),
       maxT_(T),
       slot_count_(buffers.slots) {
@@ -104,7 +105,22 @@ TransformerStage::TransformerStage(const ModelConfig& cfg, ParamLayout layout, S
       attention_work_bytes_ = cpu::attention_lowp_work_floats(T, cfg.d_model / tp.size(), cfg.n_head / tp.size()) * 4;
     return;
   }
-  if (buffers.params) {
+  // ZeRO-3 units from the layout: blocks by their index, the rest by role.
+  unit_block_.resize(size_t(shard.num_layers(cfg)));
+  for (size_t i = 0; i < layout_.params.size(); i++) {
+    const int b = layout_.params[i].block, t = int(i);
+    if (b >= 0) unit_block_[size_t(b - shard.first_layer)].push_back(t);
+    else if (t == shared_.embed || t == shared_.positions) unit_embed_.push_back(t);
+    else if (t != shared_.head) unit_norm_.push_back(t);
+  }
+  if (shared_.head >= 0) unit_head_ = {shared_.head};
+  unit_norm_head_ = unit_norm_;
+  unit_norm_head_.insert(unit_norm_head_.end(), unit_head_.begin(), unit_head_.end());
+  if (!layout_.shard.embedding) unit_embed_.clear();  // a tied head's table is used as the head only
+  if (source_) {
+    access_.params_at = &source_->tensor_params();
+    if (compute_ != ComputePrecision::fp32) access_.weights_at = &source_->tensor_weights();
+  } else if (buffers.params) {
     access_.params = buffers.params;
   } else {
     params_.reserve(size_t(std::max(layout_.total, buffers.param_floats)) * 4);
@@ -118,7 +134,8 @@ TransformerStage::TransformerStage(const ModelConfig& cfg, ParamLayout layout, S
     grads_.allocate();
     access_.grads = grads_.at<float>(0);
   }
-  if (compute_ != ComputePrecision::fp32 && buffers.weights16) {
+  if (source_) {
+  } else if (compute_ != ComputePrecision::fp32 && buffers.weights16) {
     access_.weights16 = buffers.weights16;
   } else if (compute_ != ComputePrecision::fp32) {
     weights16_.reserve(size_t(layout_.total) * 2);
@@ -168,6 +185,7 @@ void TransformerStage::init_parameters(uint64_t seed) {
 }
 
 void TransformerStage::refresh_compute_weights() {
+  if (source_) return;  // ZeRO-3: made as each tensor is gathered
   const size_t n = size_t(layout_.total);
   if (compute_ == ComputePrecision::bf16) cpu::narrow(static_cast<bf16*>(access_.weights16), params(), n);
   if (compute_ == ComputePrecision::fp16) cpu::narrow(static_cast<f16*>(access_.weights16), params(), n);
@@ -177,11 +195,18 @@ void TransformerStage::forward_stage(int slot, const int32_t* tokens, int B, int
   LOOM_CHECK(B <= maxB_ && T <= maxT_, "batch %dx%d exceeds the planned %dx%d", B, T, maxB_, maxT_);
   Slot& s = slots_[size_t(slot)];
   const int N = B * T, C = cfg_.d_model;
-  if (layout_.shard.embedding)
+  if (layout_.shard.embedding) {
+    use(unit_embed_, unit_block_.empty() ? unit_norm_ : unit_block_[0]);
     tp::embedding_forward(tp_, s.input, grad_work_, tokens, access_.param(shared_.embed), vocab_,
                           shared_.positions >= 0 ? access_.param(shared_.positions) : nullptr, N, T, C);
+    done(unit_embed_);
+  }
   s.output = forward_blocks(slot, B, T);
-  if (layout_.shard.head) final_norm_forward(slot, s.output, int(tp_.local_rows(N)));
+  if (layout_.shard.head) {
+    use(unit_norm_);
+    final_norm_forward(slot, s.output, int(tp_.local_rows(N)));
+    done(unit_norm_);
+  }
 }
 
 // The LM head, column-parallel over the vocabulary:
@@ -200,11 +225,13 @@ float TransformerStage::stage_loss(int slot, const int32_t* targets, int B, int 
   LOOM_CHECK(layout_.shard.head, "the loss is computed on the chunk with the head");
   const int N = B * T;
   check_targets(targets, N, cfg_.vocab_size);
+  use(unit_head_);
   with_compute_type([&](auto a) {
     using A = decltype(a);
     head_logits<A>(slot, N);
     tp::cross_entropy(tp_, losses_, as<A>(logits_), xent_scratch_, targets, vocab_, N, false, 0.f);
   });
+  done(unit_head_);
   return mean_loss(losses_, N, count_targets(targets, N));
 }
 
@@ -218,6 +245,7 @@ float TransformerStage::backward_stage(int slot, const int32_t* tokens, const in
     check_targets(targets, N, cfg_.vocab_size);
     const int valid = count_targets(targets, N);
     const float dloss = valid > 0 ? loss_scale / float(valid) : 0.f;
+    use(unit_norm_head_, unit_block_.empty() ? no_unit_ : unit_block_.back());
     with_compute_type([&](auto a) {
       using A = decltype(a);
       head_logits<A>(slot, N);
@@ -235,6 +263,7 @@ float TransformerStage::backward_stage(int slot, const int32_t* tokens, const in
     if (shared_.head != shared_.embed) grad_ready(shared_.head);
     std::memset(s.dres, 0, size_t(R) * C * sizeof(float));
     final_norm_backward(slot, s.dres, dbuf_c_, s.output, R);
+    done(unit_norm_head_);
   }
   backward_blocks(slot, B, T);
   if (layout_.shard.embedding) {

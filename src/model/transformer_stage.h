@@ -46,17 +46,24 @@ class ActivationPlan {
 };
 
 // Reads a shard's parameters: fp32 masters, the compute copy, gradients.
+// ZeRO-3: each tensor's own address (ParamSource) instead of base + offset.
 struct ParamAccess {
   const ParamLayout* layout;
   float* params;
   void* weights16;
   float* grads;
-  float* param(int i) const { return params + layout->params[size_t(i)].offset; }
+  const std::vector<float*>* params_at = nullptr;
+  const std::vector<void*>* weights_at = nullptr;
+  float* param(int i) const {
+    return params_at ? (*params_at)[size_t(i)] : params + layout->params[size_t(i)].offset;
+  }
   float* grad(int i) const { return grads + layout->params[size_t(i)].offset; }
   template <class A>
   const A* weight(int i) const {
     if constexpr (std::is_same_v<A, float>)
-      return params + layout->params[size_t(i)].offset;
+      return param(i);
+    else if (weights_at)
+      return static_cast<const A*>((*weights_at)[size_t(i)]);
     else
       return static_cast<const A*>(weights16) + layout->params[size_t(i)].offset;
   }
@@ -122,6 +129,21 @@ class TransformerStage : public StageModule {
   // The blocks' backward, the slot's residual gradient updated in place.
   virtual void backward_blocks(int slot, int B, int T) = 0;
 
+  // ZeRO-3 (a ParamSource): the tensors each part reads, gathered before
+  // and released after; no-ops otherwise.
+  void use(const std::vector<int>& unit, const std::vector<int>& then = {}) {
+    if (source_ && !unit.empty()) source_->acquire(unit, then);
+  }
+  void done(const std::vector<int>& unit) {
+    if (source_ && !unit.empty()) source_->release(unit);
+  }
+  const std::vector<int>& block_unit(size_t l) const { return unit_block_[l]; }
+  // What the stage reads after block l's forward (the next block, else the final norm) / before its backward.
+  const std::vector<int>& after_block(size_t l) const {
+    return l + 1 < unit_block_.size() ? unit_block_[l + 1] : unit_norm_;
+  }
+  const std::vector<int>& before_block(size_t l) const { return l > 0 ? unit_block_[l - 1] : no_unit_; }
+
   // Calls f(A{}) with the compute type.
   template <class F>
   decltype(auto) with_compute_type(F&& f) {
@@ -170,6 +192,11 @@ class TransformerStage : public StageModule {
   template <class A>
   void head_logits(int slot, int N);
 
+  ParamSource* source_;
+  // ZeRO-3 units: the token (and position) table, each block, the final
+  // norm, the head (the token table when tied).
+  std::vector<int> unit_embed_, unit_norm_, unit_head_, unit_norm_head_, no_unit_;
+  std::vector<std::vector<int>> unit_block_;
   Arena params_, grads_, weights16_, acts_;
   std::function<void(int)> grad_ready_;
   std::vector<Slot> slots_;

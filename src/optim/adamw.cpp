@@ -20,7 +20,9 @@ AdamW::AdamW(const FlatLayout& layout, const std::vector<FlatRange>& owned, cons
   v_.allocate();
 }
 
-void AdamW::step(float* params, const float* grads, float lr, float grad_scale, const WeightCopy& copy) {
+void AdamW::step(float* params, const float* grads, float lr, float grad_scale, const WeightCopy& copy_in,
+                 bool packed_params) {
+  const WeightCopy copy = packed_params ? WeightCopy{} : copy_in;
   t_++;
   cpu::AdamWStep s{lr, cfg_.beta1, cfg_.beta2, cfg_.eps, t_};
   float* m = m_.at<float>(0);
@@ -29,7 +31,9 @@ void AdamW::step(float* params, const float* grads, float lr, float grad_scale, 
     const FlatPiece& p = pieces_[i];
     float wd = decay_[i] ? cfg_.weight_decay : 0.f;
     const size_t n = size_t(p.numel);
-    if (!copy.data)
+    if (packed_params)
+      cpu::adamw_update(params + p.packed, m + p.packed, v + p.packed, grads + p.packed, n, grad_scale, wd, s);
+    else if (!copy.data)
       cpu::adamw_update(params + p.offset, m + p.packed, v + p.packed, grads + p.packed, n, grad_scale, wd, s);
     else if (copy.dtype == DType::bf16)
       cpu::adamw_update(params + p.offset, static_cast<bf16*>(copy.data) + p.offset, m + p.packed, v + p.packed,

@@ -41,7 +41,10 @@ class AdamW {
   // (global-norm clipping).
   // `copy`, if given, receives the updated owned parameters rounded to its
   // dtype in the same pass.
-  void step(float* params, const float* grads, float lr, float grad_scale, const WeightCopy& copy = {});
+  // packed_params: params holds the owned elements only, packed as the
+  // gradients (sharded master weights); `copy` then is not written.
+  void step(float* params, const float* grads, float lr, float grad_scale, const WeightCopy& copy = {},
+            bool packed_params = false);
   // Sum of squares of the owned gradients (packed as for step), padding
   // excluded, each tensor's divided by its copies (FlatTensor::copies).
   double grad_sum_of_squares(const float* grads) const;

@@ -112,7 +112,74 @@ std::vector<int64_t> chunk_offsets(const ModelConfig& model, const std::vector<M
   return offsets;
 }
 
+std::vector<std::pair<int, int>> zero3_segments(const ModelConfig& model, const std::vector<ModelShard>& shards) {
+  std::vector<std::pair<int, int>> segments;
+  int base = 0;
+  for (int c = int(shards.size()) - 1; c >= 0; c--) {
+    const ParamLayout lay = ParamLayout::for_model(model, shards[size_t(c)]);
+    for (size_t i = 0; i < lay.params.size(); i++) {
+      const int block = lay.params[i].block, t = base + int(i);
+      if (block >= 0 && i > 0 && lay.params[i - 1].block == block) segments.back().second = t + 1;
+      else segments.push_back({t, t + 1});
+    }
+    base += int(lay.params.size());
+  }
+  return segments;
+}
+
+// ZeRO-3: one chunk's view of the stage's ParamGather (its tensors are the
+// stage's from `first` on).
+class Replica::ChunkParams : public ParamSource {
+ public:
+  ChunkParams(ParamGather& gather, int first, int count)
+      : gather_(gather),
+        first_(first),
+        params_(gather.tensor_params().begin() + first, gather.tensor_params().begin() + first + count),
+        weights_(gather.tensor_weights().begin() + first, gather.tensor_weights().begin() + first + count) {}
+  void acquire(const std::vector<int>& tensors, const std::vector<int>& then) override {
+    gather_.acquire(global(tensors, now_), global(then, then_));
+  }
+  void release(const std::vector<int>& tensors) override { gather_.release(global(tensors, now_)); }
+  const std::vector<float*>& tensor_params() const override { return params_; }
+  const std::vector<void*>& tensor_weights() const override { return weights_; }
+
+ private:
+  const std::vector<int>& global(const std::vector<int>& local, std::vector<int>& out) const {
+    out.clear();
+    for (int t : local) out.push_back(first_ + t);
+    return out;
+  }
+  ParamGather& gather_;
+  int first_;
+  std::vector<float*> params_;
+  std::vector<void*> weights_;
+  std::vector<int> now_, then_;  // reused: a step allocates nothing here once warm
+};
+
 namespace {
+
+// Calls f(chunk, layout, begin, end, packed) for each owned range's part in
+// each chunk: [begin, end) in the chunk's own offsets, packed = where that
+// part starts in the packed moments (and masters).
+template <class F>
+void for_owned_parts(const std::vector<FlatRange>& owned, const std::vector<std::unique_ptr<StageModule>>& chunks,
+                     const std::vector<int64_t>& chunk_offset, F&& f) {
+  int64_t packed = 0;
+  for (const FlatRange& r : owned) {
+    for (size_t c = 0; c < chunks.size(); c++) {
+      const int64_t lo = chunk_offset[c], hi = lo + chunks[c]->layout().total;
+      const int64_t b = std::max(r.begin, lo), e = std::min(r.end, hi);
+      if (b < e) f(c, chunks[c]->layout(), b - lo, e - lo, packed + (b - r.begin));
+    }
+    packed += r.size();
+  }
+}
+
+std::vector<int64_t> segment_starts(const FlatLayout& flat, const std::vector<std::pair<int, int>>& segments) {
+  std::vector<int64_t> starts;
+  for (auto [first, end] : segments) starts.push_back(flat.tensors[size_t(first)].offset);
+  return starts;
+}
 
 // The stage's flat layout: its chunks' tensors, chunk v-1 first (its
 // backward finishes first).
@@ -139,6 +206,7 @@ Replica::Replica(const RunConfig& cfg, const ParallelContext& ctx, int micro_bat
       zero_(cfg.parallel.zero),
       micro_batch_(micro_batch),
       micro_batches_(micro_batches),
+      sharded_masters_(zero_ == 3 || (zero_ >= 1 && cfg.precision.compute_precision() != ComputePrecision::fp32)),
       loss_scale_(1.0f / float(ctx.dp().size() * micro_batches)),
       compute_(cfg.precision.compute_precision()),
       scaler_(cfg.precision.scaler_options()),
@@ -149,7 +217,8 @@ Replica::Replica(const RunConfig& cfg, const ParallelContext& ctx, int micro_bat
       chunk_offset_(shards_.size()),
       chunk_tensor_(shards_.size()),
       flat_(stage_flat(cfg.model, shards_)),
-      plan_(flat_, double(cfg.parallel.bucket_mb) * (1 << 20), ctx.dp().size()),
+      segments_(zero_ == 3 ? zero3_segments(cfg.model, shards_) : std::vector<std::pair<int, int>>{}),
+      plan_(flat_, double(cfg.parallel.bucket_mb) * (1 << 20), ctx.dp().size(), segment_starts(flat_, segments_)),
       grads_(plan_.padded_total()) {
   LOOM_CHECK(ctx.pp().rank() == ctx.coord().pp, "pipeline group rank %d is not the stage %d", ctx.pp().rank(),
              ctx.coord().pp);
@@ -158,36 +227,67 @@ Replica::Replica(const RunConfig& cfg, const ParallelContext& ctx, int micro_bat
     chunk_tensor_[size_t(c)] = tensor;
     tensor += int(ParamLayout::for_model(cfg.model, shards_[size_t(c)]).params.size());
   }
-  params_.reserve(size_t(plan_.padded_total()) * sizeof(float));
-  params_.allocate();
   const bool lowp = compute_ != ComputePrecision::fp32;
-  if (lowp) {
+  if (!sharded_masters_) {
+    params_.reserve(size_t(plan_.padded_total()) * sizeof(float));
+    params_.allocate();
+  } else if (zero_ < 3) {
+    read_params_ = std::make_unique<GradBuffer>(plan_.padded_total(), false);  // small pages: only what is read
+  }
+  if (lowp && zero_ < 3) {
     weights16_.reserve(size_t(plan_.padded_total()) * 2);
     weights16_.allocate();
   }
+  optimizer_ = std::make_unique<ShardedOptimizer>(
+      flat_, plan_, ctx.dp(), zero_ > 0,
+      AdamWConfig{cfg.train.beta1, cfg.train.beta2, cfg.train.eps, cfg.train.weight_decay},
+      &ctx.group(GroupKind::model), sharded_masters_, zero_ < 3);
+  if (zero_ == 3)
+    gather_ = std::make_unique<ParamGather>(flat_, segments_, plan_, ctx.dp(), optimizer_->master(),
+                                            lowp ? compute_dtype(compute_) : DType::f32);
   const std::vector<int> slots = pp::PipelineExecutor::slots_needed(schedule_, pipeline_.v);
   for (size_t c = 0; c < shards_.size(); c++) {
-    StageBuffers buffers{params_.at<float>(0) + chunk_offset_[c], grads_.data() + chunk_offset_[c], 0, slots[c],
-                         compute_, lowp ? weights16_.at<uint16_t>(0) + chunk_offset_[c] : nullptr,
+    StageBuffers buffers{params_base() ? params_base() + chunk_offset_[c] : nullptr, grads_.data() + chunk_offset_[c],
+                         0, slots[c], compute_,
+                         weights16_.allocated() ? weights16_.at<uint16_t>(0) + chunk_offset_[c] : nullptr,
                          cfg.train.recompute_mode()};
+    if (gather_) {
+      const int count = int(ParamLayout::for_model(cfg.model, shards_[c]).params.size());
+      chunk_sources_.push_back(std::make_unique<ChunkParams>(*gather_, chunk_tensor_[c], count));
+      buffers.source = chunk_sources_.back().get();
+    }
     chunks_.push_back(make_stage_module(cfg.model, shards_[c],
                                         TensorParallel(&ctx.tp(), shards_[c].sequence_parallel), micro_batch,
                                         cfg.model.seq_len, buffers));
   }
   using Mode = GradReducer::Mode;
   reducer_ = std::make_unique<GradReducer>(plan_, ctx.dp(), grads_, zero_ == 0 ? Mode::AllReduce : Mode::ReduceScatter,
-                                           zero_ == 2, cfg.precision.grad_reduce == "bf16" ? DType::bf16 : DType::f32);
-  optimizer_ = std::make_unique<ShardedOptimizer>(
-      flat_, plan_, ctx.dp(), zero_ > 0,
-      AdamWConfig{cfg.train.beta1, cfg.train.beta2, cfg.train.eps, cfg.train.weight_decay},
-      &ctx.group(GroupKind::model));
+                                           zero_ >= 2, cfg.precision.grad_reduce == "bf16" ? DType::bf16 : DType::f32);
   executor_ = std::make_unique<pp::PipelineExecutor>(ctx.pp(), slots);
   stage_ = std::make_unique<Stage>(*this, nullptr, nullptr, cfg.model.seq_len);
 }
 
+Replica::~Replica() = default;
+
+float* Replica::params_base() const {
+  if (params_.allocated()) return params_.at<float>(0);
+  return read_params_ ? read_params_->data() : nullptr;
+}
+
 void Replica::init_parameters(uint64_t seed) {
-  std::memset(params_.at<float>(0), 0, size_t(plan_.padded_total()) * sizeof(float));
-  for (auto& chunk : chunks_) chunk->init_parameters(seed);
+  if (!sharded_masters_) {
+    std::memset(params_.at<float>(0), 0, size_t(plan_.padded_total()) * sizeof(float));
+    for (auto& chunk : chunks_) chunk->init_parameters(seed);
+    return;
+  }
+  // Each rank fills its master shard only (the same values: keyed by global index).
+  float* master = optimizer_->master();
+  std::memset(master, 0, size_t(plan_.shard_total()) * sizeof(float));
+  for_owned_parts(optimizer_->owned(), chunks_, chunk_offset_,
+                  [&](size_t, const ParamLayout& lay, int64_t b, int64_t e, int64_t packed) {
+                    lay.init_range(master + packed, b, e, seed);
+                  });
+  if (zero_ < 3) optimizer_->publish(read_params_->data(), {weights16_.base(), compute_dtype(compute_)});
 }
 
 float Replica::forward_backward(const std::vector<int32_t>& tokens, const std::vector<int32_t>& targets, int T) {
@@ -199,6 +299,7 @@ float Replica::forward_backward(const std::vector<int32_t>& tokens, const std::v
   stage.set_batch(&tokens, &targets, T);
   reducer_->begin();
   executor_->run(schedule_, stage);
+  if (gather_) gather_->settle();
   sync_tied_embedding();
   // The loss lives on the last stage; every stage reports it.
   float loss = float(stage.loss_sum() / micro_batches_);
@@ -232,6 +333,7 @@ float Replica::evaluate(const int32_t* tokens, const int32_t* targets, int T) {
     if (chunk.layout().shard.head) loss = chunk.stage_loss(0, targets, micro_batch_, T);
     else ctx_.pp().send(chunk.stage_output(0), n, DType::f32, (stage + 1) % pp, 1);
   }
+  if (gather_) gather_->settle();
   if (pp > 1) ctx_.pp().all_reduce(&loss, 1, DType::f32, ReduceOp::Sum);
   return loss;
 }
@@ -258,8 +360,8 @@ double Replica::reduce() {
 void Replica::update(float lr, float grad_scale) {
   // The 16-bit compute weights are written by the update itself.
   WeightCopy copy;
-  if (compute_ != ComputePrecision::fp32) copy = {weights16_.base(), compute_dtype(compute_)};
-  optimizer_->step(params_.at<float>(0), reducer_->reduced(), lr, grad_scale, copy);
+  if (weights16_.allocated()) copy = {weights16_.base(), compute_dtype(compute_)};
+  optimizer_->step(params_base(), reducer_->reduced(), lr, grad_scale, copy);
 }
 
 // With sequence parallelism each tp rank's norm (and position-table)
@@ -311,33 +413,29 @@ size_t Replica::activation_bytes() const {
 
 size_t Replica::compute_weight_bytes() const { return weights16_.size(); }
 
-bool Replica::writes_checkpoint() const { return ctx_.coord().dp == 0 || zero_ > 0; }
-
-// Calls f(chunk, layout, begin, end, packed) for each owned range's part in
-// each chunk: [begin, end) in the chunk's own offsets, packed = where that
-// part starts in the packed moments.
-template <class F>
-static void for_owned_parts(const std::vector<FlatRange>& owned, const std::vector<std::unique_ptr<StageModule>>& chunks,
-                            const std::vector<int64_t>& chunk_offset, F&& f) {
-  int64_t packed = 0;
-  for (const FlatRange& r : owned) {
-    for (size_t c = 0; c < chunks.size(); c++) {
-      const int64_t lo = chunk_offset[c], hi = lo + chunks[c]->layout().total;
-      const int64_t b = std::max(r.begin, lo), e = std::min(r.end, hi);
-      if (b < e) f(c, chunks[c]->layout(), b - lo, e - lo, packed + (b - r.begin));
-    }
-    packed += r.size();
-  }
+size_t Replica::param_bytes() const {
+  if (!sharded_masters_) return params_.size();
+  return optimizer_->master_bytes() + (read_params_ ? read_params_->resident_bytes() : 0) +
+         (gather_ ? gather_->peak_bytes() : 0);
 }
+
+bool Replica::writes_checkpoint() const { return ctx_.coord().dp == 0 || zero_ > 0; }
 
 const float* Replica::whole_model_params() const {
   if (ctx_.grid().tp() != 1 || ctx_.grid().pp() != 1 || chunks_.size() != 1) return nullptr;
+  if (sharded_masters_) return whole_.empty() ? nullptr : whole_.data();
   return chunks_[0]->params();
+}
+
+void Replica::gather_whole_params() {
+  if (!sharded_masters_ || ctx_.grid().tp() != 1 || ctx_.grid().pp() != 1) return;
+  whole_.assign(size_t(plan_.padded_total()), 0.f);
+  optimizer_->gather_masters(whole_.data());
 }
 
 std::vector<CheckpointPiece> Replica::checkpoint_pieces() {
   std::vector<CheckpointPiece> pieces;
-  if (ctx_.coord().dp == 0)
+  if (ctx_.coord().dp == 0 && !sharded_masters_)
     for (size_t c = 0; c < chunks_.size(); c++) {
       auto p = layout_pieces(chunks_[c]->layout(), chunks_[c]->params());
       pieces.insert(pieces.end(), p.begin(), p.end());
@@ -346,6 +444,11 @@ std::vector<CheckpointPiece> Replica::checkpoint_pieces() {
   AdamW& adam = optimizer_->adamw();
   for_owned_parts(optimizer_->owned(), chunks_, chunk_offset_,
                   [&](size_t, const ParamLayout& lay, int64_t b, int64_t e, int64_t packed) {
+                    // With sharded masters each rank writes its shard of the parameters too.
+                    if (sharded_masters_) {
+                      auto p = layout_pieces(lay, optimizer_->master() + packed, "", b, e);
+                      pieces.insert(pieces.end(), p.begin(), p.end());
+                    }
                     for (auto [prefix, moment] : {std::pair{"adam.m.", adam.first_moment()},
                                                   std::pair{"adam.v.", adam.second_moment()}}) {
                       auto p = layout_pieces(lay, moment + packed, prefix, b, e);
@@ -356,17 +459,21 @@ std::vector<CheckpointPiece> Replica::checkpoint_pieces() {
 }
 
 void Replica::load(const Checkpoint& checkpoint, int adam_steps) {
-  for (auto& chunk : chunks_) {
-    fill_from_checkpoint(checkpoint.tensors(), chunk->layout(), chunk->params());
-    chunk->refresh_compute_weights();
-  }
+  if (!sharded_masters_)
+    for (auto& chunk : chunks_) {
+      fill_from_checkpoint(checkpoint.tensors(), chunk->layout(), chunk->params());
+      chunk->refresh_compute_weights();
+    }
   AdamW& adam = optimizer_->adamw();
   for_owned_parts(optimizer_->owned(), chunks_, chunk_offset_,
                   [&](size_t, const ParamLayout& lay, int64_t b, int64_t e, int64_t packed) {
+                    if (sharded_masters_)
+                      fill_from_checkpoint(checkpoint.tensors(), lay, optimizer_->master() + packed, "", b, e);
                     fill_from_checkpoint(checkpoint.tensors(), lay, adam.first_moment() + packed, "adam.m.", b, e);
                     fill_from_checkpoint(checkpoint.tensors(), lay, adam.second_moment() + packed, "adam.v.", b, e);
                   });
   adam.set_steps_taken(adam_steps);
+  if (sharded_masters_ && zero_ < 3) optimizer_->publish(read_params_->data(), {weights16_.base(), compute_dtype(compute_)});
 }
 
 double Replica::tp_comm_seconds() const {

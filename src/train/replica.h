@@ -27,6 +27,7 @@
 #include "parallel/grid/parallel_context.h"
 #include "parallel/pp/executor.h"
 #include "parallel/pp/schedule.h"
+#include "parallel/zero/param_gather.h"
 #include "parallel/zero/sharded_optimizer.h"
 #include "precision/loss_scaler.h"
 
@@ -45,11 +46,15 @@ std::vector<ModelShard> stage_shards(const RunConfig& cfg, const ParallelContext
 // Where chunk c's tensors start in the stage's buffers (floats): chunk v-1
 // first, since its backward finishes first.
 std::vector<int64_t> chunk_offsets(const ModelConfig& model, const std::vector<ModelShard>& shards);
+// ZeRO-3's segments of the stage's flat layout (tensor index ranges): each
+// block's tensors together, every other tensor alone.
+std::vector<std::pair<int, int>> zero3_segments(const ModelConfig& model, const std::vector<ModelShard>& shards);
 
 class Replica {
  public:
   // micro_batch rows per forward/backward, micro_batches of them per step.
   Replica(const RunConfig& cfg, const ParallelContext& ctx, int micro_batch, int micro_batches);
+  ~Replica();
 
   void init_parameters(uint64_t seed);
   const BucketPlan& plan() const { return plan_; }
@@ -96,7 +101,11 @@ class Replica {
   // Gradient memory this rank holds now: the full buffer's resident pages
   // plus the shard buffer.
   size_t grad_bytes_resident() const { return grads_.resident_bytes() + reducer_->shard_bytes(); }
-  size_t param_bytes() const { return size_t(plan_.padded_total()) * sizeof(float); }
+  // Parameter memory: the whole fp32 buffer; with sharded masters the
+  // master shard plus the fp32 values the model reads (resident pages), and
+  // under ZeRO-3 the most gathered at once (fp32 and 16-bit).
+  size_t param_bytes() const;
+  bool sharded_masters() const { return sharded_masters_; }
   size_t activation_bytes() const;
   size_t compute_weight_bytes() const;  // the 16-bit weight copies (bf16 / fp16; 0 in fp32)
   const ReduceTimes& reduce_times() const { return reducer_->times(); }
@@ -110,6 +119,8 @@ class Replica {
   // The whole model's fp32 parameters (the layout of the full model) when
   // this rank holds all of it (tp = pp = 1), else nullptr.
   const float* whole_model_params() const;
+  // With sharded masters: gathers them whole first (every dp rank calls it).
+  void gather_whole_params();
   std::vector<CheckpointPiece> checkpoint_pieces();
   int adam_steps() { return optimizer_->adamw().steps_taken(); }
   void load(const Checkpoint& checkpoint, int adam_steps);
@@ -120,11 +131,14 @@ class Replica {
 
  private:
   class Stage;
+  class ChunkParams;
   void sync_tied_embedding();
+  float* params_base() const;
   void reduce_sequence_partial_grads();
 
   const ParallelContext& ctx_;
   int zero_, micro_batch_, micro_batches_;
+  bool sharded_masters_;  // ZeRO 3, or ZeRO 1 / 2 in bf16 / fp16
   float loss_scale_;  // 1 / (dp x micro-batches): the mean over the replicas' micro-batches
   ComputePrecision compute_;
   LossScaler scaler_;
@@ -136,10 +150,17 @@ class Replica {
   std::vector<int64_t> chunk_offset_;  // floats into the stage buffers (chunk v-1 first: backward order)
   std::vector<int> chunk_tensor_;      // its first tensor in the stage's flat layout
   FlatLayout flat_;
+  std::vector<std::pair<int, int>> segments_;  // ZeRO-3
   BucketPlan plan_;
   GradBuffer grads_;
-  Arena params_;
-  Arena weights16_;  // bf16 / fp16: the compute weights, laid out as params_ (the optimizer writes them)
+  Arena params_;  // the whole fp32 parameters (not with sharded masters)
+  // ZeRO 1 / 2 in bf16 / fp16: the fp32 values the model reads, laid out as
+  // the flat buffer; pages of product-only matrices are never touched.
+  std::unique_ptr<GradBuffer> read_params_;
+  Arena weights16_;  // bf16 / fp16 below ZeRO 3: the compute weights, laid out as params_
+  std::unique_ptr<ParamGather> gather_;  // ZeRO 3
+  std::vector<std::unique_ptr<ChunkParams>> chunk_sources_;
+  std::vector<float> whole_;  // gather_whole_params()
   std::vector<std::unique_ptr<StageModule>> chunks_;
   std::unique_ptr<GradReducer> reducer_;
   std::unique_ptr<ShardedOptimizer> optimizer_;

@@ -172,6 +172,9 @@ TrainResult train(const RunConfig& cfg, const ParallelContext& ctx, FILE* log, c
                  "buckets of %.2f MiB\n",
                  dp, micro, accumulation, replica.zero_stage(), replica.plan().buckets().size(),
                  double(replica.plan().buckets()[0].range.size()) * 4 / (1 << 20));
+    if (replica.zero_stage() > 0 && dp == 1)
+      std::fprintf(log, "note: parallel.zero = %d with one replica shards nothing (every shard is the whole)\n",
+                   replica.zero_stage());
     if (ctx.grid().pp() > 1) {
       const PipelinePlan& pl = replica.pipeline();
       std::fprintf(log, "pipeline: %d stages x %d chunks, blocks %s, schedule %s, %d micro-batches per step\n",
@@ -187,12 +190,16 @@ TrainResult train(const RunConfig& cfg, const ParallelContext& ctx, FILE* log, c
                    cfg.model.vocab_size, (long long)shard.padded_vocab(cfg.model),
                    cfg.parallel.sequence_parallel ? "on" : "off");
     }
-    const double mib = 1 << 20, params_mib = double(replica.plan().padded_total()) * 4 / mib;
+    const double mib = 1 << 20, grads_mib = double(replica.plan().padded_total()) * 4 / mib;
+    const char* masters = replica.zero_stage() == 3 ? " (fp32 master shard; blocks gathered as used)"
+                          : replica.sharded_masters() ? " (fp32 master shard and the fp32 tensors the model reads)"
+                                                      : "";
     std::fprintf(log,
-                 "memory per rank: parameters %.1f MiB, gradients %.1f MiB%s, AdamW state %.1f MiB, activations "
+                 "memory per rank: parameters %.1f MiB%s, gradients %.1f MiB%s, AdamW state %.1f MiB, activations "
                  "%.1f MiB\n",
-                 params_mib, replica.zero_stage() == 2 ? params_mib / dp : params_mib,
-                 replica.zero_stage() == 2 ? " (outside backward)" : "", double(replica.optimizer_state_bytes()) / mib,
+                 double(replica.param_bytes()) / mib, masters,
+                 replica.zero_stage() >= 2 ? grads_mib / dp : grads_mib,
+                 replica.zero_stage() >= 2 ? " (outside backward)" : "", double(replica.optimizer_state_bytes()) / mib,
                  double(replica.activation_bytes()) / mib);
     if (replica.compute() != ComputePrecision::fp32) {
       const LossScalerOptions& so = replica.scaler().options();
@@ -401,7 +408,7 @@ TrainResult train(const RunConfig& cfg, const ParallelContext& ctx, FILE* log, c
     result.step_ms = 1e3 * timed_seconds / timed_steps;
     result.tp_comm_ms = 1e3 * (replica.tp_comm_seconds() - tp_comm_warm_up - tp_comm_eval) / timed_steps;
   }
-  result.param_bytes = size_t(replica.plan().padded_total()) * sizeof(float);
+  result.param_bytes = replica.param_bytes();
   result.activation_bytes = replica.activation_bytes();
   result.buckets = int(replica.plan().buckets().size());
   result.optimizer_state_bytes = replica.optimizer_state_bytes();
@@ -472,6 +479,7 @@ TrainResult train(const RunConfig& cfg, const ParallelContext& ctx, FILE* log, c
                  "%.2f%% of the step time\n",
                  cfg.train.steps, result.tokens_per_s, result.gflops, 100.0 * result.gflops / result.peak_gflops,
                  100.0 * data_seconds / step_seconds);
+  if (cfg.train.sample_tokens > 0) replica.gather_whole_params();  // sharded masters: every dp rank takes part
   if (log && cfg.train.sample_tokens > 0) {
     try {
       print_sample(cfg, replica, log);

@@ -110,6 +110,10 @@ std::vector<Layout> layouts() {
       // 3D: dp x tp x pp = 2 x 2 x 2 at 8 ranks.
       {2, 2, "1f1b", 4, 1, true, 1},
       {2, 2, "interleaved", 4, 2, false, 2},
+      // ZeRO-3: data parallel with accumulation, with tp + sp, in 3D.
+      {1, 1, "1f1b", 2, 1, false, 3},
+      {2, 1, "1f1b", 1, 1, true, 3},
+      {2, 2, "interleaved", 4, 2, false, 3},
   };
 }
 

@@ -103,7 +103,7 @@ TEST(MixedPrecision, Bf16GradientReductionIsCloseToFp32) {
   const int world = world_size();
   if (world < 2 || 8 % (world * 2)) GTEST_SKIP() << "needs dp >= 2 dividing the batch";
   const auto& ctx = context(1, 1);
-  for (int zero : {0, 1, 2}) {
+  for (int zero : {0, 1, 2, 3}) {
     auto run = [&](const char* wire) {
       return loom::train(tiny("bf16", world, 1, 1,
                               {"train.steps=2", "parallel.zero=" + std::to_string(zero),
@@ -118,7 +118,7 @@ TEST(MixedPrecision, Bf16GradientReductionIsCloseToFp32) {
   }
 }
 
-// fp16 under ZeRO 0, 1 and 2: every rank unscales exactly what it holds
+// fp16 under ZeRO 0 to 3: every rank unscales exactly what it holds
 // (the whole buffer, or its shard with padding), so the first step's mean
 // gradient is fp32's up to fp16 roundings (measured ~1e-3); a shard left
 // scaled would be off by the scale, 65536.
@@ -126,7 +126,7 @@ TEST(MixedPrecision, Fp16UnscalesEveryZeroShard) {
   const int world = world_size();
   if (world < 2 || 8 % (world * 2)) GTEST_SKIP() << "needs dp >= 2 dividing the batch";
   const auto& ctx = context(1, 1);
-  for (int zero : {0, 1, 2}) {
+  for (int zero : {0, 1, 2, 3}) {
     auto run = [&](const char* precision) {
       return loom::train(tiny(precision, world, 1, 1, {"train.steps=1", "parallel.zero=" + std::to_string(zero)}), ctx,
                          nullptr, keep_grads());
@@ -153,13 +153,20 @@ using loom::test::gradient_errors;
 // measured (4.3e-4). The first-step gradients are the sharp check: skipping
 // the sequence-parallel sum of the norms' gradients puts them at 200x
 // bf16's own error (and the loss drift at 3.3e-3, past this bound too).
-TEST(MixedPrecision, Bf16In3DMatchesSingleProcessBf16) {
+// ZeRO-1 (bf16: sharded fp32 masters, the 16-bit copy and the fp32 tensors
+// the model reads published after each update) and ZeRO-3 (blocks gathered
+// as used).
+class MixedPrecision3D : public testing::TestWithParam<int> {};
+
+TEST_P(MixedPrecision3D, Bf16MatchesSingleProcessBf16) {
   if (world_size() != 8) GTEST_SKIP() << "the 2 x 2 x 2 layout needs 8 ranks";
+  const int zero = GetParam();
   auto single = loom::ParallelContext::create_single();
   static const loom::TrainResult fp32 = loom::train(tiny("fp32", 1, 1, 1), *single, nullptr, keep_grads());
   static const loom::TrainResult bf16 = loom::train(tiny("bf16", 1, 1, 1), *single, nullptr, keep_grads());
   const auto& ctx = context(2, 2);
-  const loom::RunConfig cfg = tiny("bf16", 2, 2, 2, {"parallel.sequence_parallel=true", "parallel.zero=1"});
+  const loom::RunConfig cfg =
+      tiny("bf16", 2, 2, 2, {"parallel.sequence_parallel=true", "parallel.zero=" + std::to_string(zero)});
   const loom::TrainResult got = loom::train(cfg, ctx, nullptr, keep_grads());
 
   const auto layout_err = gradient_errors(cfg, ctx, got.first_step_grads, bf16.first_step_grads);
@@ -179,7 +186,10 @@ TEST(MixedPrecision, Bf16In3DMatchesSingleProcessBf16) {
     drift = std::max(drift, std::abs(double(got.train_losses[s]) / bf16.train_losses[s] - 1));
   }
   if (ctx.rank() == 0)
-    std::printf("bf16 2x2x2 vs single: worst gradient error %.3f of bf16's own, loss drift %.2e\n", worst, drift);
+    std::printf("bf16 2x2x2 ZeRO-%d vs single: worst gradient error %.3f of bf16's own, loss drift %.2e\n", zero,
+                worst, drift);
 }
+
+INSTANTIATE_TEST_SUITE_P(Zero, MixedPrecision3D, testing::Values(1, 3));
 
 }  // namespace

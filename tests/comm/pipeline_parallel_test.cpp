@@ -96,6 +96,9 @@ std::vector<Layout> layouts() {
   // 3D: dp x tp x pp = 2 x 2 x 2 at 8 ranks.
   out.push_back({2, 2, "1f1b", 4, 1, true, 1});
   out.push_back({2, 2, "interleaved", 4, 2, false, 2});
+  // ZeRO-3: each chunk's blocks gathered as the schedule reaches them.
+  out.push_back({2, 1, "interleaved", 4, 2, false, 3});
+  out.push_back({2, 2, "1f1b", 4, 1, true, 3});
   return out;
 }
 

@@ -89,7 +89,7 @@ TEST_P(TensorParallel, ReproducesTheSingleProcessRun) {
 INSTANTIATE_TEST_SUITE_P(Matrix, TensorParallel,
                          testing::Values(Layout{2, false, 0, 1}, Layout{2, true, 0, 1}, Layout{4, false, 0, 1},
                                          Layout{4, true, 0, 2}, Layout{2, true, 1, 1}, Layout{2, false, 2, 2},
-                                         Layout{4, true, 2, 1}),
+                                         Layout{4, true, 2, 1}, Layout{2, true, 3, 2}),
                          layout_name);
 
 }  // namespace

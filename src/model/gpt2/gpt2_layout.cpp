@@ -27,6 +27,7 @@ ParamLayout make_layout(const ModelConfig& cfg, const ModelShard& shard, Tensors
   t.blocks.resize(size_t(end - first));
   for (int l = end - 1; l >= first; l--) {
     std::string h = "h." + std::to_string(l) + ".";
+    lay.adding_block = l;
     BlockTensors& b = t.blocks[size_t(l - first)];
     b.fc_proj_w = lay.add(h + "mlp.c_proj.weight", {C, F}, Init::Normal, proj_std, cols);
     b.fc_proj_b = lay.add(h + "mlp.c_proj.bias", {C}, Init::Zeros, 0, whole);
@@ -41,6 +42,7 @@ ParamLayout make_layout(const ModelConfig& cfg, const ModelShard& shard, Tensors
     b.ln1_w = norm(h + "ln_1.weight", Init::Ones);
     b.ln1_b = norm(h + "ln_1.bias", Init::Zeros);
   }
+  lay.adding_block = -1;
   if (shard.embedding) {
     t.wpe = lay.add("wpe.weight", {T, C}, Init::Normal, std, whole);
     lay.params[size_t(t.wpe)].sequence_partial = true;

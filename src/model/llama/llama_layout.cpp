@@ -23,13 +23,17 @@ ParamLayout make_layout(const ModelConfig& cfg, const ModelShard& shard, Tensors
   const TensorSplit vocab_rows{0, {shard.padded_vocab(cfg)}};
   const bool tied = cfg.tied();
   if (shard.head) {
-    if (!tied) t.head = lay.add("lm_head.weight", {V, C}, Init::Normal, std, vocab_rows);
+    if (!tied) {
+      t.head = lay.add("lm_head.weight", {V, C}, Init::Normal, std, vocab_rows);
+      lay.params[size_t(t.head)].products_only = true;
+    }
     t.norm = norm("model.norm.weight");
   }
   const int first = shard.first_layer, end = shard.layers_end(cfg);
   t.blocks.resize(size_t(end - first));
   for (int l = end - 1; l >= first; l--) {
     const std::string h = "model.layers." + std::to_string(l) + ".";
+    lay.adding_block = l;
     BlockTensors& b = t.blocks[size_t(l - first)];
     b.down = lay.add(h + "mlp.down_proj.weight", {C, F}, Init::Normal, proj_std, cols);
     b.gate_up = lay.add(h + "mlp.gate_up_proj.weight", {2 * F, C}, Init::Normal, std, TensorSplit{0, {F, F}});
@@ -39,6 +43,7 @@ ParamLayout make_layout(const ModelConfig& cfg, const ModelShard& shard, Tensors
                     TensorSplit{0, {q_rows, kv_rows, kv_rows}});
     b.attn_norm = norm(h + "input_layernorm.weight");
   }
+  lay.adding_block = -1;
   if (shard.embedding || (tied && shard.head)) {
     t.embed = lay.add("model.embed_tokens.weight", {V, C}, Init::Normal, std, vocab_rows);
     lay.params[size_t(t.embed)].tied_across_stages = tied && !(shard.embedding && shard.head);

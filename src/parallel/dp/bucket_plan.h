@@ -27,7 +27,10 @@ class BucketPlan {
   };
 
   // bucket_bytes: the wanted size, rounded to a whole number of units (at least one).
-  BucketPlan(const FlatLayout& layout, double bucket_bytes, int shards);
+  // breaks: offsets where a new bucket must begin (ZeRO-3's gathered
+  // segments); each becomes a cut at the unit below and the unit above it,
+  // so only a one-unit bucket straddles two segments.
+  BucketPlan(const FlatLayout& layout, double bucket_bytes, int shards, const std::vector<int64_t>& breaks = {});
 
   const std::vector<Bucket>& buckets() const { return buckets_; }
   int shards() const { return shards_; }
