@@ -86,11 +86,13 @@ int parse_int(const std::string& s, const char* what) {
 // trainer's (Replica::reduce/update): in bf16/fp16 the gradients are unscaled
 // and checked for inf/NaN, an overflowing step skips AdamW, and AdamW writes
 // the 16-bit weight copies as it updates.
-int run_child(const BenchShape& shape, int threads, int steps, ComputePrecision precision) {
+int run_child(const BenchShape& shape, int threads, int steps, ComputePrecision precision, Recompute recompute) {
   set_threads(threads);
   const ModelConfig& cfg = shape.model;
   const int B = shape.B, T = cfg.seq_len;
-  auto model_owner = make_stage_module(cfg, ModelShard{}, TensorParallel{}, B, T, StageBuffers{nullptr, nullptr, 0, 1, precision});
+  StageBuffers buffers{nullptr, nullptr, 0, 1, precision};
+  buffers.recompute = recompute;
+  auto model_owner = make_stage_module(cfg, ModelShard{}, TensorParallel{}, B, T, buffers);
   StageModule& model = *model_owner;
   model.init_parameters(1234);
   const bool mixed = precision != ComputePrecision::fp32;
@@ -140,6 +142,31 @@ StepResult run_and_parse(const std::string& command) { return parse_step_result(
 
 std::string fmt(const StepResult& m, const char* f, double v) { return m.ok ? strprintf(f, v) : std::string("-"); }
 
+// --recompute none,selective,full: loom only, one process per mode; step
+// time and activation memory against the first mode's, measured in this run.
+void print_recompute_table(const std::string& exe, const std::string& shape, int threads, int steps,
+                           ComputePrecision precision, const std::vector<Recompute>& modes) {
+  std::printf("%-10s %3s %5s %-5s | %-9s | %10s %9s %8s | %9s %9s\n", "shape", "thr", "steps", "prec", "recompute",
+              "step ms", "act MiB", "RSS MiB", "time x", "act x");
+  StepResult first;
+  const BenchShape& s = find_shape(shape);
+  const double tokens = double(s.B) * s.model.seq_len;
+  for (Recompute r : modes) {
+    const StepResult m = run_and_parse(strprintf("'%s' bench step-child --shape %s --threads %d --steps %d "
+                                                 "--precision %s --recompute %s 2>&1",
+                                                 exe.c_str(), shape.c_str(), threads, steps,
+                                                 compute_precision_name(precision), to_string(r)));
+    if (r == modes.front()) first = m;
+    const bool both = m.ok && first.ok;
+    std::printf("%-10s %3d %5d %-5s | %-9s | %10s %9s %8s | %9s %9s\n", shape.c_str(), threads, steps,
+                compute_precision_name(precision), to_string(r), fmt(m, "%.1f", 1e3 * tokens / m.tokens_per_s).c_str(),
+                fmt(m, "%.1f", m.activation_mib).c_str(), fmt(m, "%.0f", m.peak_rss_mb).c_str(),
+                both ? strprintf("%.2fx", first.tokens_per_s / m.tokens_per_s).c_str() : "-",
+                both ? strprintf("%.2fx", m.activation_mib / first.activation_mib).c_str() : "-");
+    std::fflush(stdout);
+  }
+}
+
 // --precision fp32,bf16: each once, in the order given.
 std::vector<ComputePrecision> parse_precisions(const std::string& list) {
   std::vector<ComputePrecision> out;
@@ -174,6 +201,7 @@ int cmd_bench(const Args& args) {
   std::vector<ComputePrecision> precisions = {ComputePrecision::fp32};
   int steps = 0;
   bool pytorch = true, autocast = false, per_run_table = false;
+  std::vector<Recompute> recompute;  // --recompute: the recomputation table instead
   for (size_t i = 1; i < args.size(); i++) {
     auto value = [&](const char* flag) {
       LOOM_USER_CHECK(i + 1 < args.size(), "bench: %s needs a value", flag);
@@ -193,6 +221,8 @@ int cmd_bench(const Args& args) {
     else if (a == "--precision") precisions = parse_precisions(value("--precision")), per_run_table = true;
     else if (a == "--torch-autocast") autocast = per_run_table = true;
     else if (a == "--no-pytorch") pytorch = false;
+    else if (a == "--recompute")
+      for (auto& r : split(value("--recompute"))) recompute.push_back(parse_recompute(r, "bench: --recompute"));
     else throw UserError(strprintf("bench: unknown option '%s'", a.c_str()));
   }
   for (auto& s : shapes) find_shape(s);  // reject unknown names before running anything
@@ -200,7 +230,18 @@ int cmd_bench(const Args& args) {
   LOOM_USER_CHECK(!(autocast && !pytorch), "bench: --torch-autocast runs PyTorch; it cannot go with --no-pytorch");
   if (child) {
     const BenchShape& s = find_shape(shapes.at(0));
-    return run_child(s, threads.at(0), steps > 0 ? steps : s.default_steps, precisions.at(0));
+    return run_child(s, threads.at(0), steps > 0 ? steps : s.default_steps, precisions.at(0),
+                     recompute.empty() ? Recompute::none : recompute.at(0));
+  }
+  if (!recompute.empty()) {
+    std::printf("loom bench step --recompute: median step after 1 warm-up, each mode in its own process; "
+                "time x / act x: against the first mode, this run\n%s\n\n",
+                cpu::describe_dispatch().line().c_str());
+    for (const auto& name : shapes)
+      for (int t : threads)
+        for (ComputePrecision p : precisions)
+          print_recompute_table(self_exe(), name, t, steps > 0 ? steps : find_shape(name).default_steps, p, recompute);
+    return 0;
   }
 
   const std::string exe = self_exe(), tool = project_root() + "/tools/bench_pytorch.py";

@@ -53,7 +53,7 @@ commands:
                              schedule ("1f1b" | "gpipe" | "interleaved") virtual_stages (chunks
                              per stage, interleaved) pp_layers ([blocks per virtual stage];
                              [] = balanced by cost)
-                             zero (0 | 1 | 2) bucket_mb (MiB per gradient bucket, > 0)
+                             zero (0 | 1 | 2 | 3) bucket_mb (MiB per gradient bucket, > 0)
                   [precision] compute (fp32 | bf16 | fp16) loss_scale ("" = dynamic for fp16, else
                              off | fixed | dynamic) initial_scale growth_factor backoff_factor
                              growth_interval hysteresis min_scale allow_unscaled_fp16
@@ -67,8 +67,9 @@ commands:
           Data parallelism: batch_size = dp x micro_batch_size x accumulation steps;
           gradients accumulate over the micro-batches, then each bucket is averaged over
           the replicas while backward goes on. parallel.zero = 1 shards the AdamW state
-          over the dp ranks (gradients reduce-scattered, parameters all-gathered), 2 also
-          the gradients.
+          over the dp ranks (gradients reduce-scattered, parameters all-gathered; in bf16 /
+          fp16 the fp32 master weights too), 2 also the gradients, 3 also the parameters:
+          each block is all-gathered just before its forward and backward, then freed.
           Tensor parallelism (parallel.tp, Megatron-LM's scheme): every block's heads and MLP
           features, and the vocabulary, split over tp ranks (keep them inside a node); tp must
           divide model.n_head (LLaMA: and model.n_kv_head; kv heads are not replicated).

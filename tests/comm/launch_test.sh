@@ -102,7 +102,9 @@ echo "ok: checkpoints, resume, layout auto"
 expect_bad 2 "'train.batch_size' (4) must be divisible by parallel.dp (2) x train.micro_batch_size (3)" \
   --set train.micro_batch_size=3
 expect_bad 2 "'parallel.bucket_mb' must be in (0, 65536]" --set parallel.bucket_mb=0
-expect_bad 2 "'parallel.zero' must be 0, 1 or 2" --set parallel.zero=3
+expect_bad 2 "'parallel.zero' must be 0, 1, 2 or 3" --set parallel.zero=4
+expect_bad 2 "'parallel.zero' must be 0, 1, 2 or 3" --set parallel.zero=-1
+expect_bad 2 "train.recompute: unknown recomputation 'some'" --set train.recompute=some
 
 # Mixed precision (issue 8): unknown names and unscaled fp16 are refused;
 # fp16 under ZeRO-1 with a bf16 gradient reduction trains and logs its scale.

@@ -224,7 +224,7 @@ TEST(Config, DataParallelFieldsAreChecked) {
     return "";
   };
   EXPECT_NE(error({"parallel.bucket_mb=0"}).find("'parallel.bucket_mb' must be in (0, 65536]"), std::string::npos);
-  EXPECT_NE(error({"parallel.zero=3"}).find("'parallel.zero' must be 0, 1 or 2"), std::string::npos);
+  EXPECT_NE(error({"parallel.zero=4"}).find("'parallel.zero' must be 0, 1, 2 or 3"), std::string::npos);
   EXPECT_NE(error({"train.micro_batch_size=-1"}).find("'train.micro_batch_size'"), std::string::npos);
   EXPECT_NE(error({"train.batch_size=4", "train.micro_batch_size=5"}).find("'train.micro_batch_size'"),
             std::string::npos);
