@@ -74,7 +74,7 @@ Options parse(const Args& args) {
       o.zero.clear();
       std::stringstream list(value());
       for (std::string z; std::getline(list, z, ',');) o.zero.push_back(positive_int(z, "--zero", 0));
-      for (int z : o.zero) LOOM_USER_CHECK(z <= 2, "bench scaling: --zero takes stages 0, 1, 2");
+      for (int z : o.zero) LOOM_USER_CHECK(z <= 3, "bench scaling: --zero takes stages 0, 1, 2, 3");
     } else {
       throw UserError(strprintf("bench scaling: unknown option '%s'", a.c_str()));
     }
@@ -88,7 +88,8 @@ struct Row {
   int ranks = 0, zero = 0;
   double tp_comm_ms = 0, bubble = 0;
   double tokens_per_s = 0, step_ms = 0, overlap = 0, wait_ms = 0, calls_ms = 0, optimizer_ms = 0, buckets = 0;
-  double rss_mb = 0, state_mb = 0, grad_mb = 0;
+  double rss_mb = 0, state_mb = 0, grad_mb = 0, param_mb = 0;
+  double model_state_mb() const { return param_mb + grad_mb + state_mb; }
 };
 
 Row run_config(const Options& o, int ranks, int zero, const std::string& layout = "dp") {
@@ -112,6 +113,7 @@ Row run_config(const Options& o, int ranks, int zero, const std::string& layout 
   r.rss_mb = json_number(line, "peak_rss_mb");
   r.state_mb = json_number(line, "adamw_mb");
   r.grad_mb = json_number(line, "grad_mb");
+  r.param_mb = json_number(line, "param_mb");
   return r;
 }
 
@@ -132,9 +134,9 @@ int cmd_bench_scaling(const Args& args) {
   std::printf("loom bench scaling: small shape (V=4096 L=6 C=384 H=6 T=256), micro-batch %d per rank, 1 thread per "
               "rank,\n%d timed steps after 1 warm-up, buckets of %g MiB; median tokens/s of %d run(s) per row\n\n",
               o.micro_batch, o.steps, o.bucket_mb, o.repeat);
-  std::printf("%6s %5s %4s | %7s %8s %10s | %7s %7s %8s %8s %8s %8s %7s | %12s %9s %9s\n", "layout", "ranks",
-              "zero", "tok/s", "step ms", "efficiency", "buckets", "overlap", "wait ms", "calls ms", "tp ms",
-              "optim ms", "bubble", "peak RSS MiB", "AdamW MiB", "grads MiB");
+  std::printf("%6s %5s %4s | %7s %8s %10s | %7s %7s %8s %8s %8s %8s %7s | %12s %9s %9s %10s %11s\n", "layout",
+              "ranks", "zero", "tok/s", "step ms", "efficiency", "buckets", "overlap", "wait ms", "calls ms", "tp ms",
+              "optim ms", "bubble", "peak RSS MiB", "AdamW MiB", "grads MiB", "params MiB", "state MiB");
   std::fflush(stdout);
   // One row per (layout, ZeRO stage): ZeRO stages apply to data parallelism.
   std::vector<std::pair<std::string, int>> configs;
@@ -150,11 +152,13 @@ int cmd_bench_scaling(const Args& args) {
   }
   auto print = [&](const Row& r, double efficiency) {
     const bool reduces = r.ranks > 1 && r.layout == "dp";
-    std::printf("%6s %5d %4d | %7.0f %8.1f %10s | %7.0f %7s %8.1f %8.1f %8.1f %8.1f %6.1f%% | %12.0f %9.1f %9.1f\n",
+    std::printf("%6s %5d %4d | %7.0f %8.1f %10s | %7.0f %7s %8.1f %8.1f %8.1f %8.1f %6.1f%% | %12.0f %9.1f %9.1f "
+                "%10.1f %11.1f\n",
                 r.ranks > 1 ? r.layout.c_str() : "-", r.ranks, r.zero, r.tokens_per_s, r.step_ms,
                 efficiency < 0 ? "-" : strprintf("%.3f", efficiency).c_str(), r.buckets,
                 reduces ? strprintf("%.0f%%", 100 * r.overlap).c_str() : "-", r.wait_ms, r.calls_ms, r.tp_comm_ms,
-                r.optimizer_ms, 100 * std::max(0.0, r.bubble), r.rss_mb, r.state_mb, r.grad_mb);
+                r.optimizer_ms, 100 * std::max(0.0, r.bubble), r.rss_mb, r.state_mb, r.grad_mb, r.param_mb,
+                r.model_state_mb());
   };
   const Row base = median(single);
   print(base, -1);
@@ -172,7 +176,9 @@ int cmd_bench_scaling(const Args& args) {
       "optim ms   = per step, AdamW (and under ZeRO the all-gather of the updated parameters)\n"
       "tp ms      = per step, waiting on tensor-parallel collectives (tp layout: ranks split each layer)\n"
       "bubble     = pipeline idle share of the worst stage (pp layout: ranks are stages, m = ranks micro-batches)\n"
-      "peak RSS   = the largest over ranks; AdamW, grads = per rank, grads after a step (ZeRO-2: the shard)\n",
+      "peak RSS   = the largest over ranks; AdamW, grads = per rank, grads after a step (ZeRO-2, 3: the shard)\n"
+      "params     = per rank: the fp32 parameters (ZeRO-3: the master shard plus the most gathered at once)\n"
+      "state      = params + grads + AdamW: the model state a rank holds\n",
       o.ranks, o.ranks);
   return 0;
 }
@@ -200,10 +206,12 @@ int cmd_bench_scaling_child(const Args& args, MpiRuntime& mpi) {
   if (mpi.world_rank() == 0)
     std::printf("{\"ranks\": %d, \"zero\": %d, \"tokens_per_s\": %.1f, \"step_ms\": %.1f, \"overlap\": %.4f, "
                 "\"wait_ms\": %.2f, \"calls_ms\": %.2f, \"optimizer_ms\": %.2f, \"buckets\": %d, "
-                "\"peak_rss_mb\": %.1f, \"adamw_mb\": %.2f, \"grad_mb\": %.2f, \"tp_comm_ms\": %.2f, \"bubble\": %.4f}\n",
+                "\"peak_rss_mb\": %.1f, \"adamw_mb\": %.2f, \"grad_mb\": %.2f, \"param_mb\": %.2f, "
+                "\"tp_comm_ms\": %.2f, \"bubble\": %.4f}\n",
                 world, zero, r.tokens_per_s, 1e3 * cfg.train.batch_size * cfg.model.seq_len / r.tokens_per_s,
                 r.reduce_overlap, r.reduce_wait_ms, r.reduce_calls_ms, r.optimizer_ms, r.buckets, rss,
-                double(r.optimizer_state_bytes) / (1 << 20), double(r.grad_bytes) / (1 << 20), r.tp_comm_ms, bubble);
+                double(r.optimizer_state_bytes) / (1 << 20), double(r.grad_bytes) / (1 << 20),
+                double(r.param_bytes) / (1 << 20), r.tp_comm_ms, bubble);
   return 0;
 }
 

@@ -116,7 +116,7 @@ commands:
           Pipeline parallelism, pp=2 with one core per stage, GPipe / 1F1B / interleaved (v=2):
           measured bubble per stage against (pp-1)/(v m + pp-1), activation sets held and their
           bound, planned activation MiB per stage, tokens/s.
-            loom bench scaling [--ranks 2] [--zero 0,1,2] [--steps 8] [--micro-batch 4]
+            loom bench scaling [--ranks 2] [--zero 0,1,2,3] [--steps 8] [--micro-batch 4]
                                [--bucket-mb 4] [--repeat 1]
           Weak scaling of data parallelism on the "small" shape, 1 thread per rank: 1 rank
           against N ranks for each ZeRO stage; efficiency = tokens/s(N) / (N x tokens/s(1)),
