@@ -67,8 +67,8 @@ ParamGather::ParamGather(const FlatLayout& layout, const std::vector<std::pair<i
     const Segment& s = segs_[size_t(segment_of_[t])];
     const int64_t at = s.window + (layout.tensors[t].offset - s.lo);
     params_at_[t] = windows_.data() + at;
-    // The 16-bit copy sits at the same element index of its own windows.
-    if (copy_) weights_at_[t] = reinterpret_cast<uint16_t*>(copy_->data()) + at;
+    // The 16-bit copy fills the first half of the same window in its own buffer.
+    if (copy_) weights_at_[t] = reinterpret_cast<uint16_t*>(copy_->data() + s.window) + (at - s.window);
   }
 }
 
@@ -98,8 +98,8 @@ void ParamGather::finish(Segment& s) {
   s.gathers.clear();
   const float* values = windows_.data() + s.window;
   const size_t n = size_t(s.hi - s.lo);
-  if (compute_ == DType::bf16) cpu::narrow(reinterpret_cast<bf16*>(copy_->data()) + s.window, values, n);
-  if (compute_ == DType::f16) cpu::narrow(reinterpret_cast<f16*>(copy_->data()) + s.window, values, n);
+  if (compute_ == DType::bf16) cpu::narrow(reinterpret_cast<bf16*>(copy_->data() + s.window), values, n);
+  if (compute_ == DType::f16) cpu::narrow(reinterpret_cast<f16*>(copy_->data() + s.window), values, n);
   s.state = State::present;
 }
 
