@@ -156,7 +156,7 @@ void TransformerStage::plan(int B, int T, int slots) {
     s.head_in = nullptr;
     if (head) p.want(&s.head_in, R * C, a);
   }
-  if (head) p.want(&logits_, N * Vl, a), p.want(&losses_, N), p.want(&xent_scratch_, 3 * N);
+  if (head) p.want(&logits_, size_t(head_chunk_rows(int(N))) * Vl, a), p.want(&losses_, N), p.want(&xent_scratch_, 3 * N);
   if (head && sp) p.want(&head_in_full_, N * C, a);
   if (sp) p.want(&gathered_, N * C, a), p.want(&grad_work_, N * C);
   p.want(&dbuf_c_, R * C);
@@ -176,6 +176,7 @@ void TransformerStage::plan(int B, int T, int slots) {
 const float* TransformerStage::logits() const {
   LOOM_CHECK(compute_ == ComputePrecision::fp32, "logits() of a %s model: they are kept in 16 bits",
              compute_precision_name(compute_));
+  LOOM_CHECK(logits_whole_, "logits(): the head ran in chunks of rows; only the last chunk's are kept");
   return as<float>(logits_);
 }
 
@@ -213,12 +214,26 @@ void TransformerStage::forward_stage(int slot, const int32_t* tokens, int B, int
 // logits[N, Vl] = head_in[N, C] @ head_rows[Vl, C]^T (head_in gathered with
 // sequence parallelism). In bf16 / fp16 the logits are rounded once to 16
 // bits; the softmax and the loss widen them and compute in fp32.
+//
+// The head runs on chunks of rows so that a large vocabulary's logits never
+// exist for the whole micro-batch at once (GPT-2's 50k for 1024 tokens are
+// 196 MiB in fp32): at most kHeadChunkElems of them, loss and gradient taken
+// per chunk. One chunk with sequence parallelism (its reduce-scatter splits
+// all rows) and whenever the whole fits.
+int TransformerStage::head_chunk_rows(int N) const {
+  if (tp_.sequence_parallel() || int64_t(N) * vocab_.rows <= kHeadChunkElems) return N;
+  return std::max(1, int(kHeadChunkElems / vocab_.rows));
+}
+
 template <class A>
-void TransformerStage::head_logits(int slot, int N) {
-  const int C = cfg_.d_model;
-  const A* x = tp_.gather_rows(as<A>(head_input(slot)), as<A>(head_in_full_), N, C);
-  tp::column_parallel_forward(ops_.matmul(), as<A>(logits_), x, access_.weight<A>(shared_.head), nullptr, N, C,
-                              vocab_.rows);
+const A* TransformerStage::head_input_rows(int slot, int N) {
+  return tp_.gather_rows(as<A>(head_input(slot)), as<A>(head_in_full_), N, cfg_.d_model);
+}
+
+template <class A>
+void TransformerStage::head_logits(const A* x, int rows) {
+  tp::column_parallel_forward(ops_.matmul(), as<A>(logits_), x, access_.weight<A>(shared_.head), nullptr, rows,
+                              cfg_.d_model, vocab_.rows);
 }
 
 float TransformerStage::stage_loss(int slot, const int32_t* targets, int B, int T) {
@@ -226,11 +241,17 @@ float TransformerStage::stage_loss(int slot, const int32_t* targets, int B, int 
   const int N = B * T;
   check_targets(targets, N, cfg_.vocab_size);
   use(unit_head_);
+  const int chunk = head_chunk_rows(N), C = cfg_.d_model;
   with_compute_type([&](auto a) {
     using A = decltype(a);
-    head_logits<A>(slot, N);
-    tp::cross_entropy(tp_, losses_, as<A>(logits_), xent_scratch_, targets, vocab_, N, false, 0.f);
+    const A* x = head_input_rows<A>(slot, N);
+    for (int r0 = 0; r0 < N; r0 += chunk) {
+      const int n = std::min(chunk, N - r0);
+      head_logits<A>(x + size_t(r0) * C, n);
+      tp::cross_entropy(tp_, losses_ + r0, as<A>(logits_), xent_scratch_, targets + r0, vocab_, n, false, 0.f);
+    }
   });
+  logits_whole_ = chunk == N;
   done(unit_head_);
   return mean_loss(losses_, N, count_targets(targets, N));
 }
@@ -246,18 +267,23 @@ float TransformerStage::backward_stage(int slot, const int32_t* tokens, const in
     const int valid = count_targets(targets, N);
     const float dloss = valid > 0 ? loss_scale / float(valid) : 0.f;
     use(unit_norm_head_, unit_block_.empty() ? no_unit_ : unit_block_.back());
+    const int chunk = head_chunk_rows(N);
     with_compute_type([&](auto a) {
       using A = decltype(a);
-      head_logits<A>(slot, N);
-      // logits_ becomes d(loss)/d(logits) in place.
-      A* const dlogits = as<A>(logits_);
-      tp::cross_entropy(tp_, losses_, dlogits, xent_scratch_, targets, vocab_, N, true, dloss);
-      // dnorm = reduce(dlogits @ head_rows); dhead_rows += dlogits^T @ head_in
-      tp::column_parallel_backward(ops_.matmul(), tp_, dbuf_c_, sp ? grad_work_ : dbuf_c_,
-                                   access_.grad(shared_.head), nullptr, dlogits,
-                                   sp ? as<A>(head_in_full_) : as<A>(s.head_in), access_.weight<A>(shared_.head), N,
-                                   C, vocab_.rows);
+      const A* x = head_input_rows<A>(slot, N);
+      A* const dlogits = as<A>(logits_);  // the logits become d(loss)/d(logits) in place
+      for (int r0 = 0; r0 < N; r0 += chunk) {
+        const int n = std::min(chunk, N - r0);
+        head_logits<A>(x + size_t(r0) * C, n);
+        tp::cross_entropy(tp_, losses_ + r0, dlogits, xent_scratch_, targets + r0, vocab_, n, true, dloss);
+        // dnorm = reduce(dlogits @ head_rows); dhead_rows += dlogits^T @ head_in
+        float* dnorm = dbuf_c_ + size_t(r0) * C;
+        tp::column_parallel_backward(ops_.matmul(), tp_, dnorm, sp ? grad_work_ : dnorm, access_.grad(shared_.head),
+                                     nullptr, dlogits, x + size_t(r0) * C, access_.weight<A>(shared_.head), n, C,
+                                     vocab_.rows);
+      }
     });
+    logits_whole_ = chunk == N;
     loss = mean_loss(losses_, N, valid);
     // An untied head's gradient is final here; a tied one waits for the embedding's.
     if (shared_.head != shared_.embed) grad_ready(shared_.head);

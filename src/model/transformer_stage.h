@@ -189,8 +189,12 @@ class TransformerStage : public StageModule {
     void* head_in;    // A, [R, C]: the final norm's output (head chunk)
     float* dres;      // [R, C]: gradient of the residual stream, updated in place
   };
+  static constexpr int64_t kHeadChunkElems = int64_t(1) << 23;  // 32 MiB of fp32 logits
+  int head_chunk_rows(int N) const;
   template <class A>
-  void head_logits(int slot, int N);
+  const A* head_input_rows(int slot, int N);  // [N, C]: gathered with sequence parallelism
+  template <class A>
+  void head_logits(const A* x, int rows);
 
   ParamSource* source_;
   // ZeRO-3 units: the token (and position) table, each block, the final
@@ -201,6 +205,7 @@ class TransformerStage : public StageModule {
   std::function<void(int)> grad_ready_;
   std::vector<Slot> slots_;
   void* logits_ = nullptr;  // A: the head's product; the loss's gradient in place in backward
+  bool logits_whole_ = true;  // the last head product covered every row
   float *losses_ = nullptr, *xent_scratch_ = nullptr;
   void* head_in_full_ = nullptr;  // A, [N, C]: the head's input gathered (sequence parallel)
 };
