@@ -13,13 +13,24 @@
 
 namespace {
 
+// A one-chunk model's ZeRO-3 segments and the flat offsets they start at.
+struct Segments {
+  loom::FlatLayout flat;
+  std::vector<std::pair<int, int>> runs;
+  std::vector<int64_t> starts;
+  explicit Segments(const loom::ModelConfig& cfg)
+      : flat(loom::ParamLayout::for_model(cfg).flat()), runs(loom::zero3_segments(cfg, {loom::ModelShard{}})) {
+    for (auto [first, end] : runs) starts.push_back(flat.tensors[size_t(first)].offset);
+  }
+};
+
 // Every break starts a bucket, or lies inside a one-unit bucket between two cuts.
 TEST(BucketPlan, BreaksCutBucketsAtSegmentStarts) {
   loom::ModelConfig cfg{300, 3, 2, 64, 32};
-  const loom::FlatLayout flat = loom::ParamLayout::for_model(cfg).flat();
-  const auto segments = loom::zero3_segments(cfg, {loom::ModelShard{}});
-  std::vector<int64_t> breaks;
-  for (auto [first, end] : segments) breaks.push_back(flat.tensors[size_t(first)].offset);
+  const Segments seg(cfg);
+  const auto& flat = seg.flat;
+  const auto& segments = seg.runs;
+  const auto& breaks = seg.starts;
   for (int shards : {1, 2, 3, 4}) {
     const loom::BucketPlan plan(flat, 1e9, shards, breaks);
     const int64_t unit = loom::BucketPlan::kAlignFloats * shards;
@@ -74,12 +85,10 @@ TEST(ParamLayout, InitRangeMatchesTheWholeInitialization) {
 // On one rank the gather is a copy of the master into the segment's window;
 // released windows leave memory, and 16-bit copies are the rounded values.
 TEST(ParamGather, OneRankGathersSegmentsIntoTheirWindows) {
-  loom::ModelConfig cfg{300, 3, 2, 64, 32};
-  const loom::FlatLayout flat = loom::ParamLayout::for_model(cfg).flat();
-  const auto segments = loom::zero3_segments(cfg, {loom::ModelShard{}});
-  std::vector<int64_t> breaks;
-  for (auto [first, end] : segments) breaks.push_back(flat.tensors[size_t(first)].offset);
-  const loom::BucketPlan plan(flat, 4096, 1, breaks);
+  const Segments seg(loom::ModelConfig{300, 3, 2, 64, 32});
+  const auto& flat = seg.flat;
+  const auto& segments = seg.runs;
+  const loom::BucketPlan plan(flat, 4096, 1, seg.starts);
   std::vector<float> master(size_t(plan.shard_total()));
   for (size_t i = 0; i < master.size(); i++) master[i] = float(i % 1000) * 0.25f;
   loom::SelfComm self("dp");
