@@ -8,7 +8,7 @@
 
 namespace loom::planner {
 
-Layout choose_layout(const RunConfig& cfg, int world_size, const ClusterSpec& cluster, bool allow_zero3) {
+Layout choose_layout(const RunConfig& cfg, int world_size, const ClusterSpec& cluster, LayoutSearch search) {
   LOOM_USER_CHECK(world_size >= 1, "world size must be at least 1 (got %d)", world_size);
   constexpr double kMiB = 1024.0 * 1024.0;
   const ModelConfig& m = cfg.model;
@@ -32,7 +32,7 @@ Layout choose_layout(const RunConfig& cfg, int world_size, const ClusterSpec& cl
         if (cfg.train.micro_batch_size > 0 && micro != cfg.train.micro_batch_size) continue;
         // Simplest first: on equal predicted times the earlier one stays.
         for (Recompute recompute : {Recompute::none, Recompute::selective, Recompute::full}) {
-          for (int zero = 0; zero <= (dp > 1 ? (allow_zero3 ? 3 : 2) : 0); zero++) {
+          for (int zero = 0; zero <= (dp > 1 ? (search.zero3 ? 3 : 2) : 0); zero++) {
             Layout l = base;
             l.dp = dp, l.tp = tp, l.pp = pp, l.zero = zero, l.recompute = recompute;
             l.micro_batch = micro, l.micro_batches = rows / micro;

@@ -62,16 +62,20 @@ double bf16_speedup_of_this_cpu();
 // until then --layout auto does not propose it.
 constexpr bool kEngineRunsZero3 = false;
 
+// What choose_layout may propose beyond ZeRO 0-2 and recomputation.
+struct LayoutSearch {
+  bool zero3 = kEngineRunsZero3;  // ZeRO-3 where dp > 1
+};
+
 // The fastest layout loom can run for cfg on world_size ranks (n_head,
 // kv heads and the MLP width divisible by tp, pp <= n_layer, batch divisible
 // by dp x micro-batch, the config's schedule and chunks; ZeRO 0-2, and 3
-// when dp > 1 and allow_zero3; recomputation none, selective or full) whose
+// when dp > 1 and search.zero3; recomputation none, selective or full) whose
 // ranks fit the machine's memory together. Recomputation costs time, so it
 // is chosen only where nothing faster fits. train.micro_batch_size, when
 // set, is kept; the chunks, sequence parallelism and precision are the
 // config's. with_layout(cfg, chosen) (layout.h) is the run. Throws
 // UserError if no layout fits, saying how much memory is missing.
-Layout choose_layout(const RunConfig& cfg, int world_size, const ClusterSpec& cluster,
-                         bool allow_zero3 = kEngineRunsZero3);
+Layout choose_layout(const RunConfig& cfg, int world_size, const ClusterSpec& cluster, LayoutSearch search = {});
 
 }  // namespace loom::planner

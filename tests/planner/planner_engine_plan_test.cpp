@@ -245,9 +245,9 @@ TEST(PlannerEnginePlan, ChooseLayoutProposesZero3WhenOnlyItFits) {
   ASSERT_LT(z3, z2);
   cfg.parallel.zero = 0;
   const ClusterSpec tight = with_memory(4, (z2 + z3) / 2);
-  EXPECT_THROW(choose_layout(cfg, 4, tight, false), UserError);
-  EXPECT_EQ(choose_layout(cfg, 4, tight, true).zero, 3);
-  EXPECT_LE(choose_layout(cfg, 4, roomy_cluster(4), true).zero, 2);  // roomy: less traffic wins
+  EXPECT_THROW(choose_layout(cfg, 4, tight, LayoutSearch{false}), UserError);
+  EXPECT_EQ(choose_layout(cfg, 4, tight, LayoutSearch{true}).zero, 3);
+  EXPECT_LE(choose_layout(cfg, 4, roomy_cluster(4), LayoutSearch{true}).zero, 2);  // roomy: less traffic wins
 }
 
 }  // namespace
