@@ -24,7 +24,6 @@ struct LoomRun {
   Recompute recompute;
   PipelinePlan plan;
   bool lowp() const { return compute != ComputePrecision::fp32; }
-  double a() const { return lowp() ? 2 : 4; }  // bytes of a compute-type element
 };
 
 LoomRun loom_run(const RunConfig& cfg, int world) {
@@ -55,12 +54,10 @@ LoomRun loom_run(const RunConfig& cfg, int world) {
                   "parallel.sequence_parallel splits each micro-batch's %d x %d tokens over parallel.tp = %d ranks: "
                   "they must divide evenly",
                   micro, m.seq_len, p.tp);
-  // ZeRO-3 on one replica shards nothing: the engine runs it as ZeRO-2.
-  const int zero = dp > 1 ? p.zero : std::min(p.zero, 2);
   return {dp,
           p.tp,
           p.pp,
-          zero,
+          p.zero,
           micro,
           rows / micro,
           world,
@@ -75,31 +72,58 @@ LoomRun loom_run(const RunConfig& cfg, int world) {
 struct StagePlan {
   std::vector<double> chunk_params;  // floats per chunk
   double params = 0;                 // floats, every chunk
-  int layers = 0;                    // blocks, every chunk
-  double block = 0;                  // floats of one block (the largest on the stage)
-  double non_block = 0;              // floats of the embeddings, final norm and head
+  double read_fp32 = 0;              // floats the model reads in fp32 (not products_only), in whole pages
+  double gathered = 0;               // ZeRO-3: most floats gathered at once (see zero3_gathered)
   double activations = 0;            // bytes
 };
 
+// ZeRO-3 gathers a block's tensors together and every other tensor on its
+// own, just before use, with the next unit's gather started ahead (model/
+// transformer_stage.cpp, block_stage.h): the embedding and the first block,
+// a block and the next, the final norm and head with the last block. In a
+// layout the final norm and an untied head come before the blocks, the
+// position and token tables after them (the tied head is the token table).
+double zero3_gathered(const ModelConfig& model, const ParamLayout& lay) {
+  double block = 0, before = 0, after = 0, table = 0;
+  std::vector<double> blocks(size_t(model.n_layer), 0.0);
+  bool seen_block = false;
+  for (const ParamSpec& p : lay.params) {
+    const double n = double(p.numel);
+    if (p.block >= 0) blocks[size_t(p.block)] += n, seen_block = true;
+    else if (!seen_block) before += n;
+    else after += n, table = std::max(table, n);
+  }
+  for (double b : blocks) block = std::max(block, b);
+  const double embed = lay.shard.embedding ? after : 0;
+  const double head = lay.shard.head ? before + (model.tied() ? table : 0) : 0;
+  return block + std::max({block, embed, head});
+}
+
 StagePlan stage_plan(const RunConfig& cfg, const LoomRun& r, int stage, int threads) {
+  constexpr int64_t kPage = 4096 / 4;  // floats
   StagePlan s;
   const std::vector<ModelShard> chunks = chunk_shards(cfg, r.plan, stage, 0, r.tp);
-  for (size_t c = 0; c < chunks.size(); c++) {
-    const ModelShard& shard = chunks[c];
-    ModelShard one = shard;  // one block of the chunk, alone
-    one.end_layer = one.first_layer + 1, one.embedding = one.head = false;
-    const double n = double(ParamLayout::for_model(cfg.model, shard).total);
-    const double block = double(ParamLayout::for_model(cfg.model, one).total);
-    const int layers = shard.num_layers(cfg.model);
-    s.chunk_params.push_back(n);
-    s.params += n;
-    s.layers += layers;
-    s.block = std::max(s.block, block);
-    s.non_block += n - layers * block;
-    s.activations += double(planned_activation_bytes(cfg.model, shard, r.micro, cfg.model.seq_len,
-                                                     r.plan.slots[size_t(stage)][c], r.compute, r.recompute,
+  s.chunk_params.resize(chunks.size());
+  // The stage's buffers hold chunk v-1 first (train/replica.cpp's
+  // chunk_offsets); the fp32 values read are the pages their tensors touch.
+  int64_t base = 0, pages = 0, last_page = -1;
+  for (int c = int(chunks.size()) - 1; c >= 0; c--) {
+    const ParamLayout lay = ParamLayout::for_model(cfg.model, chunks[size_t(c)]);
+    for (const ParamSpec& p : lay.params) {
+      if (p.products_only || p.numel == 0) continue;
+      const int64_t first = std::max((base + p.offset) / kPage, last_page + 1);
+      const int64_t last = (base + p.offset + p.numel - 1) / kPage;
+      if (first <= last) pages += last - first + 1, last_page = last;
+    }
+    s.chunk_params[size_t(c)] = double(lay.total);
+    s.params += double(lay.total);
+    s.gathered = std::max(s.gathered, zero3_gathered(cfg.model, lay));
+    s.activations += double(planned_activation_bytes(cfg.model, chunks[size_t(c)], r.micro, cfg.model.seq_len,
+                                                     r.plan.slots[size_t(stage)][size_t(c)], r.compute, r.recompute,
                                                      threads));
+    base += lay.total;
   }
+  s.read_fp32 = double(pages * kPage);
   return s;
 }
 
@@ -107,17 +131,17 @@ struct StageFigures {
   double params, grads, optimizer, activations;
 };
 
-// Model states of a rank holding n parameters (floats), by ZeRO stage:
-//   parameters  ZeRO 0: fp32 master 4n (+ the 16-bit compute copy 2n);
-//               ZeRO 1, 2 (sharded master weights, as Megatron's distributed
-//               optimizer): fp32 compute keeps the whole fp32 parameters,
-//               which are the compute weights (4n); bf16 / fp16 keep the
-//               whole 16-bit compute copy 2n and the fp32 master of their
-//               shard only, 4n / dp;
-//               ZeRO 3: the fp32 master shard 4n / dp (+ the 16-bit shard
-//               2n / dp), and gathered in the compute type the blocks in
-//               use (the current one and the prefetched next) and the
-//               stage's embeddings, final norm and head;
+// Model states of a rank holding n parameters (floats), by ZeRO stage, as
+// train/replica.cpp and parallel/zero/ allocate them:
+//   parameters  ZeRO 0: fp32 4n (+ the 16-bit compute copy 2n);
+//               ZeRO 1, 2 in fp32: 4n, the fp32 parameters are the compute
+//               weights; in bf16 / fp16 (sharded master weights, as
+//               Megatron's distributed optimizer): the fp32 master of the
+//               rank's shard 4n / dp, the whole 16-bit compute copy 2n and
+//               the fp32 values of the tensors the model reads in fp32
+//               (norms, biases, embeddings: not products_only);
+//               ZeRO 3: the fp32 master shard 4n / dp and the most
+//               gathered at once, fp32 (+ 16-bit copy): 4 (6) B each;
 //   gradients   the fp32 buffer 4n (ZeRO >= 1 also the reduced shard 4n / dp;
 //               ZeRO 2, 3 without accumulation keep only the shard and the
 //               buckets in flight outside backward); bf16 reduction adds
@@ -127,8 +151,8 @@ StageFigures stage_memory(const RunConfig& cfg, const LoomRun& r, const StagePla
   const double n = s.params, dp = r.dp;
   StageFigures f;
   if (r.zero == 0) f.params = 4 * n + (r.lowp() ? 2 * n : 0);
-  else if (r.zero <= 2) f.params = r.lowp() ? 2 * n + 4 * n / dp : 4 * n;
-  else f.params = 4 * n / dp + (r.lowp() ? 2 * n / dp : 0) + r.a() * (std::min(2, s.layers) * s.block + s.non_block);
+  else if (r.zero <= 2) f.params = r.lowp() ? 4 * n / dp + 2 * n + 4 * s.read_fp32 : 4 * n;
+  else f.params = 4 * n / dp + (r.lowp() ? 6 : 4) * s.gathered;
   if (r.zero == 0) f.grads = 4 * n;
   else if (r.zero == 1 || r.accumulation > 1) f.grads = 4 * n + 4 * n / dp;
   else f.grads = std::min(4 * n, 4 * n / dp + 2 * double(cfg.parallel.bucket_mb) * kMiB);
@@ -240,16 +264,17 @@ RunPrediction predict_loom_run(const RunConfig& cfg, int world_size, const Clust
     k.f_tp = 2 * layers * tp_ar;
     k.b_tp = tp_per_block_b * layers * tp_ar;
     if (r.zero == 3) {
-      // Each pass all-gathers the chunk's compute weights block by block
-      // (one collective per block and one for the embeddings / head), the
-      // next block's while the current one computes: at least the first
-      // gather is exposed, and whatever the compute does not cover.
+      // Each pass all-gathers the chunk's fp32 weights block by block (one
+      // collective per block and one for the embeddings / head). The engine
+      // starts the next block's gather before the current block computes,
+      // but MPI's non-blocking collectives progress inside MPI calls, which
+      // a block's compute does not make: the gather mostly completes at the
+      // next acquire, so all of it is counted. (ZeRO-3 thus never wins on
+      // time here; --layout auto picks it only to fit.)
       const StagePlan& sp = stages[size_t(vs % r.pp)];
       const double n = sp.chunk_params[size_t(vs / r.pp)];
-      const double g = all_gather_seconds(r.a() * n, r.dp, links.dp) + layers * (r.dp - 1) * links.dp.latency;
-      const double first = g / (layers + 1);
-      k.f_zero3 = std::max(first, g - k.f_compute);
-      k.b_zero3 = std::max(first, g - k.b_compute);
+      const double g = all_gather_seconds(4 * n, r.dp, links.dp) + layers * (r.dp - 1) * links.dp.latency;
+      k.f_zero3 = g, k.b_zero3 = g;
     }
     d.forward.push_back(k.forward());
     d.backward.push_back(k.backward());
@@ -263,11 +288,11 @@ RunPrediction predict_loom_run(const RunConfig& cfg, int world_size, const Clust
     // Gradients: all-reduced (ZeRO 0) or reduce-scattered, bucket by bucket
     // while the last micro-batch's backward computes (ZeRO-3's gathers use
     // the same link, so they hide nothing). ZeRO 1 and 2 then all-gather
-    // the updated compute weights; ZeRO 3 keeps them sharded.
+    // the updated fp32 parameters (or masters); ZeRO 3 keeps them sharded.
     double reduce = 0, gather = 0, window = 0;
     if (r.zero == 0) reduce = all_reduce_seconds(grad_bytes, r.dp, links.dp);
     else reduce = reduce_scatter_seconds(grad_bytes, r.dp, links.dp);
-    if (r.zero == 1 || r.zero == 2) gather = all_gather_seconds(r.a() * n, r.dp, links.dp);
+    if (r.zero == 1 || r.zero == 2) gather = all_gather_seconds(4 * n, r.dp, links.dp);
     for (int c = 0; c < r.plan.v; c++) {
       const PassCost& k = pass[size_t(c * r.pp + s)];
       window += k.b_compute + k.b_tp;

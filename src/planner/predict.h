@@ -58,9 +58,9 @@ ClusterSpec measure_local_cluster_quickly();
 // widened to fp32 elsewhere (the local cluster's bf16 peak).
 double bf16_speedup_of_this_cpu();
 
-// Whether the engine runs parallel.zero = 3 (config validation accepts it):
-// until then --layout auto does not propose it.
-constexpr bool kEngineRunsZero3 = false;
+// Whether --layout auto proposes parallel.zero = 3 (the engine runs it:
+// parallel/zero/param_gather.h).
+constexpr bool kEngineRunsZero3 = true;
 
 // What choose_layout may propose beyond ZeRO 0-2 and recomputation.
 struct LayoutSearch {

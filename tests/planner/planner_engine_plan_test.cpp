@@ -108,9 +108,8 @@ TEST(PlannerEnginePlan, ActivationsAreTheReplicasAllocations) {
     }
 }
 
-// (Selective recomputation keeps one whole block's buffers for the
-// recomputed tensors: it saves memory once the probabilities of the blocks
-// outweigh them, hence 8 blocks of 128 tokens.)
+// (Recomputation keeps one block's dropped tensors for the block being
+// recomputed: 8 blocks of 128 tokens make the savings plain.)
 TEST(PlannerEnginePlan, RecomputationTradesMemoryForTime) {
   RunConfig cfg = tiny();
   cfg.model.n_layer = 8, cfg.model.seq_len = 128;
@@ -170,12 +169,12 @@ TEST(PlannerEnginePlan, SimulatesTheConfiguredSchedule) {
   EXPECT_THROW(run("interleaved", 2), UserError);
 }
 
-// Model states by ZeRO stage (n parameters per rank, dp = 4):
-//   fp32:  ZeRO 0-2 keep 4n of parameters; bf16 ZeRO 1-2 2n + 4n / dp;
-//   ZeRO 3 the master shard (+ 16-bit shard) and the blocks in use.
+// Model states by ZeRO stage (n parameters per rank, dp = 4): fp32 ZeRO 0-2
+// keep 4n of parameters, bf16 ZeRO 1-2 the master shard, the 16-bit copy
+// and the fp32 tensors read as such; ZeRO 3 the master shard and the
+// blocks in use.
 TEST(PlannerEnginePlan, ZeroStagesShardModelStates) {
   RunConfig cfg = tiny();
-  cfg.train.micro_batch_size = 2;
   const ClusterSpec c = roomy_cluster(4);
   auto run = [&](int zero, const char* compute) {
     cfg.parallel.zero = zero, cfg.precision.compute = compute;
@@ -185,18 +184,41 @@ TEST(PlannerEnginePlan, ZeroStagesShardModelStates) {
   EXPECT_EQ(run(0, "fp32").params_bytes, 4 * n);
   EXPECT_EQ(run(1, "fp32").params_bytes, 4 * n);
   EXPECT_EQ(run(0, "bf16").params_bytes, 6 * n);
-  EXPECT_EQ(run(2, "bf16").params_bytes, 2 * n + n);
+  EXPECT_GT(run(2, "bf16").params_bytes, 2 * n + n);
+  EXPECT_LT(run(2, "bf16").params_bytes, 6 * n);
   EXPECT_EQ(run(1, "bf16").optimizer_bytes, 2 * n);
   const RunPrediction z2 = run(2, "bf16"), z3 = run(3, "bf16");
   EXPECT_LT(z3.params_bytes, z2.params_bytes);
-  EXPECT_GT(z3.params_bytes, 1.5 * n);  // master and 16-bit shards, and what is gathered
   EXPECT_EQ(z3.grads_bytes, z2.grads_bytes);
   EXPECT_EQ(z3.optimizer_bytes, z2.optimizer_bytes);
   EXPECT_GT(z3.comm_seconds, 0);
   EXPECT_GT(z3.step_seconds, z2.step_seconds);  // two gathers per micro-batch
-  // One replica: ZeRO-3 shards nothing, as ZeRO-2.
-  cfg.parallel.zero = 3;
-  EXPECT_EQ(predict_loom_run(cfg, 1, roomy_cluster(1)).params_bytes, 6 * n);
+}
+
+// A real single-process Replica after a step: its parameter memory (fp32
+// buffer or master shard, the fp32 values read, ZeRO-3's most gathered at
+// once, the 16-bit copy) against the prediction.
+TEST(PlannerEnginePlan, ParameterMemoryIsTheReplicas) {
+  auto ctx = ParallelContext::create_single();
+  for (const char* compute : {"fp32", "bf16"})
+    for (int zero : {0, 1, 3}) {
+      SCOPED_TRACE(std::string(compute) + " ZeRO-" + std::to_string(zero));
+      RunConfig cfg = tiny();
+      cfg.model.n_layer = 6, cfg.model.d_model = 128, cfg.model.vocab_size = 1024;
+      cfg.precision.compute = compute, cfg.parallel.zero = zero;
+      const int m = cfg.train.batch_size / cfg.train.micro_batch_size, T = cfg.model.seq_len;
+      Replica replica(cfg, *ctx, cfg.train.micro_batch_size, m);
+      replica.init_parameters(1);
+      std::vector<int32_t> tokens(size_t(cfg.train.batch_size) * T);
+      for (size_t i = 0; i < tokens.size(); i++) tokens[i] = int32_t(i * 7 % 1024);
+      replica.forward_backward(tokens, tokens, T);
+      replica.reduce();
+      replica.update(1e-3f, 1.f);
+      const double measured = double(replica.param_bytes() + replica.compute_weight_bytes());
+      const RunPrediction p = predict_loom_run(cfg, 1, roomy_cluster(1));
+      // Equal here; a little slack for where the fp32 values read start on a page.
+      EXPECT_NEAR(p.params_bytes, measured, 0.002 * measured) << p.params_bytes << " vs " << measured;
+    }
 }
 
 ClusterSpec with_memory(int devices, double bytes) {
