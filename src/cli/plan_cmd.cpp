@@ -100,7 +100,7 @@ PlanOptions parse(const Args& args) {
       o.space.seq_parallel = parse_ints(a, value(), 0);
       for (int s : o.space.seq_parallel) LOOM_USER_CHECK(s <= 1, "plan: --sp takes 0 or 1, got %d", s);
     } else if (a == "--precision") {
-      for (const auto& p : split(value())) o.space.precision.push_back(parse_precision(p));
+      for (const auto& p : split(value())) o.space.precision.push_back(parse_compute_precision(p, "--precision"));
     } else if (a == "--recompute") {
       for (const auto& r : split(value())) o.space.recompute.push_back(parse_recompute(r, "--recompute"));
     } else throw UserError(strprintf("plan: unknown option '%s' (try loom --help)", a.c_str()));
@@ -141,19 +141,19 @@ int plan_loom_layout(const PlanOptions& o) {
   RunConfig cfg = load_run_config(o.config.empty() ? "" : resolve_path(o.config), o.sets);
   ClusterSpec cluster = o.cluster_given && o.cluster != "local" ? load_cluster(o.cluster, default_root())
                                                                 : local_cluster_or_default();
-  int micro = 0;
-  ParallelConfig p = choose_layout(cfg, o.ranks, cluster, &micro);
-  RunConfig chosen = cfg;
-  chosen.parallel = p;
-  chosen.train.micro_batch_size = micro;
-  RunPrediction pred = predict_loom_run(chosen, o.ranks, cluster);
+  const Layout p = choose_layout(cfg, o.ranks, cluster);
+  const int micro = p.micro_batch;
+  const std::string recompute = to_string(p.recompute);
+  RunPrediction pred = predict_loom_run(with_layout(cfg, p), o.ranks, cluster);
   std::printf("loom plan --layout auto: %d ranks on %s (%s)\n", o.ranks, cluster.name.c_str(),
               cluster.description.c_str());
-  std::printf("chosen: dp %d tp %d pp %d zero %d, micro-batch %d\n", p.dp, p.tp, p.pp, p.zero, micro);
+  std::printf("chosen: dp %d tp %d pp %d zero %d, micro-batch %d, recompute %s\n", p.dp, p.tp, p.pp, p.zero, micro,
+              recompute.c_str());
   std::printf("predicted: %s\n", pred.describe().c_str());
   std::printf("run it:  mpirun -np %d loom train%s%s --set parallel.dp=%d --set parallel.tp=%d --set parallel.pp=%d "
-              "--set parallel.zero=%d --set train.micro_batch_size=%d\n",
-              o.ranks, o.config.empty() ? "" : " --config ", o.config.c_str(), p.dp, p.tp, p.pp, p.zero, micro);
+              "--set parallel.zero=%d --set train.micro_batch_size=%d --set train.recompute=%s\n",
+              o.ranks, o.config.empty() ? "" : " --config ", o.config.c_str(), p.dp, p.tp, p.pp, p.zero, micro,
+              recompute.c_str());
   return 0;
 }
 

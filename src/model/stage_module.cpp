@@ -19,9 +19,10 @@ std::unique_ptr<StageModule> make_stage_module(const ModelConfig& cfg, const Mod
 }
 
 size_t planned_activation_bytes(const ModelConfig& cfg, const ModelShard& shard, int B, int T, int slots,
-                                ComputePrecision compute, Recompute recompute) {
+                                ComputePrecision compute, Recompute recompute, int threads) {
   StageBuffers plan;
   plan.slots = slots, plan.compute = compute, plan.recompute = recompute, plan.plan_only = true;
+  plan.plan_threads = threads;
   const TensorParallel tp = TensorParallel::shape_only(shard.tp_rank, shard.tp_size, shard.sequence_parallel);
   return make_stage_module(cfg, shard, tp, B, T, plan)->activation_bytes();
 }

@@ -61,6 +61,9 @@ struct StageBuffers {
   // ZeRO-3: parameters come from here (params and weights16 are then unused
   // and nothing is allocated for them).
   ParamSource* source = nullptr;
+  // plan_only: size 16-bit attention's per-thread scratch for this many
+  // threads (0: this process's OpenMP threads, as a real module does).
+  int plan_threads = 0;
 };
 
 class StageModule {
@@ -139,10 +142,11 @@ std::unique_ptr<StageModule> make_stage_module(const ModelConfig& cfg, const Mod
                                                const StageBuffers& buffers = {});
 // The activation memory make_stage_module() would allocate for `shard` (the
 // stored tensors of `slots` micro-batches in flight, the work space, and
-// 16-bit attention's per-thread scratch), computed from the same plan
-// without allocating: what the planner sums.
+// 16-bit attention's per-thread scratch for `threads` threads, 0: this
+// process's), computed from the same plan without allocating: what the
+// planner sums, and what the module's activation_bytes() reports.
 size_t planned_activation_bytes(const ModelConfig& cfg, const ModelShard& shard, int B, int T, int slots,
-                                ComputePrecision compute, Recompute recompute);
+                                ComputePrecision compute, Recompute recompute, int threads = 0);
 // The whole model on one process.
 std::unique_ptr<StageModule> make_model(const ModelConfig& cfg, int B, int T, float* grad_buffer = nullptr,
                                         int64_t param_floats = 0);

@@ -100,9 +100,12 @@ TransformerStage::TransformerStage(const ModelConfig& cfg, ParamLayout layout, S
   vocab_ = {shard.vocab_begin(cfg), int(shard.vocab_per_rank(cfg)), int(shard.vocab_valid(cfg))};
   access_.layout = &layout_;
   if (plan_only_) {
-    // Sizes only: 16-bit attention's per-thread scratch is counted, not made.
+    // Sizes only: 16-bit attention's per-thread scratch is counted, not made
+    // (for buffers.plan_threads threads; 0: this process's, as a real module).
     if (compute_ != ComputePrecision::fp32)
-      attention_work_bytes_ = cpu::attention_lowp_work_floats(T, cfg.d_model / tp.size(), cfg.n_head / tp.size()) * 4;
+      attention_work_bytes_ = cpu::attention_lowp_work_floats(T, cfg.d_model / tp.size(), cfg.n_head / tp.size(), 0,
+                                                              buffers.plan_threads) *
+                              4;
     return;
   }
   // ZeRO-3 units from the layout: blocks by their index, the rest by role.

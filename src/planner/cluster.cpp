@@ -59,11 +59,11 @@ class Reader {
 
 }  // namespace
 
-double ClusterSpec::peak_flops(Precision p) const {
+double ClusterSpec::peak_flops(ComputePrecision p) const {
   switch (p) {
-    case Precision::FP32: return peak_flops_fp32;
-    case Precision::BF16: return peak_flops_bf16;
-    case Precision::FP16: return peak_flops_fp16;
+    case ComputePrecision::fp32: return peak_flops_fp32;
+    case ComputePrecision::bf16: return peak_flops_bf16;
+    case ComputePrecision::fp16: return peak_flops_fp16;
   }
   return 0;
 }

@@ -30,7 +30,7 @@ struct ClusterSpec {
   double inter_latency = 0;
 
   int devices() const { return nodes * devices_per_node; }
-  double peak_flops(Precision p) const;
+  double peak_flops(ComputePrecision p) const;
   // Throws UserError naming the field (from `origin`) if anything is unusable.
   void validate(const std::string& origin) const;
   std::string to_toml() const;

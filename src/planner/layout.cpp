@@ -1,28 +1,41 @@
 #include "planner/layout.h"
 
+#include <algorithm>
+
 #include "core/check.h"
 
 namespace loom::planner {
 
-const char* to_string(Precision p) {
-  switch (p) {
-    case Precision::FP32: return "fp32";
-    case Precision::BF16: return "bf16";
-    case Precision::FP16: return "fp16";
-  }
-  return "?";
-}
-
-Precision parse_precision(const std::string& s) {
-  for (Precision p : {Precision::FP32, Precision::BF16, Precision::FP16})
-    if (s == to_string(p)) return p;
-  throw UserError(strprintf("unknown precision '%s' (fp32, bf16, fp16)", s.c_str()));
-}
-
 std::string Layout::describe() const {
   return strprintf("dp %d tp %d pp %d v %d | micro-batch %d x %d | zero %d | %s | recompute %s%s", dp, tp, pp, v,
-                   micro_batch, micro_batches, zero, to_string(precision), to_string(recompute),
+                   micro_batch, micro_batches, zero, compute_precision_name(precision), to_string(recompute),
                    seq_parallel ? " | seq-parallel" : "");
+}
+
+Layout layout_of(const RunConfig& cfg, int world_size) {
+  const ParallelConfig& p = cfg.parallel;
+  Layout l;
+  l.tp = p.tp, l.pp = p.pp, l.v = p.virtual_stages, l.zero = p.zero;
+  l.dp = p.dp > 0 ? p.dp : std::max(1, world_size / std::max(1, p.tp * p.pp));
+  const int rows = std::max(1, cfg.train.batch_size / l.dp);
+  l.micro_batch = cfg.train.micro_batch_size > 0 ? cfg.train.micro_batch_size : rows;
+  l.micro_batches = std::max(1, rows / l.micro_batch);
+  l.recompute = cfg.train.recompute_mode();
+  l.seq_parallel = p.sequence_parallel;
+  l.precision = cfg.precision.compute_precision();
+  return l;
+}
+
+RunConfig with_layout(RunConfig cfg, const Layout& l) {
+  ParallelConfig& p = cfg.parallel;
+  p.dp = l.dp, p.tp = l.tp, p.pp = l.pp, p.zero = l.zero, p.virtual_stages = l.v;
+  p.sequence_parallel = l.seq_parallel;
+  if (l.v > 1) p.schedule = "interleaved";
+  cfg.train.micro_batch_size = l.micro_batch;
+  cfg.train.batch_size = l.dp * l.micro_batch * l.micro_batches;
+  cfg.train.recompute = to_string(l.recompute);
+  cfg.precision.compute = compute_precision_name(l.precision);
+  return cfg;
 }
 
 bool tp_divides(const ModelConfig& m, int tp) {

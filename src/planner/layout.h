@@ -4,18 +4,18 @@
 
 #include <string>
 
+#include "config/run_config.h"
 #include "model/config.h"
 #include "model/recompute.h"
 #include "parallel/pp/schedule.h"
+#include "precision/policy.h"
 
 namespace loom::planner {
 
-enum class Precision { FP32, BF16, FP16 };
-// The engine's recomputation modes (model/recompute.h).
+// The engine's types: precision.compute (precision/policy.h) and the
+// recomputation modes (model/recompute.h).
+using loom::ComputePrecision;
 using loom::Recompute;
-
-const char* to_string(Precision p);
-Precision parse_precision(const std::string& s);  // UserError on anything else
 
 // What is trained: the model and the step's batch.
 struct Workload {
@@ -32,7 +32,7 @@ struct Layout {
   int zero = 0;           // 0..3
   Recompute recompute = Recompute::none;
   bool seq_parallel = false;
-  Precision precision = Precision::BF16;
+  ComputePrecision precision = ComputePrecision::bf16;
 
   int devices() const { return dp * tp * pp; }
   pp::ScheduleKind schedule() const {
@@ -41,6 +41,17 @@ struct Layout {
   // "dp 8 tp 4 pp 2 v 1 | mb 1 x 16 | zero 1 | bf16 | recompute none | sp"
   std::string describe() const;
 };
+
+// The one conversion between a planner Layout and a run's config (the
+// config's sections keep what a Layout gathers: grid and ZeRO stage in
+// parallel, micro-batching and recomputation in train, the compute type in
+// precision). The layout cfg describes on world_size ranks (parallel.dp = 0:
+// world / (tp x pp)); the schedule is the config's (Layout names only v).
+Layout layout_of(const RunConfig& cfg, int world_size);
+// cfg with l in it: parallel.dp/tp/pp/zero/virtual_stages/sequence_parallel
+// (v > 1: the interleaved schedule), train.micro_batch_size, batch_size
+// (dp x micro_batch x micro_batches), recompute, and precision.compute.
+RunConfig with_layout(RunConfig cfg, const Layout& l);
 
 // Whether tensor parallelism over tp ranks splits the model evenly: the
 // query heads, the key/value heads (LLaMA's grouped-query attention) and

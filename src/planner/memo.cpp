@@ -62,7 +62,7 @@ std::string model_paragraph(const Workload& w, const Layout& l) {
 std::string comm_paragraph(const Workload& w, const Candidate& best) {
   const Layout& l = best.layout;
   const StepTime& t = best.time;
-  const double act = l.precision == Precision::FP32 ? 4 : 2;
+  const double act = l.precision == ComputePrecision::fp32 ? 4 : 2;
   const double msg = double(l.micro_batch) * w.seq_len() * w.model.d_model * act;
   std::string out = "Communication:\n";
   if (l.tp > 1)
@@ -112,7 +112,7 @@ std::string microbatch_paragraph(const Workload& w, const ClusterSpec& c, const 
 }
 
 std::string precision_paragraph(const Layout& l) {
-  if (l.precision == Precision::FP32)
+  if (l.precision == ComputePrecision::fp32)
     return "Precision: everything in fp32 (the cluster has no faster 16-bit path chosen, or fp32 was asked for): "
            "4 B parameters, 4 B gradients, 8 B Adam moments per parameter.\n";
   return strprintf(
@@ -120,8 +120,8 @@ std::string precision_paragraph(const Layout& l) {
       "(12 of the 16 bytes per parameter), because an update of lr x gradient is ~1e-4 of the weight and %s's "
       "%d-bit mantissa would round it away; layernorm statistics, softmax, the loss and gradient reductions, "
       "because they sum many terms whose rounding errors would accumulate%s.\n",
-      to_string(l.precision), to_string(l.precision), l.precision == Precision::BF16 ? 8 : 11,
-      l.precision == Precision::FP16 ? "; fp16 also needs dynamic loss scaling so small gradients do not underflow"
+      compute_precision_name(l.precision), compute_precision_name(l.precision), l.precision == ComputePrecision::bf16 ? 8 : 11,
+      l.precision == ComputePrecision::fp16 ? "; fp16 also needs dynamic loss scaling so small gradients do not underflow"
                                      : "");
 }
 

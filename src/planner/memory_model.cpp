@@ -5,11 +5,11 @@
 namespace loom::planner {
 namespace {
 
-double param_bytes(Precision p) { return p == Precision::FP32 ? 4 : 2; }
-double optimizer_bytes(Precision p) { return p == Precision::FP32 ? 8 : 12; }  // (master +) two moments
+double param_bytes(ComputePrecision p) { return p == ComputePrecision::fp32 ? 4 : 2; }
+double optimizer_bytes(ComputePrecision p) { return p == ComputePrecision::fp32 ? 8 : 12; }  // (master +) two moments
 // Korthikanti's counts assume 2-byte activations; fp32 doubles them (the
 // 1-byte dropout masks are counted double too: a small overestimate).
-double activation_scale(Precision p) { return p == Precision::FP32 ? 2 : 1; }
+double activation_scale(ComputePrecision p) { return p == ComputePrecision::fp32 ? 2 : 1; }
 
 }  // namespace
 

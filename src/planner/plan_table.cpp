@@ -13,7 +13,7 @@ std::string format_plan_table(const std::vector<Candidate>& plans) {
     const Layout& l = plans[i].layout;
     const StepTime& t = plans[i].time;
     out += strprintf("%3zu %5d %3d %3d %2d %4d %5d %4d %4s %9s %2s | %8.1f %8.3f %11.0f %4.0f%% %5.1f%%\n", i + 1,
-                     l.dp, l.tp, l.pp, l.v, l.micro_batch, l.micro_batches, l.zero, to_string(l.precision),
+                     l.dp, l.tp, l.pp, l.v, l.micro_batch, l.micro_batches, l.zero, compute_precision_name(l.precision),
                      to_string(l.recompute), l.seq_parallel ? "y" : "n", plans[i].memory.total() / kGiB, t.step,
                      t.tokens_per_s, 100 * t.mfu, 100 * t.bubble_fraction);
   }

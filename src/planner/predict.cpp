@@ -2,15 +2,12 @@
 
 #include <algorithm>
 #include <cmath>
-#include <filesystem>
-#include <fstream>
-#include <thread>
 
+#include "config/pipeline_plan.h"
 #include "core/check.h"
-#include "kernels/cpu/isa.h"
-#include "obs/peak_flops.h"
+#include "model/param_layout.h"
+#include "model/stage_module.h"
 #include "planner/comm_cost.h"
-#include "planner/layout.h"
 #include "planner/memory_model.h"
 #include "planner/pipeline_sim.h"
 
@@ -19,26 +16,31 @@ namespace {
 
 constexpr double kMiB = 1024.0 * 1024.0;
 
-// The run's shape as loom lays it out.
+// The run as the engine lays it out: the grid, the micro-batches and the
+// pipeline plan the trainer builds (config/pipeline_plan.h).
 struct LoomRun {
-  double b, T, C, H, V, L;
-  int dp, tp, pp, zero, accumulation, world;
-  ModelConfig model;
+  int dp, tp, pp, zero, micro, accumulation, world;
+  ComputePrecision compute;
+  Recompute recompute;
+  PipelinePlan plan;
+  bool lowp() const { return compute != ComputePrecision::fp32; }
 };
 
 LoomRun loom_run(const RunConfig& cfg, int world) {
   LOOM_USER_CHECK(world >= 1, "world size must be at least 1 (got %d)", world);
   const ParallelConfig& p = cfg.parallel;
+  const ModelConfig& m = cfg.model;
   LOOM_USER_CHECK(p.tp >= 1 && p.pp >= 1 && world % (p.tp * p.pp) == 0,
                   "world size %d is not a multiple of parallel.tp x parallel.pp = %d", world, p.tp * p.pp);
-  LOOM_USER_CHECK(cfg.model.n_head % p.tp == 0, "model.n_head %d is not divisible by parallel.tp %d",
-                  cfg.model.n_head, p.tp);
-  LOOM_USER_CHECK(cfg.model.kv_heads() % p.tp == 0, "model.n_kv_head %d is not divisible by parallel.tp %d",
-                  cfg.model.kv_heads(), p.tp);
-  LOOM_USER_CHECK(cfg.model.ffn() % p.tp == 0, "the MLP width %d (model.ffn_hidden) is not divisible by parallel.tp %d",
-                  cfg.model.ffn(), p.tp);
-  LOOM_USER_CHECK(p.pp <= cfg.model.n_layer, "parallel.pp %d is more than model.n_layer %d", p.pp,
-                  cfg.model.n_layer);
+  LOOM_USER_CHECK(m.n_head % p.tp == 0, "model.n_head %d is not divisible by parallel.tp %d", m.n_head, p.tp);
+  LOOM_USER_CHECK(m.kv_heads() % p.tp == 0, "model.n_kv_head %d is not divisible by parallel.tp %d", m.kv_heads(),
+                  p.tp);
+  LOOM_USER_CHECK(m.ffn() % p.tp == 0, "the MLP width %d (model.ffn_hidden) is not divisible by parallel.tp %d",
+                  m.ffn(), p.tp);
+  LOOM_USER_CHECK(p.pp <= m.n_layer, "parallel.pp %d is more than model.n_layer %d", p.pp, m.n_layer);
+  LOOM_USER_CHECK(p.virtual_stages == 1 || p.pp > 1,
+                  "parallel.virtual_stages = %d interleaves pipeline stages: it needs parallel.pp > 1",
+                  p.virtual_stages);
   const int dp = p.dp > 0 ? p.dp : world / (p.tp * p.pp);
   LOOM_USER_CHECK(dp * p.tp * p.pp == world, "world size %d is not dp x tp x pp = %d x %d x %d", world, dp, p.tp,
                   p.pp);
@@ -48,114 +50,139 @@ LoomRun loom_run(const RunConfig& cfg, int world) {
   const int micro = cfg.train.micro_batch_size > 0 ? cfg.train.micro_batch_size : rows;
   LOOM_USER_CHECK(rows % micro == 0, "train.micro_batch_size %d does not divide the %d rows of a replica", micro,
                   rows);
-  const ModelConfig& m = cfg.model;
-  return {double(micro), double(m.seq_len), double(m.d_model), double(m.n_head), double(m.vocab_size),
-          double(m.n_layer), dp, p.tp, p.pp, p.zero, rows / micro, world, m};
+  LOOM_USER_CHECK(!p.sequence_parallel || p.tp == 1 || (int64_t(micro) * m.seq_len) % p.tp == 0,
+                  "parallel.sequence_parallel splits each micro-batch's %d x %d tokens over parallel.tp = %d ranks: "
+                  "they must divide evenly",
+                  micro, m.seq_len, p.tp);
+  return {dp,
+          p.tp,
+          p.pp,
+          p.zero,
+          micro,
+          rows / micro,
+          world,
+          cfg.precision.compute_precision(),
+          cfg.train.recompute_mode(),
+          plan_pipeline(cfg, p.pp, rows / micro)};
 }
 
-// Bytes of one layer's activations for one micro-batch (the family's
-// plan_block): `a` bytes per compute-type element (4 in fp32, 2 in bf16 / fp16)
-// for the products' inputs and what attention and the MLP keep; fp32 for the
-// norm statistics and the residual stream. Per layer, N = b T tokens:
-//   both norms' outputs a 2 N C; their statistics in fp32 (GPT-2's
-//   layernorm mean and rstd 2 x 2 N, LLaMA's RMSNorm rstd 2 N); the residual
-//   stream after attention and after the MLP, fp32 2 N C (all of these on
-//   N / tp tokens under sequence parallelism);
-//   split over tp: q/k/v N (n_head + 2 n_kv_head) hd, the attention output
-//   N C, the probabilities b n_head T^2, and the MLP's (GPT-2: fc N F and its
-//   GELU N F; LLaMA: the gate/up product N 2F and the SwiGLU output N F).
-double layer_bytes(const LoomRun& r, bool seq_parallel, double a) {
-  const ModelConfig& m = r.model;
-  const double N = r.b * r.T, bTC = N * r.C, t = r.tp, split = seq_parallel ? t : 1;
-  const double stats = 2 * N, stats_per_row = m.is_llama() ? 1 : 2;  // (mean,) rstd of two norms
-  const double norms = a * 2 * bTC + 4 * stats_per_row * stats, residuals = 4 * 2 * bTC;
-  const double qkv = N * double(m.qkv_rows()) / t, atty = bTC / t, att = r.b * (r.H / t) * r.T * r.T;
-  const double mlp = (m.is_llama() ? 3 : 2) * N * m.ffn() / t;
-  return (norms + residuals) / split + a * (qkv + atty + att + mlp);
+// What one rank of a pipeline stage holds, from the engine's own plans: each
+// chunk's parameter layout (ParamLayout::for_model) and activation plan
+// (planned_activation_bytes, with the slots the executor gives the chunk).
+struct StagePlan {
+  std::vector<double> chunk_params;  // floats per chunk
+  double params = 0;                 // floats, every chunk
+  double read_fp32 = 0;              // floats the model reads in fp32 (not products_only), in whole pages
+  double gathered = 0;               // ZeRO-3: most floats gathered at once (see zero3_gathered)
+  double activations = 0;            // bytes
+};
+
+// ZeRO-3 gathers a block's tensors together and every other tensor on its
+// own, just before use, with the next unit's gather started ahead (model/
+// transformer_stage.cpp, block_stage.h): the embedding and the first block,
+// a block and the next, the final norm and head with the last block. In a
+// layout the final norm and an untied head come before the blocks, the
+// position and token tables after them (the tied head is the token table).
+double zero3_gathered(const ModelConfig& model, const ParamLayout& lay) {
+  double block = 0, before = 0, after = 0, table = 0;
+  std::vector<double> blocks(size_t(model.n_layer), 0.0);
+  bool seen_block = false;
+  for (const ParamSpec& p : lay.params) {
+    const double n = double(p.numel);
+    if (p.block >= 0) blocks[size_t(p.block)] += n, seen_block = true;
+    else if (!seen_block) before += n;
+    else after += n, table = std::max(table, n);
+  }
+  for (double b : blocks) block = std::max(block, b);
+  const double embed = lay.shard.embedding ? after : 0;
+  const double head = lay.shard.head ? before + (model.tied() ? table : 0) : 0;
+  return block + std::max({block, embed, head});
 }
 
-int layers_of(const LoomRun& r, int stage) { return layers_on_stage(int(r.L), r.pp, stage); }
-
-// Parameters a rank of `stage` holds (memory_model.h's stage_parameters:
-// its layers' share over tp, the embeddings on the first stage, the head
-// and final norm on the last).
-double stage_params(const LoomRun& r, int stage) {
-  Layout l;
-  l.dp = r.dp, l.tp = r.tp, l.pp = r.pp;
-  return stage_parameters(r.model, l, stage);
-}
-
-// Training FLOPs of one micro-batch on one rank of `stage` (6N + 12LCT per
-// token, split by stage and tp; the head's V x C matrix on the last stage).
-double stage_flops(const LoomRun& r, int stage) {
-  const ParameterCounts p = parameter_counts(r.model);
-  const double C = r.C, per_layer = 6 * (p.layer_split + p.layer_replicated) + 12 * C * r.T;
-  double per_token = layers_of(r, stage) * per_layer;
-  if (stage == r.pp - 1) per_token += 6 * (r.V * C + p.final_norm);
-  return per_token * r.b * r.T / r.tp;
+StagePlan stage_plan(const RunConfig& cfg, const LoomRun& r, int stage, int threads) {
+  constexpr int64_t kPage = 4096 / 4;  // floats
+  StagePlan s;
+  const std::vector<ModelShard> chunks = chunk_shards(cfg, r.plan, stage, 0, r.tp);
+  s.chunk_params.resize(chunks.size());
+  // The stage's buffers hold chunk v-1 first (train/replica.cpp's
+  // chunk_offsets); the fp32 values read are the pages their tensors touch.
+  int64_t base = 0, pages = 0, last_page = -1;
+  for (int c = int(chunks.size()) - 1; c >= 0; c--) {
+    const ParamLayout lay = ParamLayout::for_model(cfg.model, chunks[size_t(c)]);
+    for (const ParamSpec& p : lay.params) {
+      if (p.products_only || p.numel == 0) continue;
+      const int64_t first = std::max((base + p.offset) / kPage, last_page + 1);
+      const int64_t last = (base + p.offset + p.numel - 1) / kPage;
+      if (first <= last) pages += last - first + 1, last_page = last;
+    }
+    s.chunk_params[size_t(c)] = double(lay.total);
+    s.params += double(lay.total);
+    s.gathered = std::max(s.gathered, zero3_gathered(cfg.model, lay));
+    s.activations += double(planned_activation_bytes(cfg.model, chunks[size_t(c)], r.micro, cfg.model.seq_len,
+                                                     r.plan.slots[size_t(stage)][size_t(c)], r.compute, r.recompute,
+                                                     threads));
+    base += lay.total;
+  }
+  s.read_fp32 = double(pages * kPage);
+  return s;
 }
 
 struct StageFigures {
   double params, grads, optimizer, activations;
 };
 
-StageFigures stage_memory_bytes(const RunConfig& cfg, const LoomRun& r, int stage, double threads) {
-  const double n = stage_params(r, stage);
-  const bool lowp = cfg.precision.compute_precision() != ComputePrecision::fp32;
-  const double a = lowp ? 2 : 4;  // bytes of a compute-type element
+// Model states of a rank holding n parameters (floats), by ZeRO stage, as
+// train/replica.cpp and parallel/zero/ allocate them:
+//   parameters  ZeRO 0: fp32 4n (+ the 16-bit compute copy 2n);
+//               ZeRO 1, 2 in fp32: 4n, the fp32 parameters are the compute
+//               weights; in bf16 / fp16 (sharded master weights, as
+//               Megatron's distributed optimizer): the fp32 master of the
+//               rank's shard 4n / dp, the whole 16-bit compute copy 2n and
+//               the fp32 values of the tensors the model reads in fp32
+//               (norms, biases, embeddings: not products_only);
+//               ZeRO 3: the fp32 master shard 4n / dp and the most
+//               gathered at once, fp32 (+ 16-bit copy): 4 (6) B each;
+//   gradients   the fp32 buffer 4n (ZeRO >= 1 also the reduced shard 4n / dp;
+//               ZeRO 2, 3 without accumulation keep only the shard and the
+//               buckets in flight outside backward); bf16 reduction adds
+//               its 16-bit copies;
+//   AdamW       two fp32 moments, 8n, / dp under ZeRO >= 1.
+StageFigures stage_memory(const RunConfig& cfg, const LoomRun& r, const StagePlan& s) {
+  const double n = s.params, dp = r.dp;
   StageFigures f;
-  f.params = 4 * n + (lowp ? 2 * n : 0);  // fp32 master weights (+ their 16-bit compute copy)
+  if (r.zero == 0) f.params = 4 * n + (r.lowp() ? 2 * n : 0);
+  else if (r.zero <= 2) f.params = r.lowp() ? 4 * n / dp + 2 * n + 4 * s.read_fp32 : 4 * n;
+  else f.params = 4 * n / dp + (r.lowp() ? 6 : 4) * s.gathered;
   if (r.zero == 0) f.grads = 4 * n;
-  else if (r.zero == 1 || r.accumulation > 1) f.grads = 4 * n + 4 * n / r.dp;  // full buffer + reduced shard
-  else f.grads = std::min(4 * n, 4 * n / r.dp + 2 * double(cfg.parallel.bucket_mb) * kMiB);  // shard + buckets in flight
-  if (cfg.precision.grad_reduce == "bf16" && r.dp > 1) f.grads += 2 * n + (r.zero >= 1 ? 2 * n / r.dp : 0);
-  f.optimizer = 8 * n / (r.zero >= 1 ? r.dp : 1);
-  // One micro-batch's activations per (micro-batch in flight) on this stage;
-  // 1F1B holds min(m, pp - stage). Rows R: the tokens a rank keeps for
-  // norms and residuals (N / tp under sequence parallelism).
-  const bool sp = cfg.parallel.sequence_parallel && r.tp > 1;
-  const int in_flight = r.pp == 1 ? 1 : std::min(r.accumulation, r.pp - stage);
-  const double N = r.b * r.T, R = sp ? N / r.tp : N, C = r.C, t = r.tp, att = r.b * (r.H / t) * r.T * r.T;
-  const bool llama = r.model.is_llama();
-  double bytes = in_flight * layers_of(r, stage) * layer_bytes(r, sp, a);
-  if (stage == 0) bytes += 4 * in_flight * R * C;  // encoded input of layer 0
-  if (stage == r.pp - 1) {
-    const double Vp = r.tp > 1 ? std::ceil(r.V / (64.0 * r.tp)) * 64.0 * r.tp : r.V;
-    bytes += a * R * C + 4 * (llama ? 1 : 2) * R;    // final norm: output, (mean,) rstd
-    if (sp) bytes += (2 * a + 4) * N * C;             // its gathered output and two work buffers
-    bytes += a * N * Vp / t + 4 * (N + 3 * N);        // logits (this rank's vocabulary), losses, cross-entropy scratch
-  }
-  // Backward work space, reused by every layer (model/gpt2/, model/llama/
-  // plan_block_work): dres, dbuf_c, the attention output's gradient, the MLP
-  // output's (N F) and the probabilities' in fp32; the q/k/v gradient and
-  // the MLP input's in the compute type (LLaMA: gate/up, N 2F, always;
-  // GPT-2: GELU's input N F, 16-bit only, in place in fp32); in 16 bits also
-  // the rounded residual gradient and attention's per-thread work space
-  // (about 5 T hs + T^2 floats per thread: its fp16 backward layout).
-  const double Fl = r.model.ffn() / t, qkv_grad = N * double(r.model.qkv_rows()) / t;
-  const double mlp_in_grad = llama ? 2 * N * Fl : lowp ? N * Fl : 0;
-  bytes += 4 * (2 * R * C + N * C / t + N * Fl + att) + a * (qkv_grad + mlp_in_grad);
-  if (lowp) {
-    const double hs = C / r.H;
-    bytes += a * (R * C + (sp ? N * C : 0)) + 4 * threads * (5 * r.T * hs + r.T * r.T + 64 * hs);
-  }
-  // fp16 products (and bf16 ones on CPUs without avx512_bf16) widen their
-  // operands to fp32 one panel at a time (kernels/cpu/matmul_lowp.h): at most
-  // 512 x 1024 of A, 1024 x 1024 of B and a 512 x 1024 fp32 output panel,
-  // 8 MiB. Counted for both 16-bit types: native bf16 allocates none of it.
-  if (lowp) bytes += 4.0 * (512 * 1024 + 1024 * 1024 + 512 * 1024);
-  f.activations = bytes;
+  else if (r.zero == 1 || r.accumulation > 1) f.grads = 4 * n + 4 * n / dp;
+  else f.grads = std::min(4 * n, 4 * n / dp + 2 * double(cfg.parallel.bucket_mb) * kMiB);
+  if (cfg.precision.grad_reduce == "bf16" && r.dp > 1) f.grads += 2 * n + (r.zero >= 1 ? 2 * n / dp : 0);
+  f.optimizer = 8 * n / (r.zero >= 1 ? dp : 1);
+  f.activations = s.activations;
   return f;
 }
 
-// Cores a rank computes on: runtime.threads, or cores / ranks on the node;
-// ranks beyond the cores share them.
+// Threads a rank runs (as the trainer sets them: runtime.threads, or the
+// node's cores over its ranks), and the cores it computes on (ranks beyond
+// the cores share them).
+int rank_threads(const RunConfig& cfg, const LoomRun& r, const ClusterSpec& c) {
+  const double ranks_per_node = std::ceil(double(r.world) / c.nodes);
+  return cfg.runtime.threads > 0 ? cfg.runtime.threads
+                                 : std::max(1, int(std::floor(c.devices_per_node / ranks_per_node)));
+}
 double rank_cores(const RunConfig& cfg, const LoomRun& r, const ClusterSpec& c) {
   const double ranks_per_node = std::ceil(double(r.world) / c.nodes);
-  const double cores = c.devices_per_node;
-  const double threads = cfg.runtime.threads > 0 ? cfg.runtime.threads : std::max(1.0, std::floor(cores / ranks_per_node));
-  return std::min(threads, cores / ranks_per_node);
+  return std::min(double(rank_threads(cfg, r, c)), c.devices_per_node / ranks_per_node);
 }
+
+// Seconds of one (micro-batch, virtual stage) pass, split by kind.
+struct PassCost {
+  double f_compute = 0, b_compute = 0;  // backward includes the recomputation
+  double f_tp = 0, b_tp = 0;            // tensor-parallel collectives
+  double f_zero3 = 0, b_zero3 = 0;      // ZeRO-3 gathers not hidden behind compute
+  double forward() const { return f_compute + f_tp + f_zero3; }
+  double backward() const { return b_compute + b_tp + b_zero3; }
+};
 
 }  // namespace
 
@@ -169,11 +196,21 @@ std::string RunPrediction::describe() const {
 
 RunPrediction predict_loom_run(const RunConfig& cfg, int world_size, const ClusterSpec& cluster) {
   const LoomRun r = loom_run(cfg, world_size);
+  const int threads = rank_threads(cfg, r, cluster);
+  std::vector<StagePlan> stages;
+  for (int s = 0; s < r.pp; s++) stages.push_back(stage_plan(cfg, r, s, threads));
+
   RunPrediction out;
-  out.overhead_bytes = cluster.overhead_bytes;
+  // fp16 products (and bf16 ones on CPUs without avx512_bf16) widen their
+  // operands to fp32 one panel at a time (kernels/cpu/matmul_lowp.h): at most
+  // 512 x 1024 of A, 1024 x 1024 of B and a 512 x 1024 fp32 output panel,
+  // 8 MiB, once per process. Counted for both 16-bit types: native bf16
+  // allocates none of it.
+  out.overhead_bytes = cluster.overhead_bytes + (r.lowp() ? 4.0 * (512 * 1024 + 1024 * 1024 + 512 * 1024) : 0);
   for (int s = 0; s < r.pp; s++) {
-    StageFigures f = stage_memory_bytes(cfg, r, s, rank_cores(cfg, r, cluster));
-    const double total = f.params + f.grads + f.optimizer + f.activations + cluster.overhead_bytes;
+    const StageFigures f = stage_memory(cfg, r, stages[size_t(s)]);
+    const double total = f.params + f.grads + f.optimizer + f.activations + out.overhead_bytes;
+    out.stages.push_back({f.params, f.grads, f.optimizer, f.activations, total});
     if (total > out.peak_memory_bytes) {
       out.peak_memory_bytes = total;
       out.params_bytes = f.params, out.grads_bytes = f.grads, out.optimizer_bytes = f.optimizer;
@@ -181,148 +218,103 @@ RunPrediction predict_loom_run(const RunConfig& cfg, int world_size, const Clust
     }
   }
 
+  // Compute rate: bf16 products run at the cluster's bf16 peak when it names
+  // one; on a CPU with avx512_bf16 bench/matmul_bench measured 1.7-1.9x the
+  // fp32 rate, so 1.8x stands in for an uncalibrated one. fp16 has no
+  // arithmetic here: its products run in fp32 on widened operands.
   const double cores = rank_cores(cfg, r, cluster);
-  // bf16 products run at the cluster's bf16 peak when it names one; on this
-  // CPU (avx512_bf16) bench/matmul_bench measured 1.7-1.9x the fp32 rate,
-  // so 1.8x stands in for an uncalibrated one. fp16 has no arithmetic here:
-  // its products run in fp32 on widened operands.
   double speedup = 1;
-  if (cfg.precision.compute_precision() == ComputePrecision::bf16)
+  if (r.compute == ComputePrecision::bf16)
     speedup = cluster.peak_flops_bf16 > 0 ? cluster.peak_flops_bf16 / cluster.peak_flops_fp32 : 1.8;
   const double rate = cluster.peak_flops_fp32 * cores * cluster.matmul_efficiency * speedup;
   const double mem_bw = cluster.memory_bandwidth * cores;
   const GroupLinks links = group_links(cluster, r.dp, r.tp, r.pp);
-  const double act_bytes = 4 * r.b * r.T * r.C;
-  const double tp_ar = all_reduce_seconds(act_bytes, r.tp, links.tp);
+
+  // One micro-batch's FLOPs on one rank: a block's forward is 2 per weight
+  // (its matrices, biases and norms) and 4 T C for attention's two products,
+  // per token, over tp; the head's V x C product (and the final norm) on the
+  // last virtual stage; backward twice the forward. Recomputation adds to
+  // backward what it runs again: full the block's whole forward (and its
+  // two tensor-parallel all-reduces), selective the attention core's
+  // forward, 4 B T^2 C / tp per block (both products; the softmax is
+  // memory-bound and left out).
+  const ModelConfig& m = cfg.model;
+  const ParameterCounts pc = parameter_counts(m);
+  const double C = m.d_model, T = m.seq_len, V = m.vocab_size, tokens = double(r.micro) * T;
+  const double f_block = tokens * (2 * (pc.layer_split + pc.layer_replicated) + 4 * T * C) / r.tp / rate;
+  const double f_head = tokens * 2 * (V * C + pc.final_norm) / r.tp / rate;
+  const double redo = r.recompute == Recompute::full        ? f_block
+                      : r.recompute == Recompute::selective ? tokens * 4 * T * C / r.tp / rate
+                                                            : 0;
+  // Two all-reduces of a block's fp32 output per pass (attention, MLP), or
+  // with sequence parallelism an all-gather + reduce-scatter pair moving the same.
+  const double tp_ar = all_reduce_seconds(4 * tokens * C, r.tp, links.tp);
+  const int tp_per_block_b = r.recompute == Recompute::full ? 4 : 2;
+
+  const int n_vs = r.plan.virtual_stages();
+  std::vector<PassCost> pass(static_cast<size_t>(n_vs));
   StageDurations d;
-  d.p2p_seconds = r.pp > 1 ? p2p_seconds(act_bytes, links.pp) : 0;
-  for (int s = 0; s < r.pp; s++) {
-    const double layers = layers_of(r, s), compute = stage_flops(r, s) / rate;
-    d.forward.push_back(compute / 3 + 2 * layers * tp_ar);
-    d.backward.push_back(2 * compute / 3 + 2 * layers * tp_ar);
+  const double rows = r.tp > 1 && cfg.parallel.sequence_parallel ? tokens / r.tp : tokens;
+  d.p2p_seconds = r.pp > 1 ? p2p_seconds(4 * rows * C, links.pp) : 0;  // one fp32 activation (or gradient)
+  for (int vs = 0; vs < n_vs; vs++) {
+    PassCost& k = pass[size_t(vs)];
+    const double layers = r.plan.layers[size_t(vs)];
+    k.f_compute = layers * f_block + (vs == n_vs - 1 ? f_head : 0);
+    k.b_compute = 2 * k.f_compute + layers * redo;
+    k.f_tp = 2 * layers * tp_ar;
+    k.b_tp = tp_per_block_b * layers * tp_ar;
+    if (r.zero == 3) {
+      // Each pass all-gathers the chunk's fp32 weights block by block (one
+      // collective per block and one for the embeddings / head). The engine
+      // starts the next block's gather before the current block computes,
+      // but MPI's non-blocking collectives progress inside MPI calls, which
+      // a block's compute does not make: the gather mostly completes at the
+      // next acquire, so all of it is counted. (ZeRO-3 thus never wins on
+      // time here; --layout auto picks it only to fit.)
+      const StagePlan& sp = stages[size_t(vs % r.pp)];
+      const double n = sp.chunk_params[size_t(vs / r.pp)];
+      const double g = all_gather_seconds(4 * n, r.dp, links.dp) + layers * (r.dp - 1) * links.dp.latency;
+      k.f_zero3 = g, k.b_zero3 = g;
+    }
+    d.forward.push_back(k.forward());
+    d.backward.push_back(k.backward());
   }
-  const auto schedule = pp::one_f_one_b(r.pp, r.accumulation);
-  const PipelineTiming timing = simulate_pipeline(schedule, r.pp, 1, d);
+  // The configured schedule's own action lists (the ones the executor runs).
+  const PipelineTiming timing = simulate_pipeline(r.plan.actions, r.pp, r.plan.v, d);
+
   for (int s = 0; s < r.pp; s++) {
-    const double n = stage_params(r, s), updated = n / (r.zero >= 1 ? r.dp : 1);
-    double reduce = 0, gather = 0;
-    if (r.zero == 0) reduce = all_reduce_seconds(4 * n, r.dp, links.dp);
-    else reduce = reduce_scatter_seconds(4 * n, r.dp, links.dp), gather = all_gather_seconds(4 * n, r.dp, links.dp);
-    // Buckets reduce while the last micro-batch's backward runs.
-    const double exposed = std::max(0.0, reduce - d.backward[s]) + gather;
-    // zero_grads writes 4 B, the norm reads 4 B, AdamW moves about 28 B per parameter.
-    const double opt = (4 * n + 32 * updated) / mem_bw;
-    const double end = timing.stage_finish[s] + exposed + opt;
+    const double n = stages[size_t(s)].params, dp = r.dp;
+    const double grad_bytes = (cfg.precision.grad_reduce == "bf16" && r.dp > 1 ? 2 : 4) * n;
+    // Gradients: all-reduced (ZeRO 0) or reduce-scattered, bucket by bucket
+    // while the last micro-batch's backward computes (ZeRO-3's gathers use
+    // the same link, so they hide nothing). ZeRO 1 and 2 then all-gather
+    // the updated fp32 parameters (or masters); ZeRO 3 keeps them sharded.
+    double reduce = 0, gather = 0, window = 0;
+    if (r.zero == 0) reduce = all_reduce_seconds(grad_bytes, r.dp, links.dp);
+    else reduce = reduce_scatter_seconds(grad_bytes, r.dp, links.dp);
+    if (r.zero == 1 || r.zero == 2) gather = all_gather_seconds(4 * n, r.dp, links.dp);
+    for (int c = 0; c < r.plan.v; c++) {
+      const PassCost& k = pass[size_t(c * r.pp + s)];
+      window += k.b_compute + k.b_tp;
+    }
+    const double exposed = std::max(0.0, reduce - window) + gather;
+    // zero_grads writes 4 B, the norm reads 4 B, AdamW moves about 28 B per parameter it updates.
+    const double opt = (4 * n + 32 * n / (r.zero >= 1 ? dp : 1)) / mem_bw;
+    const double end = timing.stage_finish[size_t(s)] + exposed + opt;
     if (end > out.step_seconds) {
       out.step_seconds = end;
-      out.compute_seconds = r.accumulation * stage_flops(r, s) / rate;
-      out.comm_seconds = exposed + r.accumulation * 4 * layers_of(r, s) * tp_ar;
-      out.optimizer_seconds = opt;
-      out.bubble_seconds = timing.makespan - timing.stage_busy[s];
-    }
-  }
-  return out;
-}
-
-double bf16_speedup_of_this_cpu() {
-  // Native bf16 products (avx512_bf16, not capped below it): bench/matmul_bench
-  // measured 1.7-1.9x the fp32 rate. Elsewhere loom widens them to fp32:
-  // `loom info` measured 0.88x on a layer product (AVX2 AMD EPYC).
-  return cpu::native_bf16_products() ? 1.8 : 0.9;
-}
-
-ClusterSpec measure_local_cluster_quickly() {
-  ClusterSpec c;
-  c.name = "local";
-  const int cores = std::max(1u, std::thread::hardware_concurrency());
-  c.description = strprintf("this machine, one device per core (%d cores), measured quickly", cores);
-  c.nodes = 1;
-  c.devices_per_node = cores;
-  double mem_kib = 0;
-  std::ifstream meminfo("/proc/meminfo");
-  for (std::string key; meminfo >> key;) {
-    double value;
-    meminfo >> value;
-    if (key == "MemTotal:") mem_kib = value;
-    meminfo.ignore(256, '\n');
-  }
-  c.memory_bytes = (mem_kib > 0 ? mem_kib * 1024 : 4.0 * (1ull << 30)) / cores;
-  c.peak_flops_fp32 = measure_peak_gflops(cores) * 1e9 / cores;
-  c.peak_flops_bf16 = c.peak_flops_fp32 * bf16_speedup_of_this_cpu();
-  // Uncalibrated guesses, replaced by `loom bench calibrate`: loom's steps
-  // reach about a third of the fp32 peak (README), a core streams ~10 GB/s,
-  // MPI over shared memory moves a few GB/s.
-  c.matmul_efficiency = 0.33;
-  c.memory_bandwidth = 10e9;
-  c.overhead_bytes = 150 * kMiB;
-  c.intra_bandwidth = 4e9;
-  c.intra_latency = 2e-6;
-  c.inter_bandwidth = 12.5e9;
-  c.inter_latency = 5e-6;
-  return c;
-}
-
-ClusterSpec local_cluster_or_default() {
-  const std::string path = local_cluster_path(default_root());
-  if (std::filesystem::exists(path)) return load_cluster_file(path);
-  return measure_local_cluster_quickly();
-}
-
-ParallelConfig choose_layout(const RunConfig& cfg, int world_size, const ClusterSpec& cluster) {
-  int micro = 0;
-  return choose_layout(cfg, world_size, cluster, &micro);
-}
-
-ParallelConfig choose_layout(const RunConfig& cfg, int world_size, const ClusterSpec& cluster, int* micro_batch) {
-  LOOM_USER_CHECK(world_size >= 1, "world size must be at least 1 (got %d)", world_size);
-  const ModelConfig& m = cfg.model;
-  // Ranks of one node share its memory.
-  const double ranks_per_node = std::ceil(double(world_size) / cluster.nodes);
-  const double budget = cluster.memory_bytes * cluster.devices_per_node / ranks_per_node;
-  bool found = false;
-  double best_step = 0, least_missing = -1;
-  ParallelConfig best = cfg.parallel;
-  for (int tp = 1; tp <= world_size; tp++) {
-    if (world_size % tp || !tp_divides(m, tp)) continue;
-    for (int pp = 1; pp <= std::min(m.n_layer, world_size / tp); pp++) {
-      if ((world_size / tp) % pp) continue;
-      const int dp = world_size / (tp * pp);
-      if (cfg.train.batch_size % dp) continue;
-      const int rows = cfg.train.batch_size / dp;
-      for (int micro = 1; micro <= rows; micro++) {
-        if (rows % micro) continue;
-        if (cfg.train.micro_batch_size > 0 && micro != cfg.train.micro_batch_size) continue;
-        for (int zero = 0; zero <= (dp > 1 ? 2 : 0); zero++) {
-          RunConfig c = cfg;
-          c.parallel.dp = dp, c.parallel.tp = tp, c.parallel.pp = pp, c.parallel.zero = zero;
-          c.train.micro_batch_size = micro;
-          const RunPrediction p = predict_loom_run(c, world_size, cluster);
-          if (p.peak_memory_bytes > budget) {
-            const double missing = p.peak_memory_bytes - budget;
-            if (least_missing < 0 || missing < least_missing) least_missing = missing;
-            continue;
-          }
-          // Equal predicted times: the larger micro-batch (bigger matrix
-          // products run closer to peak than the model assumes).
-          const bool better = !found || p.step_seconds < best_step * (1 - 1e-9) ||
-                              (p.step_seconds <= best_step * (1 + 1e-9) && micro > *micro_batch);
-          if (better) {
-            found = true, best_step = p.step_seconds;
-            best = c.parallel;
-            *micro_batch = micro;
-          }
-        }
+      out.compute_seconds = 0, out.comm_seconds = exposed;
+      for (int c = 0; c < r.plan.v; c++) {
+        const PassCost& k = pass[size_t(c * r.pp + s)];
+        out.compute_seconds += r.accumulation * (k.f_compute + k.b_compute);
+        out.comm_seconds += r.accumulation * (k.f_tp + k.b_tp + k.f_zero3 + k.b_zero3);
       }
+      out.optimizer_seconds = opt;
+      out.bubble_seconds = timing.makespan - timing.stage_busy[size_t(s)];
     }
   }
-  LOOM_USER_CHECK(found || least_missing >= 0,
-                  "no layout of %d ranks divides train.batch_size %d over its replicas (dp must divide it)",
-                  world_size, cfg.train.batch_size);
-  LOOM_USER_CHECK(found,
-                  "no layout of %d ranks fits: the closest needs %.1f MiB more per rank than the %.1f MiB each has "
-                  "(%s); use more ranks, a smaller model or a smaller batch",
-                  world_size, least_missing / kMiB, budget / kMiB, cluster.name.c_str());
-  return best;
+  out.plan = r.plan;
+  return out;
 }
 
 }  // namespace loom::planner

@@ -1,21 +1,24 @@
 // Predictions for loom's own runs, as `loom train` runs them on this
-// machine's CPUs: fp32 or precision.compute, no recomputation, one process
-// per rank. The train loop prints these beside what it measures.
+// machine's CPUs, and the layout chooser `loom train --layout auto` uses.
+// The train loop prints the prediction beside what it measures.
 //
-// Memory follows loom's own allocations (model/transformer_stage.cpp and the
-// family's block plan in model/gpt2/ or model/llama/, train/replica.cpp):
-// fp32 parameters (4 B, + 2 B for the 16-bit compute copy in bf16 / fp16;
-// activations then 2 B where the model stores them in 16 bits), one fp32 gradient buffer (4 B; ZeRO-2 keeps only a
-// 1/dp shard outside backward unless micro-batches accumulate), AdamW moments
-// (8 B, 1/dp under ZeRO >= 1), every activation of one micro-batch planned up
-// front (norms and residuals on 1/tp of the tokens under sequence
-// parallelism), the backward work space, and a fixed per-process overhead.
+// Every figure comes from the engine's own plans (docs/planner.md,
+// "loom's own runs"): the pipeline plan the trainer builds (partition by
+// cost or parallel.pp_layers, schedule, v, micro-batches, each stage's
+// action list and the slots each chunk holds: config/pipeline_plan.h), each
+// chunk's parameter layout (ParamLayout::for_model) and activation plan
+// (planned_activation_bytes, any train.recompute), and the ZeRO stage's
+// model states (predict.cpp). Time: the configured schedule's own action
+// lists simulated with per-chunk durations from each chunk's own blocks.
 #pragma once
 
 #include <string>
+#include <vector>
 
+#include "config/pipeline_plan.h"
 #include "config/run_config.h"
 #include "planner/cluster.h"
+#include "planner/layout.h"
 
 namespace loom::planner {
 
@@ -29,6 +32,12 @@ struct RunPrediction {
   double bubble_seconds = 0;     // pipeline idle time (simulated schedule)
   double comm_seconds = 0;       // tensor-parallel collectives + exposed data-parallel reduction
   double optimizer_seconds = 0;  // zeroing, norm and AdamW: memory-bound
+  // Every pipeline stage's memory per rank (the figures above are the largest's).
+  struct Stage {
+    double params = 0, grads = 0, optimizer = 0, activations = 0, total = 0;
+  };
+  std::vector<Stage> stages;
+  PipelinePlan plan;  // the trainer's: partition, schedule, its action lists and slots
   // "peak memory per rank 512.3 MiB (params 26.4, grads 26.4, AdamW 52.8, activations 256.7,
   //  overhead 150.0), step 0.412 s (compute 0.380, comm 0.020, optimizer 0.012)"
   std::string describe() const;
@@ -40,7 +49,7 @@ RunPrediction predict_loom_run(const RunConfig& cfg, int world_size, const Clust
 
 // .cache/cluster-local.toml under the project root if `loom bench calibrate`
 // wrote it, else this machine measured quickly (fp32 peak of every core for
-// 50 ms; memory from /proc/meminfo; defaults for the rest, see predict.cpp).
+// 50 ms; memory from /proc/meminfo; defaults for the rest, see local_cluster.cpp).
 ClusterSpec local_cluster_or_default();
 // The same, measured now (no file read); `calibrate` adds measured
 // efficiency and bandwidths on top of it.
@@ -49,14 +58,24 @@ ClusterSpec measure_local_cluster_quickly();
 // widened to fp32 elsewhere (the local cluster's bf16 peak).
 double bf16_speedup_of_this_cpu();
 
-// The fastest layout loom can run for cfg on world_size ranks (fp32, ZeRO
-// 0-2, n_head % tp == 0, pp <= n_layer, batch divisible by dp x
-// micro-batch) whose ranks fit the machine's memory together. Fields other
-// than dp, tp, pp, zero are copied from cfg.parallel; train.micro_batch_size
-// is left as cfg has it (choose_micro_batch gives the chosen one).
-// Throws UserError if no layout fits, saying how much memory is missing.
-ParallelConfig choose_layout(const RunConfig& cfg, int world_size, const ClusterSpec& cluster);
-// The same search, also returning the micro-batch size it picked.
-ParallelConfig choose_layout(const RunConfig& cfg, int world_size, const ClusterSpec& cluster, int* micro_batch);
+// Whether --layout auto proposes parallel.zero = 3 (the engine runs it:
+// parallel/zero/param_gather.h).
+constexpr bool kEngineRunsZero3 = true;
+
+// What choose_layout may propose beyond ZeRO 0-2 and recomputation.
+struct LayoutSearch {
+  bool zero3 = kEngineRunsZero3;  // ZeRO-3 where dp > 1
+};
+
+// The fastest layout loom can run for cfg on world_size ranks (n_head,
+// kv heads and the MLP width divisible by tp, pp <= n_layer, batch divisible
+// by dp x micro-batch, the config's schedule and chunks; ZeRO 0-2, and 3
+// when dp > 1 and search.zero3; recomputation none, selective or full) whose
+// ranks fit the machine's memory together. Recomputation costs time, so it
+// is chosen only where nothing faster fits. train.micro_batch_size, when
+// set, is kept; the chunks, sequence parallelism and precision are the
+// config's. with_layout(cfg, chosen) (layout.h) is the run. Throws
+// UserError if no layout fits, saying how much memory is missing.
+Layout choose_layout(const RunConfig& cfg, int world_size, const ClusterSpec& cluster, LayoutSearch search = {});
 
 }  // namespace loom::planner

@@ -40,15 +40,15 @@ SearchResult search_layouts(const Workload& w, const ClusterSpec& c, const Searc
   LOOM_USER_CHECK(w.global_batch >= 1, "the global batch must be at least 1 sequence");
   const ModelConfig& m = w.model;
   const int devices = c.devices();
-  std::vector<Precision> precisions = space.precision;
+  std::vector<ComputePrecision> precisions = space.precision;
   if (precisions.empty()) {
-    if (c.peak_flops_bf16 > 0) precisions.push_back(Precision::BF16);
-    else if (c.peak_flops_fp16 > 0) precisions.push_back(Precision::FP16);
-    precisions.push_back(Precision::FP32);
+    if (c.peak_flops_bf16 > 0) precisions.push_back(ComputePrecision::bf16);
+    else if (c.peak_flops_fp16 > 0) precisions.push_back(ComputePrecision::fp16);
+    precisions.push_back(ComputePrecision::fp32);
   }
-  for (Precision p : precisions)
+  for (ComputePrecision p : precisions)
     LOOM_USER_CHECK(c.peak_flops(p) > 0, "cluster %s has no %s peak (device.peak_tflops_%s)", c.name.c_str(),
-                    to_string(p), to_string(p));
+                    compute_precision_name(p), compute_precision_name(p));
   std::vector<Recompute> recomputes = space.recompute;
   if (recomputes.empty()) recomputes = {Recompute::none, Recompute::selective, Recompute::full};
 
@@ -81,7 +81,7 @@ SearchResult search_layouts(const Workload& w, const ClusterSpec& c, const Searc
             for (int sp = 0; sp <= (tp > 1 ? 1 : 0); sp++) {
               if (!allowed(space.seq_parallel, sp)) continue;
               for (Recompute r : recomputes) {
-                for (Precision p : precisions) {
+                for (ComputePrecision p : precisions) {
                   Candidate cand;
                   cand.layout = Layout{dp, tp, pp, v, b, mbs, zero, r, sp == 1, p};
                   cand.memory = peak_memory(w, cand.layout, c);

@@ -21,7 +21,7 @@ namespace loom::planner {
 // Constraints: an empty list leaves that dimension free.
 struct SearchSpace {
   std::vector<int> dp, tp, pp, v, micro_batch, zero;
-  std::vector<Precision> precision;  // default: bf16 (else fp16) and fp32
+  std::vector<ComputePrecision> precision;  // default: bf16 (else fp16) and fp32
   std::vector<Recompute> recompute;
   std::vector<int> seq_parallel;     // 0 and/or 1
   int max_v = 8;

@@ -16,7 +16,7 @@ struct ChunkCosts {
   double backward(int vs) const { return b_compute[vs] + b_tp[vs] + b_zero3[vs]; }
 };
 
-double act_bytes(Precision p) { return p == Precision::FP32 ? 4 : 2; }
+double act_bytes(ComputePrecision p) { return p == ComputePrecision::fp32 ? 4 : 2; }
 
 ChunkCosts chunk_costs(const Workload& w, const Layout& l, const ClusterSpec& c, const GroupLinks& links) {
   const ModelConfig& m = w.model;

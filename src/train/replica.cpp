@@ -6,31 +6,10 @@
 
 #include "checkpoint/layout_pieces.h"
 #include "core/check.h"
-#include "parallel/pp/partition.h"
 #include "precision/found_inf.h"
 #include "precision/non_finite.h"
 
 namespace loom {
-
-PipelinePlan plan_pipeline(const RunConfig& cfg, int pp) {
-  PipelinePlan plan;
-  const std::string& s = cfg.parallel.schedule;
-  plan.schedule = s == "gpipe" ? pp::ScheduleKind::GPipe
-                  : s == "interleaved" ? pp::ScheduleKind::Interleaved1F1B
-                                       : pp::ScheduleKind::OneFOneB;
-  plan.v = cfg.parallel.virtual_stages;
-  const int parts = pp * plan.v;
-  if (!cfg.parallel.pp_layers.empty()) {
-    pp::check_partition(cfg.parallel.pp_layers, cfg.model.n_layer, parts);
-    plan.layers = cfg.parallel.pp_layers;
-  } else {
-    // Costs in blocks: the head's matmul and loss against a block's matmuls
-    // and attention (per token, forward: 2CV against 24C^2 + 4TC).
-    const double C = cfg.model.d_model, T = cfg.model.seq_len, V = cfg.model.vocab_size;
-    plan.layers = pp::balanced_partition(cfg.model.n_layer, parts, 0.0, 2 * C * V / (24 * C * C + 4 * T * C));
-  }
-  return plan;
-}
 
 // The executor's view of this stage: chunk c's stage module, one micro-batch at a time.
 class Replica::Stage : public pp::StageModel {
@@ -85,21 +64,7 @@ class Replica::Stage : public pp::StageModel {
 };
 
 std::vector<ModelShard> stage_shards(const RunConfig& cfg, const ParallelContext& ctx, const PipelinePlan& plan) {
-  const int pp = ctx.grid().pp(), stage = ctx.coord().pp, parts = pp * plan.v;
-  std::vector<ModelShard> shards;
-  for (int c = 0; c < plan.v; c++) {
-    const int vs = c * pp + stage;
-    ModelShard s;
-    s.tp_rank = ctx.coord().tp;
-    s.tp_size = ctx.grid().tp();
-    s.sequence_parallel = cfg.parallel.sequence_parallel && s.tp_size > 1;
-    for (int i = 0; i < vs; i++) s.first_layer += plan.layers[size_t(i)];
-    s.end_layer = s.first_layer + plan.layers[size_t(vs)];
-    s.embedding = vs == 0;
-    s.head = vs == parts - 1;
-    shards.push_back(s);
-  }
-  return shards;
+  return chunk_shards(cfg, plan, ctx.coord().pp, ctx.coord().tp, ctx.grid().tp());
 }
 
 std::vector<int64_t> chunk_offsets(const ModelConfig& model, const std::vector<ModelShard>& shards) {
@@ -210,9 +175,8 @@ Replica::Replica(const RunConfig& cfg, const ParallelContext& ctx, int micro_bat
       loss_scale_(1.0f / float(ctx.dp().size() * micro_batches)),
       compute_(cfg.precision.compute_precision()),
       scaler_(cfg.precision.scaler_options()),
-      pipeline_(plan_pipeline(cfg, ctx.grid().pp())),
-      schedule_(pp::build_schedule(pipeline_.schedule, ctx.grid().pp(), micro_batches,
-                                   pipeline_.v)[size_t(ctx.coord().pp)]),
+      pipeline_(plan_pipeline(cfg, ctx.grid().pp(), micro_batches)),
+      schedule_(pipeline_.actions[size_t(ctx.coord().pp)]),
       shards_(stage_shards(cfg, ctx, pipeline_)),
       chunk_offset_(shards_.size()),
       chunk_tensor_(shards_.size()),
@@ -245,7 +209,7 @@ Replica::Replica(const RunConfig& cfg, const ParallelContext& ctx, int micro_bat
   if (zero_ == 3)
     gather_ = std::make_unique<ParamGather>(flat_, segments_, plan_, ctx.dp(), optimizer_->master(),
                                             lowp ? compute_dtype(compute_) : DType::f32);
-  const std::vector<int> slots = pp::PipelineExecutor::slots_needed(schedule_, pipeline_.v);
+  const std::vector<int> slots = pipeline_.slots[size_t(ctx.coord().pp)];
   for (size_t c = 0; c < shards_.size(); c++) {
     StageBuffers buffers{params_base() ? params_base() + chunk_offset_[c] : nullptr, grads_.data() + chunk_offset_[c],
                          0, slots[c], compute_,

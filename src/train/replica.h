@@ -16,6 +16,7 @@
 #include <memory>
 #include <vector>
 
+#include "config/pipeline_plan.h"
 #include "config/run_config.h"
 #include "checkpoint/checkpoint_reader.h"
 #include "checkpoint/tensor_piece.h"
@@ -33,15 +34,8 @@
 
 namespace loom {
 
-// How the train loop splits the model into pipeline chunks.
-struct PipelinePlan {
-  pp::ScheduleKind schedule = pp::ScheduleKind::OneFOneB;
-  int v = 1;                        // chunks per stage
-  std::vector<int> layers;          // blocks per virtual stage (pp x v of them)
-};
-PipelinePlan plan_pipeline(const RunConfig& cfg, int pp);
-// The model chunks of this rank's stage: chunk c holds virtual stage
-// c x pp + stage (the first holds the embedding, the last the head).
+// The model chunks of this rank's stage (chunk_shards in config/pipeline_plan.h,
+// where the pipeline plan comes from).
 std::vector<ModelShard> stage_shards(const RunConfig& cfg, const ParallelContext& ctx, const PipelinePlan& plan);
 // Where chunk c's tensors start in the stage's buffers (floats): chunk v-1
 // first, since its backward finishes first.

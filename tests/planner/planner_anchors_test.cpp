@@ -19,7 +19,7 @@ TEST(PlannerAnchors, ZeroPaperSixteenBytesPerParameter) {
   w.global_batch = 64;
   const double n = stage_parameters(w.model, Layout{}, 0);
   ASSERT_NEAR(n, 7.5e9, 0.05e9);
-  Layout replicated{64, 1, 1, 1, 1, 1, 0, Recompute::full, false, Precision::BF16};
+  Layout replicated{64, 1, 1, 1, 1, 1, 0, Recompute::full, false, ComputePrecision::bf16};
   MemoryBreakdown m = stage_memory(w, replicated, roomy_cluster(64), 0);
   EXPECT_DOUBLE_EQ((m.params + m.grads + m.optimizer) / n, 16.0);
   EXPECT_NEAR((m.params + m.grads + m.optimizer) * 7.5e9 / n, 120e9, 1e6);

@@ -124,7 +124,7 @@ TEST(PlannerLlama, FlopsCountThreeMlpMatricesAndGroupedKeyValues) {
   const ModelConfig m = small_llama();
   Workload w{m, 4};
   Layout l;
-  l.micro_batch = 4, l.micro_batches = 1, l.precision = Precision::BF16;
+  l.micro_batch = 4, l.micro_batches = 1, l.precision = ComputePrecision::bf16;
   const ClusterSpec c = roomy_cluster(1);
   const StepTime t = step_time(w, l, c);
   // Forward per token: 2 x 40960 per layer + 4 s h for attention, 2 V h for

@@ -74,14 +74,39 @@ TEST(PlannerPredict, LayoutsLoomCannotRunAreRefused) {
 TEST(PlannerPredict, ChooseLayoutFollowsLoomsRules) {
   RunConfig cfg = small_run();
   for (int world : {1, 2, 4, 8}) {
-    int micro = 0;
-    ParallelConfig p = choose_layout(cfg, world, test_machine(2, 4), &micro);
+    const Layout p = choose_layout(cfg, world, test_machine(2, 4));
     EXPECT_EQ(p.dp * p.tp * p.pp, world);
     EXPECT_EQ(cfg.model.n_head % p.tp, 0);
     EXPECT_LE(p.pp, cfg.model.n_layer);
-    EXPECT_EQ(cfg.train.batch_size % (p.dp * micro), 0);
-    EXPECT_LE(p.zero, 2);
+    EXPECT_EQ(cfg.train.batch_size % (p.dp * p.micro_batch), 0);
+    EXPECT_LE(p.zero, kEngineRunsZero3 ? 3 : 2);
+    // Plenty of memory: no recomputation (it only costs time).
+    EXPECT_EQ(p.recompute, Recompute::none);
+    EXPECT_EQ(with_layout(cfg, p).train.batch_size, cfg.train.batch_size);
   }
+}
+
+// planner::Layout and a run's config: one conversion each way.
+TEST(PlannerPredict, LayoutAndConfigConvertBothWays) {
+  RunConfig cfg = small_run();
+  cfg.parallel.tp = 2, cfg.parallel.pp = 2, cfg.parallel.zero = 1, cfg.parallel.sequence_parallel = true;
+  cfg.parallel.schedule = "interleaved", cfg.parallel.virtual_stages = 2;
+  cfg.train.micro_batch_size = 1, cfg.train.recompute = "selective", cfg.precision.compute = "bf16";
+  const Layout l = layout_of(cfg, 8);
+  EXPECT_EQ(l.describe(), "dp 2 tp 2 pp 2 v 2 | micro-batch 1 x 4 | zero 1 | bf16 | recompute selective | seq-parallel");
+  const RunConfig back = with_layout(RunConfig{}, l);
+  EXPECT_EQ(back.parallel.dp, 2);
+  EXPECT_EQ(back.parallel.tp, 2);
+  EXPECT_EQ(back.parallel.pp, 2);
+  EXPECT_EQ(back.parallel.zero, 1);
+  EXPECT_EQ(back.parallel.schedule, "interleaved");
+  EXPECT_EQ(back.parallel.virtual_stages, 2);
+  EXPECT_TRUE(back.parallel.sequence_parallel);
+  EXPECT_EQ(back.train.batch_size, 8);
+  EXPECT_EQ(back.train.micro_batch_size, 1);
+  EXPECT_EQ(back.train.recompute, "selective");
+  EXPECT_EQ(back.precision.compute, "bf16");
+  EXPECT_EQ(layout_of(back, 8).describe(), l.describe());
 }
 
 TEST(PlannerPredict, ChooseLayoutSaysHowMuchMemoryIsMissing) {

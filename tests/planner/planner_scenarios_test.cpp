@@ -26,14 +26,14 @@ constexpr double kStateBytesPerParameter = 16;
 TEST(PlannerScenarios, ThirtyBillionPureDataParallelFp32DoesNotFitOn8x80GB) {
   const Workload w = preset_workload("gpt3-30b");
   const ClusterSpec c = preset("a100-80gb", 8);
-  const Layout pure_dp{8, 1, 1, 1, 1, w.global_batch / 8, 0, Recompute::full, false, Precision::FP32};
+  const Layout pure_dp{8, 1, 1, 1, 1, w.global_batch / 8, 0, Recompute::full, false, ComputePrecision::fp32};
   const MemoryBreakdown m = peak_memory(w, pure_dp, c);
   EXPECT_GT(m.total(), c.memory_bytes);
   EXPECT_GT(m.params + m.grads + m.optimizer, 16 * 29e9);  // 480 GB of model states on each device
 
   // Nothing in pure data parallelism (any ZeRO stage short of 3, fp32) fits...
   SearchSpace space;
-  space.tp = {1}, space.pp = {1}, space.precision = {Precision::FP32}, space.zero = {0, 1, 2};
+  space.tp = {1}, space.pp = {1}, space.precision = {ComputePrecision::fp32}, space.zero = {0, 1, 2};
   EXPECT_TRUE(search_layouts(w, c, space, 1).top.empty());
   // ...so the plan splits the model: each device holds a part of the parameters.
   const SearchResult r = search_layouts(w, c, SearchSpace{}, 3);
@@ -53,7 +53,7 @@ TEST(PlannerScenarios, ThirtyBillionOn32x24GBNeedsTheSplitThatMakesItFit) {
   ASSERT_GE(factor, 16);
   SearchSpace space;
   space.zero = {0};
-  space.precision = {Precision::BF16};
+  space.precision = {ComputePrecision::bf16};
   const SearchResult r = search_layouts(w, c, space, 1000000);  // every fitting layout, timed
   ASSERT_FALSE(r.top.empty());
   EXPECT_EQ(int64_t(r.top.size()), r.fitting);

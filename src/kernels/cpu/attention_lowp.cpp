@@ -105,8 +105,8 @@ void softmax_backward_rows(float* ds, const P* p, int i0, int i1, int T) {
 
 }  // namespace
 
-size_t attention_lowp_work_floats(int T, int C, int NH, int NKV) {
-  return size_t(omp_get_max_threads()) * slice_floats(T, detail::qkv_layout(C, NH, NKV).hs);
+size_t attention_lowp_work_floats(int T, int C, int NH, int NKV, int threads) {
+  return size_t(threads > 0 ? threads : omp_get_max_threads()) * slice_floats(T, detail::qkv_layout(C, NH, NKV).hs);
 }
 
 void attention_forward_native(bf16* out, bf16* att, const bf16* qkv, float* work, int B, int T, int C, int NH,

@@ -25,10 +25,11 @@
 namespace loom::cpu {
 
 // fp32 work space, in floats, that the calls below need: one slice per
-// OpenMP thread, for omp_get_max_threads() threads as of this call. The
+// OpenMP thread, for omp_get_max_threads() threads as of this call (or
+// `threads` when > 0: what a planner sizes for a run's thread count). The
 // kernels index it by omp_get_thread_num(), so do not raise the thread count
 // afterwards without sizing the work space again. The same for any NKV.
-size_t attention_lowp_work_floats(int T, int C, int NH, int NKV = 0);
+size_t attention_lowp_work_floats(int T, int C, int NH, int NKV = 0, int threads = 0);
 
 // out[B,T,C]: heads concatenated; att[B,NH,T,T]: softmax probabilities,
 // rounded (exact zeros above the diagonal), saved for the backward pass.

@@ -4,6 +4,7 @@
 #include <set>
 
 #include "core/check.h"
+#include "parallel/pp/pipeline_plan.h"
 
 namespace loom::pp {
 
@@ -45,19 +46,7 @@ void PipelineExecutor::release(int microbatch, int chunk) {
 }
 
 std::vector<int> PipelineExecutor::slots_needed(const StageSchedule& actions, int v) {
-  std::set<std::pair<int, int>> sends_grad, held;
-  for (const Action& a : actions)
-    if (a.kind == ActionKind::SendGrad) sends_grad.insert({a.microbatch, a.chunk});
-  std::vector<int> now(size_t(v), 0), peak(size_t(v), 0);
-  for (const Action& a : actions) {
-    const std::pair<int, int> key{a.microbatch, a.chunk};
-    if ((a.kind == ActionKind::RecvActivation || a.kind == ActionKind::Forward) && held.insert(key).second)
-      peak[size_t(a.chunk)] = std::max(peak[size_t(a.chunk)], ++now[size_t(a.chunk)]);
-    const bool releases = a.kind == ActionKind::SendGrad || (a.kind == ActionKind::Backward && !sends_grad.count(key));
-    if (releases && held.erase(key)) now[size_t(a.chunk)]--;
-  }
-  for (int& p : peak) p = std::max(p, 1);
-  return peak;
+  return pp::slots_needed(actions, v);
 }
 
 // Messages are matched by (micro-batch, receiving chunk, direction).

@@ -62,9 +62,8 @@ class PipelineExecutor {
   // sets for chunk c (slots_needed gives them).
   PipelineExecutor(Communicator& pp, std::vector<int> slots);
 
-  // How many activation sets each of the v chunks needs to run `actions`: a
-  // micro-batch holds one from its first action (a receive or its forward)
-  // until its gradient is sent (or its backward, where nothing is sent).
+  // How many activation sets each of the v chunks needs to run `actions`
+  // (pp::slots_needed in pipeline_plan.h, which the planner also reads).
   static std::vector<int> slots_needed(const StageSchedule& actions, int v);
 
   // Runs the step's actions up to (not including) ReduceGrads / OptimizerStep.

@@ -1,0 +1,52 @@
+// The pipeline plan of a run: which schedule, how many chunks per stage,
+// which blocks each chunk holds, how many micro-batches a step runs, each
+// stage's action list and how many activation sets each chunk must hold.
+//
+// The one place both the trainer (train/replica.cpp) and the planner
+// (planner/predict.cpp) get these from, so what the planner predicts is
+// what the executor runs. Plain values only: parallel/ knows no config and
+// no model (config/pipeline_plan.h makes one from a RunConfig).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "parallel/pp/schedule.h"
+
+namespace loom::pp {
+
+struct PipelinePlan {
+  ScheduleKind schedule = ScheduleKind::OneFOneB;
+  int pp = 1;
+  int v = 1;                 // chunks per stage
+  std::vector<int> layers;   // blocks per virtual stage (pp x v of them; chunk c of stage s is c x pp + s)
+  int micro_batches = 0;     // per step; 0: the partition only (no actions, no slots)
+  Schedule actions;          // one list per stage (build_schedule)
+  // slots[stage][chunk]: activation sets the chunk needs to run its
+  // stage's list (slots_needed): the in-flight bound the executor allocates.
+  std::vector<std::vector<int>> slots;
+
+  int virtual_stages() const { return pp * v; }
+  // The first block of virtual stage vs.
+  int first_layer(int vs) const;
+};
+
+// "gpipe" | "1f1b" | "interleaved"; UserError naming parallel.schedule otherwise.
+ScheduleKind parse_schedule_kind(const std::string& name);
+
+// schedule: its name; v: chunks per stage; pp_layers: blocks per virtual
+// stage as the user gave them (empty: balanced by cost, every block costing
+// 1 and the last chunk also head_blocks, the final norm, LM head and loss
+// in units of one block); micro_batches: per step (0: no action lists).
+// UserError when the blocks cannot fill the chunks, pp_layers is
+// malformed, or the schedule refuses the micro-batch count.
+PipelinePlan plan_pipeline(const std::string& schedule, int v, const std::vector<int>& pp_layers, int n_layer,
+                           int pp, double head_blocks, int micro_batches = 0);
+
+// How many activation sets each of the v chunks needs to run one stage's
+// `actions`: a (micro-batch, chunk) holds one from its first action (a
+// receive or its forward) until its gradient is sent (or its backward, where
+// nothing is sent). At least 1 each.
+std::vector<int> slots_needed(const StageSchedule& actions, int v);
+
+}  // namespace loom::pp

@@ -1,0 +1,62 @@
+// This machine as a cluster for the planner: one device per core.
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "core/check.h"
+#include "kernels/cpu/isa.h"
+#include "obs/peak_flops.h"
+#include "planner/predict.h"
+
+namespace loom::planner {
+
+namespace {
+constexpr double kMiB = 1024.0 * 1024.0;
+}  // namespace
+
+double bf16_speedup_of_this_cpu() {
+  // Native bf16 products (avx512_bf16, not capped below it): bench/matmul_bench
+  // measured 1.7-1.9x the fp32 rate. Elsewhere loom widens them to fp32:
+  // `loom info` measured 0.88x on a layer product (AVX2 AMD EPYC).
+  return cpu::native_bf16_products() ? 1.8 : 0.9;
+}
+
+ClusterSpec measure_local_cluster_quickly() {
+  ClusterSpec c;
+  c.name = "local";
+  const int cores = std::max(1u, std::thread::hardware_concurrency());
+  c.description = strprintf("this machine, one device per core (%d cores), measured quickly", cores);
+  c.nodes = 1;
+  c.devices_per_node = cores;
+  double mem_kib = 0;
+  std::ifstream meminfo("/proc/meminfo");
+  for (std::string key; meminfo >> key;) {
+    double value;
+    meminfo >> value;
+    if (key == "MemTotal:") mem_kib = value;
+    meminfo.ignore(256, '\n');
+  }
+  c.memory_bytes = (mem_kib > 0 ? mem_kib * 1024 : 4.0 * (1ull << 30)) / cores;
+  c.peak_flops_fp32 = measure_peak_gflops(cores) * 1e9 / cores;
+  c.peak_flops_bf16 = c.peak_flops_fp32 * bf16_speedup_of_this_cpu();
+  // Uncalibrated guesses, replaced by `loom bench calibrate`: loom's steps
+  // reach about a third of the fp32 peak (README), a core streams ~10 GB/s,
+  // MPI over shared memory moves a few GB/s.
+  c.matmul_efficiency = 0.33;
+  c.memory_bandwidth = 10e9;
+  c.overhead_bytes = 150 * kMiB;
+  c.intra_bandwidth = 4e9;
+  c.intra_latency = 2e-6;
+  c.inter_bandwidth = 12.5e9;
+  c.inter_latency = 5e-6;
+  return c;
+}
+
+ClusterSpec local_cluster_or_default() {
+  const std::string path = local_cluster_path(default_root());
+  if (std::filesystem::exists(path)) return load_cluster_file(path);
+  return measure_local_cluster_quickly();
+}
+
+}  // namespace loom::planner
