@@ -181,6 +181,8 @@ commands:
           Fix dimensions (comma lists): --dp --tp --pp --v --micro-batch --zero 0-3 --sp 0|1
                  --precision fp32,bf16,fp16 --recompute none,selective,full; --top K (default 5).
           Deadline: --tokens N [--deadline-days D] (exit 2 if the best plan misses it).
+          --emit-config FILE: write plan #1 (model, batch, layout: dp tp pp v micro-batch zero
+                 precision recompute sp) as a loom config: mpirun -np N loom train --config FILE.
           No layout fits: exit 2, with the memory per device missing, why (model states against
                  the devices) and the fewest devices of that cluster that fit, with their plan.
                  See docs/planner.md.

@@ -8,8 +8,10 @@
 
 #include "cli/commands.h"
 #include "config/run_config.h"
+#include "core/atomic_file.h"
 #include "core/check.h"
 #include "planner/cluster.h"
+#include "planner/layout.h"
 #include "planner/memo.h"
 #include "planner/model_presets.h"
 #include "planner/plan_table.h"
@@ -22,7 +24,7 @@ namespace {
 using namespace loom::planner;
 
 struct PlanOptions {
-  std::string model = "", config, cluster = "a100-80gb", layout;
+  std::string model = "", config, cluster = "a100-80gb", layout, emit_config;
   std::vector<std::string> sets;
   int devices = 0, batch = 0, seq = 0, top = 5, ranks = 1;
   int layers = 0, d_model = 0, heads = 0, kv_heads = 0, ffn = 0, vocab = 0;
@@ -88,6 +90,7 @@ PlanOptions parse(const Args& args) {
     else if (a == "--deadline-days") o.deadline_days = parse_number(a, value());
     else if (a == "--layout") o.layout = value();
     else if (a == "--ranks") o.ranks = parse_int(a, value());
+    else if (a == "--emit-config") o.emit_config = value();
     else if (a == "--dp") o.space.dp = parse_ints(a, value(), 1);
     else if (a == "--tp") o.space.tp = parse_ints(a, value(), 1);
     else if (a == "--pp") o.space.pp = parse_ints(a, value(), 1);
@@ -132,6 +135,20 @@ Workload workload(const PlanOptions& o) {
   if (o.batch) w.global_batch = o.batch;
   w.model.validate();
   return w;
+}
+
+// --emit-config FILE: plan #1 as a loom config (the model, its batch and
+// the layout; the rest from --config or the defaults), checked as
+// `loom train` checks it, so that what the planner proposes is what runs.
+void emit_config(const PlanOptions& o, const Workload& w, const Layout& l) {
+  RunConfig cfg = load_run_config(o.config.empty() ? "" : resolve_path(o.config), o.sets);
+  cfg.model = w.model;
+  if (l.pp > 1 && l.v == 1) cfg.parallel.schedule = "1f1b";  // the schedule the planner simulated
+  cfg = with_layout(cfg, l);
+  cfg.validate();
+  write_file_atomically(o.emit_config, cfg.to_toml());
+  std::printf("\nwrote %s: plan #1 as a loom config; run it with\n  mpirun -np %d loom train --config %s\n",
+              o.emit_config.c_str(), l.devices(), o.emit_config.c_str());
 }
 
 // `--layout auto` with a loom config: the layout `loom train` should use on
@@ -207,6 +224,7 @@ int cmd_plan(const Args& args) {
   std::printf("searched %lld layouts: %lld fit, %lld timed by simulating their schedule, in %.2f s\n\n",
               (long long)r.considered, (long long)r.fitting, (long long)r.timed, seconds);
   std::printf("%s\n%s", format_plan_table(r.top).c_str(), write_memo(w, cluster, r.top[0]).c_str());
+  if (!o.emit_config.empty()) emit_config(o, w, r.top[0].layout);
 
   if (o.tokens > 0) {
     const double days = o.tokens / r.top[0].time.tokens_per_s / 86400;
