@@ -194,6 +194,7 @@ TEST(CheckpointResume, LlamaStopsResumesAndReshards) {
 // uninterrupted run of the same precision within rtol 1e-4.
 TEST(CheckpointResume, EveryZeroStageResumesEveryOther) {
   if (!batch_splits()) GTEST_SKIP() << "the batch does not split over " << world_size() << " replicas";
+  if (world_size() > 4) GTEST_SKIP() << "run at 2 and 4 ranks (dp 2, 4); 8 ranks reshard 2x2x2 above";
   const Layout l = world_layout();
   for (const char* precision : {"fp32", "bf16"}) {
     const std::vector<int> stages = std::string(precision) == "fp32" ? std::vector<int>{0, 3, 1, 2}
