@@ -162,6 +162,8 @@ int cmd_bench_planner(const Args& args) {
     print_run_row(int(i + 1), runs.back());
   }
   print_summary(runs, cluster.overhead_bytes, calibrated);
+  ::getloadavg(&load, 1);  // other work on the machine slows the measured steps, not the predicted ones
+  std::printf("load average %.2f at the end\n", load);
   if (!o.out.empty()) {
     nlohmann::json j = to_json(runs, probes, cluster.overhead_bytes, calibrated);
     j["cpu"] = cpu::describe_dispatch().line();
