@@ -194,7 +194,8 @@ std::string tuned_torch_env(const cpu::Dispatch& d) {
 
 int cmd_bench(const Args& args) {
   LOOM_USER_CHECK(!args.empty() && (args[0] == "step" || args[0] == "step-child"),
-                  "bench: expected 'loom bench step|comm [options]' (try loom --help)");
+                  "bench: expected 'loom bench step|comm|scaling|tp|pp|planner|checkpoint|calibrate [options]' "
+                  "(try loom --help)");
   bool child = args[0] == "step-child";
   std::vector<std::string> shapes = {"tiny", "small", "gpt2-124M"};
   std::vector<int> threads = {1, 2};

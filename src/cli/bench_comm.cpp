@@ -14,6 +14,7 @@
 #include <cstring>
 #include <vector>
 
+#include "cli/bench_util.h"
 #include "cli/commands.h"
 #include "comm/mpi_comm.h"
 #include "core/check.h"
@@ -87,19 +88,10 @@ int cmd_bench_comm(const Args& args) {
   Options o = parse(args, 1);
   std::printf("loom bench comm: memcpy (1 thread, 256 MiB) %.1f GB/s on this machine\n", memcpy_gbps());
   std::fflush(stdout);
-  // mpirun refuses root without these; a benchmark launched by root means it.
-  if (geteuid() == 0) {
-    setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 0);
-    setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0);
-  }
-  char exe[4096];
-  ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-  LOOM_CHECK(n > 0, "cannot read /proc/self/exe");
-  exe[n] = 0;
+  const std::string exe = self_exe();
   for (int ranks : o.ranks) {
-    std::string cmd = strprintf("OMP_NUM_THREADS=1 mpirun --oversubscribe --bind-to none -np %d '%s' bench comm-child "
-                                "--min-bytes %zu --max-bytes %zu",
-                                ranks, exe, o.min_bytes, o.max_bytes);
+    std::string cmd = mpirun_prefix(ranks, 1) + strprintf("'%s' bench comm-child --min-bytes %zu --max-bytes %zu",
+                                                          exe.c_str(), o.min_bytes, o.max_bytes);
     std::fflush(stdout);
     int rc = std::system(cmd.c_str());
     LOOM_USER_CHECK(rc == 0, "bench comm: '%s' failed (status %d)", cmd.c_str(), rc);

@@ -32,13 +32,7 @@ struct Options {
   int v = 1;                       // child only
 };
 
-int int_option(const std::string& s, const char* what, int min) {
-  char* end = nullptr;
-  long v = std::strtol(s.c_str(), &end, 10);
-  LOOM_USER_CHECK(!s.empty() && *end == 0 && v >= min && v <= 1024, "bench pp: %s must be an integer in [%d, 1024], got '%s'",
-                  what, min, s.c_str());
-  return int(v);
-}
+int int_option(const std::string& s, const char* what, int min) { return cli::int_option(s, "bench pp", what, min, 1024); }
 
 Options parse(const Args& args) {
   Options o;
@@ -65,10 +59,6 @@ Options parse(const Args& args) {
 
 int cmd_bench_pp(const Args& args) {
   const Options o = parse(args);
-  if (geteuid() == 0) {
-    setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 0);
-    setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0);
-  }
   std::printf("loom bench pp: pp = 2 (1 rank x 1 thread per stage), 8 blocks d_model 384 T 256 vocab 256, micro-batch "
               "1 sequence;\n%d timed steps after 1 warm-up\n\n",
               o.steps);
@@ -82,10 +72,9 @@ int cmd_bench_pp(const Args& args) {
   for (const Row& row : {Row{"gpipe", 1}, Row{"1f1b", 1}, Row{"interleaved", 2}}) {
     for (int m : o.m) {
       if (row.v > 1 && m % 2 != 0) continue;  // interleaving needs m % pp == 0
-      std::string line = run_for_json(strprintf(
-          "OMP_NUM_THREADS=1 mpirun --oversubscribe --bind-to none -np 2 '%s' bench pp-child --schedule %s --v %d "
-          "--m %d --steps %d 2>&1",
-          self_exe().c_str(), row.schedule, row.v, m, o.steps));
+      std::string line = run_for_json(
+          mpirun_prefix(2, 1) + strprintf("'%s' bench pp-child --schedule %s --v %d --m %d --steps %d 2>&1",
+                                          self_exe().c_str(), row.schedule, row.v, m, o.steps));
       LOOM_USER_CHECK(!line.empty(), "bench pp: the run %s v=%d m=%d failed", row.schedule, row.v, m);
       const double theory = 1.0 / (row.v * m + 1);  // (pp - 1) / (v m + pp - 1) at pp = 2
       std::printf("%-11s %2d %3d | %7.1f%% %7.1f%% %7.1f%% | %4.0f %4.0f %4.0f %4.0f | %13.1f %13.1f | %6.0f\n",

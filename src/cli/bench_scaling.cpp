@@ -37,11 +37,7 @@ struct Options {
 };
 
 int positive_int(const std::string& s, const char* what, int min = 1) {
-  char* end = nullptr;
-  long v = std::strtol(s.c_str(), &end, 10);
-  LOOM_USER_CHECK(!s.empty() && *end == 0 && v >= min && v < 1 << 20,
-                  "bench scaling: %s must be an integer >= %d, got '%s'", what, min, s.c_str());
-  return int(v);
+  return int_option(s, "bench scaling", what, min, (1 << 20) - 1);
 }
 
 Options parse(const Args& args) {
@@ -93,10 +89,10 @@ struct Row {
 };
 
 Row run_config(const Options& o, int ranks, int zero, const std::string& layout = "dp") {
-  std::string cmd = strprintf(
-      "OMP_NUM_THREADS=1 mpirun --oversubscribe --bind-to none -np %d '%s' bench scaling-child --zero %d --steps %d "
-      "--micro-batch %d --bucket-mb %g --layouts %s 2>&1",
-      ranks, self_exe().c_str(), zero, o.steps, o.micro_batch, o.bucket_mb, layout.c_str());
+  std::string cmd = mpirun_prefix(ranks, 1) +
+                    strprintf("'%s' bench scaling-child --zero %d --steps %d --micro-batch %d --bucket-mb %g --layouts "
+                              "%s 2>&1",
+                              self_exe().c_str(), zero, o.steps, o.micro_batch, o.bucket_mb, layout.c_str());
   std::string line = run_for_json(cmd);
   LOOM_USER_CHECK(!line.empty(), "bench scaling: the run with %d ranks, ZeRO-%d failed", ranks, zero);
   Row r;
@@ -127,10 +123,6 @@ Row median(std::vector<Row> runs) {
 
 int cmd_bench_scaling(const Args& args) {
   const Options o = parse(args);
-  if (geteuid() == 0) {  // mpirun refuses root without these; a benchmark launched by root means it
-    setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 0);
-    setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0);
-  }
   std::printf("loom bench scaling: small shape (V=4096 L=6 C=384 H=6 T=256), micro-batch %d per rank, 1 thread per "
               "rank,\n%d timed steps after 1 warm-up, buckets of %g MiB; median tokens/s of %d run(s) per row\n\n",
               o.micro_batch, o.steps, o.bucket_mb, o.repeat);

@@ -62,10 +62,9 @@ struct Row {
 };
 
 Row run_row(const Options& o, int tp, bool sp) {
-  std::string cmd = strprintf(
-      "OMP_NUM_THREADS=%d mpirun --oversubscribe --bind-to none -np %d '%s' bench tp-child --tp %d %s --steps %d "
-      "--micro-batch %d 2>&1",
-      2 / tp, tp, self_exe().c_str(), tp, sp ? "--sequence-parallel" : "", o.steps, o.micro_batch);
+  std::string cmd = mpirun_prefix(tp, 2 / tp) + strprintf("'%s' bench tp-child --tp %d %s --steps %d --micro-batch %d 2>&1",
+                                                          self_exe().c_str(), tp, sp ? "--sequence-parallel" : "",
+                                                          o.steps, o.micro_batch);
   std::string line = run_for_json(cmd);
   LOOM_USER_CHECK(!line.empty(), "bench tp: the run with tp=%d%s failed", tp, sp ? " (sequence parallel)" : "");
   Row r{tp, sp};
@@ -87,10 +86,6 @@ Row median(std::vector<Row> runs) {
 
 int cmd_bench_tp(const Args& args) {
   const Options o = parse(args);
-  if (geteuid() == 0) {
-    setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 0);
-    setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0);
-  }
   std::printf("loom bench tp: small shape (V=4096 L=6 C=384 H=6 T=256), micro-batch %d, 2 cores: tp=1 as 1 rank x 2 "
               "threads,\ntp=2 as 2 ranks x 1 thread; %d timed steps after 1 warm-up; median of %d run(s) per row\n\n",
               o.micro_batch, o.steps, o.repeat);

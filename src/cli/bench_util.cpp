@@ -1,8 +1,10 @@
 #include "cli/bench_util.h"
 
 #include <sys/resource.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 
@@ -18,19 +20,34 @@ double json_number(const std::string& line, const char* key) {
   return at == std::string::npos ? -1 : std::atof(line.c_str() + at + 1);
 }
 
-std::string run_for_json(const std::string& command) {
+CommandResult run_command(const std::string& command) {
+  CommandResult r;
   FILE* pipe = ::popen(command.c_str(), "r");
-  if (!pipe) return "";
-  std::string out;
+  if (!pipe) return r;
   char buf[4096];
-  while (std::fgets(buf, sizeof buf, pipe)) out += buf;
-  int status = ::pclose(pipe);
+  while (std::fgets(buf, sizeof buf, pipe)) r.output += buf;
+  const int status = ::pclose(pipe);
+  r.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+std::string run_for_json(const std::string& command) {
+  const CommandResult r = run_command(command);
+  const std::string& out = r.output;
   size_t brace = out.rfind('{');
-  if (status != 0 || brace == std::string::npos) {
-    std::fprintf(stderr, "bench: command failed (status %d): %s\n%s", status, command.c_str(), out.c_str());
+  if (r.status != 0 || brace == std::string::npos) {
+    std::fprintf(stderr, "bench: command failed (status %d): %s\n%s", r.status, command.c_str(), out.c_str());
     return "";
   }
   return out.substr(brace, out.find('\n', brace) - brace);
+}
+
+std::string mpirun_prefix(int ranks, int threads_per_rank) {
+  if (::geteuid() == 0) {
+    ::setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 0);
+    ::setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0);
+  }
+  return strprintf("OMP_NUM_THREADS=%d mpirun --oversubscribe --bind-to none -np %d ", threads_per_rank, ranks);
 }
 
 std::string self_exe() {
@@ -38,6 +55,15 @@ std::string self_exe() {
   ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
   LOOM_CHECK(n > 0, "cannot read /proc/self/exe");
   return std::string(buf, size_t(n));
+}
+
+int int_option(const std::string& text, const char* command, const char* flag, int min, int max) {
+  char* end = nullptr;
+  errno = 0;
+  const long v = std::strtol(text.c_str(), &end, 10);
+  LOOM_USER_CHECK(!text.empty() && *end == 0 && errno == 0 && v >= min && v <= max,
+                  "%s: %s must be an integer in [%d, %d], got '%s'", command, flag, min, max, text.c_str());
+  return int(v);
 }
 
 double peak_rss_mib() {

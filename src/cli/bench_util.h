@@ -1,5 +1,6 @@
 // Small helpers the `loom bench` commands share: running a child command
-// and reading the JSON line it prints, this executable's path, peak RSS.
+// (or an mpirun job of this executable) and reading what it prints, this
+// executable's path, peak RSS, integer options.
 #pragma once
 
 #include <string>
@@ -8,10 +9,26 @@ namespace loom::cli {
 
 // The number after "key": in a one-line JSON object (-1 if absent).
 double json_number(const std::string& line, const char* key);
+
+struct CommandResult {
+  int status = -1;     // the exit code; -1 if it could not start or a signal ended it
+  std::string output;  // what it printed (stderr too if the command says 2>&1)
+};
+CommandResult run_command(const std::string& command);
 // Runs `command` (stderr included if it says 2>&1); returns its last JSON
 // line, or "" (after printing the output) if it failed or printed none.
 std::string run_for_json(const std::string& command);
+
+// "OMP_NUM_THREADS=t mpirun --oversubscribe --bind-to none -np n ": ranks may
+// outnumber the cores. The first call as root also sets the variables without
+// which OpenMPI refuses root (a benchmark launched by root means it).
+std::string mpirun_prefix(int ranks, int threads_per_rank);
+
 std::string self_exe();
 double peak_rss_mib();  // of this process so far
+
+// `text` as an integer in [min, max], else a UserError such as "bench pp:
+// --steps must be an integer in [2, 1024], got 'x'".
+int int_option(const std::string& text, const char* command, const char* flag, int min, int max);
 
 }  // namespace loom::cli

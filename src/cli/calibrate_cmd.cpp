@@ -95,12 +95,7 @@ struct MpiFigures {
 // all_reduce of 2 ranks from `loom bench comm-child`: bus bandwidth at 64 MiB,
 // latency from the 4 KiB time (a 2-rank ring takes 2 steps).
 MpiFigures measure_mpi() {
-  if (geteuid() == 0) {
-    setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 0);
-    setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0);
-  }
-  std::string cmd = "OMP_NUM_THREADS=1 mpirun --oversubscribe --bind-to none -np 2 '" + self_exe() +
-                    "' bench comm-child --min-bytes 4K --max-bytes 64M 2>&1";
+  std::string cmd = mpirun_prefix(2, 1) + "'" + self_exe() + "' bench comm-child --min-bytes 4K --max-bytes 64M 2>&1";
   FILE* pipe = popen(cmd.c_str(), "r");
   MpiFigures f;
   if (!pipe) return f;

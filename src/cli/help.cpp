@@ -124,6 +124,16 @@ commands:
           per-rank peak RSS, AdamW state and gradient memory. --layouts dp,tp,pp also runs the
           N ranks as tensor-parallel ranks and as pipeline stages (m = N micro-batches), with
           the time split that explains each loss of efficiency (tp wait, dp wait, bubble, AdamW).
+            loom bench planner [--quick] [--steps 5] [--out FILE.json]
+          The planner's prediction for loom's own runs against what they measured: 28 small
+          layouts (dp / tp / pp up to 4 ranks, ZeRO 0-3, recompute none / selective / full,
+          GPipe / 1F1B / interleaved, fp32 / bf16, GPT-2 and LLaMA), each an mpirun of loom train
+          with 1 thread per rank. Per row: predicted and measured peak memory per rank (the
+          largest peak RSS) and step time, with errors; memory also with the per-process
+          overhead measured in the same invocation (the smallest model at each rank count) in
+          place of cluster.overhead_bytes; then the worst row of each. Step time is judged after
+          loom bench calibrate (the table says when it is not). --quick: 6 rows on a smaller
+          model. Exit 0 when it ran, whatever the errors. See docs/planner.md.
             loom bench checkpoint [--mb 256] [--ranks 4] [--repeat 3] [--dir PATH]
           Checkpoint save (rank files + sha256 + fsync + commit) and load (verify + assemble
           every tensor from the rank files) in MB/s, beside a plain copy (read + write + fsync)

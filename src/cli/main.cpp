@@ -67,6 +67,7 @@ int main(int argc, char** argv) {
     if (cmd == "bench" && !rest.empty() && rest[0] == "pp") return cli::cmd_bench_pp(rest);
     if (cmd == "bench" && !rest.empty() && rest[0] == "pp-child")
       return run_distributed(&argc, &argv, cli::cmd_bench_pp_child, rest);
+    if (cmd == "bench" && !rest.empty() && rest[0] == "planner") return cli::cmd_bench_planner(rest);
     if (cmd == "bench" && !rest.empty() && rest[0] == "tp-child")
       return run_distributed(&argc, &argv, cli::cmd_bench_tp_child, rest);
     if (cmd == "bench") return cli::cmd_bench(rest);
