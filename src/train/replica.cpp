@@ -255,9 +255,9 @@ void Replica::init_parameters(uint64_t seed) {
 }
 
 float Replica::forward_backward(const std::vector<int32_t>& tokens, const std::vector<int32_t>& targets, int T) {
-  // ZeRO 2 handed every bucket back after reducing it; what remains (none
+  // ZeRO 2 and 3 handed every bucket back after reducing it; what remains (none
   // after a whole step) is dropped the same way, without touching the pages.
-  if (zero_ == 2) grads_.release_all();
+  if (zero_ >= 2) grads_.release_all();
   else grads_.zero();
   auto& stage = static_cast<Stage&>(*stage_);
   stage.set_batch(&tokens, &targets, T);
