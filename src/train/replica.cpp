@@ -392,7 +392,8 @@ const float* Replica::whole_model_params() const {
 }
 
 void Replica::gather_whole_params() {
-  if (!sharded_masters_ || ctx_.grid().tp() != 1 || ctx_.grid().pp() != 1) return;
+  // ZeRO-3 exists for models no rank holds whole: it is not gathered for a sample.
+  if (!sharded_masters_ || zero_ == 3 || ctx_.grid().tp() != 1 || ctx_.grid().pp() != 1) return;
   whole_.assign(size_t(plan_.padded_total()), 0.f);
   optimizer_->gather_masters(whole_.data());
 }

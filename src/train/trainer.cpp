@@ -104,7 +104,8 @@ namespace {
 void print_sample(const RunConfig& cfg, const Replica& replica, FILE* log) {
   const float* params = replica.whole_model_params();
   if (!params) {
-    std::fprintf(log, "sample: skipped (tp or pp > 1: no rank holds the whole model; loom generate reads a checkpoint)\n");
+    std::fprintf(log, "sample: skipped (%s: no rank holds the whole model; loom generate reads a checkpoint)\n",
+                 replica.zero_stage() == 3 ? "ZeRO-3" : "tp or pp > 1");
     return;
   }
   const TextCodec codec = TextCodec::for_data(cfg.data.format, cfg.data.path, "data.path");

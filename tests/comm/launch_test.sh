@@ -110,6 +110,15 @@ out=$(timeout 120 "$mpirun" --oversubscribe -np 4 "$loom" train --config "$plan_
 [[ $rc -eq 0 ]] || fail "the planned config did not train: exit $rc: $out"
 echo "$out" | grep -q "^step     2/2" || fail "the planned config ran no step: $out"
 echo "ok: loom plan --emit-config trains (ZeRO-3, full recomputation, pp 2)"
+# ZeRO-3 never gathers the whole model for the closing sample; ZeRO-1 in bf16
+# (sharded masters) gathers them and samples.
+out=$(run 2 --set parallel.zero=3 --set train.run_dir='""'); rc=$?
+[[ $rc -eq 0 ]] || fail "ZeRO-3: exit $rc: $out"
+echo "$out" | grep -q "^sample: skipped (ZeRO-3" || fail "ZeRO-3 sampled the whole model: $out"
+out=$(run 2 --set parallel.zero=1 --set 'precision.compute="bf16"' --set train.run_dir='""'); rc=$?
+[[ $rc -eq 0 ]] || fail "ZeRO-1 bf16: exit $rc: $out"
+echo "$out" | grep -q "^sample: skipped" && fail "ZeRO-1 bf16 did not sample: $out"
+echo "ok: the closing sample under ZeRO-3 (skipped) and sharded masters (gathered)"
 
 # Data parallelism (issue 5): the global batch must split into dp x micro-batch
 # x accumulation steps; a bucket must hold something.
