@@ -3,7 +3,10 @@
 // one type of static members (model/gpt2/gpt2_stage.cpp,
 // model/llama/llama_stage.cpp):
 //   Tensors      its layout's indices (with `blocks`, one BlockTensors each)
-//   BlockActs    what a block keeps for backward (`res3`: its output, fp32)
+//   BlockActs    what a block keeps for backward (`res3`: its output, fp32;
+//                `qkv`, `atty`, `att`: attention's input, output and
+//                probabilities, which selective recomputation drops and
+//                makes again with attention_again)
 //   NormActs     the final norm's statistics for one slot
 //   State        what its blocks share besides parameters (LLaMA: the
 //                rotary tables), made from (cfg, T)
@@ -11,9 +14,6 @@
 //   plan_block, plan_block_work, plan_norm   activations and work space
 //   block_forward<A>, block_backward<A>      one block (plain functions)
 //   norm_forward<A>, norm_backward, norm_tensors   the final norm
-//   attention_core(acts)       the stored tensors only attention's backward
-//                              reads (selective recomputation drops them)
-//   attention_again<A>         recomputes them from the block's stored inputs
 //
 // Recomputation (model/recompute.h) is the block plan rewired: the buffers a
 // mode drops point, in every slot and block, into one scratch block's; before
@@ -75,9 +75,7 @@ class BlockStage final : public TransformerStage {
   // the next block's input; selective: the attention core).
   bool dropped(typename Family::BlockActs& b, void** p) const {
     if (recompute_ == Recompute::full) return p != reinterpret_cast<void**>(&b.res3);
-    for (void** core : Family::attention_core(b))
-      if (p == core) return true;
-    return false;
+    return p == reinterpret_cast<void**>(&b.att);
   }
 
   BlockContext context(int B, int T) {
@@ -115,7 +113,7 @@ class BlockStage final : public TransformerStage {
         // The same kernels on the same inputs: bitwise what forward stored
         // (the block's own output is rewritten with the values it holds).
         if (recompute_ == Recompute::full) Family::template block_forward<A>(ctx, state_, t_.blocks[size_t(l)], acts, in);
-        if (recompute_ == Recompute::selective) Family::template attention_again<A>(ctx, acts);
+        if (recompute_ == Recompute::selective) attention_again<A>(ctx, acts.atty, acts.att, acts.qkv);
         Family::template block_backward<A>(ctx, state_, t_.blocks[size_t(l)], acts, in, dres);
         done(block_unit(size_t(l)));
       }

@@ -43,13 +43,6 @@ struct Gpt2 {
     gpt2::block_backward<A>(ctx, t, a, in, dres);
   }
 
-  // Selective recomputation: attention's probabilities are dropped and made again.
-  static std::vector<void**> attention_core(BlockActs& a) { return {&a.att}; }
-  template <class A>
-  static void attention_again(const BlockContext& ctx, BlockActs& a) {
-    loom::attention_again<A>(ctx, a.atty, a.att, a.qkv);
-  }
-
   template <class A>
   static void norm_forward(CpuBackend& ops, const ModelConfig& cfg, const ParamAccess& p, const Tensors& t,
                            NormActs& n, A* out, const float* res, int R) {
