@@ -16,9 +16,13 @@
 
 namespace {
 
+// One thread: on a 2-core machine CTest runs these beside 8-rank mpirun
+// tests, and two threads meeting at every small kernel's barrier then wait
+// on the scheduler (a 7 s test took 80 to 480 s there).
 loom::RunConfig tiny_run(const std::string& precision, int steps) {
   return loom::load_run_config(LOOM_SOURCE_DIR "/configs/tiny.toml",
                                {"train.steps=" + std::to_string(steps), "train.batch_size=16", "train.guard_z=0",
+                                "runtime.threads=1",
                                 "train.eval_every=" + std::to_string(steps), "train.run_dir=\"\"",
                                 "precision.compute=\"" + precision + "\"",
                                 "data.path=\"" LOOM_SOURCE_DIR "/data/sample/kjv.txt\""});
