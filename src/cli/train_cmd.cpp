@@ -69,6 +69,7 @@ int cmd_train(const Args& args, MpiRuntime& mpi) {
     // so every rank fails alike; rank 0 alone prints the message.
     std::string config_path, layout = "config";
     std::vector<std::string> overrides;
+    std::vector<Fault> faults;
     for (size_t i = 0; i < args.size(); i++) {
       const std::string& a = args[i];
       auto value = [&](const char* flag) {
@@ -80,6 +81,7 @@ int cmd_train(const Args& args, MpiRuntime& mpi) {
       else if (a == "--set") overrides.push_back(value("--set"));
       else if (a == "--layout") layout = value("--layout");
       else if (a == "--resume") options.resume = value("--resume");
+      else if (a == "--fault") faults.push_back(parse_fault(value("--fault")));
       else if (a.rfind("--set=", 0) == 0) overrides.push_back(a.substr(6));
       else if (a == "-h" || a == "--help") return rank0 ? (print_help(), 0) : 0;
       else throw UserError(strprintf("train: unknown option '%s' (try loom --help)", a.c_str()));
@@ -102,6 +104,8 @@ int cmd_train(const Args& args, MpiRuntime& mpi) {
     grid = std::make_unique<ParallelGrid>(ParallelGrid::for_world(mpi.world_size(), cfg.parallel.dp, cfg.parallel.tp,
                                                                   cfg.parallel.pp, cfg.parallel.order));
     check_layout(cfg, *grid);
+    options.faults = FaultPlan(faults);
+    options.faults.check_ranks(mpi.world_size());
     if (rank0)
       std::printf("loom train: config %s\n%s", config_path.empty() ? "(defaults)" : config_path.c_str(),
                   cfg.to_toml().c_str());

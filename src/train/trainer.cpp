@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <optional>
+#include <thread>
 #include <cmath>
 
 #include "core/check.h"
@@ -259,6 +260,7 @@ TrainResult train(const RunConfig& cfg, const ParallelContext& ctx, FILE* log, c
     // The first step warms up caches and primitives: leave it out of the
     // averages, unless it is the only step.
     const bool timed = step > first_step || end_step - first_step == 1;
+    options.faults.at_step_begin(step, ctx.rank());
     auto t0 = Clock::now();
     obs::ScopedSpan step_span(trace, "step", obs::SpanKind::step, obs::CommGroup::none, step);
     auto t_data = Clock::now();
@@ -277,6 +279,8 @@ TrainResult train(const RunConfig& cfg, const ParallelContext& ctx, FILE* log, c
     result.loss_scales.push_back(scale_used);
     if ((options.inf_rank < 0 || ctx.rank() == options.inf_rank) && std::count(options.inf_steps.begin(), options.inf_steps.end(), step))
       replica.inject_inf();
+    if (const int ms = options.faults.slow_ms(step, ctx.rank()))  // an injected straggler computes longer
+      std::this_thread::sleep_for(std::chrono::milliseconds(ms));
     float loss = replica.forward_backward(tokens, targets, T);
     if (timed) bubble_sum[size_t(ctx.coord().pp)] += replica.timeline().bubble();
     result.peak_in_flight = std::max(result.peak_in_flight, replica.timeline().peak_in_flight);

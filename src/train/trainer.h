@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "config/run_config.h"
+#include "fault/fault_plan.h"
 #include "parallel/grid/parallel_context.h"
 
 namespace loom {
@@ -64,6 +65,9 @@ struct TrainOptions {
   // rank if negative) finds an inf in its gradients.
   std::vector<int> inf_steps;
   int inf_rank = 0;
+  // Fault injection for tests and demos (loom train --fault): ranks that
+  // die, hang or run slow at given steps.
+  FaultPlan faults;
 };
 
 // Runs the job described by cfg on this rank of ctx's layout; rank 0 logs
