@@ -17,6 +17,8 @@
 
 namespace loom {
 
+class FlightRecorder;
+
 enum class ReduceOp { Sum, Avg, Max };
 const char* reduce_op_name(ReduceOp op);
 
@@ -52,6 +54,11 @@ class Communicator {
   virtual std::unique_ptr<Work> send_async(const void* buf, size_t count, DType dtype, int peer, int tag) = 0;
   virtual std::unique_ptr<Work> recv_async(void* buf, size_t count, DType dtype, int peer, int tag) = 0;
   virtual void barrier() = 0;
+
+  // Records every operation from now on in `recorder` (which outlives this
+  // group or is detached with nullptr), so that a timeout names the member
+  // that never arrived. Groups without a transport to wait on ignore it.
+  virtual void set_flight_recorder(FlightRecorder* /*recorder*/) {}
 
   // Sums of bf16 / f16 data that travel as 16 bits: every partial sum is
   // formed in fp32 from two 16-bit values and rounded back, so half the bytes

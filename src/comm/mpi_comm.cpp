@@ -10,6 +10,7 @@
 #include <functional>
 #include <thread>
 
+#include "comm/flight_recorder.h"
 #include "core/check.h"
 
 namespace loom {
@@ -59,10 +60,19 @@ void MpiRuntime::abort_job(int code) {
 
 namespace {
 
+// What the flight recorder knows of one operation.
+struct FlightEntry {
+  FlightRecorder* rec = nullptr;
+  int slot = -1;
+  uint64_t seq = 0;  // collective #seq, or the transfer's count for its peer and direction
+  int peer = -1;     // point-to-point: the peer's group rank
+  bool send = false;
+};
+
 class MpiWork final : public Work {
  public:
-  MpiWork(MPI_Request req, std::string what, double timeout_s, std::function<void()> finish)
-      : req_(req), what_(std::move(what)), timeout_s_(timeout_s), finish_(std::move(finish)) {}
+  MpiWork(MPI_Request req, std::string what, double timeout_s, std::function<void()> finish, FlightEntry flight = {})
+      : req_(req), what_(std::move(what)), timeout_s_(timeout_s), finish_(std::move(finish)), flight_(flight) {}
   ~MpiWork() override {
     if (!done_) wait();  // a dropped handle must not leave MPI writing into freed buffers
   }
@@ -92,10 +102,21 @@ class MpiWork final : public Work {
  private:
   void complete() {
     done_ = true;
+    if (flight_.rec) {
+      if (flight_.peer < 0) flight_.rec->complete(flight_.slot, flight_.seq);
+      else flight_.rec->complete_p2p(flight_.slot, flight_.send, flight_.peer);
+    }
     if (finish_) finish_();
   }
   [[noreturn]] void timed_out() {
     std::fprintf(stderr, "loom: %s: no completion after %.0f s; aborting the job\n", what_.c_str(), timeout_s_);
+    if (flight_.rec && flight_.seq > 0) {
+      const HangReport report = flight_.peer < 0 ? flight_.rec->explain_collective(flight_.slot, flight_.seq)
+                                                 : flight_.rec->explain_p2p(flight_.slot, flight_.send, flight_.peer,
+                                                                            flight_.seq);
+      std::fprintf(stderr, "loom: %s\n", report.text.c_str());
+      flight_.rec->write_hang(report, what_);
+    }
     std::fflush(stderr);
     // Give the other stuck ranks a moment to report what they wait on.
     std::this_thread::sleep_for(std::chrono::seconds(2));
@@ -106,6 +127,7 @@ class MpiWork final : public Work {
   std::string what_;
   double timeout_s_;
   std::function<void()> finish_;
+  FlightEntry flight_;
   bool done_ = false;
 };
 
@@ -257,18 +279,20 @@ MPI_Op MpiComm::sum_16bit_op(DType dtype) {
 std::unique_ptr<Work> MpiComm::all_reduce_sum_16bit_async(void* buf, size_t count, DType dtype) {
   MPI_Op op = sum_16bit_op(dtype);
   MPI_Request req;
+  const uint64_t seq = enter_collective("all_reduce(sum, 16-bit)", count, dtype);
   check(MPI_Iallreduce(MPI_IN_PLACE, buf, as_int(count), MPI_UINT16_T, op, comm_, &req), "all_reduce");
   return std::make_unique<MpiWork>(req, describe("all_reduce(sum, 16-bit wire)", count, dtype), opts_.timeout_s,
-                                   nullptr);
+                                   nullptr, FlightEntry{flight_, flight_slot_, seq});
 }
 
 std::unique_ptr<Work> MpiComm::reduce_scatter_sum_16bit_async(const void* send, void* recv, size_t count,
                                                               DType dtype) {
   MPI_Op op = sum_16bit_op(dtype);
   MPI_Request req;
+  const uint64_t seq = enter_collective("reduce_scatter(sum, 16-bit)", count, dtype);
   check(MPI_Ireduce_scatter_block(send, recv, as_int(count), MPI_UINT16_T, op, comm_, &req), "reduce_scatter");
   return std::make_unique<MpiWork>(req, describe("reduce_scatter(sum, 16-bit wire)", count, dtype),
-                                   opts_.timeout_s, nullptr);
+                                   opts_.timeout_s, nullptr, FlightEntry{flight_, flight_slot_, seq});
 }
 
 Watchdog& MpiComm::watchdog() {
@@ -279,17 +303,22 @@ Watchdog& MpiComm::watchdog() {
 std::unique_ptr<Work> MpiComm::all_reduce_async(void* buf, size_t count, DType dtype, ReduceOp op) {
   ReduceBuffers rb = prepare_reduce(nullptr, buf, count, count, dtype, op, size_);
   MPI_Request req;
+  const std::string name = strprintf("all_reduce(%s)", reduce_op_name(op));
+  const uint64_t seq = enter_collective(name.c_str(), count, dtype);
   check(MPI_Iallreduce(rb.send, rb.recv, as_int(count), MPI_FLOAT, mpi_op(op), comm_, &req), "all_reduce");
-  return std::make_unique<MpiWork>(req, describe(strprintf("all_reduce(%s)", reduce_op_name(op)).c_str(), count, dtype),
-                                   opts_.timeout_s, rb.finish);
+  return std::make_unique<MpiWork>(req, describe(name.c_str(), count, dtype), opts_.timeout_s, rb.finish,
+                                   FlightEntry{flight_, flight_slot_, seq});
 }
 
 void MpiComm::all_reduce(void* buf, size_t count, DType dtype, ReduceOp op) {
   ReduceBuffers rb = prepare_reduce(nullptr, buf, count, count, dtype, op, size_);
+  const std::string name = strprintf("all_reduce(%s)", reduce_op_name(op));
+  const uint64_t seq = enter_collective(name.c_str(), count, dtype);
   {
-    WatchdogScope guard(watchdog(), describe(strprintf("all_reduce(%s)", reduce_op_name(op)).c_str(), count, dtype));
+    WatchdogScope guard(watchdog(), describe(name.c_str(), count, dtype), explain_collective(seq));
     check(MPI_Allreduce(rb.send, rb.recv, as_int(count), MPI_FLOAT, mpi_op(op), comm_), "all_reduce");
   }
+  if (flight_) flight_->complete(flight_slot_, seq);
   rb.finish();
 }
 
@@ -297,20 +326,23 @@ std::unique_ptr<Work> MpiComm::reduce_scatter_async(const void* send, void* recv
                                                     ReduceOp op) {
   ReduceBuffers rb = prepare_reduce(send, recv, count * size_t(size_), count, dtype, op, size_);
   MPI_Request req;
+  const std::string name = strprintf("reduce_scatter(%s)", reduce_op_name(op));
+  const uint64_t seq = enter_collective(name.c_str(), count, dtype);
   check(MPI_Ireduce_scatter_block(rb.send, rb.recv, as_int(count), MPI_FLOAT, mpi_op(op), comm_, &req),
         "reduce_scatter");
-  return std::make_unique<MpiWork>(
-      req, describe(strprintf("reduce_scatter(%s)", reduce_op_name(op)).c_str(), count, dtype), opts_.timeout_s,
-      rb.finish);
+  return std::make_unique<MpiWork>(req, describe(name.c_str(), count, dtype), opts_.timeout_s, rb.finish,
+                                   FlightEntry{flight_, flight_slot_, seq});
 }
 
 void MpiComm::reduce_scatter(const void* send, void* recv, size_t count, DType dtype, ReduceOp op) {
   ReduceBuffers rb = prepare_reduce(send, recv, count * size_t(size_), count, dtype, op, size_);
+  const std::string name = strprintf("reduce_scatter(%s)", reduce_op_name(op));
+  const uint64_t seq = enter_collective(name.c_str(), count, dtype);
   {
-    WatchdogScope guard(watchdog(),
-                        describe(strprintf("reduce_scatter(%s)", reduce_op_name(op)).c_str(), count, dtype));
+    WatchdogScope guard(watchdog(), describe(name.c_str(), count, dtype), explain_collective(seq));
     check(MPI_Reduce_scatter_block(rb.send, rb.recv, as_int(count), MPI_FLOAT, mpi_op(op), comm_), "reduce_scatter");
   }
+  if (flight_) flight_->complete(flight_slot_, seq);
   rb.finish();
 }
 
@@ -323,48 +355,89 @@ static const void* gather_source(const void* send, void* recv, size_t count, DTy
 std::unique_ptr<Work> MpiComm::all_gather_async(const void* send, void* recv, size_t count, DType dtype) {
   MPI_Request req;
   send = gather_source(send, recv, count, dtype, rank_);
+  const uint64_t seq = enter_collective("all_gather", count, dtype);
   check(MPI_Iallgather(send, as_int(count), raw_type(dtype), recv, as_int(count), raw_type(dtype), comm_, &req),
         "all_gather");
-  return std::make_unique<MpiWork>(req, describe("all_gather", count, dtype), opts_.timeout_s, nullptr);
+  return std::make_unique<MpiWork>(req, describe("all_gather", count, dtype), opts_.timeout_s, nullptr,
+                                   FlightEntry{flight_, flight_slot_, seq});
 }
 
 void MpiComm::all_gather(const void* send, void* recv, size_t count, DType dtype) {
-  WatchdogScope guard(watchdog(), describe("all_gather", count, dtype));
-  send = gather_source(send, recv, count, dtype, rank_);
-  check(MPI_Allgather(send, as_int(count), raw_type(dtype), recv, as_int(count), raw_type(dtype), comm_),
-        "all_gather");
+  const uint64_t seq = enter_collective("all_gather", count, dtype);
+  {
+    WatchdogScope guard(watchdog(), describe("all_gather", count, dtype), explain_collective(seq));
+    send = gather_source(send, recv, count, dtype, rank_);
+    check(MPI_Allgather(send, as_int(count), raw_type(dtype), recv, as_int(count), raw_type(dtype), comm_),
+          "all_gather");
+  }
+  if (flight_) flight_->complete(flight_slot_, seq);
 }
 
 std::unique_ptr<Work> MpiComm::broadcast_async(void* buf, size_t count, DType dtype, int root) {
   MPI_Request req;
+  const std::string name = strprintf("broadcast(root %d)", root);
+  const uint64_t seq = enter_collective(name.c_str(), count, dtype);
   check(MPI_Ibcast(buf, as_int(count), raw_type(dtype), root, comm_, &req), "broadcast");
-  return std::make_unique<MpiWork>(req, describe(strprintf("broadcast(root %d)", root).c_str(), count, dtype),
-                                   opts_.timeout_s, nullptr);
+  return std::make_unique<MpiWork>(req, describe(name.c_str(), count, dtype), opts_.timeout_s, nullptr,
+                                   FlightEntry{flight_, flight_slot_, seq});
 }
 
 void MpiComm::broadcast(void* buf, size_t count, DType dtype, int root) {
-  WatchdogScope guard(watchdog(), describe(strprintf("broadcast(root %d)", root).c_str(), count, dtype));
-  check(MPI_Bcast(buf, as_int(count), raw_type(dtype), root, comm_), "broadcast");
+  const std::string name = strprintf("broadcast(root %d)", root);
+  const uint64_t seq = enter_collective(name.c_str(), count, dtype);
+  {
+    WatchdogScope guard(watchdog(), describe(name.c_str(), count, dtype), explain_collective(seq));
+    check(MPI_Bcast(buf, as_int(count), raw_type(dtype), root, comm_), "broadcast");
+  }
+  if (flight_) flight_->complete(flight_slot_, seq);
 }
 
 std::unique_ptr<Work> MpiComm::send_async(const void* buf, size_t count, DType dtype, int peer, int tag) {
   MPI_Request req;
+  const std::string name = strprintf("send(to %d, tag %d)", peer, tag);
+  const uint64_t n = flight_ ? flight_->enter_p2p(flight_slot_, true, peer, name.c_str()) : 0;
   check(MPI_Isend(buf, as_int(count), raw_type(dtype), peer, tag, comm_, &req), "send");
-  return std::make_unique<MpiWork>(req, describe(strprintf("send(to %d, tag %d)", peer, tag).c_str(), count, dtype),
-                                   opts_.timeout_s, nullptr);
+  return std::make_unique<MpiWork>(req, describe(name.c_str(), count, dtype), opts_.timeout_s, nullptr,
+                                   FlightEntry{flight_, flight_slot_, n, peer, true});
 }
 
 std::unique_ptr<Work> MpiComm::recv_async(void* buf, size_t count, DType dtype, int peer, int tag) {
   MPI_Request req;
+  const std::string name = strprintf("recv(from %d, tag %d)", peer, tag);
+  const uint64_t n = flight_ ? flight_->enter_p2p(flight_slot_, false, peer, name.c_str()) : 0;
   check(MPI_Irecv(buf, as_int(count), raw_type(dtype), peer, tag, comm_, &req), "recv");
-  return std::make_unique<MpiWork>(req,
-                                   describe(strprintf("recv(from %d, tag %d)", peer, tag).c_str(), count, dtype),
-                                   opts_.timeout_s, nullptr);
+  return std::make_unique<MpiWork>(req, describe(name.c_str(), count, dtype), opts_.timeout_s, nullptr,
+                                   FlightEntry{flight_, flight_slot_, n, peer, false});
 }
 
 void MpiComm::barrier() {
-  WatchdogScope guard(watchdog(), describe("barrier", 0, DType::f32));
-  check(MPI_Barrier(comm_), "barrier");
+  const uint64_t seq = enter_collective("barrier", 0, DType::f32);
+  {
+    WatchdogScope guard(watchdog(), describe("barrier", 0, DType::f32), explain_collective(seq));
+    check(MPI_Barrier(comm_), "barrier");
+  }
+  if (flight_) flight_->complete(flight_slot_, seq);
+}
+
+void MpiComm::set_flight_recorder(FlightRecorder* recorder) {
+  flight_ = recorder;
+  flight_slot_ = recorder ? recorder->add_group(name_, members_, rank_) : -1;
+}
+
+uint64_t MpiComm::enter_collective(const char* op, size_t count, DType dtype) {
+  if (!flight_) return 0;
+  char text[64];
+  std::snprintf(text, sizeof text, "%s of %zu %s", op, count, dtype_name(dtype));
+  return flight_->enter(flight_slot_, text);
+}
+
+std::function<std::string(const std::string&)> MpiComm::explain_collective(uint64_t seq) {
+  if (!flight_ || seq == 0) return {};
+  return [this, seq](const std::string& what) {
+    const HangReport report = flight_->explain_collective(flight_slot_, seq);
+    flight_->write_hang(report, what);
+    return report.text;
+  };
 }
 
 }  // namespace loom

@@ -14,6 +14,7 @@
 
 #include <mpi.h>
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -79,6 +80,7 @@ class MpiComm final : public Communicator {
   void all_gather(const void* send, void* recv, size_t count, DType dtype) override;
   void broadcast(void* buf, size_t count, DType dtype, int root) override;
   void barrier() override;
+  void set_flight_recorder(FlightRecorder* recorder) override;
 
   MPI_Comm handle() const { return comm_; }
 
@@ -88,6 +90,10 @@ class MpiComm final : public Communicator {
   void check(int mpi_result, const char* what) const;
   std::string describe(const char* op, size_t count, DType dtype) const;
   Watchdog& watchdog();  // started on first blocking use
+  // The flight recorder's entry for a collective (seq 0 when none), and the
+  // watchdog's explanation of collective #seq.
+  uint64_t enter_collective(const char* op, size_t count, DType dtype);
+  std::function<std::string(const std::string&)> explain_collective(uint64_t seq);
 
   MPI_Comm comm_;
   std::string name_;
@@ -95,6 +101,8 @@ class MpiComm final : public Communicator {
   MpiOptions opts_;
   int rank_ = 0, size_ = 1;
   std::unique_ptr<Watchdog> watchdog_;
+  FlightRecorder* flight_ = nullptr;
+  int flight_slot_ = -1;
   MPI_Op sum_bf16_ = MPI_OP_NULL, sum_f16_ = MPI_OP_NULL;  // made on first use, freed with the group
   MPI_Op sum_16bit_op(DType dtype);
 };

@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -20,7 +21,9 @@ class Watchdog {
   Watchdog(const Watchdog&) = delete;
   Watchdog& operator=(const Watchdog&) = delete;
 
-  void arm(std::string what);
+  // `explain`, if given, runs on a timeout and its text is printed after
+  // `what` (the flight recorder's account of the other ranks).
+  void arm(std::string what, std::function<std::string(const std::string& what)> explain = {});
   void disarm();
 
  private:
@@ -31,13 +34,16 @@ class Watchdog {
   bool armed_ = false, stop_ = false;
   std::chrono::steady_clock::time_point deadline_;
   std::string what_;
+  std::function<std::string(const std::string& what)> explain_;
   std::thread thread_;
 };
 
 // Arms on construction, disarms on destruction (also when the call throws).
 class WatchdogScope {
  public:
-  WatchdogScope(Watchdog& w, std::string what) : w_(w) { w_.arm(std::move(what)); }
+  WatchdogScope(Watchdog& w, std::string what, std::function<std::string(const std::string& what)> explain = {}) : w_(w) {
+    w_.arm(std::move(what), std::move(explain));
+  }
   ~WatchdogScope() { w_.disarm(); }
 
  private:

@@ -1,5 +1,7 @@
 #include "obs/trace_recorder.h"
 
+#include "comm/flight_recorder.h"
+
 #include <algorithm>
 #include <cstring>
 #include <string>
@@ -54,6 +56,7 @@ double TraceRecorder::now_us() const { return double(now_ns()) * 1e-3; }
 
 TraceRecorder::SpanId TraceRecorder::begin(const char* name, SpanKind kind, CommGroup group, int track, int index) {
   SpanId id = kNotRecorded;
+  if (flight_) flight_->note_span(name);
   if (spans_.size() < capacity_) {
     id = SpanId(spans_.size());
     spans_.push_back(Raw{name, kind, group, false, int16_t(track), int32_t(index), now_ns(), -1});

@@ -19,6 +19,10 @@
 
 #include "obs/trace_span.h"
 
+namespace loom {
+class FlightRecorder;
+}
+
 namespace loom::obs {
 
 struct GridPlace {
@@ -36,6 +40,8 @@ class TraceRecorder {
   TraceRecorder(int rank, GridPlace place, size_t capacity = size_t(1) << 16);
 
   void set_origin_now() { origin_ = Clock::now(); }
+  // Every span begun is also noted in `flight` (what a hung rank did last).
+  void set_flight(FlightRecorder* flight) { flight_ = flight; }
   double now_us() const;
 
   SpanId begin(const char* name, SpanKind kind, CommGroup group = CommGroup::none, int track = kComputeTrack,
@@ -74,6 +80,7 @@ class TraceRecorder {
   std::vector<Raw> spans_;
   std::vector<SpanId> open_;  // begun, not yet ended, innermost last
   uint64_t dropped_ = 0;
+  FlightRecorder* flight_ = nullptr;
 };
 
 // RAII span; a null recorder makes it a no-op, so code can trace optionally.

@@ -2,6 +2,10 @@
 
 #include <sys/resource.h>
 
+#include <cstdio>
+#include <cstring>
+
+#include "comm/broadcast_text.h"
 #include "obs/chrome_trace.h"
 #include "obs/trace_analysis.h"
 
@@ -17,6 +21,14 @@ RunRecorder::RunRecorder(const std::string& dir, const RunConfig& cfg, const Par
   if (!active_) return;
   trace_ = std::make_unique<obs::TraceRecorder>(
       ctx.rank(), obs::GridPlace{ctx.coord().dp, ctx.coord().tp, ctx.coord().pp}, size_t(1) << 18);
+  // Flight records: every rank's beside rank 0's run directory (its path
+  // travels from rank 0; a stale hang.json from an earlier run goes first).
+  const std::string run_path = broadcast_text(ctx.world(), ctx.is_logging_rank() ? dir : std::string());
+  if (ctx.is_logging_rank()) std::remove((run_path + "/flight/hang.json").c_str());
+  ctx.world().barrier();
+  flight_ = std::make_unique<FlightRecorder>(run_path + "/flight", ctx.rank());
+  for (GroupKind kind : kAllGroupKinds) ctx.group(kind).set_flight_recorder(flight_.get());
+  trace_->set_flight(flight_.get());
   ctx.world().barrier();
   trace_->set_origin_now();
   if (!ctx.is_logging_rank()) return;
@@ -34,6 +46,11 @@ RunRecorder::RunRecorder(const std::string& dir, const RunConfig& cfg, const Par
   layout.ranks_per_node = ctx.ranks_on_node();
   run_->write_layout(layout);
   progress_ = std::make_unique<obs::Progress>("train", cfg.train.steps);
+}
+
+RunRecorder::~RunRecorder() {
+  if (flight_)
+    for (GroupKind kind : kAllGroupKinds) ctx_.group(kind).set_flight_recorder(nullptr);
 }
 
 std::vector<int64_t> RunRecorder::peak_memory() const {

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "config/run_config.h"
+#include "comm/flight_recorder.h"
 #include "obs/progress.h"
 #include "obs/run_dir.h"
 #include "obs/trace_recorder.h"
@@ -21,10 +22,14 @@ class RunRecorder {
  public:
   // dir: the run directory (rank 0's choice; empty: record nothing).
   RunRecorder(const std::string& dir, const RunConfig& cfg, const ParallelContext& ctx, int micro_batches);
+  ~RunRecorder();  // detaches the flight recorder from the groups
 
   bool active() const { return active_; }
   // Spans of this rank (nullptr when not recording: ScopedSpan is a no-op).
   obs::TraceRecorder* trace() { return trace_.get(); }
+  // This rank's flight record (<dir>/flight/), attached to every group;
+  // nullptr when not recording.
+  FlightRecorder* flight() { return flight_.get(); }
   // The peak RSS of every rank, in bytes (collective over the world).
   std::vector<int64_t> peak_memory() const;
   // One step: appended to metrics.jsonl (rank 0), progress advanced.
@@ -40,6 +45,7 @@ class RunRecorder {
   int steps_;
   std::unique_ptr<obs::RunDir> run_;
   std::unique_ptr<obs::TraceRecorder> trace_;
+  std::unique_ptr<FlightRecorder> flight_;
   std::unique_ptr<obs::Progress> progress_;
 };
 

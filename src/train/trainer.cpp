@@ -239,6 +239,7 @@ TrainResult train(const RunConfig& cfg, const ParallelContext& ctx, FILE* log, c
   RunRecorder recorder(options.run_dir, cfg, ctx, accumulation);
   replica.set_trace(recorder.trace());
   obs::TraceRecorder* trace = recorder.trace();
+  FlightRecorder* flight = recorder.flight();
   const auto run_start = Clock::now();
   double tp_comm_before = 0, wait_before = 0;  // totals at the previous step's end
   ReduceTimes warm_up;  // the reductions of the first step, left out of the overlap figures
@@ -260,6 +261,7 @@ TrainResult train(const RunConfig& cfg, const ParallelContext& ctx, FILE* log, c
     // The first step warms up caches and primitives: leave it out of the
     // averages, unless it is the only step.
     const bool timed = step > first_step || end_step - first_step == 1;
+    if (flight) flight->note_step(step + 1);
     options.faults.at_step_begin(step, ctx.rank());
     auto t0 = Clock::now();
     obs::ScopedSpan step_span(trace, "step", obs::SpanKind::step, obs::CommGroup::none, step);

@@ -1,0 +1,20 @@
+#include "comm/broadcast_text.h"
+
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+namespace loom {
+
+std::string broadcast_text(Communicator& group, const std::string& text, int root) {
+  // The length travels as an fp32 (exact below 2^24 bytes), the bytes as
+  // 16-bit words (a broadcast copies them untouched).
+  float length = float(text.size());
+  group.broadcast(&length, 1, DType::f32, root);
+  std::vector<uint16_t> words((size_t(length) + 1) / 2, 0);
+  if (group.rank() == root) std::memcpy(words.data(), text.data(), text.size());
+  if (!words.empty()) group.broadcast(words.data(), words.size(), DType::bf16, root);
+  return std::string(reinterpret_cast<const char*>(words.data()), size_t(length));
+}
+
+}  // namespace loom

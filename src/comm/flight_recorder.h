@@ -1,0 +1,81 @@
+// FlightRecorder: which rank a hang is waiting for.
+//
+// Every collective a rank enters on a group gets that group's next sequence
+// number (every member calls a group's collectives in the same order, so #N
+// is the same operation on every member); point-to-point transfers are
+// counted per peer. Each rank keeps its last entered and completed operation
+// per group, the trace span it last began and its step in a small record
+// file, <dir>/rank_RRRRR.flight, memory-mapped so that an update is a few
+// stores (no system call). When a deadline expires, the rank that timed out
+// reads its group members' records and says which rank never entered
+// operation #N of which group and what that rank did last (explain_*), and
+// leaves the answer in <dir>/hang.json for a supervisor.
+//
+// The records are read across processes through the file system: on several
+// machines <dir> must be on a shared file system for a rank to read another
+// machine's records (an unreadable record is said to be unreadable).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace loom {
+
+struct FlightRecord;  // the mapped file (flight_recorder.cpp)
+
+// One member's state as read from its record.
+struct HangReport {
+  std::string text;          // lines for the log, naming ranks, groups and operations
+  std::vector<int> culprits;  // world ranks that never entered (or never posted) the operation
+};
+
+class FlightRecorder {
+ public:
+  // Creates <dir>/rank_RRRRR.flight (and dir). Throws UserError naming the
+  // path if it cannot.
+  FlightRecorder(std::string dir, int world_rank);
+  ~FlightRecorder();
+  FlightRecorder(const FlightRecorder&) = delete;
+  FlightRecorder& operator=(const FlightRecorder&) = delete;
+
+  const std::string& dir() const { return dir_; }
+  static std::string record_path(const std::string& dir, int world_rank);
+
+  // A group this rank belongs to (name unique on this rank; members in group
+  // rank order, as world ranks). Returns its slot, or -1 when the record has
+  // no room left (nothing is then recorded for that group).
+  int add_group(const std::string& name, const std::vector<int>& members, int my_group_rank);
+
+  // A collective entered on `slot`: its sequence number (1, 2, ...).
+  uint64_t enter(int slot, const char* op);
+  void complete(int slot, uint64_t seq);
+  // A send to / receive from group rank `peer`: its count for that peer and
+  // direction (1, 2, ...). Peers beyond the record's room count as 0.
+  uint64_t enter_p2p(int slot, bool send, int peer, const char* op);
+  void complete_p2p(int slot, bool send, int peer);
+
+  void note_span(const char* name);
+  void note_step(int step);  // 1-based, as logged
+
+  // What the other members of `slot` say about collective #seq, or about
+  // this rank's transfer #count with `peer`.
+  HangReport explain_collective(int slot, uint64_t seq) const;
+  HangReport explain_p2p(int slot, bool send, int peer, uint64_t count) const;
+  // Writes <dir>/hang.json (atomically): waiting rank, group, operation, culprits, text.
+  void write_hang(const HangReport& report, const std::string& what) const;
+
+ private:
+  struct Group {
+    std::string name;
+    std::vector<int> members;
+    int me = 0;
+  };
+  std::string describe_member(int world_rank, const std::string& group, double now) const;
+  std::string dir_;
+  int world_rank_;
+  FlightRecord* rec_ = nullptr;
+  std::vector<Group> groups_;
+};
+
+}  // namespace loom
