@@ -47,6 +47,8 @@ commands:
                           guard_window guard_z (0 = no spike test) guard_warmup guard_max_skips
                           recompute ("none" | "selective": attention's probabilities |
                           "full": each block from its input; bitwise the same results)
+                          straggler_factor (1.2; 0 = off) straggler_window (10 steps): name a
+                          rank whose compute per step stays above factor x the median rank's
                   [data] path format (shards | bytes) val_fraction
                   [parallel] dp (0 = infer) tp pp order ("tp-dp-pp": innermost first)
                              sequence_parallel (true | false; with tp > 1)

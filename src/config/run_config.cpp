@@ -122,6 +122,8 @@ void read_fields(FieldReader& r, RunConfig& c) {
   r.get("train.guard_warmup", &c.train.guard_warmup);
   r.get("train.guard_max_skips", &c.train.guard_max_skips);
   r.get("train.recompute", &c.train.recompute);
+  r.get("train.straggler_factor", &c.train.straggler_factor);
+  r.get("train.straggler_window", &c.train.straggler_window);
   r.get("data.path", &c.data.path);
   r.get("data.format", &c.data.format);
   r.get("data.val_fraction", &c.data.val_fraction);
@@ -215,6 +217,9 @@ void RunConfig::validate() const {
           "in [2, train.guard_window]");
   require(t.guard_max_skips >= 1, "train.guard_max_skips", ">= 1");
   t.recompute_mode();  // names the field when unknown
+  require(t.straggler_factor == 0 || (t.straggler_factor > 1 && t.straggler_factor <= 100), "train.straggler_factor",
+          "0 (off) or in (1, 100]");
+  require(t.straggler_window >= 2 && t.straggler_window <= 10000, "train.straggler_window", "in [2, 10000]");
   require(t.lr > 0 && t.lr < 10, "train.lr", "in (0, 10)");
   require(t.min_lr >= 0 && t.min_lr <= t.lr, "train.min_lr", "in [0, train.lr]");
   require(t.warmup_steps >= 0, "train.warmup_steps", ">= 0");
@@ -311,7 +316,7 @@ std::string RunConfig::to_toml() const {
     << "\nseed = " << train.seed << "\ncheckpoint_every = " << train.checkpoint_every << "\ncheckpoint_dir = \""
     << toml_escaped(train.checkpoint_dir) << "\"\nkeep_checkpoints = " << train.keep_checkpoints << "\nguard_window = "
     << train.guard_window << "\nguard_z = " << train.guard_z << "\nguard_warmup = " << train.guard_warmup
-    << "\nguard_max_skips = " << train.guard_max_skips << "\nrecompute = \"" << train.recompute << "\"" << "\nrun_dir = \"" << toml_escaped(train.run_dir) << "\"\nrun_name = \"" << toml_escaped(train.run_name) << "\""
+    << "\nguard_max_skips = " << train.guard_max_skips << "\nrecompute = \"" << train.recompute << "\"" << "\nstraggler_factor = " << train.straggler_factor << "\nstraggler_window = " << train.straggler_window << "\nrun_dir = \"" << toml_escaped(train.run_dir) << "\"\nrun_name = \"" << toml_escaped(train.run_name) << "\""
     << "\n[data]\npath = \"" << toml_escaped(data.path) << "\"\nformat = \"" << data.format
     << "\"\nval_fraction = " << data.val_fraction << "\n[parallel]\ndp = " << parallel.dp << "\ntp = " << parallel.tp
     << "\npp = " << parallel.pp << "\nsequence_parallel = " << (parallel.sequence_parallel ? "true" : "false")

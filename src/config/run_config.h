@@ -50,6 +50,11 @@ struct TrainConfig {
   // Activation recomputation (model/recompute.h): "none", "selective" (the
   // attention core) or "full" (each block from its input).
   std::string recompute = "none";
+  // A rank whose compute per step, over the last straggler_window steps, is
+  // above straggler_factor x the median rank's is named (log, metrics,
+  // diagnose). 0 = off.
+  float straggler_factor = 1.2f;
+  int straggler_window = 10;
   Recompute recompute_mode() const { return parse_recompute(recompute); }
 };
 

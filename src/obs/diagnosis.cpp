@@ -1,5 +1,7 @@
 #include "obs/diagnosis.h"
 
+#include <map>
+
 #include <algorithm>
 #include <nlohmann/json.hpp>
 
@@ -158,6 +160,42 @@ void stalled_stage(const RunFigures& f, const DiagnoseThresholds& t, Diagnosis& 
                                "stage also holds the embedding and the last the LM head and loss)",
                                slow, fast);
   d.findings.push_back(std::move(x));
+}
+
+// Ranks the trainer's StragglerMonitor named in metrics.jsonl.
+void stragglers(const RunData& run, Diagnosis& d) {
+  struct Seen {
+    int64_t first = 0, last = 0, steps = 0;
+    double ratio = 0, busy_s = 0, median_s = 0;  // the largest ratio named, with its times
+  };
+  std::map<int, Seen> seen;
+  bool measured = false;
+  for (const StepMetrics& m : run.steps) {
+    measured = measured || !m.busy_s.empty();
+    for (const Straggler& s : m.stragglers) {
+      Seen& x = seen[s.rank];
+      if (x.steps++ == 0) x.first = m.step;
+      x.last = m.step;
+      if (s.ratio > x.ratio) x.ratio = s.ratio, x.busy_s = s.busy_s, x.median_s = s.median_s;
+    }
+  }
+  if (!measured) return d.checked.push_back("stragglers: needs each rank's busy time (2+ ranks, metrics.jsonl)");
+  if (seen.empty())
+    return d.checked.push_back("stragglers: none (no rank computed persistently slower than the others)");
+  for (const auto& [rank, x] : seen) {
+    Finding f = finding("straggler", "performance", x.ratio >= 1.5 ? Severity::high : Severity::warning, x.ratio);
+    f.evidence.push_back(strprintf("rank %d computed up to %.2fx the median rank (%.3f s vs %.3f s per step), named on "
+                                   "%lld steps between step %lld and %lld; every rank waits for it at each "
+                                   "reduction, which the others count as exposed communication [metrics.jsonl "
+                                   "stragglers]",
+                                   rank, x.ratio, x.busy_s, x.median_s, (long long)x.steps, (long long)x.first,
+                                   (long long)x.last));
+    f.recommendation = strprintf("look at rank %d's machine (another job on its cores, thermal throttling, a slower "
+                                 "CPU: run `loom bench step` there); if it stays slow, leave it out and continue from "
+                                 "the last checkpoint on the other ranks (loom elastic does this after a failure)",
+                                 rank);
+    d.findings.push_back(std::move(f));
+  }
 }
 
 struct Series {
@@ -325,6 +363,7 @@ Diagnosis diagnose(const RunData& run, const RunFigures& f, const DiagnoseThresh
   pipeline_bound(run, f, t, d);
   communication_bound(run, f, t, d);
   stalled_stage(f, t, d);
+  stragglers(run, d);
   numerics(run, t, d);
   std::stable_sort(d.findings.begin(), d.findings.end(), [](const Finding& a, const Finding& b) {
     return a.severity != b.severity ? a.severity == Severity::high : a.score > b.score;

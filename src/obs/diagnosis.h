@@ -32,7 +32,7 @@ enum class Severity { warning, high };
 struct Finding {
   std::string cause;  // "pipeline-bound", "communication-bound", "stalled-stage", "loss-scale-collapse",
                       // "skipped-steps", "fp16-underflow", "non-finite-loss", "grad-norm-spikes",
-                      // "loss-spikes", "loss-rising"
+                      // "loss-spikes", "loss-rising", "straggler"
   std::string area;   // "performance" or "numerics"
   Severity severity = Severity::warning;
   double score = 0;  // for ordering: how far past its threshold

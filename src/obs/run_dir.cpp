@@ -48,6 +48,12 @@ void RunDir::append_step(const StepMetrics& step) {
   std::fflush(metrics_);
 }
 
+void RunDir::append_resume_mark(int64_t step) {
+  std::string line = nlohmann::json{{"resumed_at_step", step}}.dump() + "\n";
+  std::fwrite(line.data(), 1, line.size(), metrics_);
+  std::fflush(metrics_);
+}
+
 void RunDir::write_summary(const RunSummary& summary) {
   write_file_atomically(file("summary.json"), nlohmann::json(summary).dump(2) + "\n");
 }

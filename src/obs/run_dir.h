@@ -4,6 +4,7 @@
 //   config.toml     the resolved configuration
 //   layout.json     RunLayout
 //   metrics.jsonl   one StepMetrics object per line, appended as steps finish
+//                   (and a resume mark where a resumed run continues it)
 //   summary.json    RunSummary, written when the run ends ("finished": true)
 //   trace.json      the merged Chrome trace (see chrome_trace.h)
 //
@@ -37,6 +38,9 @@ class RunDir {
   void write_config(const std::string& toml_text);
   void write_layout(const RunLayout& layout);
   void append_step(const StepMetrics& step);  // one line, flushed
+  // {"resumed_at_step": N}: a run resumed from the checkpoint of step N
+  // (0: from scratch); readers drop the lines of steps after N before it.
+  void append_resume_mark(int64_t step);
   void write_summary(const RunSummary& summary);
 
  private:

@@ -28,13 +28,21 @@ void read_metrics(const std::string& file, RunData& run) {
   std::ifstream in(file);
   std::string line;
   std::vector<int> bad_lines;
-  int number = 0;
+  int number = 0, replayed = 0;
   bool last_bad = false;
   while (std::getline(in, line)) {
     number++;
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     json j = json::parse(line, nullptr, false);
     last_bad = true;
+    if (!j.is_discarded() && j.is_object() && j.contains("resumed_at_step") && j["resumed_at_step"].is_number_integer()) {
+      // A run resumed from a checkpoint (a restart) appends from there on:
+      // its lines replace those a failed run wrote past the checkpoint.
+      const int64_t from = j["resumed_at_step"].get<int64_t>();
+      while (!run.steps.empty() && run.steps.back().step > from) run.steps.pop_back(), replayed++;
+      last_bad = false;
+      continue;
+    }
     if (j.is_discarded() || !j.is_object() || !j.contains("step") || !j["step"].is_number_integer()) {
       bad_lines.push_back(number);
       continue;
@@ -47,12 +55,29 @@ void read_metrics(const std::string& file, RunData& run) {
     }
   }
   if (number == 0) run.notes.push_back(file + ": empty (the run stopped before its first step)");
+  if (replayed > 0)
+    run.notes.push_back(strprintf("%s: %d steps of a failed run replaced by a resumed run's", file.c_str(),
+                                  replayed));
   if (!bad_lines.empty() && last_bad && bad_lines.size() == 1 && bad_lines[0] == number)
     run.notes.push_back(strprintf("%s: last line (%d) is cut off (a crashed or still-running run); read %zu steps before it",
                                   file.c_str(), number, run.steps.size()));
   else if (!bad_lines.empty())
     run.notes.push_back(strprintf("%s: %zu unreadable lines skipped (first: line %d)", file.c_str(), bad_lines.size(),
                                   bad_lines[0]));
+}
+
+void read_restarts(const std::string& file, RunData& run) {
+  std::ifstream in(file);
+  std::string line;
+  while (std::getline(in, line)) {
+    json j = json::parse(line, nullptr, false);
+    if (j.is_discarded() || !j.is_object()) continue;
+    try {
+      run.restarts.push_back(j.get<RestartRecord>());
+    } catch (const json::exception&) {
+      run.notes.push_back(file + ": a line that is not a restart record; skipped");
+    }
+  }
 }
 
 }  // namespace
@@ -73,6 +98,7 @@ RunData read_run_dir(const std::string& path) {
   if (present("layout.json"))
     if (auto j = read_json(file("layout.json"), run.notes)) run.layout = j->get<RunLayout>();
   if (present("metrics.jsonl")) read_metrics(file("metrics.jsonl"), run);
+  if (fs::is_regular_file(file("elastic.jsonl"))) read_restarts(file("elastic.jsonl"), run);
   if (present("summary.json")) {
     if (auto j = read_json(file("summary.json"), run.notes)) run.summary = j->get<RunSummary>();
   }

@@ -16,7 +16,8 @@ struct RunData {
   std::string path;
   bool has_config = false;
   std::optional<RunLayout> layout;
-  std::vector<StepMetrics> steps;  // in file order
+  std::vector<StepMetrics> steps;  // in file order; a resume mark drops the steps after it
+  std::vector<RestartRecord> restarts;  // elastic.jsonl (`loom elastic`), when there
   std::optional<RunSummary> summary;
   std::vector<RankTrace> trace;  // empty when there is no trace.json
   std::vector<std::string> missing;  // files not there

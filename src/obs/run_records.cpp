@@ -81,6 +81,13 @@ void to_json(json& j, const StepMetrics& m) {
            {"peak_mem_bytes", m.peak_mem_bytes},
            {"time_s", m.time}};
   if (std::isfinite(m.val_loss)) j["val_loss"] = m.val_loss;
+  if (!m.busy_s.empty()) j["busy_s"] = m.busy_s;
+  if (!m.stragglers.empty()) {
+    json list = json::array();
+    for (const Straggler& s : m.stragglers)
+      list.push_back({{"rank", s.rank}, {"ratio", s.ratio}, {"busy_s", s.busy_s}, {"median_s", s.median_s}});
+    j["stragglers"] = list;
+  }
 }
 
 void from_json(const json& j, StepMetrics& m) {
@@ -97,6 +104,12 @@ void from_json(const json& j, StepMetrics& m) {
   m.mfu = get_number(j, "mfu");
   get_if(j, "peak_mem_bytes", m.peak_mem_bytes);
   if (auto it = j.find("time_s"); it != j.end() && it->is_object()) m.time = it->get<TimeSplit>();
+  get_if(j, "busy_s", m.busy_s);
+  if (auto it = j.find("stragglers"); it != j.end() && it->is_array())
+    for (const json& s : *it)
+      if (s.is_object())
+        m.stragglers.push_back(Straggler{s.value("rank", 0), get_number(s, "ratio"), get_number(s, "busy_s"),
+                                         get_number(s, "median_s")});
 }
 
 void to_json(json& j, const RunLayout& l) {
@@ -166,6 +179,32 @@ void from_json(const json& j, RunSummary& s) {
   if (auto it = j.find("cpu"); it != j.end() && it->is_object())
     for (const auto& [k, v] : it->items())
       if (v.is_string()) s.cpu[k] = v.get<std::string>();
+}
+
+void to_json(json& j, const RestartRecord& r) {
+  j = json{{"attempt", r.attempt},         {"outcome", r.outcome},
+           {"reason", r.reason},           {"failed_ranks", r.failed_ranks},
+           {"failed_at_step", r.failed_at_step}, {"resumed_step", r.resumed_step},
+           {"steps_lost", r.steps_lost},   {"detect_s", number(r.detect_s)},
+           {"restart_s", number(r.restart_s)}, {"old_world", r.old_world},
+           {"new_world", r.new_world},     {"old_layout", r.old_layout},
+           {"new_layout", r.new_layout}};
+}
+
+void from_json(const json& j, RestartRecord& r) {
+  get_if(j, "attempt", r.attempt);
+  get_if(j, "outcome", r.outcome);
+  get_if(j, "reason", r.reason);
+  get_if(j, "failed_ranks", r.failed_ranks);
+  get_if(j, "failed_at_step", r.failed_at_step);
+  get_if(j, "resumed_step", r.resumed_step);
+  get_if(j, "steps_lost", r.steps_lost);
+  r.detect_s = get_number(j, "detect_s");
+  r.restart_s = get_number(j, "restart_s");
+  get_if(j, "old_world", r.old_world);
+  get_if(j, "new_world", r.new_world);
+  get_if(j, "old_layout", r.old_layout);
+  get_if(j, "new_layout", r.new_layout);
 }
 
 }  // namespace loom::obs

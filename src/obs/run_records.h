@@ -30,6 +30,15 @@ struct TimeSplit {
   double total() const { return compute + comm_exposed + bubble + optimizer + data; }
 };
 
+// A rank that computes persistently slower than the others
+// (StragglerMonitor).
+struct Straggler {
+  int rank = 0;
+  double ratio = 0;     // its busy time / the median rank's, median over the window
+  double busy_s = 0;    // its mean busy time per step over the window
+  double median_s = 0;  // the median rank's, same window
+};
+
 // One line of metrics.jsonl.
 struct StepMetrics {
   int64_t step = 0;              // 1-based, as logged
@@ -44,6 +53,8 @@ struct StepMetrics {
   double mfu = kUnknown;         // model FLOPs / (step time x peak FLOP/s of the ranks used), in [0, 1]
   std::vector<int64_t> peak_mem_bytes;  // per world rank (index = rank)
   TimeSplit time;
+  std::vector<double> busy_s;        // per world rank: its own compute in the step (not waits); empty on 1 rank
+  std::vector<Straggler> stragglers;  // ranks straggling as of this step
 };
 
 // layout.json: how the ranks were arranged and how a step was scheduled.
@@ -81,6 +92,21 @@ struct RunSummary {
   std::map<std::string, std::string> cpu;
 };
 
+// One line of elastic.jsonl: what `loom elastic` did when a job failed.
+struct RestartRecord {
+  int attempt = 0;                 // the attempt that failed (1 = the first launch)
+  std::string outcome;             // "restarted" or "stopped" (why: reason)
+  std::string reason;              // "rank 1 exited on signal 9 (Killed)", "rank 2 hung: ...", ...
+  std::vector<int> failed_ranks;   // world ranks of the failed attempt
+  int64_t failed_at_step = 0;      // the last step the failed attempt finished
+  int64_t resumed_step = -1;       // the checkpoint step the next attempt resumed from (-1: none / stopped)
+  int64_t steps_lost = -1;         // failed_at_step - resumed_step
+  double detect_s = kUnknown;      // failure to the end of the failed job
+  double restart_s = kUnknown;     // end of the failed job to the next attempt resuming
+  int old_world = 0, new_world = 0;
+  std::string old_layout, new_layout;  // "dp 4 x tp 1 x pp 1, ZeRO-0, micro-batch 2"
+};
+
 void to_json(nlohmann::json& j, const TimeSplit& t);
 void from_json(const nlohmann::json& j, TimeSplit& t);
 void to_json(nlohmann::json& j, const StepMetrics& m);
@@ -89,5 +115,7 @@ void to_json(nlohmann::json& j, const RunLayout& l);
 void from_json(const nlohmann::json& j, RunLayout& l);
 void to_json(nlohmann::json& j, const RunSummary& s);
 void from_json(const nlohmann::json& j, RunSummary& s);
+void to_json(nlohmann::json& j, const RestartRecord& r);
+void from_json(const nlohmann::json& j, RestartRecord& r);
 
 }  // namespace loom::obs

@@ -12,8 +12,8 @@
 namespace loom {
 
 RunRecorder::RunRecorder(const std::string& dir, const RunConfig& cfg, const ParallelContext& ctx,
-                         int micro_batches)
-    : ctx_(ctx), steps_(cfg.train.steps) {
+                         int micro_batches, bool resuming)
+    : ctx_(ctx), steps_(cfg.train.steps), resuming_(resuming) {
   // Every rank learns whether rank 0 records.
   float on = ctx.is_logging_rank() && !dir.empty() ? 1.f : 0.f;
   ctx.world().all_reduce(&on, 1, DType::f32, ReduceOp::Max);
@@ -33,7 +33,7 @@ RunRecorder::RunRecorder(const std::string& dir, const RunConfig& cfg, const Par
   trace_->set_origin_now();
   if (!ctx.is_logging_rank()) return;
   dir_ = dir;
-  run_ = std::make_unique<obs::RunDir>(dir);
+  run_ = std::make_unique<obs::RunDir>(dir, resuming);
   run_->write_config(cfg.to_toml());
   const ParallelGrid& g = ctx.grid();
   obs::RunLayout layout;
@@ -53,16 +53,8 @@ RunRecorder::~RunRecorder() {
     for (GroupKind kind : kAllGroupKinds) ctx_.group(kind).set_flight_recorder(nullptr);
 }
 
-std::vector<int64_t> RunRecorder::peak_memory() const {
-  rusage usage{};
-  getrusage(RUSAGE_SELF, &usage);
-  // MiB travel as fp32 (exact far beyond any machine), one slot per rank.
-  std::vector<float> mib(size_t(ctx_.grid().world_size()), 0.f);
-  mib[size_t(ctx_.rank())] = float(double(usage.ru_maxrss) / 1024.0);
-  ctx_.world().all_reduce(mib.data(), mib.size(), DType::f32, ReduceOp::Sum);
-  std::vector<int64_t> bytes;
-  for (float m : mib) bytes.push_back(int64_t(double(m) * (1 << 20)));
-  return bytes;
+void RunRecorder::resumed_at(int64_t step) {
+  if (run_ && resuming_) run_->append_resume_mark(step);
 }
 
 void RunRecorder::step(const obs::StepMetrics& metrics) {

@@ -21,7 +21,10 @@ namespace loom {
 class RunRecorder {
  public:
   // dir: the run directory (rank 0's choice; empty: record nothing).
-  RunRecorder(const std::string& dir, const RunConfig& cfg, const ParallelContext& ctx, int micro_batches);
+  // resuming: a run started with --resume appends to metrics.jsonl (a
+  // restart continues its run directory) instead of replacing it.
+  RunRecorder(const std::string& dir, const RunConfig& cfg, const ParallelContext& ctx, int micro_batches,
+              bool resuming = false);
   ~RunRecorder();  // detaches the flight recorder from the groups
 
   bool active() const { return active_; }
@@ -30,8 +33,9 @@ class RunRecorder {
   // This rank's flight record (<dir>/flight/), attached to every group;
   // nullptr when not recording.
   FlightRecorder* flight() { return flight_.get(); }
-  // The peak RSS of every rank, in bytes (collective over the world).
-  std::vector<int64_t> peak_memory() const;
+  // Where a resumed run continues (steps after it are rewritten); only
+  // when constructed with resuming.
+  void resumed_at(int64_t step);
   // One step: appended to metrics.jsonl (rank 0), progress advanced.
   void step(const obs::StepMetrics& metrics);
   // Collective: merges the trace, writes summary.json.
@@ -43,6 +47,7 @@ class RunRecorder {
   bool active_;
   std::string dir_;
   int steps_;
+  bool resuming_;
   std::unique_ptr<obs::RunDir> run_;
   std::unique_ptr<obs::TraceRecorder> trace_;
   std::unique_ptr<FlightRecorder> flight_;

@@ -18,6 +18,7 @@
 #include "model/stage_module.h"
 #include "model/sampling.h"
 #include "obs/peak_flops.h"
+#include "obs/straggler_monitor.h"
 #include "optim/lr_schedule.h"
 #include "parallel/pp/partition.h"
 #include "planner/predict.h"
@@ -54,6 +55,29 @@ float evaluate(Replica& replica, const TokenSource& data, int batches, int B, Ro
   float loss = float(sum / (batches * (rows.size() / micro)));
   ctx.dp().all_reduce(&loss, 1, DType::f32, ReduceOp::Avg);
   return loss;
+}
+
+// Each rank's peak resident memory and busy seconds this step, to every rank,
+// in one small all-reduce (one slot per rank; MiB travel as fp32, exact far
+// beyond any machine).
+struct RankStats {
+  std::vector<int64_t> peak_mem_bytes;
+  std::vector<double> busy_s;
+};
+RankStats gather_rank_stats(const ParallelContext& ctx, double busy_s) {
+  const size_t world = size_t(ctx.grid().world_size()), me = size_t(ctx.rank());
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  std::vector<float> slots(2 * world, 0.f);
+  slots[me] = float(double(usage.ru_maxrss) / 1024.0);
+  slots[world + me] = float(busy_s);
+  ctx.world().all_reduce(slots.data(), slots.size(), DType::f32, ReduceOp::Sum);
+  RankStats stats;
+  for (size_t r = 0; r < world; r++) {
+    stats.peak_mem_bytes.push_back(int64_t(double(slots[r]) * (1 << 20)));
+    stats.busy_s.push_back(double(slots[world + r]));
+  }
+  return stats;
 }
 
 }  // namespace
@@ -236,7 +260,7 @@ TrainResult train(const RunConfig& cfg, const ParallelContext& ctx, FILE* log, c
   std::vector<int32_t> tokens(size_t(accumulation) * micro * T), targets(tokens.size());
   const int pp = ctx.grid().pp();
   std::vector<double> bubble_sum(size_t(pp), 0.0);  // per stage, over the timed steps
-  RunRecorder recorder(options.run_dir, cfg, ctx, accumulation);
+  RunRecorder recorder(options.run_dir, cfg, ctx, accumulation, !options.resume.empty());
   replica.set_trace(recorder.trace());
   obs::TraceRecorder* trace = recorder.trace();
   FlightRecorder* flight = recorder.flight();
@@ -248,8 +272,10 @@ TrainResult train(const RunConfig& cfg, const ParallelContext& ctx, FILE* log, c
   double timed_seconds = 0, window_seconds = 0;
   double data_seconds = 0, step_seconds = 0;  // reading batches, within whole steps
   int timed_steps = 0, window_steps = 0;
+  obs::StragglerMonitor stragglers(ctx.grid().world_size(), cfg.train.straggler_factor, cfg.train.straggler_window);
   TrainCheckpoints checkpoints(cfg, ctx);
   TrainPosition position = checkpoints.resume(options.resume, replica, log);
+  recorder.resumed_at(position.next_step);
   LossGuard guard(LossGuardConfig{cfg.train.guard_window, cfg.train.guard_z, cfg.train.guard_warmup,
                                   cfg.train.guard_max_skips});
   guard.restore(position.guard);
@@ -281,9 +307,15 @@ TrainResult train(const RunConfig& cfg, const ParallelContext& ctx, FILE* log, c
     result.loss_scales.push_back(scale_used);
     if ((options.inf_rank < 0 || ctx.rank() == options.inf_rank) && std::count(options.inf_steps.begin(), options.inf_steps.end(), step))
       replica.inject_inf();
-    if (const int ms = options.faults.slow_ms(step, ctx.rank()))  // an injected straggler computes longer
-      std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+    // Busy time: this rank's own forward and backward, without its waits
+    // for tensor-parallel peers (the straggler monitor compares ranks).
+    const double tp_wait_before = replica.tp_comm_seconds();
+    const int slow_ms = options.faults.slow_ms(step, ctx.rank());
+    if (slow_ms > 0)  // an injected straggler: the delay stands for slower compute
+      std::this_thread::sleep_for(std::chrono::milliseconds(slow_ms));
     float loss = replica.forward_backward(tokens, targets, T);
+    const double busy_s =
+        1e-3 * slow_ms + std::max(0.0, replica.timeline().compute - (replica.tp_comm_seconds() - tp_wait_before));
     if (timed) bubble_sum[size_t(ctx.coord().pp)] += replica.timeline().bubble();
     result.peak_in_flight = std::max(result.peak_in_flight, replica.timeline().peak_in_flight);
     double norm;
@@ -383,6 +415,11 @@ TrainResult train(const RunConfig& cfg, const ParallelContext& ctx, FILE* log, c
     if (cfg.train.checkpoint_every > 0 && ((step + 1) % cfg.train.checkpoint_every == 0 || last)) {
       checkpoints.save(TrainPosition{step + 1, position.data_skip, guard.state()}, replica, log);
     }
+    RankStats stats;
+    if (recorder.active() || stragglers.enabled()) stats = gather_rank_stats(ctx, busy_s);
+    if (step > first_step)  // the first step warms up
+      for (const obs::StragglerEvent& e : stragglers.observe(stats.busy_s))
+        if (log) std::fprintf(log, "step %5d/%d | %s\n", step + 1, cfg.train.steps, e.text().c_str()), std::fflush(log);
     if (recorder.active()) {
       obs::StepMetrics m;
       m.skipped = verdict != LossVerdict::Ok;
@@ -390,7 +427,9 @@ TrainResult train(const RunConfig& cfg, const ParallelContext& ctx, FILE* log, c
       m.step = step + 1, m.loss = loss, m.val_loss = val, m.lr = lr, m.grad_norm = norm;
       m.step_time_s = dt, m.tokens_per_s = double(B) * T / dt;
       m.mfu = flops_per_step / dt / (result.peak_gflops * 1e9);
-      m.peak_mem_bytes = recorder.peak_memory();
+      m.peak_mem_bytes = stats.peak_mem_bytes;
+      if (ctx.grid().world_size() > 1) m.busy_s = stats.busy_s;
+      m.stragglers = stragglers.current();
       const pp::StageTimeline& tl = replica.timeline();
       m.time.compute = tl.compute;
       m.time.bubble = pp > 1 ? std::max(0.0, tl.span - tl.compute) : 0;
