@@ -41,6 +41,11 @@ int cmd_bench_checkpoint(const Args& args);
 // `loom report RUN_DIR` and `loom diagnose RUN_DIR [--json]` (src/obs/).
 int cmd_report(const Args& args);
 int cmd_diagnose(const Args& args);
+// `loom elastic`: mpirun of `loom train`, restarted on the surviving ranks
+// when ranks fail (src/elastic/).
+int cmd_elastic(const Args& args);
+// `loom bench elastic`: a rank killed mid-run; detection, restart, steps lost, losses.
+int cmd_bench_elastic(const Args& args);
 // `loom info`: the CPU, the kernels chosen for it and their measured rates.
 int cmd_info(const Args& args);
 void print_help();

@@ -67,11 +67,13 @@ int main(int argc, char** argv) {
     if (cmd == "bench" && !rest.empty() && rest[0] == "pp") return cli::cmd_bench_pp(rest);
     if (cmd == "bench" && !rest.empty() && rest[0] == "pp-child")
       return run_distributed(&argc, &argv, cli::cmd_bench_pp_child, rest);
+    if (cmd == "bench" && !rest.empty() && rest[0] == "elastic") return cli::cmd_bench_elastic(rest);
     if (cmd == "bench" && !rest.empty() && rest[0] == "planner") return cli::cmd_bench_planner(rest);
     if (cmd == "bench" && !rest.empty() && rest[0] == "tp-child")
       return run_distributed(&argc, &argv, cli::cmd_bench_tp_child, rest);
     if (cmd == "bench") return cli::cmd_bench(rest);
     if (cmd == "info") return cli::cmd_info(rest);
+    if (cmd == "elastic") return cli::cmd_elastic(rest);
     if (cmd == "plan") return cli::cmd_plan(rest);
     if (cmd == "prepare") return cli::cmd_prepare(rest);
     if (cmd == "export") return cli::cmd_export(rest);

@@ -8,13 +8,16 @@
 
 namespace loom::planner {
 
+double memory_budget_per_rank(const ClusterSpec& cluster, int world_size) {
+  const double ranks_per_node = std::ceil(double(world_size) / cluster.nodes);
+  return cluster.memory_bytes * cluster.devices_per_node / ranks_per_node;
+}
+
 Layout choose_layout(const RunConfig& cfg, int world_size, const ClusterSpec& cluster, LayoutSearch search) {
   LOOM_USER_CHECK(world_size >= 1, "world size must be at least 1 (got %d)", world_size);
   constexpr double kMiB = 1024.0 * 1024.0;
   const ModelConfig& m = cfg.model;
-  // Ranks of one node share its memory.
-  const double ranks_per_node = std::ceil(double(world_size) / cluster.nodes);
-  const double budget = cluster.memory_bytes * cluster.devices_per_node / ranks_per_node;
+  const double budget = memory_budget_per_rank(cluster, world_size);
   bool found = false;
   double best_step = 0, least_missing = -1;
   std::string refused;  // why the engine would refuse the last layout it refuses

@@ -62,6 +62,10 @@ double bf16_speedup_of_this_cpu();
 // parallel/zero/param_gather.h).
 constexpr bool kEngineRunsZero3 = true;
 
+// The memory each of world_size ranks has when they share the cluster's
+// nodes evenly (ranks of one node share its memory).
+double memory_budget_per_rank(const ClusterSpec& cluster, int world_size);
+
 // What choose_layout may propose beyond ZeRO 0-2 and recomputation.
 struct LayoutSearch {
   bool zero3 = kEngineRunsZero3;  // ZeRO-3 where dp > 1

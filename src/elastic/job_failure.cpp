@@ -1,0 +1,59 @@
+#include "elastic/job_failure.h"
+
+#include <algorithm>
+#include <nlohmann/json.hpp>
+#include <regex>
+
+#include "core/check.h"
+
+namespace loom::elastic {
+
+RankDeath parse_rank_death(const std::string& line) {
+  // OpenMPI 4: "mpirun noticed that process rank 1 with PID 811 on node vm
+  // exited on signal 9 (Killed)."
+  static const std::regex death(R"(process rank (\d+) with PID \d+ on node \S+ exited on signal (\d+)(?: \(([^)]*)\))?)");
+  std::smatch m;
+  RankDeath d;
+  if (!std::regex_search(line, m, death)) return d;
+  d.rank = std::stoi(m[1].str());
+  d.reason = strprintf("rank %d exited on signal %s", d.rank, m[2].str().c_str());
+  if (m[3].matched) d.reason += " (" + m[3].str() + ")";
+  return d;
+}
+
+JobFailure classify_failure(int exit_code, const std::string& hang_json, const std::vector<RankDeath>& deaths,
+                            const std::string& last_error) {
+  JobFailure f;
+  // A hang first: when the deadline expires, mpirun's own clean-up may also
+  // report ranks it killed; the flight records say who held the others up.
+  if (!hang_json.empty()) {
+    nlohmann::json j = nlohmann::json::parse(hang_json, nullptr, false);
+    if (j.is_object() && j.contains("culprits") && j["culprits"].is_array() && !j["culprits"].empty()) {
+      for (const auto& c : j["culprits"])
+        if (c.is_number_integer()) f.ranks.push_back(c.get<int>());
+      if (!f.ranks.empty()) {
+        f.rank_failure = true;
+        // One line: the explanation's lines joined.
+        std::string why = j.value("explanation", std::string("a collective timed out"));
+        while (!why.empty() && why.back() == '\n') why.pop_back();
+        if (why.rfind("flight recorder: ", 0) == 0) why.erase(0, 17);
+        if (size_t at = why.find(":\n  "); at != std::string::npos) why.replace(at, 4, ": ");
+        for (size_t at; (at = why.find("\n  ")) != std::string::npos;) why.replace(at, 3, "; ");
+        f.reason = "hang in " + why;
+      }
+    }
+  }
+  if (!f.rank_failure && !deaths.empty()) {
+    f.rank_failure = true;
+    for (const RankDeath& d : deaths) f.ranks.push_back(d.rank);
+    f.reason = deaths.front().reason;
+  }
+  std::sort(f.ranks.begin(), f.ranks.end());
+  f.ranks.erase(std::unique(f.ranks.begin(), f.ranks.end()), f.ranks.end());
+  if (!f.rank_failure)
+    f.reason = last_error.empty() ? strprintf("the job exited with code %d and no rank failed", exit_code)
+                                  : last_error;
+  return f;
+}
+
+}  // namespace loom::elastic

@@ -1,0 +1,236 @@
+#include "elastic/supervisor.h"
+
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <sstream>
+#include <thread>
+
+#include "config/run_config.h"
+#include "core/check.h"
+#include "elastic/job_failure.h"
+#include "elastic/relayout.h"
+#include "obs/run_dir.h"
+#include "obs/run_reader.h"
+#include "planner/layout.h"
+#include "planner/predict.h"
+
+namespace loom::elastic {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_between(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+std::string shell_quote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+std::string self_exe() {
+  char buf[4096];
+  ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
+  LOOM_CHECK(n > 0, "cannot read /proc/self/exe");
+  return std::string(buf, size_t(n));
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// What one launch printed that the supervisor acts on, with the times.
+struct Attempt {
+  int exit_code = -1;
+  std::vector<RankDeath> deaths;
+  std::string last_error;                    // the last "loom: ... error: ..." line
+  std::optional<Clock::time_point> fault_at;  // an injected fault announced itself
+  std::optional<Clock::time_point> resumed_at;
+  int64_t resumed_step = -1;                 // from "resume: ... (step N, ..." (0: fresh start)
+  Clock::time_point ended;
+};
+
+// Reads the job's merged output line by line as it comes, echoing it;
+// on_resume runs when the job says where it resumed.
+Attempt run_attempt(const std::string& command, FILE* out, const std::function<void(const Attempt&)>& on_resume) {
+  Attempt a;
+  FILE* pipe = ::popen((command + " 2>&1").c_str(), "r");
+  LOOM_USER_CHECK(pipe, "elastic: cannot start '%s'", command.c_str());
+  std::string line;
+  char buf[4096];
+  while (std::fgets(buf, sizeof buf, pipe)) {
+    line += buf;
+    if (line.back() != '\n') continue;
+    std::fputs(line.c_str(), out);
+    std::fflush(out);
+    const auto now = Clock::now();
+    if (RankDeath d = parse_rank_death(line); d.rank >= 0) a.deaths.push_back(d);
+    if (line.rfind("loom: fault injection:", 0) == 0 && !a.fault_at) a.fault_at = now;
+    if (line.rfind("loom: ", 0) == 0 && line.find("error: ") != std::string::npos) a.last_error = line.substr(0, line.size() - 1);
+    if (line.rfind("resume: ", 0) == 0 && !a.resumed_at) {
+      a.resumed_at = now;
+      const size_t at = line.find("(step ");
+      a.resumed_step = at == std::string::npos ? 0 : std::atoll(line.c_str() + at + 6);
+      on_resume(a);
+    }
+    line.clear();
+  }
+  const int status = ::pclose(pipe);
+  a.ended = Clock::now();
+  a.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 1;
+  return a;
+}
+
+// The last step metrics.jsonl records (0 if none) and how long ago its
+// line was written.
+int64_t last_step(const std::string& run_dir, double* age_s) {
+  *age_s = -1;
+  const std::string metrics = run_dir + "/metrics.jsonl";
+  struct stat st;
+  if (::stat(metrics.c_str(), &st) != 0) return 0;
+  const double mtime = double(st.st_mtim.tv_sec) + 1e-9 * double(st.st_mtim.tv_nsec);
+  *age_s = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count() - mtime;
+  try {
+    const obs::RunData run = obs::read_run_dir(run_dir);
+    return run.steps.empty() ? 0 : run.steps.back().step;
+  } catch (const UserError&) {
+    return 0;
+  }
+}
+
+void append_record(const std::string& file, const obs::RestartRecord& r) {
+  std::ofstream o(file, std::ios::app);
+  o << nlohmann::json(r).dump() << "\n";
+}
+
+std::string layout_text(const RunConfig& cfg, int world) {
+  return strprintf("%d ranks: %s", world, planner::layout_of(cfg, world).describe().c_str());
+}
+
+}  // namespace
+
+int run_elastic(const ElasticOptions& o, FILE* out) {
+  LOOM_USER_CHECK(o.np >= 1, "elastic: --np must be at least 1 (got %d)", o.np);
+  LOOM_USER_CHECK(o.max_restarts >= 0, "elastic: --max-restarts must be 0 or more (got %d)", o.max_restarts);
+  LOOM_USER_CHECK(o.min_ranks >= 1 && o.min_ranks <= o.np,
+                  "elastic: --min-ranks %d must be in [1, --np %d] (the world it starts with)", o.min_ranks, o.np);
+  RunConfig cfg = load_run_config(o.config_path, o.overrides);
+  LOOM_USER_CHECK(!cfg.train.checkpoint_dir.empty() && cfg.train.checkpoint_every > 0,
+                  "elastic: a restart resumes from the newest checkpoint, so set train.checkpoint_dir and "
+                  "train.checkpoint_every > 0 (now '%s' and %d)",
+                  cfg.train.checkpoint_dir.c_str(), cfg.train.checkpoint_every);
+  LOOM_USER_CHECK(!cfg.train.run_dir.empty(), "elastic: train.run_dir is empty; the supervisor needs the run "
+                                              "directory (hang records, elastic.jsonl)");
+  // One run directory for every attempt.
+  const std::string run_dir = obs::RunDir::default_path(cfg.train.run_dir, cfg.train.run_name);
+  const std::string run_name = std::filesystem::path(run_dir).filename().string();
+  std::filesystem::create_directories(run_dir);
+  const std::string log_file = run_dir + "/elastic.jsonl";
+  if (o.resume.empty()) std::remove(log_file.c_str());  // a fresh run, a fresh log
+  if (::geteuid() == 0) {  // whoever runs the supervisor as root means it
+    ::setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 0);
+    ::setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0);
+  }
+
+  int world = o.np;
+  std::vector<std::string> layout_sets;  // the relaunch's layout (none: the user's)
+  std::string layout_desc = layout_text(cfg, world);
+  std::optional<obs::RestartRecord> pending;  // a restart waiting for its relaunch to resume
+  Clock::time_point failed_job_ended;
+  for (int attempt = 1;; attempt++) {
+    std::remove((run_dir + "/flight/hang.json").c_str());
+    const char* omp = std::getenv("OMP_NUM_THREADS");
+    const int threads = std::max(1u, std::thread::hardware_concurrency() / unsigned(world));
+    std::string cmd = omp && *omp ? "" : strprintf("OMP_NUM_THREADS=%d ", threads);
+    cmd += strprintf("mpirun --oversubscribe --bind-to none -np %d", world);
+    for (const auto& a : o.mpirun_args) cmd += " " + shell_quote(a);
+    cmd += " " + shell_quote(self_exe()) + " train";
+    if (!o.config_path.empty()) cmd += " --config " + shell_quote(o.config_path);
+    for (const auto& s : o.overrides) cmd += " --set " + shell_quote(s);
+    if (cfg.train.run_name.empty()) cmd += " --set " + shell_quote("train.run_name=" + run_name);
+    for (const auto& s : layout_sets) cmd += " --set " + shell_quote(s);
+    if (attempt == 1) {
+      if (o.layout != "config") cmd += " --layout " + shell_quote(o.layout);
+      if (!o.resume.empty()) cmd += " --resume " + shell_quote(o.resume);
+      for (const auto& f : o.faults) cmd += " --fault " + shell_quote(f);
+    } else {
+      cmd += " --resume auto";
+    }
+    std::fprintf(out, "loom elastic: attempt %d on %s\n  %s\n", attempt, layout_desc.c_str(), cmd.c_str());
+    std::fflush(out);
+    // The restart that led here: how long until it resumed, what it lost.
+    auto on_resume = [&](const Attempt& now) {
+      if (!pending) return;
+      pending->restart_s = seconds_between(failed_job_ended, *now.resumed_at);
+      pending->resumed_step = now.resumed_step;
+      pending->steps_lost = pending->failed_at_step - now.resumed_step;
+      append_record(log_file, *pending);
+      std::fprintf(out, "loom elastic: attempt %d resumed at step %lld, %.1f s after the failed job ended; %lld steps "
+                        "lost\n",
+                   attempt, (long long)now.resumed_step, pending->restart_s, (long long)pending->steps_lost);
+      std::fflush(out);
+      pending.reset();
+    };
+    const Attempt a = run_attempt(cmd, out, on_resume);
+    if (pending) append_record(log_file, *pending), pending.reset();  // it failed before resuming
+    if (a.exit_code == 0) {
+      std::fprintf(out, "loom elastic: finished on %s after %d restart%s (%s)\n", layout_desc.c_str(), attempt - 1,
+                   attempt == 2 ? "" : "s", log_file.c_str());
+      return 0;
+    }
+
+    const JobFailure f = classify_failure(a.exit_code, read_text(run_dir + "/flight/hang.json"), a.deaths,
+                                          a.last_error);
+    obs::RestartRecord r;
+    r.attempt = attempt, r.reason = f.reason, r.failed_ranks = f.ranks;
+    double age_s = -1;
+    r.failed_at_step = last_step(run_dir, &age_s);
+    // From the failure (an injected fault says when; else the last step the
+    // job finished) to the end of the job.
+    r.detect_s = a.fault_at ? seconds_between(*a.fault_at, a.ended) : age_s;
+    r.old_world = world, r.old_layout = layout_desc;
+    auto stop = [&](const std::string& why, int code) {
+      r.outcome = "stopped", r.reason = f.reason + "; " + why;
+      append_record(log_file, r);
+      std::fprintf(out, "loom elastic: attempt %d failed (%s); not restarting: %s\n", attempt, f.reason.c_str(),
+                   why.c_str());
+      return code;
+    };
+    if (!f.rank_failure)
+      return stop("not a rank failure (the same launch would fail again)", a.exit_code == 2 ? 2 : 1);
+    if (attempt > o.max_restarts) return stop(strprintf("--max-restarts %d reached", o.max_restarts), 1);
+    const int survivors = world - int(f.ranks.size());
+    if (survivors < o.min_ranks)
+      return stop(strprintf("%d rank%s left, fewer than --min-ranks %d", survivors, survivors == 1 ? "" : "s",
+                            o.min_ranks),
+                  1);
+    Relayout next;
+    try {
+      next = relayout(cfg, survivors, o.min_ranks, planner::local_cluster_or_default());
+    } catch (const UserError& e) {
+      return stop(e.what(), 1);
+    }
+    r.outcome = "restarted", r.new_world = next.world, r.new_layout = next.describe();
+    std::fprintf(out, "loom elastic: attempt %d failed at step %lld: %s (detected in %.1f s); restarting on %s\n",
+                 attempt, (long long)r.failed_at_step, f.reason.c_str(), r.detect_s, r.new_layout.c_str());
+    std::fflush(out);
+    world = next.world, layout_sets = next.overrides, layout_desc = r.new_layout;
+    pending = r;
+    failed_job_ended = a.ended;
+  }
+}
+
+}  // namespace loom::elastic
