@@ -44,6 +44,8 @@ commands:
                           eval_batches log_every seed sample_tokens (0 = none) sample_prompt
                           run_dir ("runs"; "" = none) run_name ("" = start time)
                           checkpoint_every (0 = never) checkpoint_dir keep_checkpoints
+                          async_checkpoint (true: saves are written in the background
+                          while training goes on; false: training waits for the disk)
                           guard_window guard_z (0 = no spike test) guard_warmup guard_max_skips
                           recompute ("none" | "selective": attention's probabilities |
                           "full": each block from its input; bitwise the same results)
