@@ -81,16 +81,26 @@ CheckpointWriter::CheckpointWriter(std::string root, int64_t step) : root_(std::
   final_ = root_ + "/" + step_dir_name(step);
 }
 
-FileRecord CheckpointWriter::write_rank_file(int rank, const std::vector<CheckpointPiece>& pieces) const {
+FileRecord CheckpointWriter::write_rank_file(int rank, const std::vector<CheckpointPiece>& pieces,
+                                             const std::function<void()>& half_written) const {
   LOOM_USER_CHECK(rank >= 0, "checkpoint writer rank must be >= 0, got %d", rank);
   make_dir(staging_);
   const std::string name = rank_file_name(rank);
   const std::string note = staging_ + "/" + name + kHashNote;
   ::unlink(note.c_str());  // a note left by an interrupted save must not vouch for the new file
   WrittenFile w = write_piece_file(staging_ + "/" + name, pieces, {{"loom.rank", std::to_string(rank)},
-                                                                    {"loom.step", std::to_string(step_)}});
+                                                                    {"loom.step", std::to_string(step_)}},
+                                   half_written);
   write_file_atomically(note, w.sha256 + " " + std::to_string(w.bytes) + "\n");
   return FileRecord{name, w.bytes, w.sha256};
+}
+
+std::vector<int> CheckpointWriter::unfinished_ranks(const std::vector<int>& writer_ranks) const {
+  std::vector<int> missing;
+  struct stat st;
+  for (int r : writer_ranks)
+    if (::stat((staging_ + "/" + rank_file_name(r) + kHashNote).c_str(), &st) != 0) missing.push_back(r);
+  return missing;
 }
 
 CommitResult CheckpointWriter::commit(CheckpointManifest manifest, const std::vector<int>& writer_ranks,

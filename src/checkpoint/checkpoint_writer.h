@@ -17,6 +17,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -39,7 +40,12 @@ class CheckpointWriter {
   const std::string& final_dir() const { return final_; }      // <root>/step_N
 
   // One writing rank's pieces. Safe to call from many processes at once.
-  FileRecord write_rank_file(int rank, const std::vector<CheckpointPiece>& pieces) const;
+  // `half_written`: see write_safetensors (fault injection).
+  FileRecord write_rank_file(int rank, const std::vector<CheckpointPiece>& pieces,
+                             const std::function<void()>& half_written = {}) const;
+  // Those of `writer_ranks` whose file is not finished yet (no ".sha256"
+  // note): what a lead that commits without a barrier waits for.
+  std::vector<int> unfinished_ranks(const std::vector<int>& writer_ranks) const;
 
   // The lead, once every rank in writer_ranks has returned from
   // write_rank_file. Fills manifest.step (if 0), files and tensors.

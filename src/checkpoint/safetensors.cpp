@@ -46,7 +46,8 @@ int64_t shape_numel(const std::vector<int64_t>& shape) {
 }
 
 WrittenFile write_safetensors(const std::string& path, const std::vector<StEntry>& entries,
-                              const std::map<std::string, std::string>& metadata) {
+                              const std::map<std::string, std::string>& metadata,
+                              const std::function<void()>& half_written) {
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
   if (!metadata.empty()) header["__metadata__"] = metadata;
   uint64_t at = 0;
@@ -74,7 +75,18 @@ WrittenFile write_safetensors(const std::string& path, const std::vector<StEntry
   };
   put(len, 8);
   put(text.data(), text.size());
-  for (const auto& e : entries) put(e.data, size_t(shape_numel(e.shape)) * st_dtype_size(e.dtype));
+  uint64_t done = 0;
+  bool halfway_seen = !half_written;
+  for (const auto& e : entries) {
+    const auto* bytes = static_cast<const uint8_t*>(e.data);
+    const uint64_t n = uint64_t(shape_numel(e.shape)) * st_dtype_size(e.dtype);
+    const uint64_t first = halfway_seen || done + n < at / 2 ? n : at / 2 - done;
+    put(bytes, first);
+    if (!halfway_seen && done + first >= at / 2) halfway_seen = true, half_written();
+    if (first < n) put(bytes + first, n - first);
+    done += n;
+  }
+  if (!halfway_seen) half_written();  // no data at all
   file.commit();
   return WrittenFile{8 + text.size() + at, hash.hex_digest()};
 }

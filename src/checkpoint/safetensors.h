@@ -12,6 +12,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -40,8 +41,11 @@ struct WrittenFile {
 
 // Writes atomically (temporary name, fsync, rename, fsync of the folder).
 // Throws UserError naming `path` on a duplicate name or a failed write.
+// `half_written`, if given, is called once when half the tensor data is
+// written (fault injection: a crash in the middle of a checkpoint file).
 WrittenFile write_safetensors(const std::string& path, const std::vector<StEntry>& entries,
-                              const std::map<std::string, std::string>& metadata);
+                              const std::map<std::string, std::string>& metadata,
+                              const std::function<void()>& half_written = {});
 
 struct StTensorInfo {
   StDType dtype = StDType::F32;

@@ -110,7 +110,7 @@ PiecePlace place_from_json(const nlohmann::json& j, const std::string& origin) {
 }
 
 WrittenFile write_piece_file(const std::string& path, const std::vector<CheckpointPiece>& pieces,
-                             std::map<std::string, std::string> metadata) {
+                             std::map<std::string, std::string> metadata, const std::function<void()>& half_written) {
   std::vector<StEntry> entries;
   std::vector<std::vector<uint16_t>> narrowed;  // 16-bit copies, alive until written
   narrowed.reserve(pieces.size());
@@ -140,7 +140,7 @@ WrittenFile write_piece_file(const std::string& path, const std::vector<Checkpoi
     entries.push_back(std::move(e));
   }
   metadata["loom.pieces"] = places.dump();
-  return write_safetensors(path, entries, metadata);
+  return write_safetensors(path, entries, metadata, half_written);
 }
 
 std::vector<PiecePlace> pieces_in_file(const SafetensorsFile& file) {

@@ -60,8 +60,10 @@ PiecePlace place_from_json(const nlohmann::json& j, const std::string& origin);
 
 // Writes one rank's pieces as a safetensors file (atomically; hashed while
 // written). `metadata` goes into __metadata__ beside "loom.pieces".
+// `half_written`: see write_safetensors.
 WrittenFile write_piece_file(const std::string& path, const std::vector<CheckpointPiece>& pieces,
-                             std::map<std::string, std::string> metadata = {});
+                             std::map<std::string, std::string> metadata = {},
+                             const std::function<void()>& half_written = {});
 
 // The places a piece file lists, each checked against its safetensors entry.
 std::vector<PiecePlace> pieces_in_file(const SafetensorsFile& file);

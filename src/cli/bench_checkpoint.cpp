@@ -6,6 +6,11 @@
 // global tensor from the rank files. Before each read the files' pages are
 // dropped from the page cache (posix_fadvise DONTNEED after fsync), so reads
 // come from the disk as they would after a restart.
+//
+// Then (--stall-model: a planner preset, gpt2-124m by default, or a run
+// config file; "none" skips it) how long a save
+// holds up training, synchronous against asynchronous
+// (bench_checkpoint_stall.cpp).
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -18,8 +23,10 @@
 #include "checkpoint/checkpoint_reader.h"
 #include "checkpoint/checkpoint_dir.h"
 #include "checkpoint/checkpoint_writer.h"
+#include "cli/bench_checkpoint_stall.h"
 #include "cli/commands.h"
 #include "core/check.h"
+#include "kernels/cpu/isa.h"
 
 namespace loom::cli {
 namespace {
@@ -79,6 +86,7 @@ int cmd_bench_checkpoint(const Args& args) {
   double mb = 256;
   int ranks = 4, repeat = 3;
   std::string dir = strprintf("/tmp/loom-bench-checkpoint.%d", int(::getpid()));
+  std::string stall_model = "gpt2-124m";
   for (size_t i = 1; i < args.size(); i++) {
     auto value = [&](const char* flag) {
       LOOM_USER_CHECK(i + 1 < args.size(), "bench checkpoint: %s needs a value", flag);
@@ -89,9 +97,11 @@ int cmd_bench_checkpoint(const Args& args) {
     else if (a == "--ranks") ranks = int(parse_positive(value("--ranks"), "--ranks"));
     else if (a == "--repeat") repeat = int(parse_positive(value("--repeat"), "--repeat"));
     else if (a == "--dir") dir = value("--dir");
+    else if (a == "--stall-model") stall_model = value("--stall-model");
     else throw UserError(strprintf("bench checkpoint: unknown option '%s'", a.c_str()));
   }
   LOOM_USER_CHECK(ranks >= 1 && ranks <= 1024 && repeat >= 1, "bench checkpoint: --ranks in [1, 1024], --repeat >= 1");
+  if (stall_model != "none") stall_bench_model(stall_model);  // an unknown name fails now, listing the known ones
   LOOM_USER_CHECK(!std::filesystem::exists(dir), "bench checkpoint: '%s' exists; give a fresh --dir", dir.c_str());
 
   // Model-like tensors of 1024 columns, each split by rows over the ranks
@@ -104,6 +114,7 @@ int cmd_bench_checkpoint(const Args& args) {
     for (size_t i = 0; i < data[t].size(); i++) data[t][i] = float(int64_t(i * 2654435761u + t) % 1000) * 1e-3f;
   const double bytes = double(tensors) * double(rows * cols) * 4;
 
+  std::printf("%s\n", cpu::describe_dispatch().line().c_str());
   std::printf("loom bench checkpoint: %.1f MB of fp32 in %d tensors of [%lld, %lld], each split by rows over %d rank "
               "files, in %s; median of %d\n", bytes / 1e6, tensors, (long long)rows, (long long)cols, ranks,
               dir.c_str(), repeat);
@@ -173,6 +184,10 @@ int cmd_bench_checkpoint(const Args& args) {
   std::printf("  save / plain copy: %.2f   load / plain read: %.2f   verify+load / plain read: %.2f\n",
               median(t_copy) / median(t_save), median(t_read) / median(t_load),
               median(t_read) / (median(t_verify) + median(t_load)));
+  if (stall_model != "none") {
+    bench_checkpoint_stall(stall_model, dir, repeat);
+    remove_tree(dir);
+  }
   return 0;
 }
 

@@ -44,6 +44,8 @@ commands:
                           eval_batches log_every seed sample_tokens (0 = none) sample_prompt
                           run_dir ("runs"; "" = none) run_name ("" = start time)
                           checkpoint_every (0 = never) checkpoint_dir keep_checkpoints
+                          async_checkpoint (true: saves are written in the background
+                          while training goes on; false: training waits for the disk)
                           guard_window guard_z (0 = no spike test) guard_warmup guard_max_skips
                           recompute ("none" | "selective": attention's probabilities |
                           "full": each block from its input; bitwise the same results)
@@ -137,9 +139,12 @@ commands:
           loom bench calibrate (the table says when it is not). --quick: 6 rows on a smaller
           model. Exit 0 when it ran, whatever the errors. See docs/planner.md.
             loom bench checkpoint [--mb 256] [--ranks 4] [--repeat 3] [--dir PATH]
+                                  [--stall-model gpt2-124m|PRESET|RUN.toml|none]
           Checkpoint save (rank files + sha256 + fsync + commit) and load (verify + assemble
           every tensor from the rank files) in MB/s, beside a plain copy (read + write + fsync)
-          and a plain read of the same files, cold page cache. See docs/checkpoints.md.
+          and a plain read of the same files, cold page cache. Then the stall of a save of one
+          rank holding the model's parameters and AdamW moments: synchronous against
+          asynchronous (train.async_checkpoint), and their ratio. See docs/checkpoints.md.
   report  Charts and a summary of a run directory (runs/NAME/, written by train).
             loom report RUN_DIR
           Writes RUN_DIR/report/: loss.svg, throughput.svg (and mfu.svg, loss_scale.svg when

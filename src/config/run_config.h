@@ -40,6 +40,9 @@ struct TrainConfig {
   int checkpoint_every = 0;      // save every N steps (and at the end); 0 = never
   std::string checkpoint_dir = "checkpoints";  // step_N/ folders and `latest` (what --resume auto reads)
   int keep_checkpoints = 3;      // the newest N are kept
+  // Saves copy the state at the step boundary and write it on a thread per
+  // rank while training goes on; false: every rank waits until it is on disk.
+  bool async_checkpoint = true;
   // Loss guard: a non-finite loss, or one guard_z standard deviations above
   // the mean of the last guard_window accepted ones, skips the step;
   // guard_max_skips in a row roll back to the last checkpoint past that data.

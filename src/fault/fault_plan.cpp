@@ -103,4 +103,13 @@ bool FaultPlan::kill_in_save(long long steps_done, int rank) const {
   return false;
 }
 
+void FaultPlan::die_in_save(long long steps_done, int rank) {
+  std::fprintf(stderr, "loom: fault injection: rank %d killed (SIGKILL) half-way through writing its checkpoint file "
+               "for step %lld\n", rank, steps_done);
+  std::fflush(stderr);
+  std::fflush(stdout);
+  ::raise(SIGKILL);
+  std::abort();  // not reached
+}
+
 }  // namespace loom

@@ -52,6 +52,9 @@ class FaultPlan {
   // Whether this rank dies half-way through writing the checkpoint saved
   // after `steps_done` steps.
   bool kill_in_save(long long steps_done, int rank) const;
+  // What a checkpoint writer calls half-way through the file when
+  // kill_in_save said so: prints what it does, then SIGKILL.
+  [[noreturn]] static void die_in_save(long long steps_done, int rank);
 
  private:
   std::vector<Fault> faults_;

@@ -3,6 +3,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 
@@ -76,6 +77,17 @@ std::string layout_line(const RunLayout& l) {
   return s;
 }
 
+// Saves and how long each held up training (metrics.jsonl's checkpoint_stall_s).
+std::string checkpoints_line(const RunData& run) {
+  int saves = 0;
+  double sum = 0, worst = 0;
+  for (const StepMetrics& m : run.steps)
+    if (m.checkpoint_stall_s > 0) saves++, sum += m.checkpoint_stall_s, worst = std::max(worst, m.checkpoint_stall_s);
+  if (saves == 0) return "Checkpoints: none saved.\n";
+  return strprintf("Checkpoints: %d saves; training stalled %.3f s per save on average, %.3f s at most.\n", saves,
+                   sum / saves, worst);
+}
+
 std::string markdown(const RunData& run, const RunFigures& f, const std::vector<std::string>& charts,
                      const std::string& png_note) {
   std::string md = "# Run report: " + run.path + "\n\n";
@@ -103,6 +115,7 @@ std::string markdown(const RunData& run, const RunFigures& f, const std::vector<
   md += "| MFU (median) | " + pct(f.mfu) + " |\n";
   md += "| peak memory per rank (max) | " + mib(f.peak_mem_bytes) + " |\n";
   md += strprintf("| steps measured | %d (the first is left out as warm-up) |\n", f.steps_measured);
+  md += "\n" + checkpoints_line(run);
 
   if (f.steps_measured > 0 && f.step_s > 0) {
     md += "\nTime split of a step (rank 0, medians):\n\n| part | seconds | share |\n|---|---|---|\n";

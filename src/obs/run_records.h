@@ -51,6 +51,7 @@ struct StepMetrics {
   double step_time_s = kUnknown;  // wall time of the step
   double tokens_per_s = kUnknown;
   double mfu = kUnknown;         // model FLOPs / (step time x peak FLOP/s of the ranks used), in [0, 1]
+  double checkpoint_stall_s = 0;  // seconds a checkpoint save held up training this step (0 = no save)
   std::vector<int64_t> peak_mem_bytes;  // per world rank (index = rank)
   TimeSplit time;
   std::vector<double> busy_s;        // per world rank: its own compute in the step (not waits); empty on 1 rank

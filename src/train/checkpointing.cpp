@@ -1,7 +1,10 @@
 #include "train/checkpointing.h"
 
+#include <chrono>
 #include <cstring>
+#include <functional>
 
+#include "checkpoint/checkpoint_dir.h"
 #include "checkpoint/checkpoint_reader.h"
 #include "checkpoint/checkpoint_writer.h"
 #include "checkpoint/model_fields.h"
@@ -11,13 +14,16 @@ namespace loom {
 
 namespace {
 
-// Rank 0's string to every rank (as 16-bit words: a broadcast copies them).
-std::string broadcast_string(Communicator& world, const std::string& s) {
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+// Rank `root`'s string to every rank (as 16-bit words: a broadcast copies them).
+std::string broadcast_string(Communicator& world, const std::string& s, int root) {
   float length = float(s.size());
-  world.broadcast(&length, 1, DType::f32, 0);
+  world.broadcast(&length, 1, DType::f32, root);
   std::vector<uint16_t> words((size_t(length) + 1) / 2, 0);
-  if (world.rank() == 0) std::memcpy(words.data(), s.data(), s.size());
-  if (!words.empty()) world.broadcast(words.data(), words.size(), DType::bf16, 0);
+  if (world.rank() == root) std::memcpy(words.data(), s.data(), s.size());
+  if (!words.empty()) world.broadcast(words.data(), words.size(), DType::bf16, root);
   return std::string(reinterpret_cast<const char*>(words.data()), size_t(length));
 }
 
@@ -34,6 +40,7 @@ std::vector<int> writer_ranks(const ParallelContext& ctx, int zero) {
 TrainCheckpoints::TrainCheckpoints(const RunConfig& cfg, const ParallelContext& ctx) : cfg_(cfg), ctx_(ctx) {}
 
 TrainPosition TrainCheckpoints::resume(const std::string& spec, Replica& replica, FILE* log) {
+  settle(log);  // a rollback reads the checkpoint that may still be being written
   if (spec.empty() || spec == "none") return {};
   // Rank 0 chooses (hashing every candidate file once) and tells the others;
   // a bad explicit checkpoint fails every rank with rank 0's message.
@@ -48,9 +55,9 @@ TrainPosition TrainCheckpoints::resume(const std::string& spec, Replica& replica
       error = e.what();
     }
   }
-  error = broadcast_string(ctx_.world(), error);
+  error = broadcast_string(ctx_.world(), error, 0);
   LOOM_USER_CHECK(error.empty(), "%s", error.c_str());
-  dir = broadcast_string(ctx_.world(), dir);
+  dir = broadcast_string(ctx_.world(), dir, 0);
   if (dir.empty()) {
     if (log) std::fprintf(log, "resume: no checkpoint under %s, starting fresh\n", cfg_.train.checkpoint_dir.c_str());
     return {};
@@ -74,34 +81,110 @@ TrainPosition TrainCheckpoints::resume(const std::string& spec, Replica& replica
   return position;
 }
 
-void TrainCheckpoints::save(const TrainPosition& position, Replica& replica, FILE* log) {
+CheckpointManifest TrainCheckpoints::manifest(const TrainPosition& position, Replica& replica) const {
+  CheckpointManifest m;
+  m.step = position.next_step;
+  m.config_toml = cfg_.to_toml();
+  m.model = model_fields(cfg_.model);
+  m.model_real = model_real_fields(cfg_.model);
+  const ParallelGrid& g = ctx_.grid();
+  m.layout = {g.dp(), g.tp(), g.pp(), cfg_.parallel.zero, cfg_.parallel.order, g.world_size()};
+  m.data = {position.next_step, position.next_step * cfg_.train.batch_size};
+  m.seed = cfg_.train.seed;
+  m.loss_scaler = replica.scaler().state();
+  m.extra = {{"adam_steps", replica.adam_steps()}, {"data_skip", position.data_skip}, {"loss_guard", position.guard}};
+  return m;
+}
+
+void TrainCheckpoints::save(const TrainPosition& position, Replica& replica, const FaultPlan& faults, FILE* log) {
+  const auto t0 = Clock::now();
+  if (cfg_.train.async_checkpoint) save_in_background(position, replica, faults, log);
+  else save_now(position, replica, faults, log);
+  stall_step_ = position.next_step;
+  stall_s_ = seconds_since(t0);
+  if (cfg_.train.async_checkpoint) in_flight_stall_s_ = stall_s_;
+  else if (log) std::fprintf(log, "checkpoint: %s (training stalled %.3f s)\n", last_.c_str(), stall_s_), std::fflush(log);
+}
+
+void TrainCheckpoints::save_now(const TrainPosition& position, Replica& replica, const FaultPlan& faults, FILE* log) {
   const std::string& root = cfg_.train.checkpoint_dir;
   CheckpointWriter writer(root, position.next_step);
-  if (replica.writes_checkpoint()) writer.write_rank_file(ctx_.rank(), replica.checkpoint_pieces());
+  if (replica.writes_checkpoint()) {
+    std::function<void()> half_written;
+    if (faults.kill_in_save(position.next_step, ctx_.rank()))
+      half_written = [&] { FaultPlan::die_in_save(position.next_step, ctx_.rank()); };
+    writer.write_rank_file(ctx_.rank(), replica.checkpoint_pieces(), half_written);
+  }
   ctx_.world().barrier();
   std::string error;
   if (ctx_.is_logging_rank()) {
-    CheckpointManifest m;
-    m.step = position.next_step;
-    m.config_toml = cfg_.to_toml();
-    m.model = model_fields(cfg_.model);
-    m.model_real = model_real_fields(cfg_.model);
-    const ParallelGrid& g = ctx_.grid();
-    m.layout = {g.dp(), g.tp(), g.pp(), cfg_.parallel.zero, cfg_.parallel.order, g.world_size()};
-    m.data = {position.next_step, position.next_step * cfg_.train.batch_size};
-    m.seed = cfg_.train.seed;
-    m.loss_scaler = replica.scaler().state();
-    m.extra = {{"adam_steps", replica.adam_steps()}, {"data_skip", position.data_skip}, {"loss_guard", position.guard}};
     try {
-      CommitResult r = writer.commit(m, writer_ranks(ctx_, cfg_.parallel.zero), cfg_.train.keep_checkpoints);
-      if (log) std::fprintf(log, "checkpoint: %s\n", r.dir.c_str()), std::fflush(log);
+      writer.commit(manifest(position, replica), writer_ranks(ctx_, cfg_.parallel.zero), cfg_.train.keep_checkpoints);
     } catch (const UserError& e) {
       error = e.what();
     }
   }
-  error = broadcast_string(ctx_.world(), error);
+  error = broadcast_string(ctx_.world(), error, 0);
   LOOM_USER_CHECK(error.empty(), "saving a checkpoint: %s", error.c_str());
   last_ = writer.final_dir();
 }
+
+void TrainCheckpoints::save_in_background(const TrainPosition& position, Replica& replica, const FaultPlan& faults,
+                                          FILE* log) {
+  settle(log);  // the last save: finished on every rank (and committed), or a UserError on every rank
+  const int64_t step = position.next_step;
+  CheckpointWriter writer(cfg_.train.checkpoint_dir, step);
+  // The lead commits when every rank's note is there, without a barrier: a
+  // crashed earlier attempt at this step must not leave notes behind.
+  if (ctx_.is_logging_rank()) remove_tree(writer.staging_dir());
+  ctx_.world().barrier();
+  SaveJob job;
+  job.root = cfg_.train.checkpoint_dir;
+  job.step = step;
+  job.rank = ctx_.rank();
+  job.writes = replica.writes_checkpoint();
+  job.kill_half_way = job.writes && faults.kill_in_save(step, ctx_.rank());
+  if (job.writes) background_.snapshot(replica.checkpoint_pieces());  // the state as of this step boundary
+  if (ctx_.is_logging_rank()) {
+    job.manifest = manifest(position, replica);
+    job.writer_ranks = writer_ranks(ctx_, cfg_.parallel.zero);
+    job.keep_last = cfg_.train.keep_checkpoints;
+    job.notes_timeout_s = cfg_.runtime.comm_timeout_s;
+  }
+  background_.start(std::move(job));
+  in_flight_ = true;
+  in_flight_step_ = step;
+  last_ = writer.final_dir();
+}
+
+void TrainCheckpoints::settle(FILE* log) {
+  if (!in_flight_) return;
+  in_flight_ = false;
+  Communicator& world = ctx_.world();
+  const std::string dir = CheckpointWriter(cfg_.train.checkpoint_dir, in_flight_step_).final_dir();
+  const std::string write_error = background_.wait_written();
+  // The lowest rank whose file failed (0: none), to every rank; then the
+  // lead stops waiting for the files that will not come.
+  const int world_size = ctx_.grid().world_size();
+  float failed = write_error.empty() ? 0.f : float(world_size - ctx_.rank());
+  world.all_reduce(&failed, 1, DType::f32, ReduceOp::Max);
+  if (failed > 0) background_.cancel_commit();
+  const SaveOutcome outcome = background_.finish();
+  if (failed > 0) {
+    const int from = world_size - int(failed);
+    const std::string message = broadcast_string(world, write_error, from);
+    throw UserError(strprintf("checkpoint %s, saved in the background, failed on rank %d: %s", dir.c_str(), from,
+                              message.c_str()));
+  }
+  const std::string commit_error = broadcast_string(world, outcome.commit_error, 0);
+  LOOM_USER_CHECK(commit_error.empty(), "checkpoint %s, saved in the background, failed: %s", dir.c_str(),
+                  commit_error.c_str());
+  if (log)
+    std::fprintf(log, "checkpoint: %s (training stalled %.3f s; written in the background in %.2f s)\n",
+                 outcome.dir.c_str(), in_flight_stall_s_, outcome.seconds),
+        std::fflush(log);
+}
+
+void TrainCheckpoints::finish(FILE* log) { settle(log); }
 
 }  // namespace loom

@@ -413,7 +413,7 @@ TrainResult train(const RunConfig& cfg, const ParallelContext& ctx, FILE* log, c
       }
     }
     if (cfg.train.checkpoint_every > 0 && ((step + 1) % cfg.train.checkpoint_every == 0 || last)) {
-      checkpoints.save(TrainPosition{step + 1, position.data_skip, guard.state()}, replica, log);
+      checkpoints.save(TrainPosition{step + 1, position.data_skip, guard.state()}, replica, options.faults, log);
     }
     RankStats stats;
     if (recorder.active() || stragglers.enabled()) stats = gather_rank_stats(ctx, busy_s);
@@ -434,9 +434,11 @@ TrainResult train(const RunConfig& cfg, const ParallelContext& ctx, FILE* log, c
       m.time.compute = tl.compute;
       m.time.bubble = pp > 1 ? std::max(0.0, tl.span - tl.compute) : 0;
       m.time.comm_exposed = step_comm_s, m.time.optimizer = step_optimizer_s, m.time.data = step_data_s;
+      m.checkpoint_stall_s = checkpoints.stall_s(step + 1);
       recorder.step(m);
     }
   }
+  checkpoints.finish(log);  // a save still being written: on disk (or a UserError) before the run reports done
   if (timed_steps > 0) {
     result.tokens_per_s = double(B) * T * timed_steps / timed_seconds;
     result.gflops = flops_per_step * timed_steps / timed_seconds * 1e-9;

@@ -171,9 +171,11 @@ TEST(GenerateCli, BadInputExitsTwo) {
 
 TEST(CheckpointBench, RunsAndReportsEveryRate) {
   const std::string dir = ckpt_dir("bench");
-  auto r = run_loom_cmd("bench checkpoint --mb 2 --ranks 2 --repeat 1 --dir '" + dir + "/b' 2>&1");
+  auto r = run_loom_cmd("bench checkpoint --mb 2 --ranks 2 --repeat 1 --dir '" + dir +
+                        "/b' --stall-model " LOOM_SOURCE_DIR "/configs/tiny.toml 2>&1");
   ASSERT_EQ(r.code, 0) << r.output;
-  for (const char* row : {"save (write+sha256+commit)", "plain copy", "plain read", "verify", "load"})
+  for (const char* row : {"save (write+sha256+commit)", "plain copy", "plain read", "verify", "load",
+                          "sync save (stall)", "async save (stall)", "async background write", "async stall / sync save"})
     EXPECT_NE(r.output.find(row), std::string::npos) << row << "\n" << r.output;
   EXPECT_FALSE(std::filesystem::exists(dir + "/b"));
 }
