@@ -35,6 +35,11 @@ commands:
                               (auto; a damaged one is named and the previous one used), or from DIR,
                               under any layout (dp, tp, pp, ZeRO may differ from the run that saved)
             --layout auto     let the planner (loom plan) choose dp, tp, pp, ZeRO and micro-batch
+            --fault SPEC      for tests and demos only: make a rank fail on purpose. SPEC is
+                              kill:rank=R:step=S (SIGKILL as step S begins), stop:rank=R:step=S
+                              (SIGSTOP: a hang), slow:rank=R:step=S:ms=M (M ms more compute per
+                              step from step S: a straggler), kill-in-save:rank=R:step=S (SIGKILL
+                              half-way through its checkpoint file of step S); steps as logged
           Fields: [model] family ("gpt2" | "llama") vocab_size n_layer n_head d_model seq_len
                           LLaMA only: n_kv_head (0 = n_head; grouped-query attention)
                           ffn_hidden (0 = 8/3 d_model rounded up to ffn_multiple_of, 256)
@@ -95,7 +100,22 @@ commands:
           Writes runs/NAME/ (config, layout, metrics.jsonl, trace.json, summary.json) for
           loom report and loom diagnose. A non-finite loss, or one guard_z standard deviations
           above the recent mean, skips the step; guard_max_skips in a row roll back to the last
-          checkpoint and skip that data.
+          checkpoint and skip that data. A collective that misses runtime.comm_timeout_s ends
+          the job naming the rank that never entered it and what that rank did last (every
+          rank keeps a flight record in runs/NAME/flight/; the verdict is flight/hang.json).
+  elastic Keep training through failures: mpirun of loom train, restarted on the ranks that
+          are left when a rank dies or hangs.
+            loom elastic --np N [--min-ranks M] [--max-restarts K] [--config FILE] [--set K=V ...]
+                         [--layout auto] [--resume auto|DIR] [--fault SPEC] [-- mpirun options]
+          Needs train.checkpoint_every > 0 (and train.checkpoint_dir). On a rank's death (mpirun
+          names it) or a hang (flight/hang.json names the culprits) it relaunches with --resume
+          auto on N - failed ranks: your tp x pp with fewer replicas while that divides the
+          global batch and fits, else the planner's layout, else one rank fewer, down to
+          --min-ranks (default 1). The global batch stays (more micro-batches per replica).
+          Up to --max-restarts (default 3) restarts; another failure (a bad config, an internal
+          error) is not restarted. Each failure is a line of runs/NAME/elastic.jsonl (ranks,
+          reason, step lost, time to detect and to restart, the new layout) and a row of loom
+          report's Faults section. --fault applies to the first launch only.
   bench   Benchmarks (speed is measured here, never in tests).
             loom bench step [--shapes tiny,small,gpt2-124M] [--model gpt2|llama] [--threads 1,2]
                             [--steps N] [--precision fp32,bf16,fp16] [--torch-autocast] [--no-pytorch]
@@ -145,13 +165,18 @@ commands:
           and a plain read of the same files, cold page cache. Then the stall of a save of one
           rank holding the model's parameters and AdamW moments: synchronous against
           asynchronous (train.async_checkpoint), and their ratio. See docs/checkpoints.md.
+            loom bench elastic [--ranks 4] [--steps 60] [--kill-step 30] [--every 10] [--batch 12]
+          A tiny model under loom elastic with rank 1 killed as --kill-step begins (checkpoints
+          every --every steps): time to detect, time to restart, steps lost, and the largest
+          loss difference from an uninterrupted run on all ranks, from the checkpoint on.
   report  Charts and a summary of a run directory (runs/NAME/, written by train).
             loom report RUN_DIR
           Writes RUN_DIR/report/: loss.svg, throughput.svg (and mfu.svg, loss_scale.svg when
           recorded), timeline.svg (one step of trace.json: a row per rank, spans coloured by
           kind), PNG copies when rsvg-convert is on PATH (Debian: librsvg2-bin), and report.md:
           MFU, tokens/s, time split, bubble per pipeline stage, exposed communication per group
-          (tp, dp, pp), overlap achieved, predicted vs measured memory and step time.
+          (tp, dp, pp), overlap achieved, faults (loom elastic's restarts, stragglers, checkpoint
+          stalls), predicted vs measured memory and step time.
           A partial or crashed run is reported as far as it goes, naming what is missing.
   diagnose  Name the likely causes of a slow or unstable run, with evidence and a change to try.
             loom diagnose RUN_DIR [--json]
@@ -160,7 +185,8 @@ commands:
           across nodes), stalled stage (slowest stage >= 1.2x the mean compute), numerics
           (loss-scale collapse, skipped steps >= 10%% or 3 in a row, fp16 without loss scaling,
           non-finite loss, grad-norm spikes > 10x or loss spikes > 1.25x the recent median, loss
-          rising). See docs/observability.md.
+          rising), straggler (a rank the run named: its compute per step persistently above
+          train.straggler_factor x the median rank's). See docs/observability.md.
           Both read metrics.jsonl, summary.json, layout.json and trace.json, whichever exist;
           exit code 2 only when none can be read.
   export  Write a checkpoint (any layout) as Hugging Face files (GPT2LMHeadModel or LlamaForCausalLM).

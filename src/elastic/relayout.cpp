@@ -59,8 +59,14 @@ std::vector<std::string> overrides_for(const RunConfig& cfg, const planner::Layo
 
 }  // namespace
 
+std::string describe_layout(int world, const planner::Layout& l) {
+  std::string d = l.describe();  // "dp 2 tp 1 pp 1 v 1 | micro-batch 4 x 1 | ..."
+  for (size_t at; (at = d.find(" | ")) != std::string::npos;) d.replace(at, 3, ", ");
+  return strprintf("%d rank%s: %s", world, world == 1 ? "" : "s", d.c_str());
+}
+
 std::string Relayout::describe() const {
-  return strprintf("%d rank%s: %s (%s)", world, world == 1 ? "" : "s", layout.describe().c_str(),
+  return strprintf("%s (%s)", describe_layout(world, layout).c_str(),
                    users ? "your tp x pp, fewer replicas" : "the planner's choice");
 }
 

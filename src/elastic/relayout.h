@@ -20,9 +20,12 @@ struct Relayout {
   planner::Layout layout;
   bool users = false;                  // the user's tp x pp kept (else the planner's choice)
   std::vector<std::string> overrides;  // --set key=value for loom train
-  // "2 ranks: dp 2 tp 1 pp 1 v 1 | micro-batch 4 x 1 | zero 0 | fp32 | recompute none (yours)"
+  // "2 ranks: dp 2 tp 1 pp 1 v 1, micro-batch 4 x 1, zero 0, fp32, recompute none (the planner's choice)"
   std::string describe() const;
 };
+
+// "4 ranks: dp 4 tp 1 pp 1 v 1, micro-batch 2 x 1, zero 0, fp32, recompute none"
+std::string describe_layout(int world, const planner::Layout& l);
 
 // cfg: the user's config (its parallel.dp is ignored). Throws UserError with
 // every world size's reason when no world in [min_world, survivors] works.

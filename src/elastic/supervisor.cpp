@@ -116,9 +116,7 @@ void append_record(const std::string& file, const obs::RestartRecord& r) {
   o << nlohmann::json(r).dump() << "\n";
 }
 
-std::string layout_text(const RunConfig& cfg, int world) {
-  return strprintf("%d ranks: %s", world, planner::layout_of(cfg, world).describe().c_str());
-}
+std::string layout_text(const RunConfig& cfg, int world) { return describe_layout(world, planner::layout_of(cfg, world)); }
 
 }  // namespace
 

@@ -88,6 +88,48 @@ std::string checkpoints_line(const RunData& run) {
                    sum / saves, worst);
 }
 
+// Restarts (elastic.jsonl), stragglers (metrics.jsonl) and checkpoint stalls.
+std::string faults_section(const RunData& run) {
+  std::string md = "\n## Faults\n\n";
+  if (run.restarts.empty()) md += "Restarts: none (no elastic.jsonl: not run under `loom elastic`, or nothing failed).\n";
+  else {
+    md += strprintf("Restarts (`loom elastic`, elastic.jsonl): %zu.\n\n", run.restarts.size());
+    md += "| attempt | failed ranks | after step | outcome | resumed at | steps lost | detect | restart | layout after | "
+          "reason |\n|---|---|---|---|---|---|---|---|---|---|\n";
+    auto cell = [](std::string text) {  // a table cell: no column breaks
+      for (size_t at = 0; (at = text.find('|', at)) != std::string::npos; at += 2) text.replace(at, 1, "\\|");
+      return text;
+    };
+    for (const RestartRecord& r : run.restarts) {
+      std::string ranks;
+      for (int k : r.failed_ranks) ranks += (ranks.empty() ? "" : ",") + std::to_string(k);
+      md += strprintf("| %d | %s | %lld | %s | %s | %s | %s | %s | %s | %s |\n", r.attempt, ranks.c_str(),
+                      (long long)r.failed_at_step, r.outcome.c_str(),
+                      r.resumed_step >= 0 ? std::to_string(r.resumed_step).c_str() : "n/a",
+                      r.steps_lost >= 0 ? std::to_string(r.steps_lost).c_str() : "n/a", num(r.detect_s, "%.1f s").c_str(),
+                      num(r.restart_s, "%.1f s").c_str(), r.new_layout.empty() ? "n/a" : cell(r.new_layout).c_str(),
+                      cell(r.reason).c_str());
+    }
+  }
+  // Each rank the straggler monitor named: from when, and how slow at worst.
+  std::map<int, std::pair<int64_t, double>> named;  // rank -> first step, largest ratio
+  for (const StepMetrics& m : run.steps)
+    for (const Straggler& x : m.stragglers) {
+      auto [it, fresh] = named.try_emplace(x.rank, m.step, x.ratio);
+      if (!fresh) it->second.second = std::max(it->second.second, x.ratio);
+    }
+  if (named.empty()) md += "\nStragglers: none named.\n";
+  else {
+    md += "\nStragglers (train.straggler_factor):";
+    for (const auto& [rank, first] : named)
+      md += strprintf(" rank %d from step %lld, up to %.2fx the median rank's compute;", rank, (long long)first.first,
+                      first.second);
+    md.back() = '.', md += "\n";
+  }
+  md += "\n" + checkpoints_line(run);
+  return md;
+}
+
 std::string markdown(const RunData& run, const RunFigures& f, const std::vector<std::string>& charts,
                      const std::string& png_note) {
   std::string md = "# Run report: " + run.path + "\n\n";
@@ -115,7 +157,6 @@ std::string markdown(const RunData& run, const RunFigures& f, const std::vector<
   md += "| MFU (median) | " + pct(f.mfu) + " |\n";
   md += "| peak memory per rank (max) | " + mib(f.peak_mem_bytes) + " |\n";
   md += strprintf("| steps measured | %d (the first is left out as warm-up) |\n", f.steps_measured);
-  md += "\n" + checkpoints_line(run);
 
   if (f.steps_measured > 0 && f.step_s > 0) {
     md += "\nTime split of a step (rank 0, medians):\n\n| part | seconds | share |\n|---|---|---|\n";
@@ -153,6 +194,8 @@ std::string markdown(const RunData& run, const RunFigures& f, const std::vector<
     for (const auto& [g, o] : f.overlap)
       if (!f.exposed_comm_s.count(g)) md += "Overlap achieved for " + g + ": " + pct(o) + ".\n";
   }
+
+  md += faults_section(run);
 
   md += "\n## Predicted vs measured\n\n";
   if (!run.summary) md += "No summary.json: nothing predicted to compare.\n";

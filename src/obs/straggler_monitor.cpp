@@ -65,9 +65,13 @@ std::vector<StragglerEvent> StragglerMonitor::observe(const std::vector<double>&
     // Named as soon as most of the window is slow: say how slow those steps
     // are, not the window's median, which still counts the steps before.
     std::vector<double> slow_ratios;
-    for (double x : mine)
-      if (x > factor_) slow_ratios.push_back(x);
-    const Straggler who{r, slow ? median(slow_ratios) : ratio, busy_sum / double(mine.size()), median_s};
+    double slow_busy = 0, slow_median = 0;
+    for (size_t s = 0; s < mine.size(); s++)
+      if (mine[s] > factor_ && excess[s] > kMinExcessSeconds)
+        slow_ratios.push_back(mine[s]), slow_busy += busy_[s][size_t(r)], slow_median += medians[s];
+    const double n_slow = double(std::max<size_t>(1, slow_ratios.size()));
+    const Straggler who = slow ? Straggler{r, median(slow_ratios), slow_busy / n_slow, slow_median / n_slow}
+                               : Straggler{r, ratio, busy_sum / double(mine.size()), median_s};
     if (slow) current_.push_back(who);
     if (slow != flagged_[size_t(r)]) {
       flagged_[size_t(r)] = slow;

@@ -19,10 +19,15 @@ train() {  # np name args...: 6 steps, a checkpoint every 2
     --set train.steps=6 --set train.checkpoint_every=2 --set train.eval_every=0 --set train.sample_tokens=0 \
     --set runtime.threads=1 --set "train.run_dir=$work/runs" --set "train.run_name=$name" "$@" 2>&1
 }
-# The losses of steps 3..6, exactly as metrics.jsonl holds them.
+# The losses of steps 3..6, exactly as metrics.jsonl holds them (a resume
+# mark drops the lines a killed run wrote past its checkpoint).
 losses() {
   python3 -c 'import json, sys
-print(" ".join(str(r["loss"]) for r in map(json.loads, open(sys.argv[1])) if r["step"] > 2))' "$work/runs/$1/metrics.jsonl"
+loss = {}
+for r in map(json.loads, open(sys.argv[1])):
+    if "resumed_at_step" in r: loss = {s: v for s, v in loss.items() if s <= r["resumed_at_step"]}
+    else: loss[r["step"]] = r["loss"]
+print(" ".join(str(v) for s, v in sorted(loss.items()) if s > 2))' "$work/runs/$1/metrics.jsonl"
 }
 
 drill() {  # label np rank args...

@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# Failures at run time (issue 19), short versions of the issue's targets:
+#   hang        a rank stopped with SIGSTOP: the job ends within
+#               comm_timeout + 10 s of the stop, naming that rank and the
+#               operation it never entered; hang.json lists it as the culprit
+#   straggler   a rank slowed by 100 ms a step is named within 20 steps
+#   elastic     `loom bench elastic` (short): one of 4 ranks killed, the
+#               supervisor finishes on the survivors from the checkpoint, the
+#               losses equal an uninterrupted run's within 1e-4, steps lost
+#               <= one checkpoint interval
+#   no layout   survivors on which nothing runs: the supervisor stops with
+#               the reason (exit 1), it does not loop
+#   bad input   loom elastic's options: exit 2 naming the option
+# usage: resilience_test.sh LOOM MPIRUN SOURCE_DIR
+set -u
+loom="$1"; mpirun="$2"; src="$3"
+fail() { echo "FAIL: $*"; exit 1; }
+work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
+common=(--config "$src/configs/tiny.toml" --set "data.path=$src/data/sample/kjv.txt" --set runtime.threads=1
+        --set train.eval_every=0 --set train.sample_tokens=0 --set "train.run_dir=$work/runs")
+# Each output line with the time it arrived (bash's EPOCHREALTIME).
+stamp() { while IFS= read -r line; do printf '%s %s\n' "$EPOCHREALTIME" "$line"; done; }
+
+# --- hang: rank 2 of 4 stops as step 4 begins; comm_timeout 5 s.
+timeout=5
+out=$(timeout 120 "$mpirun" --oversubscribe -np 4 "$loom" train "${common[@]}" --set train.steps=20 \
+        --set runtime.comm_timeout_s=$timeout --set train.run_name=hang --fault stop:rank=2:step=4 2>&1 | stamp)
+end=$EPOCHREALTIME
+stopped=$(echo "$out" | grep "fault injection: rank 2 stopped" | head -1 | cut -d' ' -f1)
+[[ -n "$stopped" ]] || fail "hang: the fault did not fire: $out"
+echo "$out" | grep -q "rank 2 never entered #" || fail "hang: rank 2 not named: $out"
+echo "$out" | grep -q "flight recorder: all_reduce" || fail "hang: the operation not named: $out"
+took=$(python3 -c "print(round($end - $stopped, 1))")
+python3 -c "import sys; sys.exit(0 if $end - $stopped <= $timeout + 10 else 1)" ||
+  fail "hang: the job ended $took s after the stop (limit comm_timeout + 10 = $((timeout + 10)) s)"
+python3 - "$work/runs/hang/flight/hang.json" <<'PY' || fail "hang: hang.json: $(cat "$work/runs/hang/flight/hang.json")"
+import json, sys
+h = json.load(open(sys.argv[1]))
+sys.exit(0 if h["culprits"] == [2] and "rank 2 never entered" in h["explanation"] else 1)
+PY
+echo "ok: hang: rank 2 named, the job ended $took s after the stop: $(echo "$out" | grep -m1 'never entered' | cut -d' ' -f2-)"
+
+# --- straggler: rank 1 of 2 computes 100 ms longer from step 5 on.
+out=$(timeout 120 "$mpirun" --oversubscribe -np 2 "$loom" train "${common[@]}" --set train.steps=30 \
+        --set train.run_name=straggler --fault slow:rank=1:step=5:ms=100 2>&1)
+named=$(echo "$out" | grep -m1 "straggler: rank 1 computes" | sed -E 's/^step +([0-9]+)\/.*/\1/')
+[[ -n "$named" ]] || fail "straggler: rank 1 never named: $out"
+(( named - 5 <= 20 )) || fail "straggler: named at step $named, more than 20 steps after the slow-down at 5"
+echo "$out" | grep -q "straggler: rank 0" && fail "straggler: rank 0 named: $out"
+"$loom" diagnose "$work/runs/straggler" | grep -q "rank 1" || fail "straggler: loom diagnose does not name rank 1"
+echo "ok: straggler: rank 1 named at step $named (slowed from step 5), and by loom diagnose"
+
+# --- elastic: kill rank 1 of 4 as step 11 of 16 begins (checkpoints every 4).
+out=$(timeout 300 "$loom" bench elastic --steps 16 --kill-step 11 --every 4 2>&1) || fail "elastic: bench failed: $out"
+json=$(echo "$out" | tail -1)
+python3 - "$json" <<'PY' || fail "elastic: $out"
+import json, sys
+r = json.loads(sys.argv[1])
+ok = r["max_loss_diff"] <= 1e-4 and 0 <= r["steps_lost"] <= 4 and r["new_world"] in (2, 3)
+sys.exit(0 if ok else 1)
+PY
+echo "ok: elastic: $json"
+
+# --- no layout on the survivors: batch 8 does not split over 3 ranks, and
+# --min-ranks 3 forbids going to 2: the supervisor stops with the reason.
+out=$(timeout 120 "$loom" elastic --np 4 --min-ranks 3 "${common[@]}" --set train.steps=12 --set train.batch_size=8 \
+        --set train.checkpoint_every=4 --set "train.checkpoint_dir=$work/ck-nolayout" --set train.run_name=nolayout \
+        --fault kill:rank=3:step=6 2>&1); rc=$?
+[[ $rc -eq 1 ]] || fail "no layout: exit $rc (want 1): $out"
+echo "$out" | grep -q "not restarting: no layout runs on 3 to 3 ranks" || fail "no layout: no reason given: $out"
+[[ $(echo "$out" | grep -c "loom elastic: attempt [0-9]* on") -eq 1 ]] || fail "no layout: relaunched: $out"
+grep -q '"outcome":"stopped"' "$work/runs/nolayout/elastic.jsonl" || fail "no layout: elastic.jsonl"
+echo "ok: no layout: $(echo "$out" | grep -m1 'not restarting' | cut -c1-160)"
+
+# --- bad input: exit 2, naming the option, nothing launched.
+bad() {  # expected text, args...
+  local text="$1"; shift
+  out=$(timeout 60 "$loom" elastic "${common[@]}" "$@" 2>&1); local rc=$?
+  [[ $rc -eq 2 ]] || fail "$*: exit $rc (want 2): $out"
+  echo "$out" | grep -q -- "$text" || fail "$*: message '$text' missing: $out"
+  echo "$out" | grep -q "attempt 1" && fail "$*: launched: $out"
+  echo "ok: bad input: $(echo "$out" | grep -m1 error)"
+}
+bad "--max-restarts must be" --np 2 --max-restarts -1 --set train.checkpoint_every=2
+bad "--min-ranks 3 must be in \[1, --np 2\]" --np 2 --min-ranks 3 --set train.checkpoint_every=2
+bad "train.checkpoint_dir and train.checkpoint_every > 0" --np 2
+bad "--np N" --set train.checkpoint_every=2
+echo "all passed"
