@@ -129,6 +129,7 @@ StagePlan stage_plan(const RunConfig& cfg, const LoomRun& r, int stage, int thre
 
 struct StageFigures {
   double params, grads, optimizer, activations;
+  double checkpoint = 0;  // the asynchronous save's copy (train/background_save.h)
 };
 
 // Model states of a rank holding n parameters (floats), by ZeRO stage, as
@@ -159,6 +160,14 @@ StageFigures stage_memory(const RunConfig& cfg, const LoomRun& r, const StagePla
   if (cfg.precision.grad_reduce == "bf16" && r.dp > 1) f.grads += 2 * n + (r.zero >= 1 ? 2 * n / dp : 0);
   f.optimizer = 8 * n / (r.zero >= 1 ? dp : 1);
   f.activations = s.activations;
+  // An asynchronous save keeps a copy of what the rank writes
+  // (Replica::checkpoint_pieces, fp32): dp rank 0 the parameters and its
+  // moments; with sharded masters (ZeRO-3, or 1 and 2 in 16 bits) every rank
+  // its shard of both.
+  if (cfg.train.checkpoint_every > 0 && cfg.train.async_checkpoint) {
+    const bool sharded_masters = r.zero == 3 || (r.zero >= 1 && r.lowp());
+    f.checkpoint = sharded_masters ? 12 * n / dp : 4 * n + f.optimizer;
+  }
   return f;
 }
 
@@ -187,11 +196,13 @@ struct PassCost {
 }  // namespace
 
 std::string RunPrediction::describe() const {
-  return strprintf("peak memory per rank %.1f MiB (parameters %.1f, gradients %.1f, AdamW %.1f, activations %.1f, "
+  const std::string copy =
+      checkpoint_bytes > 0 ? strprintf(", checkpoint copy %.1f", checkpoint_bytes / kMiB) : std::string();
+  return strprintf("peak memory per rank %.1f MiB (parameters %.1f, gradients %.1f, AdamW %.1f, activations %.1f%s, "
                    "overhead %.1f), step %.3f s (compute %.3f, bubble %.3f, communication %.3f, optimizer %.3f)",
                    peak_memory_bytes / kMiB, params_bytes / kMiB, grads_bytes / kMiB, optimizer_bytes / kMiB,
-                   activation_bytes / kMiB, overhead_bytes / kMiB, step_seconds, compute_seconds, bubble_seconds,
-                   comm_seconds, optimizer_seconds);
+                   activation_bytes / kMiB, copy.c_str(), overhead_bytes / kMiB, step_seconds, compute_seconds,
+                   bubble_seconds, comm_seconds, optimizer_seconds);
 }
 
 RunPrediction predict_loom_run(const RunConfig& cfg, int world_size, const ClusterSpec& cluster) {
@@ -209,12 +220,12 @@ RunPrediction predict_loom_run(const RunConfig& cfg, int world_size, const Clust
   out.overhead_bytes = cluster.overhead_bytes + (r.lowp() ? 4.0 * (512 * 1024 + 1024 * 1024 + 512 * 1024) : 0);
   for (int s = 0; s < r.pp; s++) {
     const StageFigures f = stage_memory(cfg, r, stages[size_t(s)]);
-    const double total = f.params + f.grads + f.optimizer + f.activations + out.overhead_bytes;
+    const double total = f.params + f.grads + f.optimizer + f.activations + f.checkpoint + out.overhead_bytes;
     out.stages.push_back({f.params, f.grads, f.optimizer, f.activations, total});
     if (total > out.peak_memory_bytes) {
       out.peak_memory_bytes = total;
       out.params_bytes = f.params, out.grads_bytes = f.grads, out.optimizer_bytes = f.optimizer;
-      out.activation_bytes = f.activations;
+      out.activation_bytes = f.activations, out.checkpoint_bytes = f.checkpoint;
     }
   }
 

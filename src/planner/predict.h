@@ -27,6 +27,7 @@ struct RunPrediction {
   double step_seconds = 0;
   // Memory of that rank.
   double params_bytes = 0, grads_bytes = 0, optimizer_bytes = 0, activation_bytes = 0, overhead_bytes = 0;
+  double checkpoint_bytes = 0;  // the asynchronous save's copy (train.async_checkpoint with checkpoints on)
   // Step time split.
   double compute_seconds = 0;    // forward + backward of every micro-batch at the calibrated rate
   double bubble_seconds = 0;     // pipeline idle time (simulated schedule)

@@ -4,6 +4,8 @@
 // states. Activations are compared with what real stage modules (and a real
 // single-process Replica) allocate: the same plan, so the same bytes.
 #include <gtest/gtest.h>
+
+#include "checkpoint/tensor_piece.h"
 #include <omp.h>
 
 #include "config/pipeline_plan.h"
@@ -219,6 +221,36 @@ TEST(PlannerEnginePlan, ParameterMemoryIsTheReplicas) {
       // Equal here; a little slack for where the fp32 values read start on a page.
       EXPECT_NEAR(p.params_bytes, measured, 0.002 * measured) << p.params_bytes << " vs " << measured;
     }
+}
+
+// An asynchronous save keeps a copy of the rank's checkpoint pieces: the
+// prediction counts what a real Replica hands the save, and nothing when
+// saves are synchronous or off.
+TEST(PlannerEnginePlan, AsyncCheckpointCopyIsTheReplicasPieces) {
+  auto ctx = ParallelContext::create_single();
+  for (const char* compute : {"fp32", "bf16"}) {
+    SCOPED_TRACE(compute);
+    RunConfig cfg = tiny();
+    cfg.precision.compute = compute;
+    cfg.train.checkpoint_every = 10;
+    Replica replica(cfg, *ctx, cfg.train.micro_batch_size, cfg.train.batch_size / cfg.train.micro_batch_size);
+    replica.init_parameters(1);
+    double piece_bytes = 0;
+    for (const CheckpointPiece& p : replica.checkpoint_pieces()) piece_bytes += 4.0 * double(place_of(p, "test").count());
+    EXPECT_EQ(predict_loom_run(cfg, 1, roomy_cluster(1)).checkpoint_bytes, piece_bytes);
+    const double with_copy = predict_loom_run(cfg, 1, roomy_cluster(1)).peak_memory_bytes;
+    cfg.train.async_checkpoint = false;
+    EXPECT_EQ(predict_loom_run(cfg, 1, roomy_cluster(1)).checkpoint_bytes, 0);
+    EXPECT_EQ(predict_loom_run(cfg, 1, roomy_cluster(1)).peak_memory_bytes, with_copy - piece_bytes);
+    cfg.train.async_checkpoint = true, cfg.train.checkpoint_every = 0;
+    EXPECT_EQ(predict_loom_run(cfg, 1, roomy_cluster(1)).checkpoint_bytes, 0);
+  }
+  // ZeRO-1 in bf16 (sharded masters) on 4 ranks: every rank's shard of the
+  // masters and moments.
+  RunConfig cfg = tiny();
+  cfg.precision.compute = "bf16", cfg.parallel.zero = 1, cfg.train.checkpoint_every = 10;
+  const double n = double(ParamLayout::for_model(cfg.model).total);
+  EXPECT_EQ(predict_loom_run(cfg, 4, roomy_cluster(4)).checkpoint_bytes, 12 * n / 4);
 }
 
 ClusterSpec with_memory(int devices, double bytes) {
