@@ -8,6 +8,7 @@
 #include "checkpoint/checkpoint_reader.h"
 #include "checkpoint/checkpoint_writer.h"
 #include "checkpoint/model_fields.h"
+#include "comm/broadcast_text.h"
 #include "core/check.h"
 
 namespace loom {
@@ -16,16 +17,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
-
-// Rank `root`'s string to every rank (as 16-bit words: a broadcast copies them).
-std::string broadcast_string(Communicator& world, const std::string& s, int root) {
-  float length = float(s.size());
-  world.broadcast(&length, 1, DType::f32, root);
-  std::vector<uint16_t> words((size_t(length) + 1) / 2, 0);
-  if (world.rank() == root) std::memcpy(words.data(), s.data(), s.size());
-  if (!words.empty()) world.broadcast(words.data(), words.size(), DType::bf16, root);
-  return std::string(reinterpret_cast<const char*>(words.data()), size_t(length));
-}
 
 // The ranks that write a file: the same rule every rank evaluates.
 std::vector<int> writer_ranks(const ParallelContext& ctx, int zero) {
@@ -55,9 +46,9 @@ TrainPosition TrainCheckpoints::resume(const std::string& spec, Replica& replica
       error = e.what();
     }
   }
-  error = broadcast_string(ctx_.world(), error, 0);
+  error = broadcast_text(ctx_.world(), error, 0);
   LOOM_USER_CHECK(error.empty(), "%s", error.c_str());
-  dir = broadcast_string(ctx_.world(), dir, 0);
+  dir = broadcast_text(ctx_.world(), dir, 0);
   if (dir.empty()) {
     if (log) std::fprintf(log, "resume: no checkpoint under %s, starting fresh\n", cfg_.train.checkpoint_dir.c_str());
     return {};
@@ -124,7 +115,7 @@ void TrainCheckpoints::save_now(const TrainPosition& position, Replica& replica,
       error = e.what();
     }
   }
-  error = broadcast_string(ctx_.world(), error, 0);
+  error = broadcast_text(ctx_.world(), error, 0);
   LOOM_USER_CHECK(error.empty(), "saving a checkpoint: %s", error.c_str());
   last_ = writer.final_dir();
 }
@@ -172,11 +163,11 @@ void TrainCheckpoints::settle(FILE* log) {
   const SaveOutcome outcome = background_.finish();
   if (failed > 0) {
     const int from = world_size - int(failed);
-    const std::string message = broadcast_string(world, write_error, from);
+    const std::string message = broadcast_text(world, write_error, from);
     throw UserError(strprintf("checkpoint %s, saved in the background, failed on rank %d: %s", dir.c_str(), from,
                               message.c_str()));
   }
-  const std::string commit_error = broadcast_string(world, outcome.commit_error, 0);
+  const std::string commit_error = broadcast_text(world, outcome.commit_error, 0);
   LOOM_USER_CHECK(commit_error.empty(), "checkpoint %s, saved in the background, failed: %s", dir.c_str(),
                   commit_error.c_str());
   if (log)
