@@ -1,7 +1,6 @@
 #include "elastic/supervisor.h"
 
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -16,6 +15,7 @@
 
 #include "config/run_config.h"
 #include "core/check.h"
+#include "elastic/child_job.h"
 #include "elastic/job_failure.h"
 #include "elastic/relayout.h"
 #include "obs/run_dir.h"
@@ -67,11 +67,10 @@ struct Attempt {
 // on_resume runs when the job says where it resumed.
 Attempt run_attempt(const std::string& command, FILE* out, const std::function<void(const Attempt&)>& on_resume) {
   Attempt a;
-  FILE* pipe = ::popen((command + " 2>&1").c_str(), "r");
-  LOOM_USER_CHECK(pipe, "elastic: cannot start '%s'", command.c_str());
+  ChildJob job(command);
   std::string line;
   char buf[4096];
-  while (std::fgets(buf, sizeof buf, pipe)) {
+  while (std::fgets(buf, sizeof buf, job.output())) {
     line += buf;
     if (line.back() != '\n') continue;
     std::fputs(line.c_str(), out);
@@ -88,9 +87,8 @@ Attempt run_attempt(const std::string& command, FILE* out, const std::function<v
     }
     line.clear();
   }
-  const int status = ::pclose(pipe);
+  a.exit_code = job.wait();
   a.ended = Clock::now();
-  a.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 1;
   return a;
 }
 
@@ -143,6 +141,8 @@ int run_elastic(const ElasticOptions& o, FILE* out) {
     ::setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0);
   }
 
+  const char* omp = std::getenv("OMP_NUM_THREADS");
+  const bool user_threads = omp && *omp;
   int world = o.np;
   std::vector<std::string> layout_sets;  // the relaunch's layout (none: the user's)
   std::string layout_desc = layout_text(cfg, world);
@@ -150,10 +150,10 @@ int run_elastic(const ElasticOptions& o, FILE* out) {
   Clock::time_point failed_job_ended;
   for (int attempt = 1;; attempt++) {
     std::remove((run_dir + "/flight/hang.json").c_str());
-    const char* omp = std::getenv("OMP_NUM_THREADS");
-    const int threads = std::max(1u, std::thread::hardware_concurrency() / unsigned(world));
-    std::string cmd = omp && *omp ? "" : strprintf("OMP_NUM_THREADS=%d ", threads);
-    cmd += strprintf("mpirun --oversubscribe --bind-to none -np %d", world);
+    // Threads per rank: the user's OMP_NUM_THREADS, else the cores shared out.
+    if (!user_threads) setenv("OMP_NUM_THREADS", std::to_string(std::max(1u, std::thread::hardware_concurrency() / unsigned(world))).c_str(), 1);
+    // exec: the supervisor's signals reach mpirun itself, not a shell.
+    std::string cmd = strprintf("exec mpirun --oversubscribe --bind-to none -np %d", world);
     for (const auto& a : o.mpirun_args) cmd += " " + shell_quote(a);
     cmd += " " + shell_quote(self_exe()) + " train";
     if (!o.config_path.empty()) cmd += " --config " + shell_quote(o.config_path);
@@ -190,6 +190,10 @@ int run_elastic(const ElasticOptions& o, FILE* out) {
       return 0;
     }
 
+    if (const int sig = ChildJob::interrupted()) {  // stopped on purpose: no restart
+      std::fprintf(out, "loom elastic: interrupted by signal %d; the job was stopped, not restarted\n", sig);
+      return 128 + sig;
+    }
     const JobFailure f = classify_failure(a.exit_code, read_text(run_dir + "/flight/hang.json"), a.deaths,
                                           a.last_error);
     obs::RestartRecord r;

@@ -10,6 +10,7 @@
 #               <= one checkpoint interval
 #   no layout   survivors on which nothing runs: the supervisor stops with
 #               the reason (exit 1), it does not loop
+#   interrupted SIGTERM to the supervisor ends the job, no restart
 #   bad input   loom elastic's options: exit 2 naming the option
 # usage: resilience_test.sh LOOM MPIRUN SOURCE_DIR
 set -u
@@ -71,6 +72,21 @@ echo "$out" | grep -q "not restarting: no layout runs on 3 to 3 ranks" || fail "
 [[ $(echo "$out" | grep -c "loom elastic: attempt [0-9]* on") -eq 1 ]] || fail "no layout: relaunched: $out"
 grep -q '"outcome":"stopped"' "$work/runs/nolayout/elastic.jsonl" || fail "no layout: elastic.jsonl"
 echo "ok: no layout: $(echo "$out" | grep -m1 'not restarting' | cut -c1-160)"
+
+# --- interrupted: SIGTERM to the supervisor stops the job (every rank) and
+# does not restart it.
+log="$work/term.log"
+"$loom" elastic --np 2 "${common[@]}" --set train.steps=100000 --set train.checkpoint_every=1000 \
+  --set "train.checkpoint_dir=$work/ck-term" --set train.run_name=term > "$log" 2>&1 &
+supervisor=$!
+for _ in $(seq 100); do grep -q "^step " "$log" && break; sleep 0.2; done
+kill -TERM $supervisor; wait $supervisor; rc=$?
+[[ $rc -eq 143 ]] || fail "interrupted: exit $rc (want 143): $(tail -5 "$log")"
+grep -q "interrupted by signal 15; the job was stopped, not restarted" "$log" || fail "interrupted: $(tail -5 "$log")"
+sleep 1
+left=$(pgrep -f "$work/ck-term" | wc -l)
+[[ $left -eq 0 ]] || fail "interrupted: $left processes of the job left running"
+echo "ok: interrupted: SIGTERM stopped the job, no process left, no restart"
 
 # --- bad input: exit 2, naming the option, nothing launched.
 bad() {  # expected text, args...
