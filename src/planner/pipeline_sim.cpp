@@ -18,6 +18,15 @@ PipelineTiming simulate_pipeline(const pp::Schedule& schedule, int pp, int v, co
   const int stages = pp * v;
   LOOM_CHECK(int(schedule.size()) == pp && int(d.forward.size()) == stages && int(d.backward.size()) == stages,
              "pipeline simulation: sizes do not match (pp %d, v %d)", pp, v);
+  auto duration = [&](ActionKind kind, int vs) {
+    const std::vector<double>* from = kind == ActionKind::Forward          ? &d.forward
+                                      : kind == ActionKind::Backward       ? &d.backward
+                                      : kind == ActionKind::BackwardInput  ? &d.backward_input
+                                                                           : &d.backward_weight;
+    LOOM_CHECK(int(from->size()) == stages, "pipeline simulation: no %s durations for a split backward",
+               pp::to_string(kind));
+    return (*from)[size_t(vs)];
+  };
   // channel (is_grad, receiving stage) -> arrival times of messages posted to it.
   std::vector<std::deque<double>> channel(2 * pp);
   std::vector<size_t> next(pp, 0);
@@ -41,11 +50,12 @@ PipelineTiming simulate_pipeline(const pp::Schedule& schedule, int pp, int v, co
           const bool grad = a.kind == ActionKind::SendGrad;
           const int to = (vs + (grad ? -1 : 1)) % pp;
           channel[grad * pp + to].push_back(clock[s] + d.p2p_seconds);
-        } else if (a.kind == ActionKind::Forward || a.kind == ActionKind::Backward) {
-          const double t = a.kind == ActionKind::Forward ? d.forward[vs] : d.backward[vs];
+        } else if (a.kind == ActionKind::Forward || a.kind == ActionKind::Backward ||
+                   a.kind == ActionKind::BackwardInput || a.kind == ActionKind::BackwardWeight) {
+          const double t = duration(a.kind, vs);
           clock[s] += t;
           out.stage_busy[s] += t;
-          if (a.kind == ActionKind::Backward) out.stage_finish[s] = clock[s];
+          out.stage_finish[s] = clock[s];
         }
         next[s]++;
         moved = true;

@@ -1,5 +1,6 @@
 // Times a pipeline schedule: the same action lists the executor runs
-// (parallel/pp/schedule.h), each Forward and Backward given a duration.
+// (parallel/pp/schedule.h), each Forward and Backward (or its input and
+// weight parts) given a duration.
 //
 // Stages run their lists in order. A send is posted without blocking and its
 // message arrives p2p_seconds later; a receive waits for its message (one
@@ -14,15 +15,18 @@
 namespace loom::planner {
 
 struct StageDurations {
-  // Indexed by virtual stage chunk * pp + stage.
+  // Indexed by virtual stage chunk * pp + stage. A schedule that splits its
+  // backward (BackwardInput, BackwardWeight) needs backward_input and
+  // backward_weight (which add up to backward).
   std::vector<double> forward, backward;
+  std::vector<double> backward_input, backward_weight;
   double p2p_seconds = 0;  // one activation or gradient message
 };
 
 struct PipelineTiming {
-  double makespan = 0;                 // until the last stage finishes its last Backward
-  std::vector<double> stage_finish;    // per stage: when its last Backward ends
-  std::vector<double> stage_busy;      // per stage: sum of its Forward and Backward durations
+  double makespan = 0;                 // until the last stage finishes its last compute
+  std::vector<double> stage_finish;    // per stage: when its last compute action ends
+  std::vector<double> stage_busy;      // per stage: sum of its compute durations
   // Share of the makespan the busiest stage sits idle: the pipeline bubble.
   double bubble_fraction() const;
 };

@@ -107,6 +107,10 @@ void PipelineExecutor::run(const StageSchedule& actions, StageModel& model) {
         send_grad_[size_t(c)][size_t(s)] = pp_.send_async(model.grad(c, s), n, DType::f32, to, tag(mb, to_chunk, true));
         break;
       }
+      case ActionKind::BackwardInput:
+      case ActionKind::BackwardWeight:
+        LOOM_CHECK(false, "pipeline executor: %s: split backward (zero-bubble schedules) is not run yet",
+                   to_string(a).c_str());
       default: break;
     }
     // After its Backward (and the send of its gradient, if any, posted

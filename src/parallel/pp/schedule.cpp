@@ -25,11 +25,12 @@ class StageWriter {
     emit(ActionKind::Forward, mb, chunk);
     if (!last(chunk)) emit(ActionKind::SendActivation, mb, chunk);
   }
-  void backward(int mb, int chunk) {
+  void backward(int mb, int chunk, ActionKind kind = ActionKind::Backward) {
     if (!last(chunk)) emit(ActionKind::RecvGrad, mb, chunk);
-    emit(ActionKind::Backward, mb, chunk);
+    emit(kind, mb, chunk);
     if (!first(chunk)) emit(ActionKind::SendGrad, mb, chunk);
   }
+  void backward_weight(int mb, int chunk) { emit(ActionKind::BackwardWeight, mb, chunk); }
   StageSchedule finish() {
     emit(ActionKind::ReduceGrads, -1, -1);
     emit(ActionKind::OptimizerStep, -1, -1);
@@ -111,8 +112,54 @@ Schedule interleaved_1f1b(int pp, int m, int v) {
   return schedule;
 }
 
+Schedule zero_bubble_h1(int pp, int m) {
+  check_sizes(pp, m, 1);
+  // Unit-time simulation, one tick at a time. done_f[s][mb] / done_b[s][mb]:
+  // the tick at whose end that pass finished (-1: not yet).
+  std::vector<std::vector<int>> done_f(size_t(pp), std::vector<int>(size_t(m), -1)), done_b = done_f;
+  std::vector<StageWriter> writers;
+  for (int s = 0; s < pp; s++) writers.emplace_back(pp, 1, s);
+  std::vector<int> next_f(size_t(pp), 0), next_b(size_t(pp), 0), next_w(size_t(pp), 0);
+  auto finished = [](int tick, int now) { return tick >= 0 && tick < now; };
+  for (int now = 0, left = 3 * pp * m; left > 0; now++) {
+    LOOM_CHECK(now <= 4 * pp * m + 4 * pp, "zero_bubble_h1(%d, %d): the simulation does not finish", pp, m);
+    for (int s = 0; s < pp; s++) {
+      const size_t u = size_t(s);
+      const int f = next_f[u], b = next_b[u], w = next_w[u];
+      // B: its forward here done and (last stage) or the next stage's B done.
+      const bool b_ready = b < m && finished(done_f[u][size_t(b)], now) &&
+                           (s == pp - 1 || finished(done_b[u + 1][size_t(b)], now));
+      // F: its input here (first stage, or the previous stage's F done), at
+      // most 1F1B's pp - s forwards whose B has not run, and at most pp - 1
+      // more whose W has not (what W reads is kept until then).
+      const bool f_ready = f < m && f - b < pp - s && f - w < 2 * pp - 1 - s &&
+                           (s == 0 || finished(done_f[u - 1][size_t(f)], now));
+      if (b_ready) {
+        writers[u].backward(b, 0, ActionKind::BackwardInput);
+        done_b[u][size_t(b)] = now, next_b[u]++;
+      } else if (f_ready) {
+        writers[u].forward(f, 0);
+        done_f[u][size_t(f)] = now, next_f[u]++;
+      } else if (w < b) {  // a W waiting: fill the idle tick
+        writers[u].backward_weight(w, 0);
+        next_w[u]++;
+      } else {
+        continue;  // idle
+      }
+      left--;
+    }
+  }
+  Schedule schedule;
+  for (StageWriter& w : writers) schedule.push_back(w.finish());
+  return schedule;
+}
+
 Schedule build_schedule(ScheduleKind kind, int pp, int m, int v) {
   if (kind == ScheduleKind::Interleaved1F1B) return interleaved_1f1b(pp, m, v);
+  if (kind == ScheduleKind::ZeroBubbleH1) {
+    LOOM_USER_CHECK(v == 1, "chunks must be 1 for ZB-H1 (got %d)", v);
+    return zero_bubble_h1(pp, m);
+  }
   LOOM_USER_CHECK(v == 1, "chunks must be 1 unless the schedule is interleaved (got %d)", v);
   return kind == ScheduleKind::GPipe ? gpipe(pp, m) : one_f_one_b(pp, m);
 }
@@ -123,6 +170,7 @@ int max_in_flight(ScheduleKind kind, int pp, int m, int v, int stage) {
   switch (kind) {
     case ScheduleKind::GPipe: return m;
     case ScheduleKind::OneFOneB: return std::min(m, pp - stage);
+    case ScheduleKind::ZeroBubbleH1: return std::min(m, 2 * pp - 1 - stage);
     case ScheduleKind::Interleaved1F1B:
       return std::min(m * v, interleaved_warmup(pp, m, v, stage) + 1);
   }
@@ -142,7 +190,7 @@ std::vector<int> peak_in_flight(const Schedule& schedule) {
     int peak = 0;
     for (const Action& a : stage) {
       if (a.kind == ActionKind::Forward) live.insert({a.microbatch, a.chunk});
-      if (a.kind == ActionKind::Backward) live.erase({a.microbatch, a.chunk});
+      if (frees_activations(a.kind)) live.erase({a.microbatch, a.chunk});
       peak = std::max(peak, int(live.size()));
     }
     peaks.push_back(peak);
@@ -150,10 +198,16 @@ std::vector<int> peak_in_flight(const Schedule& schedule) {
   return peaks;
 }
 
+bool frees_activations(ActionKind kind) {
+  return kind == ActionKind::Backward || kind == ActionKind::BackwardWeight;
+}
+
 const char* to_string(ActionKind kind) {
   switch (kind) {
     case ActionKind::Forward: return "Forward";
     case ActionKind::Backward: return "Backward";
+    case ActionKind::BackwardInput: return "BackwardInput";
+    case ActionKind::BackwardWeight: return "BackwardWeight";
     case ActionKind::SendActivation: return "SendActivation";
     case ActionKind::RecvActivation: return "RecvActivation";
     case ActionKind::SendGrad: return "SendGrad";

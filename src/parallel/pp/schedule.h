@@ -17,11 +17,13 @@ namespace loom::pp {
 
 enum class ActionKind {
   Forward,
-  Backward,
+  Backward,        // input and weight gradients together
+  BackwardInput,   // zero-bubble schedules: the input gradient alone (sent upstream at once) ...
+  BackwardWeight,  // ... and later the weight gradients (fills the bubble); after its BackwardInput
   SendActivation,  // after a Forward, unless on the last virtual stage
   RecvActivation,  // before a Forward, unless on the first virtual stage
-  SendGrad,        // after a Backward, unless on the first virtual stage
-  RecvGrad,        // before a Backward, unless on the last virtual stage
+  SendGrad,        // after a Backward (BackwardInput), unless on the first virtual stage
+  RecvGrad,        // before a Backward (BackwardInput), unless on the last virtual stage
   ReduceGrads,     // once, after every Backward (microbatch and chunk are -1)
   OptimizerStep,   // once, last (microbatch and chunk are -1)
 };
@@ -36,7 +38,11 @@ struct Action {
 using StageSchedule = std::vector<Action>;
 using Schedule = std::vector<StageSchedule>;  // one list per stage
 
-enum class ScheduleKind { GPipe, OneFOneB, Interleaved1F1B };
+enum class ScheduleKind { GPipe, OneFOneB, Interleaved1F1B, ZeroBubbleH1 };
+
+// Whether a (micro-batch, chunk) still holds its activations after `kind`
+// ran: Forward takes a set; Backward, or BackwardWeight when split, frees it.
+bool frees_activations(ActionKind kind);
 
 // All forwards, then all backwards. Keeps every micro-batch in flight.
 Schedule gpipe(int pp, int m);
@@ -44,13 +50,24 @@ Schedule gpipe(int pp, int m);
 Schedule one_f_one_b(int pp, int m);
 // Megatron's interleaved 1F1B with v chunks per stage; needs m % pp == 0.
 Schedule interleaved_1f1b(int pp, int m, int v);
+// Zero Bubble's ZB-H1 (Qi et al., ICLR 2024): each backward split into its
+// input part (B) and weight part (W), with the W passes moved into the idle
+// time 1F1B leaves. At most 1F1B's pp - stage micro-batches wait for their
+// B (what backward reads), and at most pp - 1 more for their W (only what
+// the weight gradients read). Built by running the stages on unit-time F, B
+// and W (the paper's assumption), preferring B, then F, then a waiting W:
+// its bubble is then (pp - 1) units, a third of 1F1B's 3 (pp - 1).
+Schedule zero_bubble_h1(int pp, int m);
 // Dispatch on kind; v must be 1 unless kind is Interleaved1F1B.
 Schedule build_schedule(ScheduleKind kind, int pp, int m, int v);
 
-// Most (micro-batch, chunk) pairs whose Forward has run and Backward has not,
+// Most (micro-batch, chunk) pairs whose Forward has run and Backward (or
+// BackwardWeight) has not,
 // on `stage` at any moment: how many activation sets the stage must hold.
 //   GPipe:       m
 //   1F1B:        min(m, pp - stage)
+//   ZB-H1:       min(m, 2 pp - 1 - stage), counted until each W (until
+//                each B: 1F1B's min(m, pp - stage))
 //   interleaved: min(m * v, warmup + 1) (micro-batch, chunk) pairs, with
 //                Megatron's warm-up count warmup = (pp - stage - 1) * 2 + (v - 1) * pp
 //                (1F1B's pp - stage - 1 when v == 1); the +1 is the steady

@@ -109,18 +109,26 @@ class Checker {
             problem("stage %d: %s of micro-batch %d chunk %d comes after its %s", s, to_string(a), mb, c,
                     to_string(b));
         };
+        // One Backward, or (zero-bubble schedules) a BackwardInput and a
+        // BackwardWeight after it; the receive and send go around the one
+        // that computes the input gradient.
+        const bool split = !at(ActionKind::BackwardInput).empty() || !at(ActionKind::BackwardWeight).empty();
+        const ActionKind input_grad = split ? ActionKind::BackwardInput : ActionKind::Backward;
         bool ok = expect_count(ActionKind::Forward, 1);
-        ok &= expect_count(ActionKind::Backward, 1);
+        ok &= expect_count(ActionKind::Backward, split ? 0 : 1);
+        ok &= expect_count(ActionKind::BackwardInput, split ? 1 : 0);
+        ok &= expect_count(ActionKind::BackwardWeight, split ? 1 : 0);
         ok &= expect_count(ActionKind::RecvActivation, first(s, c) ? 0 : 1);
         ok &= expect_count(ActionKind::SendActivation, last(s, c) ? 0 : 1);
         ok &= expect_count(ActionKind::RecvGrad, last(s, c) ? 0 : 1);
         ok &= expect_count(ActionKind::SendGrad, first(s, c) ? 0 : 1);
         if (!ok) continue;
-        expect_before(ActionKind::Forward, ActionKind::Backward);
+        expect_before(ActionKind::Forward, input_grad);
         expect_before(ActionKind::RecvActivation, ActionKind::Forward);
         expect_before(ActionKind::Forward, ActionKind::SendActivation);
-        expect_before(ActionKind::RecvGrad, ActionKind::Backward);
-        expect_before(ActionKind::Backward, ActionKind::SendGrad);
+        expect_before(ActionKind::RecvGrad, input_grad);
+        expect_before(input_grad, ActionKind::SendGrad);
+        if (split) expect_before(ActionKind::BackwardInput, ActionKind::BackwardWeight);
       }
     }
   }

@@ -3,7 +3,10 @@
 // check_schedule returns human-readable problems; empty means the schedule is
 // valid for pp stages, m micro-batches and v chunks per stage:
 //   - every (micro-batch, chunk) has exactly one Forward and one Backward on
-//     each stage, the Backward after the Forward;
+//     each stage, the Backward after the Forward; or, split (zero-bubble
+//     schedules), one BackwardInput after the Forward and one BackwardWeight
+//     after that (the receive and send of the gradient go around the
+//     BackwardInput);
 //   - each Forward / Backward has its receive before it and its send after it
 //     exactly where the virtual stage needs one (and nowhere else);
 //   - ReduceGrads then OptimizerStep end every stage's list;
@@ -12,8 +15,8 @@
 //     receiving stage, like one MPI tag between two ranks);
 //   - no deadlock, simulating blocking receives and eager sends (a send never
 //     blocks: it is posted non-blocking and its buffer is kept until done);
-//   - on each stage, micro-batches whose Forward ran and Backward has not
-//     never exceed the bound (one int for every stage, or one per stage).
+//   - on each stage, micro-batches whose Forward ran and Backward (or
+//     BackwardWeight) has not never exceed the bound (one int for every stage, or one per stage).
 #pragma once
 
 #include <string>
