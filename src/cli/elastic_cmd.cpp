@@ -43,6 +43,9 @@ int cmd_elastic(const Args& args) {
       else throw UserError(strprintf("elastic: unknown option '%s' (try loom --help)", a.c_str()));
     }
     LOOM_USER_CHECK(np_given, "elastic: --np N (the ranks to start with) is required");
+    std::vector<Fault> faults;
+    for (const std::string& f : o.faults) faults.push_back(parse_fault(f));
+    FaultPlan(faults).check_ranks(o.np);  // a rank the first launch does not have
     LOOM_USER_CHECK(o.layout == "config" || o.layout == "auto", "elastic: --layout takes auto or config, got '%s'",
                     o.layout.c_str());
     LOOM_USER_CHECK(o.config_path.empty() || std::filesystem::is_regular_file(o.config_path),

@@ -239,6 +239,12 @@ HangReport FlightRecorder::explain_p2p(int slot, bool send, int peer, uint64_t c
 void FlightRecorder::write_hang(const HangReport& report, const std::string& what) const {
   nlohmann::json j = {{"waiting_rank", world_rank_}, {"waiting_for", what}, {"culprits", report.culprits},
                       {"explanation", report.text}, {"time", wall_now()}};
+  // The first rank whose deadline expires writes the verdict: it waited
+  // longest, nearest the cause; a rank timing out later may be waiting on
+  // that first one (which is healthy) and would name it.
+  const int claim = ::open((dir_ + "/hang.claim").c_str(), O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0644);
+  if (claim < 0) return;
+  ::close(claim);
   try {
     AtomicFile f(dir_ + "/hang.json");
     const std::string text = j.dump(2) + "\n";

@@ -62,7 +62,8 @@ class FlightRecorder {
   // this rank's transfer #count with `peer`.
   HangReport explain_collective(int slot, uint64_t seq) const;
   HangReport explain_p2p(int slot, bool send, int peer, uint64_t count) const;
-  // Writes <dir>/hang.json (atomically): waiting rank, group, operation, culprits, text.
+  // Writes <dir>/hang.json (atomically): waiting rank, group, operation, culprits, text;
+  // only the first rank of the job to time out (it claims <dir>/hang.claim) writes it.
   void write_hang(const HangReport& report, const std::string& what) const;
 
  private:

@@ -1,6 +1,7 @@
 #include "elastic/child_job.h"
 
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -38,8 +39,19 @@ ChildJob::ChildJob(const std::string& command) {
   int fds[2];
   LOOM_USER_CHECK(::pipe(fds) == 0, "elastic: cannot make a pipe: %s", std::strerror(errno));
   install_handlers();
+  // Signals wait while the child starts: it must not run pass_on (it would
+  // swallow them) but die of them as mpirun would.
+  sigset_t block, before;
+  sigemptyset(&block);
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) sigaddset(&block, sig);
+  ::sigprocmask(SIG_BLOCK, &block, &before);
+  const pid_t parent = ::getpid();
   pid_ = ::fork();
   if (pid_ == 0) {
+    for (int sig : {SIGINT, SIGTERM, SIGHUP}) ::signal(sig, SIG_DFL);
+    ::prctl(PR_SET_PDEATHSIG, SIGTERM);  // a supervisor killed outright takes the job with it
+    if (::getppid() != parent) ::_exit(143);
+    ::sigprocmask(SIG_SETMASK, &before, nullptr);
     ::dup2(fds[1], STDOUT_FILENO);
     ::dup2(fds[1], STDERR_FILENO);
     ::close(fds[0]);
@@ -49,11 +61,13 @@ ChildJob::ChildJob(const std::string& command) {
   }
   ::close(fds[1]);
   if (pid_ < 0) {
+    ::sigprocmask(SIG_SETMASK, &before, nullptr);
     ::close(fds[0]);
     throw UserError(strprintf("elastic: cannot start '%s': %s", command.c_str(), std::strerror(errno)));
   }
   running_child = pid_;
-  if (received_signal) ::kill(pid_, received_signal);  // it came while starting
+  ::sigprocmask(SIG_SETMASK, &before, nullptr);   // one that came meanwhile runs pass_on now
+  if (received_signal) ::kill(pid_, received_signal);  // or came before the fork
   output_ = ::fdopen(fds[0], "r");
 }
 

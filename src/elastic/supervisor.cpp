@@ -79,10 +79,12 @@ Attempt run_attempt(const std::string& command, FILE* out, const std::function<v
     if (RankDeath d = parse_rank_death(line); d.rank >= 0) a.deaths.push_back(d);
     if (line.rfind("loom: fault injection:", 0) == 0 && !a.fault_at) a.fault_at = now;
     if (line.rfind("loom: ", 0) == 0 && line.find("error: ") != std::string::npos) a.last_error = line.substr(0, line.size() - 1);
-    if (line.rfind("resume: ", 0) == 0 && !a.resumed_at) {
+    // "resume: DIR (step N, ..." or "resume: no checkpoint ..." (not the
+    // "resume: skipped ..." warnings before them).
+    const bool resumed = line.rfind("resume: ", 0) == 0 && line.find("(step ") != std::string::npos;
+    if ((resumed || line.rfind("resume: no checkpoint", 0) == 0) && !a.resumed_at) {
       a.resumed_at = now;
-      const size_t at = line.find("(step ");
-      a.resumed_step = at == std::string::npos ? 0 : std::atoll(line.c_str() + at + 6);
+      a.resumed_step = resumed ? std::atoll(line.c_str() + line.find("(step ") + 6) : 0;
       on_resume(a);
     }
     line.clear();
@@ -149,7 +151,11 @@ int run_elastic(const ElasticOptions& o, FILE* out) {
   std::optional<obs::RestartRecord> pending;  // a restart waiting for its relaunch to resume
   Clock::time_point failed_job_ended;
   for (int attempt = 1;; attempt++) {
-    std::remove((run_dir + "/flight/hang.json").c_str());
+    if (const int sig = ChildJob::interrupted()) {  // between attempts
+      std::fprintf(out, "loom elastic: interrupted by signal %d; not restarting\n", sig);
+      return 128 + sig;
+    }
+    for (const char* stale : {"/flight/hang.json", "/flight/hang.claim"}) std::remove((run_dir + stale).c_str());
     // Threads per rank: the user's OMP_NUM_THREADS, else the cores shared out.
     if (!user_threads) setenv("OMP_NUM_THREADS", std::to_string(std::max(1u, std::thread::hardware_concurrency() / unsigned(world))).c_str(), 1);
     // exec: the supervisor's signals reach mpirun itself, not a shell.
@@ -174,7 +180,7 @@ int run_elastic(const ElasticOptions& o, FILE* out) {
       if (!pending) return;
       pending->restart_s = seconds_between(failed_job_ended, *now.resumed_at);
       pending->resumed_step = now.resumed_step;
-      pending->steps_lost = pending->failed_at_step - now.resumed_step;
+      pending->steps_lost = std::max<int64_t>(0, pending->failed_at_step - now.resumed_step);
       append_record(log_file, *pending);
       std::fprintf(out, "loom elastic: attempt %d resumed at step %lld, %.1f s after the failed job ended; %lld steps "
                         "lost\n",

@@ -68,7 +68,8 @@ TrainPosition TrainCheckpoints::resume(const std::string& spec, Replica& replica
   if (!m.loss_scaler.empty()) replica.scaler().load_state(m.loss_scaler);
   if (log)
     std::fprintf(log, "resume: %s (step %lld, written by dp %d x tp %d x pp %d, ZeRO-%d)\n", dir.c_str(),
-                 (long long)position.next_step, m.layout.dp, m.layout.tp, m.layout.pp, m.layout.zero);
+                 (long long)position.next_step, m.layout.dp, m.layout.tp, m.layout.pp, m.layout.zero),
+        std::fflush(log);  // a supervisor times the restart by this line
   return position;
 }
 
@@ -140,7 +141,11 @@ void TrainCheckpoints::save_in_background(const TrainPosition& position, Replica
     job.manifest = manifest(position, replica);
     job.writer_ranks = writer_ranks(ctx_, cfg_.parallel.zero);
     job.keep_last = cfg_.train.keep_checkpoints;
-    job.notes_timeout_s = cfg_.runtime.comm_timeout_s;
+    // No deadline for the other writers: a large shard on a slow file system
+    // may take longer than any communication timeout; a dead rank ends the
+    // job, and the next save's (or the end's) agreement cancels the wait
+    // when another rank's file failed.
+    job.notes_timeout_s = 0;
   }
   background_.start(std::move(job));
   in_flight_ = true;

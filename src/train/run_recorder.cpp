@@ -24,7 +24,8 @@ RunRecorder::RunRecorder(const std::string& dir, const RunConfig& cfg, const Par
   // Flight records: every rank's beside rank 0's run directory (its path
   // travels from rank 0; a stale hang.json from an earlier run goes first).
   const std::string run_path = broadcast_text(ctx.world(), ctx.is_logging_rank() ? dir : std::string());
-  if (ctx.is_logging_rank()) std::remove((run_path + "/flight/hang.json").c_str());
+  if (ctx.is_logging_rank())
+    for (const char* stale : {"/flight/hang.json", "/flight/hang.claim"}) std::remove((run_path + stale).c_str());
   ctx.world().barrier();
   flight_ = std::make_unique<FlightRecorder>(run_path + "/flight", ctx.rank());
   for (GroupKind kind : kAllGroupKinds) ctx.group(kind).set_flight_recorder(flight_.get());
