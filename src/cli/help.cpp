@@ -166,9 +166,11 @@ commands:
           rank holding the model's parameters and AdamW moments: synchronous against
           asynchronous (train.async_checkpoint), and their ratio. See docs/checkpoints.md.
             loom bench elastic [--ranks 4] [--steps 60] [--kill-step 30] [--every 10] [--batch 12]
+                               [--async-checkpoint]
           A tiny model under loom elastic with rank 1 killed as --kill-step begins (checkpoints
-          every --every steps): time to detect, time to restart, steps lost, and the largest
-          loss difference from an uninterrupted run on all ranks, from the checkpoint on.
+          every --every steps, synchronous unless --async-checkpoint): time to detect, time to
+          restart, steps lost, and the largest loss difference from an uninterrupted run on all
+          ranks, from the checkpoint on.
   report  Charts and a summary of a run directory (runs/NAME/, written by train).
             loom report RUN_DIR
           Writes RUN_DIR/report/: loss.svg, throughput.svg (and mfu.svg, loss_scale.svg when

@@ -40,7 +40,9 @@ bool users_layout(const RunConfig& cfg, int world, const planner::ClusterSpec& c
   return true;
 }
 
-std::vector<std::string> overrides_for(const RunConfig& cfg, const planner::Layout& l) {
+}  // namespace
+
+std::vector<std::string> layout_overrides(const RunConfig& cfg, const planner::Layout& l) {
   const RunConfig c = planner::with_layout(cfg, l);
   std::vector<std::string> o = {
       strprintf("parallel.dp=%d", l.dp),
@@ -57,7 +59,6 @@ std::vector<std::string> overrides_for(const RunConfig& cfg, const planner::Layo
   return o;
 }
 
-}  // namespace
 
 std::string describe_layout(int world, const planner::Layout& l) {
   std::string d = l.describe();  // "dp 2 tp 1 pp 1 v 1 | micro-batch 4 x 1 | ..."
@@ -70,13 +71,14 @@ std::string Relayout::describe() const {
                    users ? "your tp x pp, fewer replicas" : "the planner's choice");
 }
 
-Relayout relayout(const RunConfig& cfg, int survivors, int min_world, const planner::ClusterSpec& cluster) {
+Relayout relayout(const RunConfig& cfg, int survivors, int min_world, const planner::ClusterSpec& cluster,
+                  bool planner_only) {
   std::string reasons;
   for (int world = survivors; world >= std::max(1, min_world); world--) {
     Relayout r;
     r.world = world;
-    std::string why;
-    r.users = users_layout(cfg, world, cluster, r.layout, why);
+    std::string why = "--layout auto";
+    r.users = !planner_only && users_layout(cfg, world, cluster, r.layout, why);
     if (!r.users) {
       RunConfig c = cfg;
       c.parallel.dp = 0;
@@ -88,7 +90,7 @@ Relayout relayout(const RunConfig& cfg, int survivors, int min_world, const plan
         continue;
       }
     }
-    r.overrides = overrides_for(cfg, r.layout);
+    r.overrides = layout_overrides(cfg, r.layout);
     return r;
   }
   throw UserError(strprintf("no layout runs on %d to %d ranks:%s", std::max(1, min_world), survivors,

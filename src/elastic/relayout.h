@@ -26,9 +26,13 @@ struct Relayout {
 
 // "4 ranks: dp 4 tp 1 pp 1 v 1, micro-batch 2 x 1, zero 0, fp32, recompute none"
 std::string describe_layout(int world, const planner::Layout& l);
+// The --set options that make loom train run layout l of cfg.
+std::vector<std::string> layout_overrides(const RunConfig& cfg, const planner::Layout& l);
 
-// cfg: the user's config (its parallel.dp is ignored). Throws UserError with
-// every world size's reason when no world in [min_world, survivors] works.
-Relayout relayout(const RunConfig& cfg, int survivors, int min_world, const planner::ClusterSpec& cluster);
+// cfg: the user's config (its parallel.dp is ignored). planner_only (the run
+// was started with --layout auto): skip the user's shape. Throws UserError
+// with every world size's reason when no world in [min_world, survivors] works.
+Relayout relayout(const RunConfig& cfg, int survivors, int min_world, const planner::ClusterSpec& cluster,
+                  bool planner_only = false);
 
 }  // namespace loom::elastic

@@ -148,6 +148,11 @@ int run_elastic(const ElasticOptions& o, FILE* out) {
   int world = o.np;
   std::vector<std::string> layout_sets;  // the relaunch's layout (none: the user's)
   std::string layout_desc = layout_text(cfg, world);
+  if (o.layout == "auto") {  // chosen here, so that the log and elastic.jsonl name what runs
+    const planner::Layout l = planner::choose_layout(cfg, world, planner::local_cluster_or_default());
+    layout_sets = layout_overrides(cfg, l);
+    layout_desc = describe_layout(world, l) + " (--layout auto)";
+  }
   std::optional<obs::RestartRecord> pending;  // a restart waiting for its relaunch to resume
   Clock::time_point failed_job_ended;
   for (int attempt = 1;; attempt++) {
@@ -167,7 +172,6 @@ int run_elastic(const ElasticOptions& o, FILE* out) {
     if (cfg.train.run_name.empty()) cmd += " --set " + shell_quote("train.run_name=" + run_name);
     for (const auto& s : layout_sets) cmd += " --set " + shell_quote(s);
     if (attempt == 1) {
-      if (o.layout != "config") cmd += " --layout " + shell_quote(o.layout);
       if (!o.resume.empty()) cmd += " --resume " + shell_quote(o.resume);
       for (const auto& f : o.faults) cmd += " --fault " + shell_quote(f);
     } else {
@@ -227,7 +231,7 @@ int run_elastic(const ElasticOptions& o, FILE* out) {
                   1);
     Relayout next;
     try {
-      next = relayout(cfg, survivors, o.min_ranks, planner::local_cluster_or_default());
+      next = relayout(cfg, survivors, o.min_ranks, planner::local_cluster_or_default(), o.layout == "auto");
     } catch (const UserError& e) {
       return stop(e.what(), 1);
     }

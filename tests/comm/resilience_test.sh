@@ -7,7 +7,7 @@
 #   elastic     `loom bench elastic` (short): one of 4 ranks killed, the
 #               supervisor finishes on the survivors from the checkpoint, the
 #               losses equal an uninterrupted run's within 1e-4, steps lost
-#               <= one checkpoint interval (two if the save was in flight)
+#               <= one checkpoint interval (synchronous saves)
 #   no layout   survivors on which nothing runs: the supervisor stops with
 #               the reason (exit 1), it does not loop
 #   interrupted SIGTERM to the supervisor ends the job, no restart
@@ -57,9 +57,8 @@ json=$(echo "$out" | tail -1)
 python3 - "$json" <<'PY' || fail "elastic: $out"
 import json, sys
 r = json.loads(sys.argv[1])
-# At most one interval, or two when the kill came while the last save was
-# still being written in the background (asynchronous checkpoints).
-ok = r["max_loss_diff"] <= 1e-4 and 0 <= r["steps_lost"] <= 2 * 4 and r["new_world"] in (2, 3)
+# The bench saves synchronously: at most one interval is lost.
+ok = r["max_loss_diff"] <= 1e-4 and 0 <= r["steps_lost"] <= 4 and r["new_world"] in (2, 3)
 sys.exit(0 if ok else 1)
 PY
 echo "ok: elastic: $json"

@@ -59,6 +59,11 @@ TEST(ElasticRelayout, KeepsTheUsersShapeWithFewerReplicasAndTheSameBatch) {
   EXPECT_EQ(r.layout.dp, 3);
   EXPECT_EQ(r.layout.dp * r.layout.micro_batch * r.layout.micro_batches, 12);
   EXPECT_NE(std::find(r.overrides.begin(), r.overrides.end(), "parallel.dp=3"), r.overrides.end());
+  // A run started with --layout auto asks the planner again.
+  Relayout planned = relayout(tiny(12), 3, 1, cluster, /*planner_only=*/true);
+  EXPECT_FALSE(planned.users);
+  EXPECT_EQ(planned.world, 3);
+  EXPECT_NE(planned.describe().find("the planner's choice"), std::string::npos);
 }
 
 TEST(ElasticRelayout, AsksThePlannerWhenTheUsersShapeNoLongerDivides) {
