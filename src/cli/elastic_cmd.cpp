@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <filesystem>
 
+#include "cli/bench_util.h"
 #include "cli/commands.h"
 #include "core/check.h"
 #include "elastic/supervisor.h"
@@ -14,6 +15,7 @@ namespace loom::cli {
 
 int cmd_elastic(const Args& args) {
   elastic::ElasticOptions o;
+  o.loom_exe = self_exe();
   try {
     bool np_given = false;
     for (size_t i = 0; i < args.size(); i++) {

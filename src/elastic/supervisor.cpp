@@ -38,13 +38,6 @@ std::string shell_quote(const std::string& s) {
   return q + "'";
 }
 
-std::string self_exe() {
-  char buf[4096];
-  ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
-  LOOM_CHECK(n > 0, "cannot read /proc/self/exe");
-  return std::string(buf, size_t(n));
-}
-
 std::string read_text(const std::string& path) {
   std::ifstream in(path);
   std::stringstream s;
@@ -166,7 +159,7 @@ int run_elastic(const ElasticOptions& o, FILE* out) {
     // exec: the supervisor's signals reach mpirun itself, not a shell.
     std::string cmd = strprintf("exec mpirun --oversubscribe --bind-to none -np %d", world);
     for (const auto& a : o.mpirun_args) cmd += " " + shell_quote(a);
-    cmd += " " + shell_quote(self_exe()) + " train";
+    cmd += " " + shell_quote(o.loom_exe) + " train";
     if (!o.config_path.empty()) cmd += " --config " + shell_quote(o.config_path);
     for (const auto& s : o.overrides) cmd += " --set " + shell_quote(s);
     if (cfg.train.run_name.empty()) cmd += " --set " + shell_quote("train.run_name=" + run_name);

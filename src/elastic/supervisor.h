@@ -16,6 +16,7 @@
 namespace loom::elastic {
 
 struct ElasticOptions {
+  std::string loom_exe;                  // the loom executable each rank runs
   int np = 0;                            // ranks of the first launch
   int min_ranks = 1;                     // never run on fewer
   int max_restarts = 3;
