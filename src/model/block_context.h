@@ -5,6 +5,7 @@
 // block types call them without the stage around them.
 #pragma once
 
+#include <cstring>
 #include <functional>
 #include <type_traits>
 
@@ -43,6 +44,14 @@ struct BlockContext {
     if (ready) ready(i);
   }
 };
+
+// Zero-bubble schedules' split backward: keeps n elements of a product's
+// output gradient (B's) for the block's weight pass (W) in one of the
+// block's stored buffers that B has finished reading.
+template <class T>
+void stash_w(void* to, const T* from, size_t n) {
+  std::memcpy(to, from, n * sizeof(T));
+}
 
 // Selective recomputation: attention's output atty[N, Cl] and probabilities
 // att[B, NHl, T, T] again from the block's stored q/k/v (after any rotation),

@@ -12,7 +12,8 @@
 //                rotary tables), made from (cfg, T)
 //   shared(t)            the tensors TransformerStage needs
 //   plan_block, plan_block_work, plan_norm   activations and work space
-//   block_forward<A>, block_backward<A>      one block (plain functions)
+//   block_forward<A>, block_backward<A>      one block (plain functions);
+//   block_backward_weight<A>                 the weight part of a split backward
 //   norm_forward<A>, norm_backward, norm_tensors   the final norm
 //
 // Recomputation (model/recompute.h) is the block plan rewired: the buffers a
@@ -100,7 +101,7 @@ class BlockStage final : public TransformerStage {
     return res;
   }
 
-  void backward_blocks(int slot, int B, int T) override {
+  void backward_blocks(int slot, int B, int T, bool split) override {
     const BlockContext ctx = context(B, T);
     SlotActs& s = acts_[size_t(slot)];
     float* dres = slot_dres(slot);
@@ -114,9 +115,20 @@ class BlockStage final : public TransformerStage {
         // (the block's own output is rewritten with the values it holds).
         if (recompute_ == Recompute::full) Family::template block_forward<A>(ctx, state_, t_.blocks[size_t(l)], acts, in);
         if (recompute_ == Recompute::selective) attention_again<A>(ctx, acts.atty, acts.att, acts.qkv);
-        Family::template block_backward<A>(ctx, state_, t_.blocks[size_t(l)], acts, in, dres);
+        Family::template block_backward<A>(ctx, state_, t_.blocks[size_t(l)], acts, in, dres, split);
         done(block_unit(size_t(l)));
       }
+    });
+  }
+
+  // Reads no parameter (the products' stored inputs and kept output
+  // gradients only): nothing to gather under ZeRO-3.
+  void backward_blocks_weight(int slot, int B, int T) override {
+    const BlockContext ctx = context(B, T);
+    SlotActs& s = acts_[size_t(slot)];
+    with_compute_type([&](auto a) {
+      for (int l = int(s.blocks.size()) - 1; l >= 0; l--)
+        Family::template block_backward_weight<decltype(a)>(ctx, state_, t_.blocks[size_t(l)], s.blocks[size_t(l)]);
     });
   }
 

@@ -112,6 +112,16 @@ class StageModule {
   // loss_scale first; otherwise returns 0.
   virtual float backward_stage(int slot, const int32_t* tokens, const int32_t* targets, int B, int T,
                                float loss_scale) = 0;
+  // Zero-bubble schedules split backward_stage in two, with bitwise the same
+  // gradients: backward_input (the loss with the head, the gradient of
+  // stage_input in stage_grad; the norms', the head's and the embedding's
+  // weight gradients) and later backward_weight (the weight gradients of
+  // the blocks' matrix products). The slot's activations are kept until then; what the
+  // weight pass reads lives in buffers the input pass is done with, so the
+  // split costs no memory. Not with model.recompute = "full".
+  virtual float backward_input(int slot, const int32_t* tokens, const int32_t* targets, int B, int T,
+                               float loss_scale) = 0;
+  virtual void backward_weight(int slot, int B, int T) = 0;
   // With the head, forward only: the mean loss of the micro-batch in `slot`.
   virtual float stage_loss(int slot, const int32_t* targets, int B, int T) = 0;
 

@@ -261,6 +261,32 @@ float TransformerStage::stage_loss(int slot, const int32_t* targets, int B, int 
 
 float TransformerStage::backward_stage(int slot, const int32_t* tokens, const int32_t* targets, int B, int T,
                                        float loss_scale) {
+  return backward_pass(slot, tokens, targets, B, T, loss_scale, false);
+}
+
+float TransformerStage::backward_input(int slot, const int32_t* tokens, const int32_t* targets, int B, int T,
+                                       float loss_scale) {
+  // Full recomputation keeps only each block's output: nothing to keep the
+  // weight pass's operands in (config validation refuses the pair first).
+  LOOM_USER_CHECK(recompute_ != Recompute::full,
+                  "model.recompute = \"full\" cannot run a zero-bubble schedule's split backward");
+  return backward_pass(slot, tokens, targets, B, T, loss_scale, true);
+}
+
+void TransformerStage::backward_weight(int slot, int B, int T) { backward_blocks_weight(slot, B, T); }
+
+void TransformerStage::embedding_backward(int slot, const int32_t* tokens, int B, int T) {
+  // On the whole model a tied table's gradient was first written by the
+  // head; this is its last write.
+  float* dpos = shared_.positions >= 0 ? access_.grad(shared_.positions) : nullptr;
+  tp::embedding_backward(tp_, access_.grad(shared_.embed), dpos, slots_[size_t(slot)].dres, grad_work_, tokens,
+                         vocab_, B * T, T, cfg_.d_model);
+  if (shared_.positions >= 0) grad_ready(shared_.positions);
+  grad_ready(shared_.embed);
+}
+
+float TransformerStage::backward_pass(int slot, const int32_t* tokens, const int32_t* targets, int B, int T,
+                                      float loss_scale, bool split) {
   const int N = B * T, C = cfg_.d_model, R = int(tp_.local_rows(N));
   const bool sp = tp_.sequence_parallel();
   Slot& s = slots_[size_t(slot)];
@@ -294,15 +320,12 @@ float TransformerStage::backward_stage(int slot, const int32_t* tokens, const in
     final_norm_backward(slot, s.dres, dbuf_c_, s.output, R);
     done(unit_norm_head_);
   }
-  backward_blocks(slot, B, T);
-  if (layout_.shard.embedding) {
-    // On the whole model a tied table's gradient was first written by the
-    // head above; this is its last write.
-    float* dpos = shared_.positions >= 0 ? access_.grad(shared_.positions) : nullptr;
-    tp::embedding_backward(tp_, access_.grad(shared_.embed), dpos, s.dres, grad_work_, tokens, vocab_, N, T, C);
-    if (shared_.positions >= 0) grad_ready(shared_.positions);
-  }
-  if (shared_.embed >= 0) grad_ready(shared_.embed);
+  backward_blocks(slot, B, T, split);
+  // Split or not, the embedding's gradient is taken here: on the first
+  // stage nothing waits for this pass's end, and a table tied to a head on
+  // the same chunk then sums its gradients in the combined pass's order.
+  if (layout_.shard.embedding) embedding_backward(slot, tokens, B, T);
+  else if (shared_.embed >= 0) grad_ready(shared_.embed);  // a tied head's table, final after the head
   return loss;
 }
 

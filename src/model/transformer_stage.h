@@ -93,6 +93,9 @@ class TransformerStage : public StageModule {
   void forward_stage(int slot, const int32_t* tokens, int B, int T) override;
   float backward_stage(int slot, const int32_t* tokens, const int32_t* targets, int B, int T,
                        float loss_scale) override;
+  float backward_input(int slot, const int32_t* tokens, const int32_t* targets, int B, int T,
+                       float loss_scale) override;
+  void backward_weight(int slot, int B, int T) override;
   float stage_loss(int slot, const int32_t* targets, int B, int T) override;
   void set_grad_ready_hook(std::function<void(int)> hook) override { grad_ready_ = std::move(hook); }
   const float* logits() const override;
@@ -126,8 +129,11 @@ class TransformerStage : public StageModule {
   // dres[R, C] += the final norm's input gradient from dnorm[R, C] (fp32);
   // its weight gradients, reported ready.
   virtual void final_norm_backward(int slot, float* dres, const float* dnorm, const float* res, int R) = 0;
-  // The blocks' backward, the slot's residual gradient updated in place.
-  virtual void backward_blocks(int slot, int B, int T) = 0;
+  // The blocks' backward, the slot's residual gradient updated in place;
+  // split: without the products' weight gradients, which
+  // backward_blocks_weight adds later.
+  virtual void backward_blocks(int slot, int B, int T, bool split) = 0;
+  virtual void backward_blocks_weight(int slot, int B, int T) = 0;
 
   // ZeRO-3 (a ParamSource): the tensors each part reads, gathered before
   // and released after; no-ops otherwise.
@@ -189,6 +195,9 @@ class TransformerStage : public StageModule {
     void* head_in;    // A, [R, C]: the final norm's output (head chunk)
     float* dres;      // [R, C]: gradient of the residual stream, updated in place
   };
+  float backward_pass(int slot, const int32_t* tokens, const int32_t* targets, int B, int T, float loss_scale,
+                      bool split);
+  void embedding_backward(int slot, const int32_t* tokens, int B, int T);
   static constexpr int64_t kHeadChunkElems = int64_t(1) << 23;  // 32 MiB of fp32 logits
   int head_chunk_rows(int N) const;
   template <class A>

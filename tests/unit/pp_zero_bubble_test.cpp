@@ -2,7 +2,7 @@
 // input part (B) and weight part (W). At every pp in {2, 3, 4, 8} and m in
 // {1, ..., 4 pp} it passes the checker (W after its B, gradients sent after
 // B, matching sends, no deadlock), holds 1F1B's micro-batches until their B
-// and at most pp - 1 more until their W; simulated with the paper's unit
+// and at most pp (1F1B's first stage's peak) until their W; simulated with the paper's unit
 // times its bubble is (pp - 1), a third of 1F1B's, once m >= pp, and never
 // more than 1F1B's; the checker catches a W before its B or a missing W.
 #include <gtest/gtest.h>

@@ -64,8 +64,8 @@ void block_forward(const BlockContext& ctx, const BlockTensors& p, BlockActs& a,
 }
 
 template <class A>
-void block_backward(const BlockContext& ctx, const BlockTensors& p, const BlockActs& a, const float* res_in,
-                    float* dres) {
+void block_backward(const BlockContext& ctx, const BlockTensors& p, BlockActs& a, const float* res_in, float* dres,
+                    bool split) {
   const int C = ctx.cfg.d_model, t = ctx.tp.size(), Cl = C / t, NHl = ctx.cfg.n_head / t, Fl = ctx.cfg.ffn() / t;
   const int N = ctx.N(), R = ctx.R();
   const bool sp = ctx.tp.sequence_parallel();
@@ -80,38 +80,75 @@ void block_backward(const BlockContext& ctx, const BlockTensors& p, const BlockA
   const ResidualGrad<A> dres_a(ctx, dres);
   const A *ln1 = as<A>(a.ln1), *qkv = as<A>(a.qkv), *atty = as<A>(a.atty), *att = as<A>(a.att);
   const A *ln2 = as<A>(a.ln2), *fch = as<A>(a.fch), *fch_gelu = as<A>(a.fch_gelu);
+  // split: the products' weight gradients wait for block_backward_weight;
+  // each product's output gradient is kept for it (stash_w) in a buffer of
+  // this block that backward is done with.
+  auto dweight = [&](int i) { return split ? nullptr : w.grad(i); };
+  auto weight_ready = [&](int i) {
+    if (!split) ctx.grad_ready(i);
+  };
+  if (split) stash_w(a.res3, dres, size_t(R) * C);  // fc_proj's output gradient
   // MLP. Sequence parallel: ln2's rows are gathered again (not kept whole),
   // while the row-parallel backward runs.
-  auto ln2_ready = ctx.tp.gather_rows_async(ln2, gathered, N, C);
+  auto ln2_ready = split ? nullptr : ctx.tp.gather_rows_async(ln2, gathered, N, C);
   dres_a.refresh();
-  tp::row_parallel_backward(ops.matmul(), ctx.tp, k.dmlp_out, w.grad(p.fc_proj_w), w.grad(p.fc_proj_b), dres_a.local(),
-                            dres_a.rows(), fch_gelu, w.weight<A>(p.fc_proj_w), N, Fl, C);
-  ctx.grad_ready(p.fc_proj_w), ctx.grad_ready(p.fc_proj_b);
+  tp::row_parallel_backward(ops.matmul(), ctx.tp, k.dmlp_out, dweight(p.fc_proj_w), dweight(p.fc_proj_b),
+                            dres_a.local(), dres_a.rows(), fch_gelu, w.weight<A>(p.fc_proj_w), N, Fl, C);
+  weight_ready(p.fc_proj_w), weight_ready(p.fc_proj_b);
   ops.gelu_backward(dfch, fch, k.dmlp_out, size_t(N) * Fl);
-  tp::column_parallel_backward(ops.matmul(), ctx.tp, dnorm, partial, w.grad(p.fc_w), w.grad(p.fc_b), dfch,
+  tp::column_parallel_backward(ops.matmul(), ctx.tp, dnorm, partial, dweight(p.fc_w), dweight(p.fc_b), dfch,
                                sp ? gathered : ln2, w.weight<A>(p.fc_w), N, C, Fl, ln2_ready.get());
-  ctx.grad_ready(p.fc_w), ctx.grad_ready(p.fc_b);
+  weight_ready(p.fc_w), weight_ready(p.fc_b);
+  if (split) stash_w(a.fch, dfch, size_t(N) * Fl);
   ops.layernorm_backward(dres, w.grad(p.ln2_w), w.grad(p.ln2_b), dnorm, a.res2, w.param(p.ln2_w), a.ln2_mean,
                          a.ln2_rstd, R, C);
   ctx.grad_ready(p.ln2_w), ctx.grad_ready(p.ln2_b);
+  if (split) stash_w(a.res2, dres, size_t(R) * C);  // attn_proj's output gradient
   // Attention.
-  auto ln1_ready = ctx.tp.gather_rows_async(ln1, gathered, N, C);
+  auto ln1_ready = split ? nullptr : ctx.tp.gather_rows_async(ln1, gathered, N, C);
   dres_a.refresh();
-  tp::row_parallel_backward(ops.matmul(), ctx.tp, k.dattn_out, w.grad(p.attn_proj_w), w.grad(p.attn_proj_b),
+  tp::row_parallel_backward(ops.matmul(), ctx.tp, k.dattn_out, dweight(p.attn_proj_w), dweight(p.attn_proj_b),
                             dres_a.local(), dres_a.rows(), atty, w.weight<A>(p.attn_proj_w), N, Cl, C);
-  ctx.grad_ready(p.attn_proj_w), ctx.grad_ready(p.attn_proj_b);
+  weight_ready(p.attn_proj_w), weight_ready(p.attn_proj_b);
   ops.attention_backward(dqkv, k.datt, k.dattn_out, qkv, att, ctx.B, ctx.T, Cl, NHl, NHl);
-  tp::column_parallel_backward(ops.matmul(), ctx.tp, dnorm, partial, w.grad(p.qkv_w), w.grad(p.qkv_b), dqkv,
+  tp::column_parallel_backward(ops.matmul(), ctx.tp, dnorm, partial, dweight(p.qkv_w), dweight(p.qkv_b), dqkv,
                                sp ? gathered : ln1, w.weight<A>(p.qkv_w), N, C, 3 * Cl, ln1_ready.get());
-  ctx.grad_ready(p.qkv_w), ctx.grad_ready(p.qkv_b);
+  weight_ready(p.qkv_w), weight_ready(p.qkv_b);
+  if (split) stash_w(a.qkv, dqkv, size_t(N) * 3 * Cl);
   ops.layernorm_backward(dres, w.grad(p.ln1_w), w.grad(p.ln1_b), dnorm, res_in, w.param(p.ln1_w), a.ln1_mean,
                          a.ln1_rstd, R, C);
   ctx.grad_ready(p.ln1_w), ctx.grad_ready(p.ln1_b);
 }
 
+template <class A>
+void block_backward_weight(const BlockContext& ctx, const BlockTensors& p, const BlockActs& a) {
+  const int C = ctx.cfg.d_model, t = ctx.tp.size(), Cl = C / t, Fl = ctx.cfg.ffn() / t, N = ctx.N();
+  cpu::LowpMatmulEngine& eng = ctx.ops.matmul();
+  const ParamAccess& w = ctx.p;
+  A* const gathered = as<A>(ctx.work.gathered);
+  // What block_backward(split) kept: the residual gradients (fp32, rounded
+  // and gathered again as its row-parallel products read them) and the
+  // column-parallel products' output gradients.
+  auto weights = [&](int wi, int bi, const A* dout, const A* x, int in, int out) {
+    tp::linear_weight_backward(eng, w.grad(wi), w.grad(bi), dout, x, N, in, out);
+    ctx.grad_ready(wi), ctx.grad_ready(bi);
+  };
+  const ResidualGrad<A> dfc_proj(ctx, a.res3);
+  dfc_proj.refresh();
+  weights(p.fc_proj_w, p.fc_proj_b, ctx.tp.gather_rows(dfc_proj.local(), dfc_proj.rows(), N, C), as<A>(a.fch_gelu),
+          Fl, C);
+  weights(p.fc_w, p.fc_b, as<A>(a.fch), ctx.tp.gather_rows(as<A>(a.ln2), gathered, N, C), C, Fl);
+  const ResidualGrad<A> dattn_proj(ctx, a.res2);
+  dattn_proj.refresh();
+  weights(p.attn_proj_w, p.attn_proj_b, ctx.tp.gather_rows(dattn_proj.local(), dattn_proj.rows(), N, C),
+          as<A>(a.atty), Cl, C);
+  weights(p.qkv_w, p.qkv_b, as<A>(a.qkv), ctx.tp.gather_rows(as<A>(a.ln1), gathered, N, C), C, 3 * Cl);
+}
+
 #define LOOM_GPT2_BLOCK(A)                                                                            \
   template void block_forward<A>(const BlockContext&, const BlockTensors&, BlockActs&, const float*); \
-  template void block_backward<A>(const BlockContext&, const BlockTensors&, const BlockActs&, const float*, float*);
+  template void block_backward<A>(const BlockContext&, const BlockTensors&, BlockActs&, const float*, float*, bool); \
+  template void block_backward_weight<A>(const BlockContext&, const BlockTensors&, const BlockActs&);
 LOOM_GPT2_BLOCK(float)
 LOOM_GPT2_BLOCK(bf16)
 LOOM_GPT2_BLOCK(f16)

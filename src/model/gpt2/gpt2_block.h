@@ -29,9 +29,17 @@ void plan_block_work(ActivationPlan& plan, BlockWork& work, const ModelConfig& c
 template <class A>
 void block_forward(const BlockContext& ctx, const BlockTensors& t, BlockActs& acts, const float* in);
 // dres[R, C] (the gradient of the block's output) becomes the gradient of
-// its input `in`; weight gradients are added and reported ready.
+// its input `in`; weight gradients are added and reported ready. split
+// (zero-bubble schedules): the four products' weight gradients are left
+// for block_backward_weight, their output gradients kept in acts (res3,
+// fch, res2, qkv: forward's values backward no longer reads); the norms'
+// weight gradients are still added here.
 template <class A>
-void block_backward(const BlockContext& ctx, const BlockTensors& t, const BlockActs& acts, const float* in,
-                    float* dres);
+void block_backward(const BlockContext& ctx, const BlockTensors& t, BlockActs& acts, const float* in, float* dres,
+                    bool split = false);
+// After block_backward(split): the products' weight and bias gradients,
+// added and reported ready; bitwise what the combined backward adds.
+template <class A>
+void block_backward_weight(const BlockContext& ctx, const BlockTensors& t, const BlockActs& acts);
 
 }  // namespace loom::gpt2

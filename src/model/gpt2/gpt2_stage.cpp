@@ -38,9 +38,13 @@ struct Gpt2 {
     gpt2::block_forward<A>(ctx, t, a, in);
   }
   template <class A>
-  static void block_backward(const BlockContext& ctx, const State&, const BlockTensors& t, const BlockActs& a,
-                             const float* in, float* dres) {
-    gpt2::block_backward<A>(ctx, t, a, in, dres);
+  static void block_backward(const BlockContext& ctx, const State&, const BlockTensors& t, BlockActs& a,
+                             const float* in, float* dres, bool split) {
+    gpt2::block_backward<A>(ctx, t, a, in, dres, split);
+  }
+  template <class A>
+  static void block_backward_weight(const BlockContext& ctx, const State&, const BlockTensors& t, const BlockActs& a) {
+    gpt2::block_backward_weight<A>(ctx, t, a);
   }
 
   template <class A>

@@ -74,8 +74,8 @@ void block_forward(const BlockContext& ctx, const RopeTables& rope, const BlockT
 }
 
 template <class A>
-void block_backward(const BlockContext& ctx, const RopeTables& rope, const BlockTensors& p, const BlockActs& a,
-                    const float* res_in, float* dres) {
+void block_backward(const BlockContext& ctx, const RopeTables& rope, const BlockTensors& p, BlockActs& a,
+                    const float* res_in, float* dres, bool split) {
   const LocalShape s(ctx.cfg, ctx.tp.size());
   const int C = ctx.cfg.d_model, N = ctx.N(), R = ctx.R();
   const bool sp = ctx.tp.sequence_parallel();
@@ -92,39 +92,71 @@ void block_backward(const BlockContext& ctx, const RopeTables& rope, const Block
   const A *atty = static_cast<const A*>(a.atty), *att = static_cast<const A*>(a.att);
   const A *mlp_in = static_cast<const A*>(a.mlp_in), *gate_up = static_cast<const A*>(a.gate_up);
   const A* hidden = static_cast<const A*>(a.hidden);
+  // split: the products' weight gradients wait for block_backward_weight;
+  // each product's output gradient is kept for it in a buffer backward is done with.
+  auto dweight = [&](int i) { return split ? nullptr : w.grad(i); };
+  auto weight_ready = [&](int i) {
+    if (!split) ctx.grad_ready(i);
+  };
+  if (split) stash_w(a.res3, dres, size_t(R) * C);  // down's output gradient
   // MLP (sequence parallel: mlp_in's rows gathered again while the
   // row-parallel backward runs).
-  auto mlp_in_ready = ctx.tp.gather_rows_async(mlp_in, gathered, N, C);
+  auto mlp_in_ready = split ? nullptr : ctx.tp.gather_rows_async(mlp_in, gathered, N, C);
   dres_a.refresh();
-  tp::row_parallel_backward(ops.matmul(), ctx.tp, k.dmlp_out, w.grad(p.down), nullptr, dres_a.local(),
+  tp::row_parallel_backward(ops.matmul(), ctx.tp, k.dmlp_out, dweight(p.down), nullptr, dres_a.local(),
                             dres_a.rows(), hidden, w.weight<A>(p.down), N, s.Fl, C);
-  ctx.grad_ready(p.down);
+  weight_ready(p.down);
   ops.swiglu_backward(dgate_up, gate_up, k.dmlp_out, N, s.Fl);
-  tp::column_parallel_backward(ops.matmul(), ctx.tp, dnorm, partial, w.grad(p.gate_up), nullptr, dgate_up,
+  tp::column_parallel_backward(ops.matmul(), ctx.tp, dnorm, partial, dweight(p.gate_up), nullptr, dgate_up,
                                sp ? gathered : mlp_in, w.weight<A>(p.gate_up), N, C, 2 * s.Fl, mlp_in_ready.get());
-  ctx.grad_ready(p.gate_up);
+  weight_ready(p.gate_up);
+  if (split) stash_w(a.gate_up, dgate_up, size_t(N) * 2 * s.Fl);
   ops.rmsnorm_backward(dres, w.grad(p.mlp_norm), dnorm, a.res2, w.param(p.mlp_norm), a.mlp_rstd, R, C);
   ctx.grad_ready(p.mlp_norm);
+  if (split) stash_w(a.res2, dres, size_t(R) * C);  // o_proj's output gradient
   // Attention.
-  auto attn_in_ready = ctx.tp.gather_rows_async(attn_in, gathered, N, C);
+  auto attn_in_ready = split ? nullptr : ctx.tp.gather_rows_async(attn_in, gathered, N, C);
   dres_a.refresh();
-  tp::row_parallel_backward(ops.matmul(), ctx.tp, k.dattn_out, w.grad(p.o_proj), nullptr, dres_a.local(),
+  tp::row_parallel_backward(ops.matmul(), ctx.tp, k.dattn_out, dweight(p.o_proj), nullptr, dres_a.local(),
                             dres_a.rows(), atty, w.weight<A>(p.o_proj), N, s.Cl, C);
-  ctx.grad_ready(p.o_proj);
+  weight_ready(p.o_proj);
   ops.attention_backward(dqkv, k.datt, k.dattn_out, qkv, att, ctx.B, ctx.T, s.Cl, s.NHl, s.NKVl);
   ops.rope_backward(dqkv, rope.cos, rope.sin, N, ctx.T, s.NHl, s.NKVl, s.hd);
-  tp::column_parallel_backward(ops.matmul(), ctx.tp, dnorm, partial, w.grad(p.qkv), nullptr, dqkv,
+  tp::column_parallel_backward(ops.matmul(), ctx.tp, dnorm, partial, dweight(p.qkv), nullptr, dqkv,
                                sp ? gathered : attn_in, w.weight<A>(p.qkv), N, C, s.qkv, attn_in_ready.get());
-  ctx.grad_ready(p.qkv);
+  weight_ready(p.qkv);
+  if (split) stash_w(a.qkv, dqkv, size_t(N) * s.qkv);
   ops.rmsnorm_backward(dres, w.grad(p.attn_norm), dnorm, res_in, w.param(p.attn_norm), a.attn_rstd, R, C);
   ctx.grad_ready(p.attn_norm);
+}
+
+template <class A>
+void block_backward_weight(const BlockContext& ctx, const BlockTensors& p, const BlockActs& a) {
+  const LocalShape s(ctx.cfg, ctx.tp.size());
+  const int C = ctx.cfg.d_model, N = ctx.N();
+  cpu::LowpMatmulEngine& eng = ctx.ops.matmul();
+  const ParamAccess& w = ctx.p;
+  A* const gathered = as<A>(ctx.work.gathered);
+  auto weights = [&](int i, const A* dout, const A* x, int in, int out) {
+    tp::linear_weight_backward(eng, w.grad(i), nullptr, dout, x, N, in, out);
+    ctx.grad_ready(i);
+  };
+  const ResidualGrad<A> ddown(ctx, a.res3);
+  ddown.refresh();
+  weights(p.down, ctx.tp.gather_rows(ddown.local(), ddown.rows(), N, C), as<A>(a.hidden), s.Fl, C);
+  weights(p.gate_up, as<A>(a.gate_up), ctx.tp.gather_rows(as<A>(a.mlp_in), gathered, N, C), C, 2 * s.Fl);
+  const ResidualGrad<A> do_proj(ctx, a.res2);
+  do_proj.refresh();
+  weights(p.o_proj, ctx.tp.gather_rows(do_proj.local(), do_proj.rows(), N, C), as<A>(a.atty), s.Cl, C);
+  weights(p.qkv, as<A>(a.qkv), ctx.tp.gather_rows(as<A>(a.attn_in), gathered, N, C), C, s.qkv);
 }
 
 #define LOOM_LLAMA_BLOCK(A)                                                                                        \
   template void block_forward<A>(const BlockContext&, const RopeTables&, const BlockTensors&, BlockActs&,         \
                                  const float*);                                                                  \
-  template void block_backward<A>(const BlockContext&, const RopeTables&, const BlockTensors&, const BlockActs&, \
-                                  const float*, float*);
+  template void block_backward<A>(const BlockContext&, const RopeTables&, const BlockTensors&, BlockActs&,       \
+                                  const float*, float*, bool);                                                    \
+  template void block_backward_weight<A>(const BlockContext&, const BlockTensors&, const BlockActs&);
 LOOM_LLAMA_BLOCK(float)
 LOOM_LLAMA_BLOCK(bf16)
 LOOM_LLAMA_BLOCK(f16)

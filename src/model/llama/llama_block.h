@@ -34,9 +34,17 @@ template <class A>
 void block_forward(const BlockContext& ctx, const RopeTables& rope, const BlockTensors& t, BlockActs& acts,
                    const float* in);
 // dres[R, C] (the gradient of the block's output) becomes the gradient of
-// its input `in`; weight gradients are added and reported ready.
+// its input `in`; weight gradients are added and reported ready. split
+// (zero-bubble schedules): the four products' weight gradients are left for
+// block_backward_weight, their output gradients kept in acts (res3,
+// gate_up, res2, qkv: values backward no longer reads); the norms' weight
+// gradients are still added here.
 template <class A>
-void block_backward(const BlockContext& ctx, const RopeTables& rope, const BlockTensors& t, const BlockActs& acts,
-                    const float* in, float* dres);
+void block_backward(const BlockContext& ctx, const RopeTables& rope, const BlockTensors& t, BlockActs& acts,
+                    const float* in, float* dres, bool split = false);
+// After block_backward(split): the products' weight gradients, added and
+// reported ready; bitwise what the combined backward adds.
+template <class A>
+void block_backward_weight(const BlockContext& ctx, const BlockTensors& t, const BlockActs& acts);
 
 }  // namespace loom::llama

@@ -42,9 +42,13 @@ struct Llama {
     llama::block_forward<A>(ctx, s.tables(), t, a, in);
   }
   template <class A>
-  static void block_backward(const BlockContext& ctx, const State& s, const BlockTensors& t, const BlockActs& a,
-                             const float* in, float* dres) {
-    llama::block_backward<A>(ctx, s.tables(), t, a, in, dres);
+  static void block_backward(const BlockContext& ctx, const State& s, const BlockTensors& t, BlockActs& a,
+                             const float* in, float* dres, bool split) {
+    llama::block_backward<A>(ctx, s.tables(), t, a, in, dres, split);
+  }
+  template <class A>
+  static void block_backward_weight(const BlockContext& ctx, const State&, const BlockTensors& t, const BlockActs& a) {
+    llama::block_backward_weight<A>(ctx, t, a);
   }
 
   template <class A>

@@ -114,43 +114,27 @@ Schedule interleaved_1f1b(int pp, int m, int v) {
 
 Schedule zero_bubble_h1(int pp, int m) {
   check_sizes(pp, m, 1);
-  // Unit-time simulation, one tick at a time. done_f[s][mb] / done_b[s][mb]:
-  // the tick at whose end that pass finished (-1: not yet).
-  std::vector<std::vector<int>> done_f(size_t(pp), std::vector<int>(size_t(m), -1)), done_b = done_f;
-  std::vector<StageWriter> writers;
-  for (int s = 0; s < pp; s++) writers.emplace_back(pp, 1, s);
-  std::vector<int> next_f(size_t(pp), 0), next_b(size_t(pp), 0), next_w(size_t(pp), 0);
-  auto finished = [](int tick, int now) { return tick >= 0 && tick < now; };
-  for (int now = 0, left = 3 * pp * m; left > 0; now++) {
-    LOOM_CHECK(now <= 4 * pp * m + 4 * pp, "zero_bubble_h1(%d, %d): the simulation does not finish", pp, m);
-    for (int s = 0; s < pp; s++) {
-      const size_t u = size_t(s);
-      const int f = next_f[u], b = next_b[u], w = next_w[u];
-      // B: its forward here done and (last stage) or the next stage's B done.
-      const bool b_ready = b < m && finished(done_f[u][size_t(b)], now) &&
-                           (s == pp - 1 || finished(done_b[u + 1][size_t(b)], now));
-      // F: its input here (first stage, or the previous stage's F done), at
-      // most 1F1B's pp - s forwards whose B has not run, and at most pp - 1
-      // more whose W has not (what W reads is kept until then).
-      const bool f_ready = f < m && f - b < pp - s && f - w < 2 * pp - 1 - s &&
-                           (s == 0 || finished(done_f[u - 1][size_t(f)], now));
-      if (b_ready) {
-        writers[u].backward(b, 0, ActionKind::BackwardInput);
-        done_b[u][size_t(b)] = now, next_b[u]++;
-      } else if (f_ready) {
-        writers[u].forward(f, 0);
-        done_f[u][size_t(f)] = now, next_f[u]++;
-      } else if (w < b) {  // a W waiting: fill the idle tick
-        writers[u].backward_weight(w, 0);
-        next_w[u]++;
-      } else {
-        continue;  // idle
-      }
-      left--;
-    }
-  }
   Schedule schedule;
-  for (StageWriter& w : writers) schedule.push_back(w.finish());
+  for (int s = 0; s < pp; s++) {
+    StageWriter w(pp, 1, s);
+    // Stage s runs micro-batch k's W right after B of micro-batch k + s: the
+    // later a stage, the longer its W waits, filling the time 1F1B leaves
+    // it idle while the earlier stages are still warming up or draining.
+    int next_w = 0;
+    auto backward = [&](int k) {
+      w.backward(k, 0, ActionKind::BackwardInput);
+      for (; next_w <= k - s; next_w++) w.backward_weight(next_w, 0);
+    };
+    const int warmup = std::min(pp - s - 1, m);
+    for (int mb = 0; mb < warmup; mb++) w.forward(mb, 0);
+    for (int i = 0; i < m - warmup; i++) {
+      w.forward(warmup + i, 0);
+      backward(i);
+    }
+    for (int mb = m - warmup; mb < m; mb++) backward(mb);
+    for (; next_w < m; next_w++) w.backward_weight(next_w, 0);
+    schedule.push_back(w.finish());
+  }
   return schedule;
 }
 
@@ -170,7 +154,7 @@ int max_in_flight(ScheduleKind kind, int pp, int m, int v, int stage) {
   switch (kind) {
     case ScheduleKind::GPipe: return m;
     case ScheduleKind::OneFOneB: return std::min(m, pp - stage);
-    case ScheduleKind::ZeroBubbleH1: return std::min(m, 2 * pp - 1 - stage);
+    case ScheduleKind::ZeroBubbleH1: return std::min(m, pp);
     case ScheduleKind::Interleaved1F1B:
       return std::min(m * v, interleaved_warmup(pp, m, v, stage) + 1);
   }

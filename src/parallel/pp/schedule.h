@@ -51,12 +51,12 @@ Schedule one_f_one_b(int pp, int m);
 // Megatron's interleaved 1F1B with v chunks per stage; needs m % pp == 0.
 Schedule interleaved_1f1b(int pp, int m, int v);
 // Zero Bubble's ZB-H1 (Qi et al., ICLR 2024): each backward split into its
-// input part (B) and weight part (W), with the W passes moved into the idle
-// time 1F1B leaves. At most 1F1B's pp - stage micro-batches wait for their
-// B (what backward reads), and at most pp - 1 more for their W (only what
-// the weight gradients read). Built by running the stages on unit-time F, B
-// and W (the paper's assumption), preferring B, then F, then a waiting W:
-// its bubble is then (pp - 1) units, a third of 1F1B's 3 (pp - 1).
+// input part (B) and weight part (W). 1F1B's order of F and B, with stage s
+// running each W s micro-batches after its B, the rest at the end: the W
+// passes fill the idle time 1F1B leaves. Every stage holds at most pp
+// micro-batches until their W (1F1B's first stage: the same peak
+// activation memory); with the paper's unit F, B and W the bubble is
+// (pp - 1) units, a third of 1F1B's 3 (pp - 1).
 Schedule zero_bubble_h1(int pp, int m);
 // Dispatch on kind; v must be 1 unless kind is Interleaved1F1B.
 Schedule build_schedule(ScheduleKind kind, int pp, int m, int v);
@@ -66,8 +66,8 @@ Schedule build_schedule(ScheduleKind kind, int pp, int m, int v);
 // on `stage` at any moment: how many activation sets the stage must hold.
 //   GPipe:       m
 //   1F1B:        min(m, pp - stage)
-//   ZB-H1:       min(m, 2 pp - 1 - stage), counted until each W (until
-//                each B: 1F1B's min(m, pp - stage))
+//   ZB-H1:       min(m, pp), counted until each W (until each B: 1F1B's
+//                min(m, pp - stage))
 //   interleaved: min(m * v, warmup + 1) (micro-batch, chunk) pairs, with
 //                Megatron's warm-up count warmup = (pp - stage - 1) * 2 + (v - 1) * pp
 //                (1F1B's pp - stage - 1 when v == 1); the +1 is the steady

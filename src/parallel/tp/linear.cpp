@@ -18,7 +18,7 @@ void column_parallel_backward(cpu::LowpMatmulEngine& eng, const TensorParallel& 
   cpu::matmul_backward(eng, work, nullptr, nullptr, dout, x, weight, N, C, OCl);
   auto reduction = tp.reduce_rows_async(work, dx, N, C);
   tp.wait(x_ready);
-  cpu::matmul_backward(eng, nullptr, dweight, dbias, dout, x, weight, N, C, OCl);
+  if (dweight) cpu::matmul_backward(eng, nullptr, dweight, dbias, dout, x, weight, N, C, OCl);
   tp.wait(reduction.get());
 }
 
@@ -38,6 +38,12 @@ void row_parallel_backward(cpu::LowpMatmulEngine& eng, const TensorParallel& tp,
   cpu::matmul_backward(eng, dx, dweight, dbias, dout_rows, x, weight, N, ICl, C);
 }
 
+template <class A>
+void linear_weight_backward(cpu::LowpMatmulEngine& eng, float* dweight, float* dbias, const A* dout, const A* x,
+                            int N, int C, int OC) {
+  cpu::matmul_backward(eng, nullptr, dweight, dbias, dout, x, static_cast<const A*>(nullptr), N, C, OC);
+}
+
 #define LOOM_LINEAR_INSTANCES(A)                                                                                  \
   template void column_parallel_forward<A, A>(cpu::LowpMatmulEngine&, A*, const A*, const A*, const float*, int, \
                                               int, int);                                                          \
@@ -46,7 +52,8 @@ void row_parallel_backward(cpu::LowpMatmulEngine& eng, const TensorParallel& tp,
   template void row_parallel_forward<A>(cpu::LowpMatmulEngine&, const TensorParallel&, float*, float*, const A*,  \
                                         const A*, const float*, const float*, int, int, int);                     \
   template void row_parallel_backward<A>(cpu::LowpMatmulEngine&, const TensorParallel&, float*, float*, float*,   \
-                                         const A*, A*, const A*, const A*, int, int, int);
+                                         const A*, A*, const A*, const A*, int, int, int);            \
+  template void linear_weight_backward<A>(cpu::LowpMatmulEngine&, float*, float*, const A*, const A*, int, int, int);
 LOOM_LINEAR_INSTANCES(float)
 LOOM_LINEAR_INSTANCES(bf16)
 LOOM_LINEAR_INSTANCES(f16)

@@ -31,7 +31,8 @@ void column_parallel_forward(cpu::LowpMatmulEngine& eng, Out* out, const A* x, c
 // work[N, C] (work == dx without sequence parallelism); the reduction starts
 // before dweight[OCl, C] += dout^T @ x[N, C] and dbias += column sums, and is
 // waited on after. `x_ready`, if given, is waited on before x is read (an
-// all-gather of x that ran meanwhile).
+// all-gather of x that ran meanwhile). dweight == nullptr: the input
+// gradient alone (a zero-bubble schedule's B; linear_weight_backward later).
 template <class A>
 void column_parallel_backward(cpu::LowpMatmulEngine& eng, const TensorParallel& tp, float* dx, float* work,
                               float* dweight, float* dbias, const A* dout, const A* x, const A* weight, int N, int C,
@@ -46,9 +47,18 @@ void row_parallel_forward(cpu::LowpMatmulEngine& eng, const TensorParallel& tp, 
 
 // dout[local_rows, C] gathered to every row (into work[N, C] with sequence
 // parallelism), then dx[N, ICl] = dout @ weight, dweight += dout^T @ x,
-// dbias += column sums of every row (complete on every rank).
+// dbias += column sums of every row (complete on every rank). dweight ==
+// nullptr: the input gradient alone.
 template <class A>
 void row_parallel_backward(cpu::LowpMatmulEngine& eng, const TensorParallel& tp, float* dx, float* dweight,
                            float* dbias, const A* dout, A* work, const A* x, const A* weight, int N, int ICl, int C);
+
+// The weight part of either layer's backward on its own (a zero-bubble
+// schedule's W): dweight[OC, C] += dout[N, OC]^T @ x[N, C], dbias += column
+// sums (dbias may be null); dout and x hold every row (gathered with
+// sequence parallelism). Bitwise what the combined backward adds.
+template <class A>
+void linear_weight_backward(cpu::LowpMatmulEngine& eng, float* dweight, float* dbias, const A* dout, const A* x,
+                            int N, int C, int OC);
 
 }  // namespace loom::tp
