@@ -248,8 +248,14 @@ void RunConfig::validate() const {
   require(parallel.tp >= 1, "parallel.tp", ">= 1");
   require(parallel.pp >= 1, "parallel.pp", ">= 1");
   require(parallel.zero >= 0 && parallel.zero <= 3, "parallel.zero", "0, 1, 2 or 3");
-  require(parallel.schedule == "1f1b" || parallel.schedule == "gpipe" || parallel.schedule == "interleaved",
-          "parallel.schedule", "\"1f1b\", \"gpipe\" or \"interleaved\"");
+  require(parallel.schedule == "1f1b" || parallel.schedule == "gpipe" || parallel.schedule == "interleaved" ||
+              parallel.schedule == "zb-h1",
+          "parallel.schedule", "\"1f1b\", \"gpipe\", \"interleaved\" or \"zb-h1\"");
+  // The split backward keeps the weight pass's operands in the block's
+  // stored buffers, which full recomputation does not keep.
+  require(parallel.schedule != "zb-h1" || t.recompute_mode() != Recompute::full, "train.recompute",
+          "\"none\" or \"selective\" with parallel.schedule = \"zb-h1\" (its weight pass reads the activations "
+          "full recomputation drops)");
   require(parallel.virtual_stages >= 1 && parallel.virtual_stages <= 64, "parallel.virtual_stages", "in [1, 64]");
   require(parallel.virtual_stages == 1 || parallel.schedule == "interleaved", "parallel.virtual_stages",
           "1 unless parallel.schedule = \"interleaved\"");

@@ -118,7 +118,7 @@ class StageModule {
   // weight gradients) and later backward_weight (the weight gradients of
   // the blocks' matrix products). The slot's activations are kept until then; what the
   // weight pass reads lives in buffers the input pass is done with, so the
-  // split costs no memory. Not with model.recompute = "full".
+  // split costs no memory. Not with train.recompute = "full".
   virtual float backward_input(int slot, const int32_t* tokens, const int32_t* targets, int B, int T,
                                float loss_scale) = 0;
   virtual void backward_weight(int slot, int B, int T) = 0;

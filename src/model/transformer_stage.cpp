@@ -269,7 +269,7 @@ float TransformerStage::backward_input(int slot, const int32_t* tokens, const in
   // Full recomputation keeps only each block's output: nothing to keep the
   // weight pass's operands in (config validation refuses the pair first).
   LOOM_USER_CHECK(recompute_ != Recompute::full,
-                  "model.recompute = \"full\" cannot run a zero-bubble schedule's split backward");
+                  "train.recompute = \"full\" cannot run a zero-bubble schedule's split backward");
   return backward_pass(slot, tokens, targets, B, T, loss_scale, true);
 }
 

@@ -42,6 +42,7 @@ const char* span_kind_color(SpanKind k) {
   switch (k) {
     case SpanKind::forward: return "#4e79a7";
     case SpanKind::backward: return "#59a14f";
+    case SpanKind::backward_weight: return "#b5d99c";
     case SpanKind::comm: return "#f28e2b";
     case SpanKind::wait: return "#e15759";
     case SpanKind::bubble: return "#bab0ac";
@@ -95,8 +96,9 @@ TimelineChart render_timeline(const std::vector<RankTrace>& ranks) {
       if (s->index >= 0) tip += strprintf(" (micro-batch %d)", s->index);
       svg.rect(x0, async ? y + row_h + 1 : y, std::max(x1 - x0, 0.5), async ? comm_h : row_h,
                span_kind_color(s->kind), tip, "white");
-      if (!async && x1 - x0 > 22 && s->index >= 0 && (s->kind == SpanKind::forward || s->kind == SpanKind::backward))
-        svg.text((x0 + x1) / 2, y + row_h * 0.65, strprintf("%c%d", s->kind == SpanKind::forward ? 'F' : 'B', s->index),
+      if (!async && x1 - x0 > 22 && s->index >= 0 && (s->kind == SpanKind::forward || s->kind == SpanKind::backward ||
+                                                     s->kind == SpanKind::backward_weight))
+        svg.text((x0 + x1) / 2, y + row_h * 0.65, strprintf("%c%d", s->kind == SpanKind::forward ? 'F' : s->kind == SpanKind::backward ? 'B' : 'W', s->index),
                  Svg::Anchor::middle, 10, 0, "white");
     }
     svg.end_group();
@@ -114,11 +116,11 @@ TimelineChart render_timeline(const std::vector<RankTrace>& ranks) {
   svg.text(left + pw / 2, axis_y + 34, "time in the step (ms)", Svg::Anchor::middle, 12);
 
   double lx = left, ly = height - 14;
-  for (SpanKind k : {SpanKind::forward, SpanKind::backward, SpanKind::comm, SpanKind::wait, SpanKind::bubble,
-                     SpanKind::optimizer, SpanKind::data}) {
+  for (SpanKind k : {SpanKind::forward, SpanKind::backward, SpanKind::backward_weight, SpanKind::comm,
+                     SpanKind::wait, SpanKind::bubble, SpanKind::optimizer, SpanKind::data}) {
     svg.rect(lx, ly - 10, 12, 12, span_kind_color(k));
     svg.text(lx + 16, ly, span_kind_name(k), Svg::Anchor::start, 11);
-    lx += 100;
+    lx += k == SpanKind::backward_weight ? 125 : 95;
   }
   out.svg = svg.str();
   return out;

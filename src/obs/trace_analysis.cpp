@@ -102,7 +102,7 @@ TraceBreakdown analyze_trace(const std::vector<RankTrace>& ranks) {
     t.step_s += b.step_us * 1e-6;
     members[b.pp]++;
     bubble[b.pp] += b.step_us > 0 ? b.self(SpanKind::bubble) / b.step_us : 0;
-    compute[b.pp] += (b.self(SpanKind::forward) + b.self(SpanKind::backward)) * 1e-6;
+    compute[b.pp] += (b.self(SpanKind::forward) + b.self(SpanKind::backward) + b.self(SpanKind::backward_weight)) * 1e-6;
     for (const auto& [g, v] : b.exposed_comm_us) exposed[g] += v * 1e-6;
     for (const auto& [g, v] : b.async_comm_us) async[g] += v;
   }

@@ -4,7 +4,7 @@ namespace loom::obs {
 
 namespace {
 constexpr const char* kKindNames[kSpanKindCount] = {"forward",   "backward", "comm", "wait", "bubble",
-                                                    "optimizer", "data",     "step", "other"};
+                                                    "optimizer", "data",     "step", "other", "backward_weight"};
 constexpr const char* kGroupNames[] = {"", "tp", "dp", "pp", "world"};
 }  // namespace
 

@@ -17,8 +17,9 @@ enum class SpanKind : unsigned char {
   data,       // reading the batch
   step,       // a whole training step (its index is the step number)
   other,
+  backward_weight,  // a zero-bubble schedule's weight-gradient pass (W), apart from the input pass (backward)
 };
-inline constexpr int kSpanKindCount = 9;
+inline constexpr int kSpanKindCount = 10;
 const char* span_kind_name(SpanKind k);
 bool parse_span_kind(const std::string& s, SpanKind* out);
 

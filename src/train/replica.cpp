@@ -26,19 +26,19 @@ class Replica::Stage : public pp::StageModel {
     r_.chunks_[size_t(c)]->forward_stage(slot, tok(mb), B(), T_);
   }
   void backward(int mb, int c, int slot) override {
-    StageModule& chunk = *r_.chunks_[size_t(c)];
-    // Only each chunk's last micro-batch reports gradients to the reducer.
-    const bool last = mb + 1 == r_.micro_batches_;
-    const int first_tensor = r_.chunk_tensor_[size_t(c)];
-    const ParamLayout& lay = chunk.layout();
     obs::ScopedSpan span(r_.trace_, "backward", obs::SpanKind::backward, obs::CommGroup::none, mb);
-    if (last)
-      chunk.set_grad_ready_hook([this, first_tensor, &lay](int i) {
-        // A tensor tied across stages is reported after its copies are summed.
-        if (!lay.params[size_t(i)].tied_across_stages) r_.reducer_->on_grad_ready(first_tensor + i);
-      });
-    loss_sum_ += chunk.backward_stage(slot, tok(mb), tgt(mb), B(), T_, r_.loss_scale_ * r_.scaler_.scale());
-    chunk.set_grad_ready_hook(nullptr);
+    ReportReady report(*this, mb, c);
+    loss_sum_ += chunk(c).backward_stage(slot, tok(mb), tgt(mb), B(), T_, loss_scale());
+  }
+  void backward_input(int mb, int c, int slot) override {
+    obs::ScopedSpan span(r_.trace_, "backward input", obs::SpanKind::backward, obs::CommGroup::none, mb);
+    ReportReady report(*this, mb, c);
+    loss_sum_ += chunk(c).backward_input(slot, tok(mb), tgt(mb), B(), T_, loss_scale());
+  }
+  void backward_weight(int mb, int c, int slot) override {
+    obs::ScopedSpan span(r_.trace_, "backward weight", obs::SpanKind::backward_weight, obs::CommGroup::none, mb);
+    ReportReady report(*this, mb, c);
+    chunk(c).backward_weight(slot, B(), T_);
   }
   float* activation_in(int c, int slot) override { return r_.chunks_[size_t(c)]->stage_input(slot); }
   const float* activation_out(int c, int slot) override { return r_.chunks_[size_t(c)]->stage_output(slot); }
@@ -53,6 +53,27 @@ class Replica::Stage : public pp::StageModel {
   }
 
  private:
+  // Only each chunk's last micro-batch reports gradients to the reducer
+  // (each tensor when its last write of the step is done: in B or in W).
+  class ReportReady {
+   public:
+    ReportReady(Stage& s, int mb, int c) : chunk_(s.chunk(c)) {
+      if (mb + 1 != s.r_.micro_batches_) return;
+      Replica& r = s.r_;
+      const int first_tensor = r.chunk_tensor_[size_t(c)];
+      const ParamLayout& lay = chunk_.layout();
+      chunk_.set_grad_ready_hook([&r, first_tensor, &lay](int i) {
+        // A tensor tied across stages is reported after its copies are summed.
+        if (!lay.params[size_t(i)].tied_across_stages) r.reducer_->on_grad_ready(first_tensor + i);
+      });
+    }
+    ~ReportReady() { chunk_.set_grad_ready_hook(nullptr); }
+
+   private:
+    StageModule& chunk_;
+  };
+  StageModule& chunk(int c) const { return *r_.chunks_[size_t(c)]; }
+  float loss_scale() const { return r_.loss_scale_ * r_.scaler_.scale(); }
   int B() const { return r_.micro_batch_; }
   const int32_t* tok(int mb) const { return tokens_->data() + size_t(mb) * B() * T_; }
   const int32_t* tgt(int mb) const { return targets_->data() + size_t(mb) * B() * T_; }

@@ -11,6 +11,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "comm/layout_check.h"
@@ -155,18 +156,20 @@ using loom::test::gradient_errors;
 // bf16's own error (and the loss drift at 3.3e-3, past this bound too).
 // ZeRO-1 (bf16: sharded fp32 masters, the 16-bit copy and the fp32 tensors
 // the model reads published after each update) and ZeRO-3 (blocks gathered
-// as used).
-class MixedPrecision3D : public testing::TestWithParam<int> {};
+// as used); and the zero-bubble schedule's split backward.
+class MixedPrecision3D : public testing::TestWithParam<std::tuple<int, const char*>> {};
 
 TEST_P(MixedPrecision3D, Bf16MatchesSingleProcessBf16) {
   if (world_size() != 8) GTEST_SKIP() << "the 2 x 2 x 2 layout needs 8 ranks";
-  const int zero = GetParam();
+  const auto [zero, schedule] = GetParam();
   auto single = loom::ParallelContext::create_single();
   static const loom::TrainResult fp32 = loom::train(tiny("fp32", 1, 1, 1), *single, nullptr, keep_grads());
   static const loom::TrainResult bf16 = loom::train(tiny("bf16", 1, 1, 1), *single, nullptr, keep_grads());
   const auto& ctx = context(2, 2);
   const loom::RunConfig cfg =
-      tiny("bf16", 2, 2, 2, {"parallel.sequence_parallel=true", "parallel.zero=" + std::to_string(zero)});
+      tiny("bf16", 2, 2, 2,
+           {"parallel.sequence_parallel=true", "parallel.zero=" + std::to_string(zero),
+            std::string("parallel.schedule=\"") + schedule + "\""});
   const loom::TrainResult got = loom::train(cfg, ctx, nullptr, keep_grads());
 
   const auto layout_err = gradient_errors(cfg, ctx, got.first_step_grads, bf16.first_step_grads);
@@ -186,10 +189,12 @@ TEST_P(MixedPrecision3D, Bf16MatchesSingleProcessBf16) {
     drift = std::max(drift, std::abs(double(got.train_losses[s]) / bf16.train_losses[s] - 1));
   }
   if (ctx.rank() == 0)
-    std::printf("bf16 2x2x2 ZeRO-%d vs single: worst gradient error %.3f of bf16's own, loss drift %.2e\n", zero,
-                worst, drift);
+    std::printf("bf16 2x2x2 ZeRO-%d %s vs single: worst gradient error %.3f of bf16's own, loss drift %.2e\n", zero,
+                schedule, worst, drift);
 }
 
-INSTANTIATE_TEST_SUITE_P(Zero, MixedPrecision3D, testing::Values(1, 3));
+INSTANTIATE_TEST_SUITE_P(ZeroAndSchedule, MixedPrecision3D,
+                         testing::Values(std::make_tuple(1, "1f1b"), std::make_tuple(3, "1f1b"),
+                                         std::make_tuple(1, "zb-h1")));
 
 }  // namespace

@@ -1,13 +1,15 @@
 // Pipeline parallelism (issue 7) under mpirun: pp = 2 and 4 (where the world
 // allows; the rest data parallel) x every schedule (GPipe, 1F1B, interleaved
-// 1F1B with 2 chunks per stage) x m in {1, 4, 8} micro-batches (interleaving
-// needs m % pp == 0), and the full 3D layout dp x tp x pp = 2 x 2 x 2 with
+// 1F1B with 2 chunks per stage, zero-bubble ZB-H1 with its split backward)
+// x m in {1, 4, 8} micro-batches (interleaving needs m % pp == 0, ZB-H1
+// m >= pp), and the full 3D layout dp x tp x pp = 2 x 2 x 2 with
 // sequence parallelism and ZeRO, each reproducing the single-process run
 // (DESIGN.md invariant 1): first-step gradients within 1e-5 relative per
 // global tensor (each stage's chunks, each tp rank's slices, both copies of
 // the tied token table), losses within rtol 1e-4 over 20 steps.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <memory>
@@ -62,7 +64,9 @@ const loom::ParallelContext& context(int tp, int pp) { return loom::test::world_
 
 std::string layout_name(const testing::TestParamInfo<Layout>& info) {
   const Layout& l = info.param;
-  return "pp" + std::to_string(l.pp) + "_tp" + std::to_string(l.tp) + "_" + l.schedule + "_m" + std::to_string(l.m) +
+  std::string schedule = l.schedule;
+  std::replace(schedule.begin(), schedule.end(), '-', '_');  // "zb-h1": gtest names allow no '-'
+  return "pp" + std::to_string(l.pp) + "_tp" + std::to_string(l.tp) + "_" + schedule + "_m" + std::to_string(l.m) +
          "_v" + std::to_string(l.v) + (l.sequence_parallel ? "_sp" : "") + "_zero" + std::to_string(l.zero);
 }
 
@@ -92,13 +96,16 @@ std::vector<Layout> layouts() {
     for (const char* schedule : {"gpipe", "1f1b"})
       for (int m : {1, 4, 8}) out.push_back({pp, 1, schedule, m, 1, false, 0});
     for (int m : {4, 8}) out.push_back({pp, 1, "interleaved", m, 2, false, 0});
+    for (int m : {pp, 8}) out.push_back({pp, 1, "zb-h1", m, 1, false, 0});  // needs m >= pp
   }
   // 3D: dp x tp x pp = 2 x 2 x 2 at 8 ranks.
   out.push_back({2, 2, "1f1b", 4, 1, true, 1});
   out.push_back({2, 2, "interleaved", 4, 2, false, 2});
+  out.push_back({2, 2, "zb-h1", 4, 1, true, 1});
   // ZeRO-3: each chunk's blocks gathered as the schedule reaches them.
   out.push_back({2, 1, "interleaved", 4, 2, false, 3});
   out.push_back({2, 2, "1f1b", 4, 1, true, 3});
+  out.push_back({2, 2, "zb-h1", 4, 1, true, 3});
   return out;
 }
 

@@ -1,7 +1,6 @@
 #include "parallel/pp/executor.h"
 
 #include <algorithm>
-#include <set>
 
 #include "core/check.h"
 #include "parallel/pp/pipeline_plan.h"
@@ -61,10 +60,12 @@ void PipelineExecutor::run(const StageSchedule& actions, StageModel& model) {
   const int stage = pp_.rank(), pp = pp_.size();
   const size_t n = model.activation_floats();
   timeline_ = {};
-  std::set<std::pair<int, int>> sends_grad;  // (micro-batch, chunk) whose gradient goes back
-  for (const Action& a : actions)
-    if (a.kind == ActionKind::SendGrad) sends_grad.insert({a.microbatch, a.chunk});
-  for (const Action& a : actions) {
+  // A (micro-batch, chunk)'s slot is free after its last action: the send
+  // of its gradient (waited on before the slot is reused) or its
+  // (weight-)backward.
+  const auto last = last_actions(actions);
+  for (size_t i = 0; i < actions.size(); i++) {
+    const Action& a = actions[i];
     if (a.kind == ActionKind::ReduceGrads || a.kind == ActionKind::OptimizerStep) break;
     const int mb = a.microbatch, c = a.chunk;
     switch (a.kind) {
@@ -80,7 +81,9 @@ void PipelineExecutor::run(const StageSchedule& actions, StageModel& model) {
         break;
       }
       case ActionKind::Forward:
-      case ActionKind::Backward: {
+      case ActionKind::Backward:
+      case ActionKind::BackwardInput:
+      case ActionKind::BackwardWeight: {
         const bool forward = a.kind == ActionKind::Forward;
         const int s = slot_of(mb, c, forward);
         if (auto& w = recv_[size_t(c)][size_t(s)]) {
@@ -90,7 +93,9 @@ void PipelineExecutor::run(const StageSchedule& actions, StageModel& model) {
         }
         TimedAction timed{a, seconds(), 0};
         if (forward) model.forward(mb, c, s);
-        else model.backward(mb, c, s);
+        else if (a.kind == ActionKind::Backward) model.backward(mb, c, s);
+        else if (a.kind == ActionKind::BackwardInput) model.backward_input(mb, c, s);
+        else model.backward_weight(mb, c, s);
         timed.end = seconds();
         timeline_.actions.push_back(timed);
         timeline_.compute += timed.end - timed.start;
@@ -107,19 +112,9 @@ void PipelineExecutor::run(const StageSchedule& actions, StageModel& model) {
         send_grad_[size_t(c)][size_t(s)] = pp_.send_async(model.grad(c, s), n, DType::f32, to, tag(mb, to_chunk, true));
         break;
       }
-      case ActionKind::BackwardInput:
-      case ActionKind::BackwardWeight:
-        LOOM_CHECK(false, "pipeline executor: %s: split backward (zero-bubble schedules) is not run yet",
-                   to_string(a).c_str());
       default: break;
     }
-    // After its Backward (and the send of its gradient, if any, posted
-    // next) a micro-batch's slot is free for the next one.
-    if (a.kind == ActionKind::Backward) {
-      if (!sends_grad.count({mb, c})) release(mb, c);
-    } else if (a.kind == ActionKind::SendGrad) {
-      release(mb, c);
-    }
+    if (mb >= 0 && last.at({mb, c}) == i) release(mb, c);
   }
   // Every transfer done before the step ends.
   for (auto* works : {&recv_, &send_out_, &send_grad_})

@@ -6,8 +6,9 @@
 // compute that produced them and waited on only before their buffer is
 // reused, so transfers overlap computation. A (micro-batch, chunk) holds an
 // activation slot from its first action until its Backward is done and its
-// gradient sent; the schedule's in-flight bound is how many slots a chunk
-// needs (GPipe: m, 1F1B: pp - stage).
+// gradient sent (and, when split, its BackwardWeight run); the schedule's
+// in-flight bound is how many slots a chunk needs (GPipe: m, 1F1B:
+// pp - stage, ZB-H1: pp).
 //
 // parallel/ knows nothing of the model: the stage's chunks are driven
 // through StageModel, which the training loop implements.
@@ -28,6 +29,9 @@ class StageModel {
   // Runs the micro-batch's forward / backward on `chunk`, in activation slot `slot`.
   virtual void forward(int microbatch, int chunk, int slot) = 0;
   virtual void backward(int microbatch, int chunk, int slot) = 0;
+  // Zero-bubble schedules: backward's input part, then later its weight part.
+  virtual void backward_input(int microbatch, int chunk, int slot) = 0;
+  virtual void backward_weight(int microbatch, int chunk, int slot) = 0;
   // Transfer buffers of (chunk, slot), activation_floats() each: where a
   // received activation goes, the activation to send, and the gradient
   // buffer (received before backward, sent after it).
@@ -47,9 +51,9 @@ struct TimedAction {
 };
 
 struct StageTimeline {
-  std::vector<TimedAction> actions;  // Forward and Backward, in order
+  std::vector<TimedAction> actions;  // the compute actions (Forward, Backward or its two parts), in order
   double span = 0;                   // the step's start to the last action's end on any stage
-  double compute = 0;                // sum of Forward and Backward durations
+  double compute = 0;                // sum of their durations
   int peak_in_flight = 0;            // most (micro-batch, chunk) activation sets held at once
   // The share of the pipeline's span this stage did not compute: waiting on
   // the other stages, or done before them.

@@ -1,6 +1,7 @@
 #include "parallel/pp/pipeline_plan.h"
 
 #include <algorithm>
+#include <map>
 #include <set>
 #include <utility>
 
@@ -19,8 +20,10 @@ ScheduleKind parse_schedule_kind(const std::string& name) {
   if (name == "gpipe") return ScheduleKind::GPipe;
   if (name == "1f1b") return ScheduleKind::OneFOneB;
   if (name == "interleaved") return ScheduleKind::Interleaved1F1B;
-  throw UserError(strprintf("config field 'parallel.schedule' is '%s'; expected \"1f1b\", \"gpipe\" or \"interleaved\"",
-                            name.c_str()));
+  if (name == "zb-h1") return ScheduleKind::ZeroBubbleH1;
+  throw UserError(strprintf(
+      "config field 'parallel.schedule' is '%s'; expected \"1f1b\", \"gpipe\", \"interleaved\" or \"zb-h1\"",
+      name.c_str()));
 }
 
 PipelinePlan plan_pipeline(const std::string& schedule, int v, const std::vector<int>& pp_layers, int n_layer,
@@ -35,6 +38,13 @@ PipelinePlan plan_pipeline(const std::string& schedule, int v, const std::vector
   } else {
     plan.layers = balanced_partition(n_layer, parts, 0.0, head_blocks);
   }
+  // Fewer micro-batches than stages leave nothing to fill the bubble with.
+  if (plan.schedule == ScheduleKind::ZeroBubbleH1 && micro_batches > 0 && micro_batches < pp)
+    throw UserError(strprintf(
+        "parallel.schedule = \"zb-h1\" needs at least parallel.pp = %d micro-batches per step; got %d "
+        "(train.batch_size / (train.micro_batch_size x data-parallel replicas)): raise train.batch_size or lower "
+        "train.micro_batch_size",
+        pp, micro_batches));
   if (micro_batches > 0) {
     plan.actions = build_schedule(plan.schedule, pp, micro_batches, v);
     for (const StageSchedule& stage : plan.actions) plan.slots.push_back(slots_needed(stage, v));
@@ -42,17 +52,23 @@ PipelinePlan plan_pipeline(const std::string& schedule, int v, const std::vector
   return plan;
 }
 
+std::map<std::pair<int, int>, size_t> last_actions(const StageSchedule& actions) {
+  std::map<std::pair<int, int>, size_t> last;
+  for (size_t i = 0; i < actions.size(); i++)
+    if (actions[i].microbatch >= 0) last[{actions[i].microbatch, actions[i].chunk}] = i;
+  return last;
+}
+
 std::vector<int> slots_needed(const StageSchedule& actions, int v) {
-  std::set<std::pair<int, int>> sends_grad, held;
-  for (const Action& a : actions)
-    if (a.kind == ActionKind::SendGrad) sends_grad.insert({a.microbatch, a.chunk});
+  const auto last = last_actions(actions);
+  std::set<std::pair<int, int>> held;
   std::vector<int> now(size_t(v), 0), peak(size_t(v), 0);
-  for (const Action& a : actions) {
+  for (size_t i = 0; i < actions.size(); i++) {
+    const Action& a = actions[i];
+    if (a.microbatch < 0) continue;
     const std::pair<int, int> key{a.microbatch, a.chunk};
-    if ((a.kind == ActionKind::RecvActivation || a.kind == ActionKind::Forward) && held.insert(key).second)
-      peak[size_t(a.chunk)] = std::max(peak[size_t(a.chunk)], ++now[size_t(a.chunk)]);
-    const bool releases = a.kind == ActionKind::SendGrad || (a.kind == ActionKind::Backward && !sends_grad.count(key));
-    if (releases && held.erase(key)) now[size_t(a.chunk)]--;
+    if (held.insert(key).second) peak[size_t(a.chunk)] = std::max(peak[size_t(a.chunk)], ++now[size_t(a.chunk)]);
+    if (last.at(key) == i && held.erase(key)) now[size_t(a.chunk)]--;
   }
   for (int& p : peak) p = std::max(p, 1);
   return peak;

@@ -8,7 +8,9 @@
 // no model (config/pipeline_plan.h makes one from a RunConfig).
 #pragma once
 
+#include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "parallel/pp/schedule.h"
@@ -31,7 +33,7 @@ struct PipelinePlan {
   int first_layer(int vs) const;
 };
 
-// "gpipe" | "1f1b" | "interleaved"; UserError naming parallel.schedule otherwise.
+// "gpipe" | "1f1b" | "interleaved" | "zb-h1"; UserError naming parallel.schedule otherwise.
 ScheduleKind parse_schedule_kind(const std::string& name);
 
 // schedule: its name; v: chunks per stage; pp_layers: blocks per virtual
@@ -45,8 +47,11 @@ PipelinePlan plan_pipeline(const std::string& schedule, int v, const std::vector
 
 // How many activation sets each of the v chunks needs to run one stage's
 // `actions`: a (micro-batch, chunk) holds one from its first action (a
-// receive or its forward) until its gradient is sent (or its backward, where
-// nothing is sent). At least 1 each.
+// receive or its forward) to its last (the send of its gradient, or its
+// backward — its weight pass when split — where that comes later). At
+// least 1 each.
 std::vector<int> slots_needed(const StageSchedule& actions, int v);
+// Per (micro-batch, chunk): the index of its last action in `actions`.
+std::map<std::pair<int, int>, size_t> last_actions(const StageSchedule& actions);
 
 }  // namespace loom::pp
