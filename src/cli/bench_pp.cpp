@@ -1,15 +1,19 @@
 // `loom bench pp`: pipeline parallelism with pp = 2 stages on the two cores
 // (one rank and one thread per stage), on a model whose stages are balanced
 // (8 blocks of d_model 384, T 256, a 256-token vocabulary so the head costs
-// little), for every schedule and m micro-batches of one sequence: the
-// measured bubble per stage against (pp - 1) / (v m + pp - 1), the activation
-// sets a stage held at once and the activation memory it planned (GPipe: m,
-// 1F1B: pp - stage), and tokens/s. Each row is one `mpirun` of
-// `loom bench pp-child`, which runs the real training loop.
+// little), for every schedule (GPipe, 1F1B, interleaved, zero-bubble ZB-H1)
+// and m micro-batches of one sequence: the measured bubble per stage beside
+// the planner's simulation of the same action lists with the measured pass
+// times and beside (pp - 1) / (v m + pp - 1), the largest stage bubble
+// against 1F1B's at the same m, the activation sets a stage held at once and
+// the activation memory it planned (GPipe: m, 1F1B: pp - stage, ZB-H1: pp),
+// and tokens/s. Each row is one `mpirun` of `loom bench pp-child`, which runs
+// the real training loop.
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
+#include <map>
 #include <sstream>
 #include <vector>
 
@@ -19,6 +23,7 @@
 #include "config/run_config.h"
 #include "core/check.h"
 #include "parallel/grid/parallel_context.h"
+#include "parallel/pp/pipeline_plan.h"
 #include "parallel/pp/schedule.h"
 #include "train/trainer.h"
 
@@ -62,35 +67,48 @@ int cmd_bench_pp(const Args& args) {
   std::printf("loom bench pp: pp = 2 (1 rank x 1 thread per stage), 8 blocks d_model 384 T 256 vocab 256, micro-batch "
               "1 sequence;\n%d timed steps after 1 warm-up\n\n",
               o.steps);
-  std::printf("%-11s %2s %3s | %8s %8s %8s | %9s %9s | %13s %13s | %6s\n", "schedule", "v", "m", "bubble 0",
-              "bubble 1", "theory", "in-flight", "(bound)", "act MiB st0", "act MiB st1", "tok/s");
+  std::printf("%-11s %2s %3s | %8s %8s | %7s %7s | %7s | %7s | %9s %9s | %11s %11s | %6s\n", "schedule", "v", "m",
+              "bubble 0", "bubble 1", "sim 0", "sim 1", "theory", "vs 1f1b", "in-flight", "(bound)", "act MiB st0",
+              "act MiB st1", "tok/s");
   std::fflush(stdout);
   struct Row {
     const char* schedule;
     int v;
   };
-  for (const Row& row : {Row{"gpipe", 1}, Row{"1f1b", 1}, Row{"interleaved", 2}}) {
+  std::map<int, double> one_f_one_b;  // m -> 1F1B's largest stage bubble
+  for (const Row& row : {Row{"gpipe", 1}, Row{"1f1b", 1}, Row{"interleaved", 2}, Row{"zb-h1", 1}}) {
     for (int m : o.m) {
-      if (row.v > 1 && m % 2 != 0) continue;  // interleaving needs m % pp == 0
+      if (row.v > 1 && m % 2 != 0) continue;             // interleaving needs m % pp == 0
+      if (std::string(row.schedule) == "zb-h1" && m < 2) continue;  // and ZB-H1 m >= pp
       std::string line = run_for_json(
           mpirun_prefix(2, 1) + strprintf("'%s' bench pp-child --schedule %s --v %d --m %d --steps %d 2>&1",
                                           self_exe().c_str(), row.schedule, row.v, m, o.steps));
       LOOM_USER_CHECK(!line.empty(), "bench pp: the run %s v=%d m=%d failed", row.schedule, row.v, m);
       const double theory = 1.0 / (row.v * m + 1);  // (pp - 1) / (v m + pp - 1) at pp = 2
-      std::printf("%-11s %2d %3d | %7.1f%% %7.1f%% %7.1f%% | %4.0f %4.0f %4.0f %4.0f | %13.1f %13.1f | %6.0f\n",
+      const double worst = std::max(json_number(line, "bubble0"), json_number(line, "bubble1"));
+      if (std::string(row.schedule) == "1f1b") one_f_one_b[m] = worst;
+      const std::string ratio =
+          one_f_one_b.count(m) && one_f_one_b[m] > 0 ? strprintf("%6.2fx", worst / one_f_one_b[m]) : "     - ";
+      std::printf("%-11s %2d %3d | %7.1f%% %7.1f%% | %6.1f%% %6.1f%% | %6.1f%% | %7s | %4.0f %4.0f %4.0f %4.0f | %11.1f "
+                  "%11.1f | %6.0f\n",
                   row.schedule, row.v, m, 100 * json_number(line, "bubble0"), 100 * json_number(line, "bubble1"),
-                  100 * theory, json_number(line, "inflight0"), json_number(line, "inflight1"),
-                  json_number(line, "bound0"), json_number(line, "bound1"), json_number(line, "act0_mb"),
-                  json_number(line, "act1_mb"), json_number(line, "tokens_per_s"));
+                  100 * json_number(line, "sim0"), 100 * json_number(line, "sim1"), 100 * theory, ratio.c_str(),
+                  json_number(line, "inflight0"), json_number(line, "inflight1"), json_number(line, "bound0"),
+                  json_number(line, "bound1"), json_number(line, "act0_mb"), json_number(line, "act1_mb"),
+                  json_number(line, "tokens_per_s"));
       std::fflush(stdout);
     }
   }
   std::printf(
       "\nbubble     = per stage, the share of the pipeline phase (step start to its last backward) the stage did not\n"
-      "             compute; theory = (pp - 1) / (v m + pp - 1)\n"
+      "             compute; sim = the planner's simulation of the same action lists with the measured mean pass\n"
+      "             times (no message costs); theory = (pp - 1) / (v m + pp - 1), 1F1B / GPipe's\n"
+      "vs 1f1b    = the largest stage bubble against 1F1B's at the same m (measured in this invocation)\n"
       "in-flight  = most micro-batch activation sets each stage held at once (stage 0, stage 1), then the\n"
-      "             schedule's bound (GPipe m, 1F1B pp - stage; interleaved counts (micro-batch, chunk) pairs)\n"
-      "act MiB    = activation memory each stage planned: the bound x one micro-batch's activations\n");
+      "             schedule's bound (GPipe m, 1F1B pp - stage, ZB-H1 pp until the weight pass; interleaved\n"
+      "             counts (micro-batch, chunk) pairs)\n"
+      "act MiB    = activation memory each stage planned: the bound x one micro-batch's activations (ZB-H1's\n"
+      "             weight pass keeps its operands in buffers its input pass is done with: no extra memory)\n");
   return 0;
 }
 
@@ -108,9 +126,7 @@ int cmd_bench_pp_child(const Args& args, MpiRuntime& mpi) {
   auto ctx = ParallelContext::create_mpi(ParallelGrid::for_world(2, 1, 1, 2), MpiOptions{600});
   TrainResult r = train(cfg, *ctx, nullptr);
   const int stage = ctx->coord().pp;
-  const pp::ScheduleKind kind = o.schedule == "gpipe" ? pp::ScheduleKind::GPipe
-                                : o.schedule == "interleaved" ? pp::ScheduleKind::Interleaved1F1B
-                                                              : pp::ScheduleKind::OneFOneB;
+  const pp::ScheduleKind kind = pp::parse_schedule_kind(o.schedule);
   // Per stage: peak in flight, its bound, activation MiB.
   std::vector<float> per_stage(6, 0.f);
   per_stage[size_t(stage)] = float(r.peak_in_flight);
@@ -118,9 +134,10 @@ int cmd_bench_pp_child(const Args& args, MpiRuntime& mpi) {
   per_stage[size_t(4 + stage)] = float(double(r.activation_bytes) / (1 << 20));
   ctx->world().all_reduce(per_stage.data(), per_stage.size(), DType::f32, ReduceOp::Sum);
   if (mpi.world_rank() == 0)
-    std::printf("{\"bubble0\": %.4f, \"bubble1\": %.4f, \"inflight0\": %.0f, \"inflight1\": %.0f, \"bound0\": %.0f, "
-                "\"bound1\": %.0f, \"act0_mb\": %.2f, \"act1_mb\": %.2f, \"tokens_per_s\": %.1f}\n",
-                r.bubble.at(0), r.bubble.at(1), per_stage[0], per_stage[1], per_stage[2], per_stage[3], per_stage[4],
+    std::printf("{\"bubble0\": %.4f, \"bubble1\": %.4f, \"sim0\": %.4f, \"sim1\": %.4f, \"inflight0\": %.0f, "
+                "\"inflight1\": %.0f, \"bound0\": %.0f, \"bound1\": %.0f, \"act0_mb\": %.2f, \"act1_mb\": %.2f, "
+                "\"tokens_per_s\": %.1f}\n",
+                r.bubble.at(0), r.bubble.at(1), r.simulated_bubble.at(0), r.simulated_bubble.at(1), per_stage[0], per_stage[1], per_stage[2], per_stage[3], per_stage[4],
                 per_stage[5], r.tokens_per_s);
   return 0;
 }

@@ -59,8 +59,8 @@ commands:
                   [data] path format (shards | bytes) val_fraction
                   [parallel] dp (0 = infer) tp pp order ("tp-dp-pp": innermost first)
                              sequence_parallel (true | false; with tp > 1)
-                             schedule ("1f1b" | "gpipe" | "interleaved") virtual_stages (chunks
-                             per stage, interleaved) pp_layers ([blocks per virtual stage];
+                             schedule ("1f1b" | "gpipe" | "interleaved" | "zb-h1") virtual_stages
+                             (chunks per stage, interleaved) pp_layers ([blocks per virtual stage];
                              [] = balanced by cost)
                              zero (0 | 1 | 2 | 3) bucket_mb (MiB per gradient bucket, > 0)
                   [precision] compute (fp32 | bf16 | fp16) loss_scale ("" = dynamic for fp16, else
@@ -86,7 +86,10 @@ commands:
           norms and residuals (micro-batch x seq_len must divide by tp).
           Pipeline parallelism (parallel.pp): blocks split into stages; each step runs
           m = batch_size / (dp x micro_batch_size) micro-batches through the schedule (GPipe,
-          1F1B, interleaved 1F1B with virtual_stages chunks; interleaved needs m %% pp == 0).
+          1F1B, interleaved 1F1B with virtual_stages chunks; interleaved needs m %% pp == 0;
+          zb-h1, zero-bubble ZB-H1: each backward split into its input part, sent upstream at
+          once, and its weight part, run later in 1F1B's idle time; 1F1B's peak activations,
+          about a third of its bubble; needs m >= pp and recompute none or selective).
           Rank 0 reports the measured bubble per stage.
           Mixed precision (precision.compute = bf16 | fp16): matrix products read 16-bit copies
           of the weights and activations are stored in 16 bits (about half the memory); master
@@ -224,7 +227,11 @@ commands:
           Cluster: --cluster NAME (configs/clusters/NAME.toml, or local = .cache/cluster-local.toml
                  from loom bench calibrate) or FILE.toml; --devices N; --inter-node-gbit G.
           Fix dimensions (comma lists): --dp --tp --pp --v --micro-batch --zero 0-3 --sp 0|1
-                 --precision fp32,bf16,fp16 --recompute none,selective,full; --top K (default 5).
+                 --precision fp32,bf16,fp16 --recompute none,selective,full --schedule 1f1b,zb-h1
+                 (one chunk per stage; --v > 1 is interleaved 1F1B); --top K (default 5).
+          The sched column: 1f1b, zb-h1 (zero-bubble: backward split into input and weight
+                 passes, the weight passes filling 1F1B's idle time) or int (interleaved); the
+                 memo gives the bubble each schedule leaves on the chosen stages.
           Deadline: --tokens N [--deadline-days D] (exit 2 if the best plan misses it).
           --emit-config FILE: write plan #1 (model, batch, layout: dp tp pp v micro-batch zero
                  precision recompute sp) as a loom config: mpirun -np N loom train --config FILE.

@@ -106,6 +106,13 @@ PlanOptions parse(const Args& args) {
       for (const auto& p : split(value())) o.space.precision.push_back(parse_compute_precision(p, "--precision"));
     } else if (a == "--recompute") {
       for (const auto& r : split(value())) o.space.recompute.push_back(parse_recompute(r, "--recompute"));
+    } else if (a == "--schedule") {
+      // Of a one-chunk pipeline (--v > 1 is interleaved 1F1B).
+      for (const auto& name : split(value())) {
+        LOOM_USER_CHECK(name == "1f1b" || name == "zb-h1", "plan: --schedule takes 1f1b and/or zb-h1, got '%s'",
+                        name.c_str());
+        o.space.zero_bubble.push_back(name == "zb-h1");
+      }
     } else throw UserError(strprintf("plan: unknown option '%s' (try loom --help)", a.c_str()));
   }
   LOOM_USER_CHECK(o.model.empty() || o.config.empty(), "plan: give --model or --config, not both");

@@ -7,9 +7,9 @@
 namespace loom::planner {
 
 std::string Layout::describe() const {
-  return strprintf("dp %d tp %d pp %d v %d | micro-batch %d x %d | zero %d | %s | recompute %s%s", dp, tp, pp, v,
+  return strprintf("dp %d tp %d pp %d v %d | micro-batch %d x %d | zero %d | %s | recompute %s%s%s", dp, tp, pp, v,
                    micro_batch, micro_batches, zero, compute_precision_name(precision), to_string(recompute),
-                   seq_parallel ? " | seq-parallel" : "");
+                   seq_parallel ? " | seq-parallel" : "", zero_bubble ? " | zb-h1" : "");
 }
 
 Layout layout_of(const RunConfig& cfg, int world_size) {
@@ -23,6 +23,7 @@ Layout layout_of(const RunConfig& cfg, int world_size) {
   l.recompute = cfg.train.recompute_mode();
   l.seq_parallel = p.sequence_parallel;
   l.precision = cfg.precision.compute_precision();
+  l.zero_bubble = p.schedule == "zb-h1";
   return l;
 }
 
@@ -31,6 +32,8 @@ RunConfig with_layout(RunConfig cfg, const Layout& l) {
   p.dp = l.dp, p.tp = l.tp, p.pp = l.pp, p.zero = l.zero, p.virtual_stages = l.v;
   p.sequence_parallel = l.seq_parallel;
   if (l.v > 1) p.schedule = "interleaved";
+  else if (l.zero_bubble) p.schedule = "zb-h1";
+  else if (p.schedule == "interleaved" || p.schedule == "zb-h1") p.schedule = "1f1b";
   cfg.train.micro_batch_size = l.micro_batch;
   cfg.train.batch_size = l.dp * l.micro_batch * l.micro_batches;
   cfg.train.recompute = to_string(l.recompute);

@@ -33,12 +33,14 @@ struct Layout {
   Recompute recompute = Recompute::none;
   bool seq_parallel = false;
   ComputePrecision precision = ComputePrecision::bf16;
+  bool zero_bubble = false;  // ZB-H1 (split backward) instead of 1F1B; v == 1 only
 
   int devices() const { return dp * tp * pp; }
   pp::ScheduleKind schedule() const {
-    return v > 1 ? pp::ScheduleKind::Interleaved1F1B : pp::ScheduleKind::OneFOneB;
+    if (v > 1) return pp::ScheduleKind::Interleaved1F1B;
+    return zero_bubble ? pp::ScheduleKind::ZeroBubbleH1 : pp::ScheduleKind::OneFOneB;
   }
-  // "dp 8 tp 4 pp 2 v 1 | mb 1 x 16 | zero 1 | bf16 | recompute none | sp"
+  // "dp 8 tp 4 pp 2 v 1 | mb 1 x 16 | zero 1 | bf16 | recompute none | sp | zb-h1"
   std::string describe() const;
 };
 
@@ -46,10 +48,12 @@ struct Layout {
 // config's sections keep what a Layout gathers: grid and ZeRO stage in
 // parallel, micro-batching and recomputation in train, the compute type in
 // precision). The layout cfg describes on world_size ranks (parallel.dp = 0:
-// world / (tp x pp)); the schedule is the config's (Layout names only v).
+// world / (tp x pp)); the schedule is the config's (Layout names only v and
+// whether it is ZB-H1).
 Layout layout_of(const RunConfig& cfg, int world_size);
 // cfg with l in it: parallel.dp/tp/pp/zero/virtual_stages/sequence_parallel
-// (v > 1: the interleaved schedule), train.micro_batch_size, batch_size
+// (v > 1: the interleaved schedule; zero_bubble: "zb-h1"; otherwise the
+// config's 1F1B or GPipe), train.micro_batch_size, batch_size
 // (dp x micro_batch x micro_batches), recompute, and precision.compute.
 RunConfig with_layout(RunConfig cfg, const Layout& l);
 

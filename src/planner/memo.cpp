@@ -102,13 +102,33 @@ std::string microbatch_paragraph(const Workload& w, const ClusterSpec& c, const 
   naive.micro_batch = l.micro_batch * l.micro_batches;
   naive.micro_batches = 1;
   const StepTime t = step_time(w, naive, c);
-  return strprintf(
+  const char* schedule = l.v > 1 ? "interleaved 1F1B" : l.zero_bubble ? "ZB-H1" : "1F1B";
+  std::string out = strprintf(
       "Micro-batching: split over %d stages with the replica's %d sequences as one batch (a naive layer split), "
       "each stage would idle %.0f%% of the step (simulated); %d micro-batches of %d in %s keep the idle share at "
       "%.1f%%, for %.3f s instead of %.3f s per step.\n",
       l.pp, naive.micro_batch, 100 * t.bubble_fraction, l.micro_batches, l.micro_batch,
-      l.v > 1 ? strprintf("interleaved 1F1B (%d chunks per stage)", l.v).c_str() : "1F1B",
+      l.v > 1 ? strprintf("interleaved 1F1B (%d chunks per stage)", l.v).c_str() : schedule,
       100 * best.time.bubble_fraction, best.time.step, t.step);
+  // The bubble each schedule leaves on these stages, simulated from the
+  // same action lists the executor would run.
+  out += "Schedules on these stages (simulated bubble, step):";
+  auto add = [&](const char* name, Layout alt) {
+    const StepTime a = step_time(w, alt, c);
+    out += strprintf(" %s %.1f%%, %.3f s;", name, 100 * a.bubble_fraction, a.step);
+  };
+  Layout one = l;
+  one.v = 1, one.zero_bubble = false;
+  add("1F1B", one);
+  if (l.micro_batches >= l.pp && l.recompute != Recompute::full) {
+    one.zero_bubble = true;
+    add("ZB-H1 (backward split into input and weight passes; the weight passes fill 1F1B's idle time, same peak "
+        "activations)",
+        one);
+  }
+  if (l.v > 1) add(strprintf("interleaved 1F1B, %d chunks", l.v).c_str(), l);
+  out.back() = '.';
+  return out + "\n";
 }
 
 std::string precision_paragraph(const Layout& l) {
@@ -134,7 +154,9 @@ Bottleneck likely_bottleneck(const Candidate& best, const ClusterSpec& c) {
       {"pipeline bubble",
        l.v > 1 || l.pp * 2 > l.micro_batches
            ? "more micro-batches per step (a larger global batch or a smaller micro-batch) or more interleaved chunks"
-           : "interleaved 1F1B (v > 1 chunks per stage) or more micro-batches per step",
+       : l.zero_bubble ? "more micro-batches per step, or interleaved 1F1B (v > 1 chunks per stage)"
+                       : "the zero-bubble schedule (parallel.schedule = \"zb-h1\"), interleaved 1F1B (v > 1 chunks per "
+                         "stage) or more micro-batches per step",
        t.bubble},
       {"tensor-parallel communication",
        t.links.tp.crosses_nodes ? "keep tensor parallelism inside a node (lower tp, more pp)"

@@ -289,6 +289,11 @@ RunPrediction predict_loom_run(const RunConfig& cfg, int world_size, const Clust
     }
     d.forward.push_back(k.forward());
     d.backward.push_back(k.backward());
+    // A split backward (zero-bubble schedules): W is the blocks' weight
+    // products, as many FLOPs as their forward products; B is the rest.
+    const double w = layers * tokens * 2 * pc.layer_matrices / r.tp / rate;
+    d.backward_weight.push_back(w);
+    d.backward_input.push_back(k.backward() - w);
   }
   // The configured schedule's own action lists (the ones the executor runs).
   const PipelineTiming timing = simulate_pipeline(r.plan.actions, r.pp, r.plan.v, d);

@@ -81,22 +81,28 @@ SearchResult search_layouts(const Workload& w, const ClusterSpec& c, const Searc
             for (int sp = 0; sp <= (tp > 1 ? 1 : 0); sp++) {
               if (!allowed(space.seq_parallel, sp)) continue;
               for (Recompute r : recomputes) {
-                for (ComputePrecision p : precisions) {
-                  Candidate cand;
-                  cand.layout = Layout{dp, tp, pp, v, b, mbs, zero, r, sp == 1, p};
-                  cand.memory = peak_memory(w, cand.layout, c);
-                  result.considered++;
-                  const double excess = cand.memory.total() - c.memory_bytes;
-                  if (excess > 0) {
-                    if (!result.have_closest || excess < closest_excess) {
-                      result.have_closest = true;
-                      result.closest = cand;
-                      closest_excess = excess;
+                // ZB-H1: one chunk per stage, a micro-batch per stage to fill
+                // its bubble, and the activations its weight pass reads.
+                const bool zb_runs = pp > 1 && v == 1 && mbs >= pp && r != Recompute::full;
+                for (int zb = 0; zb <= (zb_runs ? 1 : 0); zb++) {
+                  if (!allowed(space.zero_bubble, zb)) continue;
+                  for (ComputePrecision p : precisions) {
+                    Candidate cand;
+                    cand.layout = Layout{dp, tp, pp, v, b, mbs, zero, r, sp == 1, p, zb == 1};
+                    cand.memory = peak_memory(w, cand.layout, c);
+                    result.considered++;
+                    const double excess = cand.memory.total() - c.memory_bytes;
+                    if (excess > 0) {
+                      if (!result.have_closest || excess < closest_excess) {
+                        result.have_closest = true;
+                        result.closest = cand;
+                        closest_excess = excess;
+                      }
+                      continue;
                     }
-                    continue;
+                    result.fitting++;
+                    pending.push_back({step_time_lower_bound(w, cand.layout, c, *links), cand, links});
                   }
-                  result.fitting++;
-                  pending.push_back({step_time_lower_bound(w, cand.layout, c, *links), cand, links});
                 }
               }
             }

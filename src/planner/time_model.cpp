@@ -10,6 +10,7 @@ namespace {
 // What one (micro-batch, chunk) costs on each virtual stage, split by kind.
 struct ChunkCosts {
   std::vector<double> f_compute, b_compute, f_tp, b_tp, f_zero3, b_zero3;
+  std::vector<double> b_weight;  // of b_compute: the weight products (a split backward's W)
   std::vector<double> zero3_total;  // all ZeRO-3 traffic of one (micro-batch, chunk), hidden or not
   double p2p = 0;
   double forward(int vs) const { return f_compute[vs] + f_tp[vs] + f_zero3[vs]; }
@@ -42,13 +43,15 @@ ChunkCosts chunk_costs(const Workload& w, const Layout& l, const ClusterSpec& c,
 
   const int stages = l.pp * l.v;
   ChunkCosts k;
-  for (auto* v : {&k.f_compute, &k.b_compute, &k.f_tp, &k.b_tp, &k.f_zero3, &k.b_zero3, &k.zero3_total})
+  const double w_layer = tokens * 2 * parameter_counts(m).layer_matrices / t / rate;
+  for (auto* v : {&k.f_compute, &k.b_compute, &k.f_tp, &k.b_tp, &k.f_zero3, &k.b_zero3, &k.zero3_total, &k.b_weight})
     v->assign(stages, 0);
   for (int vs = 0; vs < stages; vs++) {
     const int stage = vs % l.pp;
     const double layers = double(layers_on_stage(m.n_layer, l.pp, stage)) / l.v;
     k.f_compute[vs] = layers * f_layer + (vs == stages - 1 ? f_head : 0);
     k.b_compute[vs] = layers * b_layer + (vs == stages - 1 ? 2 * f_head : 0);
+    k.b_weight[vs] = layers * w_layer;
     k.f_tp[vs] = layers * f_tp + (vs == 0 ? ar : 0);  // vocab-parallel embedding sums its output
     k.b_tp[vs] = layers * b_tp;
     if (l.zero >= 3) {
@@ -77,13 +80,13 @@ double optimizer_seconds(const ModelConfig& m, const Layout& l, const ClusterSpe
 
 }  // namespace
 
-PipelineTiming PipelineTimer::time(int pp, int m, int v, const StageDurations& d) {
-  std::vector<double> key = {double(pp), double(m), double(v), d.p2p_seconds};
+PipelineTiming PipelineTimer::time(pp::ScheduleKind kind, int pp, int m, int v, const StageDurations& d) {
+  std::vector<double> key = {double(kind), double(pp), double(m), double(v), d.p2p_seconds};
   key.insert(key.end(), d.forward.begin(), d.forward.end());
   key.insert(key.end(), d.backward.begin(), d.backward.end());
+  key.insert(key.end(), d.backward_weight.begin(), d.backward_weight.end());
   auto it = cache_.find(key);
   if (it != cache_.end()) return it->second;
-  const auto kind = v > 1 ? pp::ScheduleKind::Interleaved1F1B : pp::ScheduleKind::OneFOneB;
   PipelineTiming timing = simulate_pipeline(pp::build_schedule(kind, pp, m, v), pp, v, d);
   cache_.emplace(std::move(key), timing);
   return timing;
@@ -105,8 +108,10 @@ StepTime step_time(const Workload& w, const Layout& l, const ClusterSpec& c, con
   for (int vs = 0; vs < stages; vs++) {
     d.forward.push_back(k.forward(vs));
     d.backward.push_back(k.backward(vs));
+    d.backward_weight.push_back(k.b_weight[vs]);
+    d.backward_input.push_back(k.backward(vs) - k.b_weight[vs]);
   }
-  const PipelineTiming timing = timer.time(l.pp, m, l.v, d);
+  const PipelineTiming timing = timer.time(l.schedule(), l.pp, m, l.v, d);
 
   const double pbytes = act_bytes(l.precision);
   int busiest = 0;

@@ -34,7 +34,7 @@ struct StepTime {
 // Remembers simulated schedules: many layouts share (pp, m, v, durations).
 class PipelineTimer {
  public:
-  PipelineTiming time(int pp, int m, int v, const StageDurations& d);
+  PipelineTiming time(pp::ScheduleKind kind, int pp, int m, int v, const StageDurations& d);
   size_t simulations() const { return cache_.size(); }
 
  private:

@@ -24,6 +24,7 @@
 #include "planner/predict.h"
 #include "checkpoint/loss_guard.h"
 #include "train/checkpointing.h"
+#include "train/pass_times.h"
 #include "train/replica.h"
 #include "train/run_recorder.h"
 
@@ -120,6 +121,12 @@ void check_layout(const RunConfig& cfg, const ParallelGrid& grid) {
                   "the interleaved schedule needs the micro-batches per step (%d = train.batch_size / (parallel.dp x "
                   "train.micro_batch_size)) to be a multiple of parallel.pp (%d)",
                   micro_batches, pp);
+  // Fewer micro-batches than stages leave nothing to fill the bubble with.
+  LOOM_USER_CHECK(cfg.parallel.schedule != "zb-h1" || pp == 1 || micro_batches >= pp,
+                  "parallel.schedule = \"zb-h1\" needs at least parallel.pp = %d micro-batches per step; got %d = "
+                  "train.batch_size / (parallel.dp x train.micro_batch_size): raise train.batch_size or lower "
+                  "train.micro_batch_size",
+                  pp, micro_batches);
 }
 
 namespace {
@@ -260,6 +267,7 @@ TrainResult train(const RunConfig& cfg, const ParallelContext& ctx, FILE* log, c
   std::vector<int32_t> tokens(size_t(accumulation) * micro * T), targets(tokens.size());
   const int pp = ctx.grid().pp();
   std::vector<double> bubble_sum(size_t(pp), 0.0);  // per stage, over the timed steps
+  PassTimes pass_times(replica.pipeline());
   RunRecorder recorder(options.run_dir, cfg, ctx, accumulation, !options.resume.empty());
   replica.set_trace(recorder.trace());
   obs::TraceRecorder* trace = recorder.trace();
@@ -316,7 +324,10 @@ TrainResult train(const RunConfig& cfg, const ParallelContext& ctx, FILE* log, c
     float loss = replica.forward_backward(tokens, targets, T);
     const double busy_s =
         1e-3 * slow_ms + std::max(0.0, replica.timeline().compute - (replica.tp_comm_seconds() - tp_wait_before));
-    if (timed) bubble_sum[size_t(ctx.coord().pp)] += replica.timeline().bubble();
+    if (timed) {
+      bubble_sum[size_t(ctx.coord().pp)] += replica.timeline().bubble();
+      if (pp > 1) pass_times.add(replica.timeline(), ctx.coord().pp);
+    }
     result.peak_in_flight = std::max(result.peak_in_flight, replica.timeline().peak_in_flight);
     double norm;
     {
@@ -467,11 +478,14 @@ TrainResult train(const RunConfig& cfg, const ParallelContext& ctx, FILE* log, c
     bubble[size_t(ctx.coord().pp)] = float(bubble_sum[size_t(ctx.coord().pp)] / timed_steps);
     ctx.pp().all_reduce(bubble.data(), bubble.size(), DType::f32, ReduceOp::Sum);
     result.bubble.assign(bubble.begin(), bubble.end());
+    result.simulated_bubble = pass_times.simulated_bubble(ctx.pp());
   }
   if (log && pp > 1 && !result.bubble.empty()) {
     const PipelinePlan& pl = replica.pipeline();
     std::fprintf(log, "pipeline bubble per stage (measured, %s, m = %d):", cfg.parallel.schedule.c_str(), accumulation);
     for (int s = 0; s < pp; s++) std::fprintf(log, " %.1f%%", 100.0 * result.bubble[size_t(s)]);
+    std::fprintf(log, "; simulated from the measured pass times:");
+    for (float b : result.simulated_bubble) std::fprintf(log, " %.1f%%", 100.0 * b);
     std::fprintf(log, "; 1F1B/GPipe theory (pp-1)/(m+pp-1) = %.1f%%%s\n",
                  100.0 * (pp - 1) / (accumulation + pp - 1), pl.v > 1 ? " (before interleaving)" : "");
   }

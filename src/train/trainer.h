@@ -35,6 +35,9 @@ struct TrainResult {
   double reduce_calls_ms = 0;  // per step: inside the calls that start and poll reductions during backward
   double optimizer_ms = 0;     // per step: AdamW (and the all-gather of parameters under ZeRO)
   std::vector<float> bubble;   // pipeline: per stage, the measured share of the step it idled
+  // The same from the planner's pipeline simulation of the run's action
+  // lists with the measured mean pass times (train/pass_times.h).
+  std::vector<float> simulated_bubble;
   int peak_in_flight = 0;      // this stage: most micro-batch activation sets held at once
   double tp_comm_ms = 0;       // per step: waiting on tensor-parallel communication (not hidden)
   double step_ms = 0;          // per step, mean over the steps after the first

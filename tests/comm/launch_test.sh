@@ -45,11 +45,19 @@ expect_bad 2 "'parallel.pp_layers' sums to 3 blocks, but model.n_layer is 2" --s
 expect_bad 2 "interleaved schedule needs the micro-batches per step (1 = " --set parallel.pp=2 \
   --set model.n_layer=4 --set parallel.schedule=interleaved --set parallel.virtual_stages=2
 expect_bad 2 "'parallel.schedule' must be" --set parallel.schedule=zigzag
+# Zero-bubble (issue 20): micro-batches to fill the bubble, and activations its weight pass reads.
+expect_bad 2 "\"zb-h1\" needs at least parallel.pp = 2 micro-batches per step; got 1" --set parallel.pp=2 \
+  --set parallel.schedule=zb-h1 --set train.batch_size=2 --set train.micro_batch_size=2
+expect_bad 2 "'train.recompute' must be \"none\" or \"selective\" with parallel.schedule = \"zb-h1\"" \
+  --set parallel.pp=2 --set parallel.schedule=zb-h1 --set train.recompute=full
 out=$(run 2 --set parallel.pp=2 --set train.micro_batch_size=1); rc=$?
 [[ $rc -eq 0 ]] || fail "pp 2: exit $rc: $out"
 [[ $(echo "$out" | grep -c "^pipeline: 2 stages x 1 chunks, blocks 1+1, schedule 1f1b, 4 micro-batches per step") -eq 1 ]] ||
   fail "pp 2: pipeline layout not printed once: $out"
 [[ $(echo "$out" | grep -c "^pipeline bubble per stage (measured, 1f1b, m = 4):") -eq 1 ]] || fail "pp 2: no bubble report: $out"
+out=$(run 2 --set parallel.pp=2 --set train.micro_batch_size=1 --set parallel.schedule=zb-h1); rc=$?
+[[ $rc -eq 0 ]] || fail "pp 2 zb-h1: exit $rc: $out"
+[[ $(echo "$out" | grep -c "^pipeline bubble per stage (measured, zb-h1, m = 4):") -eq 1 ]] || fail "pp 2 zb-h1: no bubble report: $out"
 
 # A run directory (issue 11): pp 2 with one micro-batch is pipeline-bound, and
 # the merged trace is valid JSON with matched spans on every rank.

@@ -41,8 +41,8 @@ PipelinePlan plan_pipeline(const std::string& schedule, int v, const std::vector
   // Fewer micro-batches than stages leave nothing to fill the bubble with.
   if (plan.schedule == ScheduleKind::ZeroBubbleH1 && micro_batches > 0 && micro_batches < pp)
     throw UserError(strprintf(
-        "parallel.schedule = \"zb-h1\" needs at least parallel.pp = %d micro-batches per step; got %d "
-        "(train.batch_size / (train.micro_batch_size x data-parallel replicas)): raise train.batch_size or lower "
+        "parallel.schedule = \"zb-h1\" needs at least parallel.pp = %d micro-batches per step; got %d = "
+        "train.batch_size / (parallel.dp x train.micro_batch_size): raise train.batch_size or lower "
         "train.micro_batch_size",
         pp, micro_batches));
   if (micro_batches > 0) {
