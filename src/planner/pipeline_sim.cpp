@@ -14,8 +14,12 @@ double PipelineTiming::bubble_fraction() const {
 }
 
 PipelineTiming simulate_pipeline(const pp::Schedule& schedule, int pp, int v, const StageDurations& d) {
+  return simulate_pipeline(schedule, pp::ChunkMap{pp, v}, d);
+}
+
+PipelineTiming simulate_pipeline(const pp::Schedule& schedule, const pp::ChunkMap& map, const StageDurations& d) {
   using pp::ActionKind;
-  const int stages = pp * v;
+  const int pp = map.pp, v = map.v, stages = map.virtual_stages();
   LOOM_CHECK(int(schedule.size()) == pp && int(d.forward.size()) == stages && int(d.backward.size()) == stages,
              "pipeline simulation: sizes do not match (pp %d, v %d)", pp, v);
   auto duration = [&](ActionKind kind, int vs) {
@@ -27,8 +31,9 @@ PipelineTiming simulate_pipeline(const pp::Schedule& schedule, int pp, int v, co
                pp::to_string(kind));
     return (*from)[size_t(vs)];
   };
-  // channel (is_grad, receiving stage) -> arrival times of messages posted to it.
-  std::vector<std::deque<double>> channel(2 * pp);
+  // channel (is_grad, receiving virtual stage) -> arrival times of messages
+  // posted to it, in micro-batch order on both ends.
+  std::vector<std::deque<double>> channel(size_t(2 * stages));
   std::vector<size_t> next(pp, 0);
   std::vector<double> clock(pp, 0);
   PipelineTiming out;
@@ -40,16 +45,16 @@ PipelineTiming simulate_pipeline(const pp::Schedule& schedule, int pp, int v, co
       const pp::StageSchedule& actions = schedule[s];
       while (next[s] < actions.size()) {
         const pp::Action& a = actions[next[s]];
-        const int vs = a.chunk * pp + s;
+        const int vs = map.virtual_stage(s, a.chunk);
         if (a.kind == ActionKind::RecvActivation || a.kind == ActionKind::RecvGrad) {
-          auto& q = channel[(a.kind == ActionKind::RecvGrad) * pp + s];
+          auto& q = channel[size_t((a.kind == ActionKind::RecvGrad) * stages + vs)];
           if (q.empty()) break;  // blocked until the sender posts
           clock[s] = std::max(clock[s], q.front());
           q.pop_front();
         } else if (a.kind == ActionKind::SendActivation || a.kind == ActionKind::SendGrad) {
           const bool grad = a.kind == ActionKind::SendGrad;
-          const int to = (vs + (grad ? -1 : 1)) % pp;
-          channel[grad * pp + to].push_back(clock[s] + d.p2p_seconds);
+          const int to = vs + (grad ? -1 : 1);
+          channel[size_t(grad * stages + to)].push_back(clock[s] + d.p2p_seconds);
         } else if (a.kind == ActionKind::Forward || a.kind == ActionKind::Backward ||
                    a.kind == ActionKind::BackwardInput || a.kind == ActionKind::BackwardWeight) {
           const double t = duration(a.kind, vs);

@@ -15,7 +15,7 @@
 namespace loom::planner {
 
 struct StageDurations {
-  // Indexed by virtual stage chunk * pp + stage. A schedule that splits its
+  // Indexed by virtual stage (ChunkMap; interleaved: chunk * pp + stage). A schedule that splits its
   // backward (BackwardInput, BackwardWeight) needs backward_input and
   // backward_weight (which add up to backward).
   std::vector<double> forward, backward;
@@ -34,5 +34,7 @@ struct PipelineTiming {
 // Throws Error if the schedule deadlocks (it never does for the builders'
 // schedules; the checker proves that).
 PipelineTiming simulate_pipeline(const pp::Schedule& schedule, int pp, int v, const StageDurations& d);
+// Any chunk map (the one above: interleaved). Durations by virtual stage.
+PipelineTiming simulate_pipeline(const pp::Schedule& schedule, const pp::ChunkMap& map, const StageDurations& d);
 
 }  // namespace loom::planner

@@ -5,6 +5,9 @@
 // and at most pp (1F1B's first stage's peak) until their W; simulated with the paper's unit
 // times its bubble is (pp - 1), a third of 1F1B's, once m >= pp, and never
 // more than 1F1B's; the checker catches a W before its B or a missing W.
+// ZB-V (two chunks per stage in a V) passes the same checks with at most
+// 1F1B's first-stage activations, and leaves pp - 1 chunk units, a sixth of
+// 1F1B's bubble.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -94,6 +97,68 @@ TEST(ZeroBubbleH1, CheckerCatchesAWeightPassBeforeItsInputPassAndAMissingOne) {
 TEST(ZeroBubbleH1, BuildScheduleDispatchesAndRefusesChunks) {
   EXPECT_EQ(build_schedule(ScheduleKind::ZeroBubbleH1, 4, 8, 1), zero_bubble_h1(4, 8));
   EXPECT_THROW(build_schedule(ScheduleKind::ZeroBubbleH1, 4, 8, 2), UserError);
+}
+
+// ZB-V: two chunks per stage in a V. Unit times are one chunk's pass; a
+// stage (two chunks) then takes 2 per F, B or W, and 1F1B's bubble is
+// 6 (pp - 1) chunk units.
+double unit_bubble_v(const Schedule& s, int pp) {
+  const ChunkMap map = chunk_map(ScheduleKind::ZeroBubbleV, pp, 2);
+  planner::StageDurations d;
+  d.forward.assign(size_t(2 * pp), 1.0), d.backward.assign(size_t(2 * pp), 2.0);
+  d.backward_input.assign(size_t(2 * pp), 1.0), d.backward_weight.assign(size_t(2 * pp), 1.0);
+  const planner::PipelineTiming t = planner::simulate_pipeline(s, map, d);
+  return t.makespan - t.stage_busy[0];
+}
+
+TEST(ZeroBubbleV, ChunkMapIsAV) {
+  const ChunkMap map = chunk_map(ScheduleKind::ZeroBubbleV, 4, 2);
+  const int want[4][2] = {{0, 7}, {1, 6}, {2, 5}, {3, 4}};
+  for (int s = 0; s < 4; s++)
+    for (int c = 0; c < 2; c++) {
+      const int vs = map.virtual_stage(s, c);
+      EXPECT_EQ(vs, want[s][c]);
+      EXPECT_EQ(map.stage_of(vs), s);
+      EXPECT_EQ(map.chunk_of(vs), c);
+    }
+  const ChunkMap interleaved = chunk_map(ScheduleKind::Interleaved1F1B, 4, 2);
+  EXPECT_EQ(interleaved.virtual_stage(1, 1), 5);
+  EXPECT_EQ(interleaved.stage_of(5), 1);
+}
+
+TEST(ZeroBubbleV, IsValidWithinOneFOneBsFirstStagePeak) {
+  for (int pp : {2, 3, 4, 8})
+    for (int m = 1; m <= 4 * pp; m++) {
+      SCOPED_TRACE("pp " + std::to_string(pp) + " m " + std::to_string(m));
+      const Schedule s = zero_bubble_v(pp, m);
+      const ChunkMap map = chunk_map(ScheduleKind::ZeroBubbleV, pp, 2);
+      const std::vector<int> bound = max_in_flight_per_stage(ScheduleKind::ZeroBubbleV, pp, m, 2);
+      const auto problems = check_schedule(s, map, m, bound);
+      EXPECT_TRUE(problems.empty()) << joined(problems);
+      // Counted in (micro-batch, chunk) pairs of half a stage's layers: at
+      // most 2 pp, the activations of 1F1B's first stage (pp micro-batches).
+      for (int peak : peak_in_flight(s)) EXPECT_LE(peak, 2 * pp);
+      EXPECT_EQ(peak_in_flight(s)[0], std::min(2 * m, 2 * pp));
+    }
+}
+
+TEST(ZeroBubbleV, LeavesASixthOfOneFOneBsBubble) {
+  for (int pp : {2, 4, 8})
+    for (int m : {pp, 2 * pp, 4 * pp}) {
+      SCOPED_TRACE("pp " + std::to_string(pp) + " m " + std::to_string(m));
+      const double v = unit_bubble_v(zero_bubble_v(pp, m), pp);
+      // 1F1B on the same stages: F 2, B + W 4 chunk units per micro-batch.
+      planner::StageDurations d;
+      d.forward.assign(size_t(pp), 2.0), d.backward.assign(size_t(pp), 4.0);
+      const planner::PipelineTiming one = planner::simulate_pipeline(one_f_one_b(pp, m), pp, 1, d);
+      EXPECT_DOUBLE_EQ(one.makespan - one.stage_busy[0], 6.0 * (pp - 1));
+      EXPECT_DOUBLE_EQ(v, pp - 1.0);
+    }
+}
+
+TEST(ZeroBubbleV, BuildScheduleDispatchesAndWantsTwoChunks) {
+  EXPECT_EQ(build_schedule(ScheduleKind::ZeroBubbleV, 4, 8, 2), zero_bubble_v(4, 8));
+  EXPECT_THROW(build_schedule(ScheduleKind::ZeroBubbleV, 4, 8, 1), UserError);
 }
 
 }  // namespace

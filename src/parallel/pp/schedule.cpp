@@ -1,6 +1,8 @@
 #include "parallel/pp/schedule.h"
 
 #include <algorithm>
+#include <deque>
+#include <optional>
 #include <set>
 #include <utility>
 
@@ -18,7 +20,7 @@ void check_sizes(int pp, int m, int v) {
 // Appends one stage's compute actions with the communication around them.
 class StageWriter {
  public:
-  StageWriter(int pp, int v, int stage) : pp_(pp), v_(v), stage_(stage) {}
+  StageWriter(const ChunkMap& map, int stage) : map_(map), stage_(stage) {}
 
   void forward(int mb, int chunk) {
     if (!first(chunk)) emit(ActionKind::RecvActivation, mb, chunk);
@@ -38,12 +40,13 @@ class StageWriter {
   }
 
  private:
-  int virtual_stage(int chunk) const { return chunk * pp_ + stage_; }
+  int virtual_stage(int chunk) const { return map_.virtual_stage(stage_, chunk); }
   bool first(int chunk) const { return virtual_stage(chunk) == 0; }
-  bool last(int chunk) const { return virtual_stage(chunk) == pp_ * v_ - 1; }
+  bool last(int chunk) const { return virtual_stage(chunk) == map_.virtual_stages() - 1; }
   void emit(ActionKind kind, int mb, int chunk) { actions_.push_back({kind, mb, chunk}); }
 
-  int pp_, v_, stage_;
+  ChunkMap map_;
+  int stage_;
   StageSchedule actions_;
 };
 
@@ -62,7 +65,7 @@ Schedule gpipe(int pp, int m) {
   check_sizes(pp, m, 1);
   Schedule schedule;
   for (int s = 0; s < pp; s++) {
-    StageWriter w(pp, 1, s);
+    StageWriter w(ChunkMap{pp, 1}, s);
     for (int mb = 0; mb < m; mb++) w.forward(mb, 0);
     for (int mb = 0; mb < m; mb++) w.backward(mb, 0);
     schedule.push_back(w.finish());
@@ -74,7 +77,7 @@ Schedule one_f_one_b(int pp, int m) {
   check_sizes(pp, m, 1);
   Schedule schedule;
   for (int s = 0; s < pp; s++) {
-    StageWriter w(pp, 1, s);
+    StageWriter w(ChunkMap{pp, 1}, s);
     const int warmup = std::min(pp - s - 1, m);
     for (int mb = 0; mb < warmup; mb++) w.forward(mb, 0);
     for (int i = 0; i < m - warmup; i++) {
@@ -99,7 +102,7 @@ Schedule interleaved_1f1b(int pp, int m, int v) {
   auto backward_chunk = [&](int k) { return v - 1 - (k / pp) % v; };
   Schedule schedule;
   for (int s = 0; s < pp; s++) {
-    StageWriter w(pp, v, s);
+    StageWriter w(ChunkMap{pp, v}, s);
     const int warmup = interleaved_warmup(pp, m, v, s);
     for (int k = 0; k < warmup; k++) w.forward(microbatch(k), forward_chunk(k));
     for (int k = 0; k < total - warmup; k++) {
@@ -116,7 +119,7 @@ Schedule zero_bubble_h1(int pp, int m) {
   check_sizes(pp, m, 1);
   Schedule schedule;
   for (int s = 0; s < pp; s++) {
-    StageWriter w(pp, 1, s);
+    StageWriter w(ChunkMap{pp, 1}, s);
     // Stage s runs micro-batch k's W right after B of micro-batch k + s: the
     // later a stage, the longer its W waits, filling the time 1F1B leaves
     // it idle while the earlier stages are still warming up or draining.
@@ -138,8 +141,83 @@ Schedule zero_bubble_h1(int pp, int m) {
   return schedule;
 }
 
+Schedule zero_bubble_v(int pp, int m) {
+  check_sizes(pp, m, 2);
+  const ChunkMap map = chunk_map(ScheduleKind::ZeroBubbleV, pp, 2);
+  const int stages = 2 * pp;
+  // done_f[vs][mb] / done_b[vs][mb]: the tick at whose end that pass
+  // finished (-1: not yet); a pass may start the tick after its input's.
+  std::vector<std::vector<int>> done_f(size_t(stages), std::vector<int>(size_t(m), -1)), done_b = done_f;
+  auto finished = [](int tick, int now) { return tick >= 0 && tick < now; };
+  struct StageState {
+    int next_f[2] = {0, 0}, next_b[2] = {0, 0};
+    std::deque<std::pair<int, int>> waiting_w;  // (micro-batch, chunk) after B, in order
+    int held = 0;                               // pairs whose F ran and W has not
+  };
+  std::vector<StageState> st(static_cast<size_t>(pp));
+  std::vector<StageWriter> writers;
+  for (int s = 0; s < pp; s++) writers.emplace_back(map, s);
+  for (int now = 0, left = 3 * stages * m; left > 0; now++) {
+    LOOM_CHECK(now <= 8 * stages * m + 8 * stages, "zero_bubble_v(%d, %d): the simulation does not finish", pp, m);
+    struct Choice {
+      ActionKind kind;
+      int mb, chunk;
+    };
+    std::vector<std::pair<int, Choice>> chosen;
+    for (int s = 0; s < pp; s++) {
+      StageState& x = st[size_t(s)];
+      // Candidates in order of preference: B, then F, each the oldest
+      // micro-batch first and its later chunk (nearer the loss) first; then W.
+      std::optional<Choice> pick;
+      for (ActionKind kind : {ActionKind::BackwardInput, ActionKind::Forward}) {
+        for (int c : {1, 0}) {
+          const int vs = map.virtual_stage(s, c);
+          const bool b = kind == ActionKind::BackwardInput;
+          const int mb = b ? x.next_b[c] : x.next_f[c];
+          if (mb >= m) continue;
+          const bool ready = b ? finished(done_f[size_t(vs)][size_t(mb)], now) &&
+                                     (vs == stages - 1 || finished(done_b[size_t(vs + 1)][size_t(mb)], now))
+                               : x.held < 2 * pp && (vs == 0 || finished(done_f[size_t(vs - 1)][size_t(mb)], now));
+          if (ready && (!pick || mb < pick->mb)) pick = Choice{kind, mb, c};
+        }
+        if (pick) break;
+      }
+      if (!pick && !x.waiting_w.empty())
+        pick = Choice{ActionKind::BackwardWeight, x.waiting_w.front().first, x.waiting_w.front().second};
+      if (pick) chosen.push_back({s, *pick});
+    }
+    for (const auto& [s, a] : chosen) {  // this tick's passes, after every stage chose
+      StageState& x = st[size_t(s)];
+      const int vs = map.virtual_stage(s, a.chunk);
+      if (a.kind == ActionKind::Forward) {
+        writers[size_t(s)].forward(a.mb, a.chunk);
+        done_f[size_t(vs)][size_t(a.mb)] = now, x.next_f[a.chunk]++, x.held++;
+      } else if (a.kind == ActionKind::BackwardInput) {
+        writers[size_t(s)].backward(a.mb, a.chunk, ActionKind::BackwardInput);
+        done_b[size_t(vs)][size_t(a.mb)] = now, x.next_b[a.chunk]++;
+        x.waiting_w.push_back({a.mb, a.chunk});
+      } else {
+        writers[size_t(s)].backward_weight(a.mb, a.chunk);
+        x.waiting_w.pop_front(), x.held--;
+      }
+      left--;
+    }
+  }
+  Schedule schedule;
+  for (StageWriter& w : writers) schedule.push_back(w.finish());
+  return schedule;
+}
+
+ChunkMap chunk_map(ScheduleKind kind, int pp, int v) {
+  return ChunkMap{pp, v, kind == ScheduleKind::ZeroBubbleV};
+}
+
 Schedule build_schedule(ScheduleKind kind, int pp, int m, int v) {
   if (kind == ScheduleKind::Interleaved1F1B) return interleaved_1f1b(pp, m, v);
+  if (kind == ScheduleKind::ZeroBubbleV) {
+    LOOM_USER_CHECK(v == 2, "ZB-V runs 2 chunks per stage (parallel.virtual_stages = 2); got %d", v);
+    return zero_bubble_v(pp, m);
+  }
   if (kind == ScheduleKind::ZeroBubbleH1) {
     LOOM_USER_CHECK(v == 1, "chunks must be 1 for ZB-H1 (got %d)", v);
     return zero_bubble_h1(pp, m);
@@ -155,6 +233,7 @@ int max_in_flight(ScheduleKind kind, int pp, int m, int v, int stage) {
     case ScheduleKind::GPipe: return m;
     case ScheduleKind::OneFOneB: return std::min(m, pp - stage);
     case ScheduleKind::ZeroBubbleH1: return std::min(m, pp);
+    case ScheduleKind::ZeroBubbleV: return std::min(2 * m, 2 * pp);
     case ScheduleKind::Interleaved1F1B:
       return std::min(m * v, interleaved_warmup(pp, m, v, stage) + 1);
   }

@@ -6,8 +6,11 @@
 //
 // Interleaved schedules give each stage v model chunks; chunk c of stage s is
 // virtual stage c * pp + s, so activations flow stage 0 -> pp-1, then wrap to
-// stage 0's next chunk. An Action's chunk is always the chunk of the stage
-// that holds the action (a receive names the receiving chunk).
+// stage 0's next chunk. ZB-V gives each stage two chunks in a V: virtual
+// stages s and 2 pp - 1 - s (down the stages, then back up; stage 0 holds
+// the first and the last). ChunkMap says which. An Action's chunk is always
+// the chunk of the stage that holds the action (a receive names the
+// receiving chunk).
 #pragma once
 
 #include <string>
@@ -38,7 +41,18 @@ struct Action {
 using StageSchedule = std::vector<Action>;
 using Schedule = std::vector<StageSchedule>;  // one list per stage
 
-enum class ScheduleKind { GPipe, OneFOneB, Interleaved1F1B, ZeroBubbleH1 };
+enum class ScheduleKind { GPipe, OneFOneB, Interleaved1F1B, ZeroBubbleH1, ZeroBubbleV };
+
+// Which virtual stage chunk c of stage s is (see above).
+struct ChunkMap {
+  int pp = 1, v = 1;
+  bool v_shape = false;  // ZB-V's two chunks per stage
+  int virtual_stages() const { return pp * v; }
+  int virtual_stage(int stage, int chunk) const { return v_shape && chunk == 1 ? 2 * pp - 1 - stage : chunk * pp + stage; }
+  int stage_of(int vs) const { return v_shape && vs >= pp ? 2 * pp - 1 - vs : vs % pp; }
+  int chunk_of(int vs) const { return vs / pp; }
+};
+ChunkMap chunk_map(ScheduleKind kind, int pp, int v);
 
 // Whether a (micro-batch, chunk) still holds its activations after `kind`
 // ran: Forward takes a set; Backward, or BackwardWeight when split, frees it.
@@ -58,7 +72,16 @@ Schedule interleaved_1f1b(int pp, int m, int v);
 // activation memory); with the paper's unit F, B and W the bubble is
 // (pp - 1) units, a third of 1F1B's 3 (pp - 1).
 Schedule zero_bubble_h1(int pp, int m);
-// Dispatch on kind; v must be 1 unless kind is Interleaved1F1B.
+// Zero Bubble's ZB-V: two chunks per stage in a V (ChunkMap), backward split
+// as in ZB-H1. Built by running the stages on unit-time passes of one chunk,
+// each stage preferring a B (the oldest micro-batch, its later chunk
+// first), then an F (the same order) while fewer than 2 pp (micro-batch,
+// chunk) pairs wait for their W (half a stage's layers each: 1F1B's first
+// stage's peak activations), then a waiting W: its bubble is then pp - 1
+// units of one chunk's pass, a sixth of 1F1B's 3 (pp - 1) stage passes.
+Schedule zero_bubble_v(int pp, int m);
+// Dispatch on kind; v must be 1 unless kind is Interleaved1F1B (any v) or
+// ZeroBubbleV (2).
 Schedule build_schedule(ScheduleKind kind, int pp, int m, int v);
 
 // Most (micro-batch, chunk) pairs whose Forward has run and Backward (or
@@ -68,6 +91,7 @@ Schedule build_schedule(ScheduleKind kind, int pp, int m, int v);
 //   1F1B:        min(m, pp - stage)
 //   ZB-H1:       min(m, pp), counted until each W (until each B: 1F1B's
 //                min(m, pp - stage))
+//   ZB-V:        min(2 m, 2 pp) (micro-batch, chunk) pairs, counted until each W
 //   interleaved: min(m * v, warmup + 1) (micro-batch, chunk) pairs, with
 //                Megatron's warm-up count warmup = (pp - stage - 1) * 2 + (v - 1) * pp
 //                (1F1B's pp - stage - 1 when v == 1); the +1 is the steady

@@ -22,8 +22,8 @@ using Channel = std::tuple<bool, int, int>;
 
 class Checker {
  public:
-  Checker(const Schedule& schedule, int pp, int m, int v)
-      : schedule_(schedule), pp_(pp), m_(m), v_(v) {}
+  Checker(const Schedule& schedule, const ChunkMap& map, int m)
+      : schedule_(schedule), map_(map), pp_(map.pp), m_(m), v_(map.v) {}
 
   std::vector<std::string> run(const std::vector<int>& bounds) {
     if (pp_ < 1 || m_ < 1 || v_ < 1) {
@@ -56,7 +56,7 @@ class Checker {
     va_end(args);
   }
 
-  int virtual_stage(int stage, int chunk) const { return chunk * pp_ + stage; }
+  int virtual_stage(int stage, int chunk) const { return map_.virtual_stage(stage, chunk); }
   bool first(int stage, int chunk) const { return virtual_stage(stage, chunk) == 0; }
   bool last(int stage, int chunk) const { return virtual_stage(stage, chunk) == pp_ * v_ - 1; }
 
@@ -139,15 +139,15 @@ class Checker {
     const bool grad = a.kind == ActionKind::SendGrad;
     const int to = virtual_stage(s, a.chunk) + (grad ? -1 : 1);
     if (to < 0 || to >= pp_ * v_) return false;
-    *channel = {grad, s, to % pp_};
-    *recv = {grad ? ActionKind::RecvGrad : ActionKind::RecvActivation, a.microbatch, to / pp_};
+    *channel = {grad, s, map_.stage_of(to)};
+    *recv = {grad ? ActionKind::RecvGrad : ActionKind::RecvActivation, a.microbatch, map_.chunk_of(to)};
     return true;
   }
   bool route_recv(int s, const Action& a, Channel* channel) const {
     const bool grad = a.kind == ActionKind::RecvGrad;
     const int from = virtual_stage(s, a.chunk) + (grad ? 1 : -1);
     if (from < 0 || from >= pp_ * v_) return false;
-    *channel = {grad, from % pp_, s};
+    *channel = {grad, map_.stage_of(from), s};
     return true;
   }
 
@@ -211,6 +211,7 @@ class Checker {
   }
 
   const Schedule& schedule_;
+  ChunkMap map_;
   int pp_, m_, v_;
   std::vector<std::string> problems_;
 };
@@ -223,7 +224,12 @@ std::vector<std::string> check_schedule(const Schedule& schedule, int pp, int m,
 
 std::vector<std::string> check_schedule(const Schedule& schedule, int pp, int m, int v,
                                         const std::vector<int>& max_in_flight_per_stage) {
-  return Checker(schedule, pp, m, v).run(max_in_flight_per_stage);
+  return check_schedule(schedule, ChunkMap{pp, v}, m, max_in_flight_per_stage);
+}
+
+std::vector<std::string> check_schedule(const Schedule& schedule, const ChunkMap& map, int m,
+                                        const std::vector<int>& max_in_flight_per_stage) {
+  return Checker(schedule, map, m).run(max_in_flight_per_stage);
 }
 
 }  // namespace loom::pp

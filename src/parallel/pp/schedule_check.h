@@ -1,7 +1,8 @@
 // A pure checker for pipeline schedules: the properties an executor relies on.
 //
 // check_schedule returns human-readable problems; empty means the schedule is
-// valid for pp stages, m micro-batches and v chunks per stage:
+// valid for pp stages, m micro-batches and v chunks per stage (placed on the
+// virtual stages as the ChunkMap says):
 //   - every (micro-batch, chunk) has exactly one Forward and one Backward on
 //     each stage, the Backward after the Forward; or, split (zero-bubble
 //     schedules), one BackwardInput after the Forward and one BackwardWeight
@@ -28,6 +29,9 @@ namespace loom::pp {
 
 std::vector<std::string> check_schedule(const Schedule& schedule, int pp, int m, int v, int max_in_flight);
 std::vector<std::string> check_schedule(const Schedule& schedule, int pp, int m, int v,
+                                        const std::vector<int>& max_in_flight_per_stage);
+// Any chunk map (the two above: interleaved, chunk c of stage s is c pp + s).
+std::vector<std::string> check_schedule(const Schedule& schedule, const ChunkMap& map, int m,
                                         const std::vector<int>& max_in_flight_per_stage);
 
 }  // namespace loom::pp
