@@ -16,7 +16,7 @@ std::vector<ModelShard> chunk_shards(const RunConfig& cfg, const PipelinePlan& p
                                      int tp_size) {
   std::vector<ModelShard> shards;
   for (int c = 0; c < plan.v; c++) {
-    const int vs = c * plan.pp + stage;
+    const int vs = plan.map().virtual_stage(stage, c);
     ModelShard s;
     s.tp_rank = tp_rank;
     s.tp_size = tp_size;

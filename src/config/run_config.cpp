@@ -249,16 +249,19 @@ void RunConfig::validate() const {
   require(parallel.pp >= 1, "parallel.pp", ">= 1");
   require(parallel.zero >= 0 && parallel.zero <= 3, "parallel.zero", "0, 1, 2 or 3");
   require(parallel.schedule == "1f1b" || parallel.schedule == "gpipe" || parallel.schedule == "interleaved" ||
-              parallel.schedule == "zb-h1",
-          "parallel.schedule", "\"1f1b\", \"gpipe\", \"interleaved\" or \"zb-h1\"");
+              parallel.schedule == "zb-h1" || parallel.schedule == "zb-v",
+          "parallel.schedule", "\"1f1b\", \"gpipe\", \"interleaved\", \"zb-h1\" or \"zb-v\"");
   // The split backward keeps the weight pass's operands in the block's
   // stored buffers, which full recomputation does not keep.
-  require(parallel.schedule != "zb-h1" || t.recompute_mode() != Recompute::full, "train.recompute",
-          "\"none\" or \"selective\" with parallel.schedule = \"zb-h1\" (its weight pass reads the activations "
-          "full recomputation drops)");
+  const bool zero_bubble = parallel.schedule == "zb-h1" || parallel.schedule == "zb-v";
+  require(!zero_bubble || t.recompute_mode() != Recompute::full, "train.recompute",
+          "\"none\" or \"selective\" with a zero-bubble parallel.schedule (\"zb-h1\", \"zb-v\": its weight pass "
+          "reads the activations full recomputation drops)");
   require(parallel.virtual_stages >= 1 && parallel.virtual_stages <= 64, "parallel.virtual_stages", "in [1, 64]");
-  require(parallel.virtual_stages == 1 || parallel.schedule == "interleaved", "parallel.virtual_stages",
-          "1 unless parallel.schedule = \"interleaved\"");
+  require(parallel.schedule != "zb-v" || parallel.virtual_stages == 2, "parallel.virtual_stages",
+          "2 with parallel.schedule = \"zb-v\" (its two chunks per stage)");
+  require(parallel.virtual_stages == 1 || parallel.schedule == "interleaved" || parallel.schedule == "zb-v",
+          "parallel.virtual_stages", "1 unless parallel.schedule = \"interleaved\" (or 2 with \"zb-v\")");
   require(parallel.bucket_mb > 0 && parallel.bucket_mb <= 65536, "parallel.bucket_mb",
           "in (0, 65536] (MiB of gradients per reduction bucket)");
   const ComputePrecision compute = precision.compute_precision();  // names precision.compute if unknown

@@ -9,7 +9,16 @@ namespace loom::planner {
 std::string Layout::describe() const {
   return strprintf("dp %d tp %d pp %d v %d | micro-batch %d x %d | zero %d | %s | recompute %s%s%s", dp, tp, pp, v,
                    micro_batch, micro_batches, zero, compute_precision_name(precision), to_string(recompute),
-                   seq_parallel ? " | seq-parallel" : "", zero_bubble ? " | zb-h1" : "");
+                   seq_parallel ? " | seq-parallel" : "", zero_bubble ? (v == 2 ? " | zb-v" : " | zb-h1") : "");
+}
+
+const char* Layout::schedule_name() const {
+  switch (schedule()) {
+    case pp::ScheduleKind::ZeroBubbleV: return "zb-v";
+    case pp::ScheduleKind::ZeroBubbleH1: return "zb-h1";
+    case pp::ScheduleKind::Interleaved1F1B: return "interleaved";
+    default: return "1f1b";
+  }
 }
 
 Layout layout_of(const RunConfig& cfg, int world_size) {
@@ -23,7 +32,7 @@ Layout layout_of(const RunConfig& cfg, int world_size) {
   l.recompute = cfg.train.recompute_mode();
   l.seq_parallel = p.sequence_parallel;
   l.precision = cfg.precision.compute_precision();
-  l.zero_bubble = p.schedule == "zb-h1";
+  l.zero_bubble = p.schedule == "zb-h1" || p.schedule == "zb-v";
   return l;
 }
 
@@ -31,9 +40,8 @@ RunConfig with_layout(RunConfig cfg, const Layout& l) {
   ParallelConfig& p = cfg.parallel;
   p.dp = l.dp, p.tp = l.tp, p.pp = l.pp, p.zero = l.zero, p.virtual_stages = l.v;
   p.sequence_parallel = l.seq_parallel;
-  if (l.v > 1) p.schedule = "interleaved";
-  else if (l.zero_bubble) p.schedule = "zb-h1";
-  else if (p.schedule == "interleaved" || p.schedule == "zb-h1") p.schedule = "1f1b";
+  if (l.v > 1 || l.zero_bubble) p.schedule = l.schedule_name();
+  else if (p.schedule != "gpipe") p.schedule = "1f1b";
   cfg.train.micro_batch_size = l.micro_batch;
   cfg.train.batch_size = l.dp * l.micro_batch * l.micro_batches;
   cfg.train.recompute = to_string(l.recompute);

@@ -33,14 +33,17 @@ struct Layout {
   Recompute recompute = Recompute::none;
   bool seq_parallel = false;
   ComputePrecision precision = ComputePrecision::bf16;
-  bool zero_bubble = false;  // ZB-H1 (split backward) instead of 1F1B; v == 1 only
+  // A zero-bubble schedule (split backward): ZB-H1 with v == 1, ZB-V with
+  // v == 2; otherwise 1F1B, or interleaved 1F1B with v > 1.
+  bool zero_bubble = false;
 
   int devices() const { return dp * tp * pp; }
   pp::ScheduleKind schedule() const {
-    if (v > 1) return pp::ScheduleKind::Interleaved1F1B;
-    return zero_bubble ? pp::ScheduleKind::ZeroBubbleH1 : pp::ScheduleKind::OneFOneB;
+    if (zero_bubble) return v == 2 ? pp::ScheduleKind::ZeroBubbleV : pp::ScheduleKind::ZeroBubbleH1;
+    return v > 1 ? pp::ScheduleKind::Interleaved1F1B : pp::ScheduleKind::OneFOneB;
   }
-  // "dp 8 tp 4 pp 2 v 1 | mb 1 x 16 | zero 1 | bf16 | recompute none | sp | zb-h1"
+  const char* schedule_name() const;  // "1f1b", "interleaved", "zb-h1", "zb-v"
+  // "dp 8 tp 4 pp 2 v 1 | mb 1 x 16 | zero 1 | bf16 | recompute none | sp | zb-h1" (or zb-v)
   std::string describe() const;
 };
 

@@ -102,13 +102,17 @@ std::string microbatch_paragraph(const Workload& w, const ClusterSpec& c, const 
   naive.micro_batch = l.micro_batch * l.micro_batches;
   naive.micro_batches = 1;
   const StepTime t = step_time(w, naive, c);
-  const char* schedule = l.v > 1 ? "interleaved 1F1B" : l.zero_bubble ? "ZB-H1" : "1F1B";
+  const pp::ScheduleKind kind = l.schedule();
+  const char* schedule = kind == pp::ScheduleKind::ZeroBubbleV    ? "ZB-V (2 chunks per stage in a V)"
+                         : kind == pp::ScheduleKind::ZeroBubbleH1 ? "ZB-H1"
+                                                                  : "1F1B";
   std::string out = strprintf(
       "Micro-batching: split over %d stages with the replica's %d sequences as one batch (a naive layer split), "
       "each stage would idle %.0f%% of the step (simulated); %d micro-batches of %d in %s keep the idle share at "
       "%.1f%%, for %.3f s instead of %.3f s per step.\n",
       l.pp, naive.micro_batch, 100 * t.bubble_fraction, l.micro_batches, l.micro_batch,
-      l.v > 1 ? strprintf("interleaved 1F1B (%d chunks per stage)", l.v).c_str() : schedule,
+      kind == pp::ScheduleKind::Interleaved1F1B ? strprintf("interleaved 1F1B (%d chunks per stage)", l.v).c_str()
+                                                : schedule,
       100 * best.time.bubble_fraction, best.time.step, t.step);
   // The bubble each schedule leaves on these stages, simulated from the
   // same action lists the executor would run.
@@ -125,8 +129,12 @@ std::string microbatch_paragraph(const Workload& w, const ClusterSpec& c, const 
     add("ZB-H1 (backward split into input and weight passes; the weight passes fill 1F1B's idle time, same peak "
         "activations)",
         one);
+    if (w.model.n_layer % (2 * l.pp) == 0) {
+      one.v = 2;
+      add("ZB-V (two chunks per stage in a V, split backward, the same peak activations)", one);
+    }
   }
-  if (l.v > 1) add(strprintf("interleaved 1F1B, %d chunks", l.v).c_str(), l);
+  if (kind == pp::ScheduleKind::Interleaved1F1B) add(strprintf("interleaved 1F1B, %d chunks", l.v).c_str(), l);
   out.back() = '.';
   return out + "\n";
 }
@@ -154,9 +162,9 @@ Bottleneck likely_bottleneck(const Candidate& best, const ClusterSpec& c) {
       {"pipeline bubble",
        l.v > 1 || l.pp * 2 > l.micro_batches
            ? "more micro-batches per step (a larger global batch or a smaller micro-batch) or more interleaved chunks"
-       : l.zero_bubble ? "more micro-batches per step, or interleaved 1F1B (v > 1 chunks per stage)"
-                       : "the zero-bubble schedule (parallel.schedule = \"zb-h1\"), interleaved 1F1B (v > 1 chunks per "
-                         "stage) or more micro-batches per step",
+       : l.zero_bubble ? "more micro-batches per step, or ZB-V (parallel.schedule = \"zb-v\")"
+                       : "a zero-bubble schedule (parallel.schedule = \"zb-v\" or \"zb-h1\"), interleaved 1F1B (v > 1 "
+                         "chunks per stage) or more micro-batches per step",
        t.bubble},
       {"tensor-parallel communication",
        t.links.tp.crosses_nodes ? "keep tensor parallelism inside a node (lower tp, more pp)"

@@ -282,8 +282,8 @@ RunPrediction predict_loom_run(const RunConfig& cfg, int world_size, const Clust
       // a block's compute does not make: the gather mostly completes at the
       // next acquire, so all of it is counted. (ZeRO-3 thus never wins on
       // time here; --layout auto picks it only to fit.)
-      const StagePlan& sp = stages[size_t(vs % r.pp)];
-      const double n = sp.chunk_params[size_t(vs / r.pp)];
+      const StagePlan& sp = stages[size_t(r.plan.map().stage_of(vs))];
+      const double n = sp.chunk_params[size_t(r.plan.map().chunk_of(vs))];
       const double g = all_gather_seconds(4 * n, r.dp, links.dp) + layers * (r.dp - 1) * links.dp.latency;
       k.f_zero3 = g, k.b_zero3 = g;
     }
@@ -296,7 +296,7 @@ RunPrediction predict_loom_run(const RunConfig& cfg, int world_size, const Clust
     d.backward_input.push_back(k.backward() - w);
   }
   // The configured schedule's own action lists (the ones the executor runs).
-  const PipelineTiming timing = simulate_pipeline(r.plan.actions, r.pp, r.plan.v, d);
+  const PipelineTiming timing = simulate_pipeline(r.plan.actions, r.plan.map(), d);
 
   for (int s = 0; s < r.pp; s++) {
     const double n = stages[size_t(s)].params, dp = r.dp;
@@ -310,7 +310,7 @@ RunPrediction predict_loom_run(const RunConfig& cfg, int world_size, const Clust
     else reduce = reduce_scatter_seconds(grad_bytes, r.dp, links.dp);
     if (r.zero == 1 || r.zero == 2) gather = all_gather_seconds(4 * n, r.dp, links.dp);
     for (int c = 0; c < r.plan.v; c++) {
-      const PassCost& k = pass[size_t(c * r.pp + s)];
+      const PassCost& k = pass[size_t(r.plan.map().virtual_stage(s, c))];
       window += k.b_compute + k.b_tp;
     }
     const double exposed = std::max(0.0, reduce - window) + gather;
@@ -321,7 +321,7 @@ RunPrediction predict_loom_run(const RunConfig& cfg, int world_size, const Clust
       out.step_seconds = end;
       out.compute_seconds = 0, out.comm_seconds = exposed;
       for (int c = 0; c < r.plan.v; c++) {
-        const PassCost& k = pass[size_t(c * r.pp + s)];
+        const PassCost& k = pass[size_t(r.plan.map().virtual_stage(s, c))];
         out.compute_seconds += r.accumulation * (k.f_compute + k.b_compute);
         out.comm_seconds += r.accumulation * (k.f_tp + k.b_tp + k.f_zero3 + k.b_zero3);
       }

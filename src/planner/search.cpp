@@ -75,16 +75,20 @@ SearchResult search_layouts(const Workload& w, const ClusterSpec& c, const Searc
         const int mbs = rows / b;
         for (int v = 1; v <= (pp > 1 ? space.max_v : 1); v++) {
           if (!allowed(space.v, v)) continue;
-          if (v > 1 && (m.n_layer % (pp * v) != 0 || mbs % pp != 0)) continue;  // interleaving's rules
+          if (v > 1 && m.n_layer % (pp * v) != 0) continue;
+          // Interleaving needs m % pp == 0; ZB-H1 (v 1) and ZB-V (v 2) a
+          // micro-batch per stage to fill the bubble.
+          const bool plain_runs = v == 1 || mbs % pp == 0;
+          const bool zb_schedule = pp > 1 && v <= 2 && mbs >= pp;
+          if (!plain_runs && !zb_schedule) continue;
           for (int zero = 0; zero <= (dp > 1 ? space.max_zero : 0); zero++) {
             if (!allowed(space.zero, zero)) continue;
             for (int sp = 0; sp <= (tp > 1 ? 1 : 0); sp++) {
               if (!allowed(space.seq_parallel, sp)) continue;
               for (Recompute r : recomputes) {
-                // ZB-H1: one chunk per stage, a micro-batch per stage to fill
-                // its bubble, and the activations its weight pass reads.
-                const bool zb_runs = pp > 1 && v == 1 && mbs >= pp && r != Recompute::full;
-                for (int zb = 0; zb <= (zb_runs ? 1 : 0); zb++) {
+                // Zero-bubble schedules: and the activations the weight pass reads.
+                const bool zb_runs = zb_schedule && r != Recompute::full;
+                for (int zb = plain_runs ? 0 : 1; zb <= (zb_runs ? 1 : 0); zb++) {
                   if (!allowed(space.zero_bubble, zb)) continue;
                   for (ComputePrecision p : precisions) {
                     Candidate cand;

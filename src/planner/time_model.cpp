@@ -42,12 +42,13 @@ ChunkCosts chunk_costs(const Workload& w, const Layout& l, const ClusterSpec& c,
   const double pbytes = act_bytes(l.precision);
 
   const int stages = l.pp * l.v;
+  const pp::ChunkMap map = pp::chunk_map(l.schedule(), l.pp, l.v);
   ChunkCosts k;
   const double w_layer = tokens * 2 * parameter_counts(m).layer_matrices / t / rate;
   for (auto* v : {&k.f_compute, &k.b_compute, &k.f_tp, &k.b_tp, &k.f_zero3, &k.b_zero3, &k.zero3_total, &k.b_weight})
     v->assign(stages, 0);
   for (int vs = 0; vs < stages; vs++) {
-    const int stage = vs % l.pp;
+    const int stage = map.stage_of(vs);
     const double layers = double(layers_on_stage(m.n_layer, l.pp, stage)) / l.v;
     k.f_compute[vs] = layers * f_layer + (vs == stages - 1 ? f_head : 0);
     k.b_compute[vs] = layers * b_layer + (vs == stages - 1 ? 2 * f_head : 0);
@@ -87,7 +88,7 @@ PipelineTiming PipelineTimer::time(pp::ScheduleKind kind, int pp, int m, int v, 
   key.insert(key.end(), d.backward_weight.begin(), d.backward_weight.end());
   auto it = cache_.find(key);
   if (it != cache_.end()) return it->second;
-  PipelineTiming timing = simulate_pipeline(pp::build_schedule(kind, pp, m, v), pp, v, d);
+  PipelineTiming timing = simulate_pipeline(pp::build_schedule(kind, pp, m, v), pp::chunk_map(kind, pp, v), d);
   cache_.emplace(std::move(key), timing);
   return timing;
 }
@@ -103,6 +104,7 @@ StepTime step_time(const Workload& w, const Layout& l, const ClusterSpec& c, con
   out.links = links;
   const ChunkCosts k = chunk_costs(w, l, c, out.links);
   const int stages = l.pp * l.v, m = l.micro_batches;
+  const pp::ChunkMap map = pp::chunk_map(l.schedule(), l.pp, l.v);
   StageDurations d;
   d.p2p_seconds = l.pp > 1 ? k.p2p : 0;
   for (int vs = 0; vs < stages; vs++) {
@@ -125,7 +127,7 @@ StepTime step_time(const Workload& w, const Layout& l, const ClusterSpec& c, con
       reduce = reduce_scatter_seconds(grads, l.dp, out.links.dp);
       gather = all_gather_seconds(grads, l.dp, out.links.dp);  // updated parameters, after the step
     }
-    for (int chunk = 0; chunk < l.v; chunk++) window += d.backward[chunk * l.pp + s];
+    for (int chunk = 0; chunk < l.v; chunk++) window += d.backward[size_t(map.virtual_stage(s, chunk))];
     const double exposed = std::max(0.0, reduce - window) + gather;
     const double opt = optimizer_seconds(w.model, l, c, s);
     const double end = timing.stage_finish[s] + exposed + opt;
@@ -156,10 +158,14 @@ StepTime step_time(const Workload& w, const Layout& l, const ClusterSpec& c, con
 
 double step_time_lower_bound(const Workload& w, const Layout& l, const ClusterSpec& c, const GroupLinks& links) {
   const ChunkCosts k = chunk_costs(w, l, c, links);
+  const pp::ChunkMap map = pp::chunk_map(l.schedule(), l.pp, l.v);
   double bound = 0;
   for (int s = 0; s < l.pp; s++) {
     double busy = 0;
-    for (int chunk = 0; chunk < l.v; chunk++) busy += k.forward(chunk * l.pp + s) + k.backward(chunk * l.pp + s);
+    for (int chunk = 0; chunk < l.v; chunk++) {
+      const int vs = map.virtual_stage(s, chunk);
+      busy += k.forward(vs) + k.backward(vs);
+    }
     bound = std::max(bound, l.micro_batches * busy + optimizer_seconds(w.model, l, c, s));
   }
   return bound;

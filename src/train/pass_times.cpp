@@ -25,7 +25,7 @@ void PassTimes::add(const pp::StageTimeline& timeline, int stage) {
   for (const pp::TimedAction& t : timeline.actions) {
     const int k = kind_index(t.action.kind);
     if (k < 0) continue;
-    const size_t at = size_t(k * plan_.virtual_stages() + t.action.chunk * plan_.pp + stage);
+    const size_t at = size_t(k * plan_.virtual_stages() + plan_.map().virtual_stage(stage, t.action.chunk));
     sums_[at] += float(t.end - t.start);
     sums_[n + at] += 1.f;
   }
@@ -43,7 +43,7 @@ std::vector<float> PassTimes::simulated_bubble(Communicator& pp) const {
       const size_t at = size_t(k * stages + vs);
       kinds[k]->push_back(all[n + at] > 0 ? all[at] / all[n + at] : 0.0);
     }
-  const planner::PipelineTiming t = planner::simulate_pipeline(plan_.actions, plan_.pp, plan_.v, d);
+  const planner::PipelineTiming t = planner::simulate_pipeline(plan_.actions, plan_.map(), d);
   std::vector<float> bubble;
   for (int s = 0; s < plan_.pp; s++)
     bubble.push_back(t.makespan > 0 ? float(1.0 - t.stage_busy[size_t(s)] / t.makespan) : 0.f);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <set>
 
 #include "checkpoint/layout_pieces.h"
 #include "core/check.h"
@@ -248,7 +249,7 @@ Replica::Replica(const RunConfig& cfg, const ParallelContext& ctx, int micro_bat
   using Mode = GradReducer::Mode;
   reducer_ = std::make_unique<GradReducer>(plan_, ctx.dp(), grads_, zero_ == 0 ? Mode::AllReduce : Mode::ReduceScatter,
                                            zero_ >= 2, cfg.precision.grad_reduce == "bf16" ? DType::bf16 : DType::f32);
-  executor_ = std::make_unique<pp::PipelineExecutor>(ctx.pp(), slots);
+  executor_ = std::make_unique<pp::PipelineExecutor>(ctx.pp(), slots, pipeline_.map());
   stage_ = std::make_unique<Stage>(*this, nullptr, nullptr, cfg.model.seq_len);
 }
 
@@ -292,17 +293,30 @@ float Replica::forward_backward(const std::vector<int32_t>& tokens, const std::v
   return loss;
 }
 
-// A tied embedding (GPT-2's token table): the first stage's embedding and
-// the last stage's head hold copies, whose gradients are summed (then reduced
-// over dp like the rest). The family's layout says which tensors are tied.
+// A tied embedding (GPT-2's token table): the first virtual stage's
+// embedding and the last one's head hold copies, whose gradients are summed
+// (then reduced over dp like the rest). The family's layout says which
+// tensors are tied. The copies sit on the first and the last stage, or
+// (ZB-V's V) both on the first: then they are summed here.
 void Replica::sync_tied_embedding() {
-  for (size_t c = 0; c < chunks_.size(); c++) {
+  std::vector<std::pair<size_t, int>> tied;  // (chunk, tensor)
+  for (size_t c = 0; c < chunks_.size(); c++)
+    for (int i : chunks_[c]->layout().tied_across_stages()) tied.push_back({c, i});
+  const bool both_here = tied.size() == 2 && tied[0].first != tied[1].first;
+  if (both_here) {
+    auto [ca, ia] = tied[0];
+    auto [cb, ib] = tied[1];
+    float *a = chunks_[ca]->grad(ia), *b = chunks_[cb]->grad(ib);
+    const int64_t n = chunks_[ca]->layout().params[size_t(ia)].numel;
+    LOOM_CHECK(n == chunks_[cb]->layout().params[size_t(ib)].numel, "tied copies of different sizes");
+    for (int64_t k = 0; k < n; k++) a[k] = b[k] = a[k] + b[k];  // what a two-rank sum gives
+  }
+  for (auto [c, i] : tied) {
     StageModule& chunk = *chunks_[c];
-    for (int i : chunk.layout().tied_across_stages()) {
+    if (!both_here)
       ctx_.group(GroupKind::embedding)
           .all_reduce(chunk.grad(i), size_t(chunk.layout().params[size_t(i)].numel), DType::f32, ReduceOp::Sum);
-      reducer_->on_grad_ready(chunk_tensor_[c] + i);
-    }
+    reducer_->on_grad_ready(chunk_tensor_[c] + i);
   }
 }
 
@@ -310,13 +324,22 @@ float Replica::evaluate(const int32_t* tokens, const int32_t* targets, int T) {
   // One micro-batch through the chunks in virtual-stage order, blocking.
   const int pp = ctx_.grid().pp(), stage = ctx_.coord().pp;
   const size_t n = size_t(chunks_[0]->local_rows(int64_t(micro_batch_) * T)) * size_t(chunks_[0]->config().d_model);
+  const pp::ChunkMap map = pipeline_.map();
   float loss = 0;
+  // A stage's chunks are in increasing virtual-stage order either way.
   for (int c = 0; c < pipeline_.v; c++) {
     StageModule& chunk = *chunks_[size_t(c)];
-    if (!chunk.layout().shard.embedding) ctx_.pp().recv(chunk.stage_input(0), n, DType::f32, (stage + pp - 1) % pp, 1);
+    const int vs = map.virtual_stage(stage, c);
+    if (!chunk.layout().shard.embedding) {
+      const int from = map.stage_of(vs - 1);
+      if (from == stage)  // the V's turn: this stage's other chunk
+        std::memcpy(chunk.stage_input(0), chunks_[size_t(map.chunk_of(vs - 1))]->stage_output(0), n * sizeof(float));
+      else
+        ctx_.pp().recv(chunk.stage_input(0), n, DType::f32, from, 1);
+    }
     chunk.forward_stage(0, tokens, micro_batch_, T);
     if (chunk.layout().shard.head) loss = chunk.stage_loss(0, targets, micro_batch_, T);
-    else ctx_.pp().send(chunk.stage_output(0), n, DType::f32, (stage + 1) % pp, 1);
+    else if (map.stage_of(vs + 1) != stage) ctx_.pp().send(chunk.stage_output(0), n, DType::f32, map.stage_of(vs + 1), 1);
   }
   if (gather_) gather_->settle();
   if (pp > 1) ctx_.pp().all_reduce(&loss, 1, DType::f32, ReduceOp::Sum);
@@ -441,7 +464,17 @@ std::vector<CheckpointPiece> Replica::checkpoint_pieces() {
                       pieces.insert(pieces.end(), p.begin(), p.end());
                     }
                   });
-  return pieces;
+  return without_repeats(std::move(pieces));
+}
+
+// A tied table's two copies on one rank (ZB-V's V puts the embedding and
+// the head on the first stage) hold the same values: each place once.
+std::vector<CheckpointPiece> Replica::without_repeats(std::vector<CheckpointPiece> pieces) {
+  std::set<std::string> seen;
+  std::vector<CheckpointPiece> out;
+  for (CheckpointPiece& p : pieces)
+    if (seen.insert(piece_key(place_of(p, "checkpoint"))).second) out.push_back(std::move(p));
+  return out;
 }
 
 void Replica::load(const Checkpoint& checkpoint, int adam_steps) {

@@ -127,6 +127,7 @@ class Replica {
   class Stage;
   class ChunkParams;
   void sync_tied_embedding();
+  static std::vector<CheckpointPiece> without_repeats(std::vector<CheckpointPiece> pieces);
   float* params_base() const;
   void reduce_sequence_partial_grads();
 

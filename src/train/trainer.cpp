@@ -122,11 +122,12 @@ void check_layout(const RunConfig& cfg, const ParallelGrid& grid) {
                   "train.micro_batch_size)) to be a multiple of parallel.pp (%d)",
                   micro_batches, pp);
   // Fewer micro-batches than stages leave nothing to fill the bubble with.
-  LOOM_USER_CHECK(cfg.parallel.schedule != "zb-h1" || pp == 1 || micro_batches >= pp,
-                  "parallel.schedule = \"zb-h1\" needs at least parallel.pp = %d micro-batches per step; got %d = "
+  const bool zero_bubble = cfg.parallel.schedule == "zb-h1" || cfg.parallel.schedule == "zb-v";
+  LOOM_USER_CHECK(!zero_bubble || pp == 1 || micro_batches >= pp,
+                  "parallel.schedule = \"%s\" needs at least parallel.pp = %d micro-batches per step; got %d = "
                   "train.batch_size / (parallel.dp x train.micro_batch_size): raise train.batch_size or lower "
                   "train.micro_batch_size",
-                  pp, micro_batches);
+                  cfg.parallel.schedule.c_str(), pp, micro_batches);
 }
 
 namespace {

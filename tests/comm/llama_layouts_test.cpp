@@ -1,7 +1,7 @@
 // LLaMA in every layout under mpirun (issue 17): data parallel with ZeRO 0/1/2,
 // tensor parallel (query and key/value heads split; with and without
 // sequence parallelism), pipeline parallel under GPipe, 1F1B, interleaved
-// 1F1B and zero-bubble ZB-H1 (the untied head on the last stage, no
+// 1F1B and zero-bubble ZB-H1 and ZB-V (the untied head on the last virtual stage, no
 // embedding sync), accumulation,
 // and the 3D layout dp x tp x pp = 2 x 2 x 2, each reproducing the
 // single-process LLaMA run (DESIGN.md invariant 1): first-step gradients
@@ -114,10 +114,12 @@ std::vector<Layout> layouts() {
       {1, 4, "1f1b", 4, 1, false, 0},
       {1, 2, "zb-h1", 4, 1, false, 0},
       {1, 4, "zb-h1", 4, 1, false, 0},
+      {1, 2, "zb-v", 4, 2, false, 0},
       // 3D: dp x tp x pp = 2 x 2 x 2 at 8 ranks.
       {2, 2, "1f1b", 4, 1, true, 1},
       {2, 2, "interleaved", 4, 2, false, 2},
       {2, 2, "zb-h1", 4, 1, true, 1},
+      {2, 2, "zb-v", 4, 2, true, 1},
       // ZeRO-3: data parallel with accumulation, with tp + sp, in 3D.
       {1, 1, "1f1b", 2, 1, false, 3},
       {2, 1, "1f1b", 1, 1, true, 3},
@@ -143,7 +145,7 @@ TEST_P(LlamaMixedPrecision, In3DMatchesSingleProcess) {
   const std::string precision = std::get<0>(GetParam());
   const auto& fp32 = single_process("fp32");
   const auto& lowp = single_process(precision);
-  const Layout l{2, 2, std::get<1>(GetParam()), 4, 1, true, 1};
+  const Layout l{2, 2, std::get<1>(GetParam()), 4, std::string(std::get<1>(GetParam())) == "zb-v" ? 2 : 1, true, 1};
   const auto& ctx = context(2, 2);
   const loom::RunConfig cfg = tiny_llama(l, 2, precision);
   const loom::TrainResult got = loom::train(cfg, ctx, nullptr, keep_grads());
@@ -168,6 +170,6 @@ TEST_P(LlamaMixedPrecision, In3DMatchesSingleProcess) {
 
 INSTANTIATE_TEST_SUITE_P(PrecisionsAndSchedules, LlamaMixedPrecision,
                          testing::Values(std::make_tuple("bf16", "1f1b"), std::make_tuple("fp16", "1f1b"),
-                                         std::make_tuple("bf16", "zb-h1")));
+                                         std::make_tuple("bf16", "zb-h1"), std::make_tuple("bf16", "zb-v")));
 
 }  // namespace

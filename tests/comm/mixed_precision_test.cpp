@@ -169,7 +169,8 @@ TEST_P(MixedPrecision3D, Bf16MatchesSingleProcessBf16) {
   const loom::RunConfig cfg =
       tiny("bf16", 2, 2, 2,
            {"parallel.sequence_parallel=true", "parallel.zero=" + std::to_string(zero),
-            std::string("parallel.schedule=\"") + schedule + "\""});
+            std::string("parallel.schedule=\"") + schedule + "\"",
+            std::string("parallel.virtual_stages=") + (std::string(schedule) == "zb-v" ? "2" : "1")});
   const loom::TrainResult got = loom::train(cfg, ctx, nullptr, keep_grads());
 
   const auto layout_err = gradient_errors(cfg, ctx, got.first_step_grads, bf16.first_step_grads);
@@ -195,6 +196,6 @@ TEST_P(MixedPrecision3D, Bf16MatchesSingleProcessBf16) {
 
 INSTANTIATE_TEST_SUITE_P(ZeroAndSchedule, MixedPrecision3D,
                          testing::Values(std::make_tuple(1, "1f1b"), std::make_tuple(3, "1f1b"),
-                                         std::make_tuple(1, "zb-h1")));
+                                         std::make_tuple(1, "zb-h1"), std::make_tuple(1, "zb-v")));
 
 }  // namespace

@@ -1,6 +1,8 @@
 // Pipeline parallelism (issue 7) under mpirun: pp = 2 and 4 (where the world
 // allows; the rest data parallel) x every schedule (GPipe, 1F1B, interleaved
-// 1F1B with 2 chunks per stage, zero-bubble ZB-H1 with its split backward)
+// 1F1B with 2 chunks per stage, zero-bubble ZB-H1 with its split backward
+// and ZB-V with two chunks per stage in a V, both copies of the tied table
+// on stage 0)
 // x m in {1, 4, 8} micro-batches (interleaving needs m % pp == 0, ZB-H1
 // m >= pp), and the full 3D layout dp x tp x pp = 2 x 2 x 2 with
 // sequence parallelism and ZeRO, each reproducing the single-process run
@@ -97,15 +99,18 @@ std::vector<Layout> layouts() {
       for (int m : {1, 4, 8}) out.push_back({pp, 1, schedule, m, 1, false, 0});
     for (int m : {4, 8}) out.push_back({pp, 1, "interleaved", m, 2, false, 0});
     for (int m : {pp, 8}) out.push_back({pp, 1, "zb-h1", m, 1, false, 0});  // needs m >= pp
+    for (int m : {pp, 8}) out.push_back({pp, 1, "zb-v", m, 2, false, 0});   // 2 chunks per stage in a V
   }
   // 3D: dp x tp x pp = 2 x 2 x 2 at 8 ranks.
   out.push_back({2, 2, "1f1b", 4, 1, true, 1});
   out.push_back({2, 2, "interleaved", 4, 2, false, 2});
   out.push_back({2, 2, "zb-h1", 4, 1, true, 1});
+  out.push_back({2, 2, "zb-v", 4, 2, true, 2});
   // ZeRO-3: each chunk's blocks gathered as the schedule reaches them.
   out.push_back({2, 1, "interleaved", 4, 2, false, 3});
   out.push_back({2, 2, "1f1b", 4, 1, true, 3});
   out.push_back({2, 2, "zb-h1", 4, 1, true, 3});
+  out.push_back({2, 2, "zb-v", 4, 2, false, 3});
   return out;
 }
 

@@ -7,8 +7,10 @@
 
 namespace loom::pp {
 
-PipelineExecutor::PipelineExecutor(Communicator& pp, std::vector<int> slots)
-    : pp_(pp), v_(int(slots.size())), slots_(std::move(slots)) {
+PipelineExecutor::PipelineExecutor(Communicator& pp, std::vector<int> slots, ChunkMap map)
+    : pp_(pp), v_(int(slots.size())), map_(map), slots_(std::move(slots)) {
+  LOOM_CHECK(map_.v == v_ && map_.pp == pp.size(), "pipeline executor: chunk map of %d x %d for %d stages x %d chunks",
+             map_.pp, map_.v, pp.size(), v_);
   for (int n : slots_) holder_.push_back(std::vector<int>(size_t(n), -1));
   auto works = [&] {
     std::vector<std::vector<std::unique_ptr<Work>>> w(slots_.size());
@@ -59,6 +61,11 @@ void PipelineExecutor::run(const StageSchedule& actions, StageModel& model) {
   auto seconds = [&] { return std::chrono::duration<double>(Clock::now() - t0).count(); };
   const int stage = pp_.rank(), pp = pp_.size();
   const size_t n = model.activation_floats();
+  // The virtual stage before / after (mb, chunk c) here: its stage and chunk.
+  auto neighbour = [&](int c, int step) {
+    const int vs = map_.virtual_stage(stage, c) + step;
+    return std::pair<int, int>{map_.stage_of(vs), map_.chunk_of(vs)};
+  };
   timeline_ = {};
   // A (micro-batch, chunk)'s slot is free after its last action: the send
   // of its gradient (waited on before the slot is reused) or its
@@ -70,13 +77,13 @@ void PipelineExecutor::run(const StageSchedule& actions, StageModel& model) {
     const int mb = a.microbatch, c = a.chunk;
     switch (a.kind) {
       case ActionKind::RecvActivation: {
-        // From the previous virtual stage: stage - 1, or the last stage's previous chunk.
-        const int s = slot_of(mb, c, true), from = (stage + pp - 1) % pp;
+        // From the previous virtual stage (ChunkMap: another stage, or this one's other chunk in a V).
+        const int s = slot_of(mb, c, true), from = neighbour(c, -1).first;
         recv_[size_t(c)][size_t(s)] = pp_.recv_async(model.activation_in(c, s), n, DType::f32, from, tag(mb, c, false));
         break;
       }
       case ActionKind::RecvGrad: {
-        const int s = slot_of(mb, c, false), from = (stage + 1) % pp;
+        const int s = slot_of(mb, c, false), from = neighbour(c, +1).first;
         recv_[size_t(c)][size_t(s)] = pp_.recv_async(model.grad(c, s), n, DType::f32, from, tag(mb, c, true));
         break;
       }
@@ -102,13 +109,15 @@ void PipelineExecutor::run(const StageSchedule& actions, StageModel& model) {
         break;
       }
       case ActionKind::SendActivation: {
-        const int s = slot_of(mb, c, false), to = (stage + 1) % pp, to_chunk = stage + 1 < pp ? c : c + 1;
+        const int s = slot_of(mb, c, false);
+        const auto [to, to_chunk] = neighbour(c, +1);
         send_out_[size_t(c)][size_t(s)] =
             pp_.send_async(model.activation_out(c, s), n, DType::f32, to, tag(mb, to_chunk, false));
         break;
       }
       case ActionKind::SendGrad: {
-        const int s = slot_of(mb, c, false), to = (stage + pp - 1) % pp, to_chunk = stage > 0 ? c : c - 1;
+        const int s = slot_of(mb, c, false);
+        const auto [to, to_chunk] = neighbour(c, -1);
         send_grad_[size_t(c)][size_t(s)] = pp_.send_async(model.grad(c, s), n, DType::f32, to, tag(mb, to_chunk, true));
         break;
       }

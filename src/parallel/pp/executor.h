@@ -63,8 +63,9 @@ struct StageTimeline {
 class PipelineExecutor {
  public:
   // pp: the pipeline group (its rank is this stage); slots[c] activation
-  // sets for chunk c (slots_needed gives them).
-  PipelineExecutor(Communicator& pp, std::vector<int> slots);
+  // sets for chunk c (slots_needed gives them); map: which virtual stage
+  // each chunk is (a V-shaped map sends between a stage's own chunks too).
+  PipelineExecutor(Communicator& pp, std::vector<int> slots, ChunkMap map);
 
   // How many activation sets each of the v chunks needs to run `actions`
   // (pp::slots_needed in pipeline_plan.h, which the planner also reads).
@@ -84,6 +85,7 @@ class PipelineExecutor {
 
   Communicator& pp_;
   int v_;
+  ChunkMap map_;
   std::vector<int> slots_;
   // Per chunk, per slot: the micro-batch that holds it (-1: free), and the
   // transfers in flight on it.

@@ -21,9 +21,10 @@ ScheduleKind parse_schedule_kind(const std::string& name) {
   if (name == "1f1b") return ScheduleKind::OneFOneB;
   if (name == "interleaved") return ScheduleKind::Interleaved1F1B;
   if (name == "zb-h1") return ScheduleKind::ZeroBubbleH1;
-  throw UserError(strprintf(
-      "config field 'parallel.schedule' is '%s'; expected \"1f1b\", \"gpipe\", \"interleaved\" or \"zb-h1\"",
-      name.c_str()));
+  if (name == "zb-v") return ScheduleKind::ZeroBubbleV;
+  throw UserError(strprintf("config field 'parallel.schedule' is '%s'; expected \"1f1b\", \"gpipe\", "
+                            "\"interleaved\", \"zb-h1\" or \"zb-v\"",
+                            name.c_str()));
 }
 
 PipelinePlan plan_pipeline(const std::string& schedule, int v, const std::vector<int>& pp_layers, int n_layer,
@@ -39,12 +40,13 @@ PipelinePlan plan_pipeline(const std::string& schedule, int v, const std::vector
     plan.layers = balanced_partition(n_layer, parts, 0.0, head_blocks);
   }
   // Fewer micro-batches than stages leave nothing to fill the bubble with.
-  if (plan.schedule == ScheduleKind::ZeroBubbleH1 && micro_batches > 0 && micro_batches < pp)
+  const bool zero_bubble = plan.schedule == ScheduleKind::ZeroBubbleH1 || plan.schedule == ScheduleKind::ZeroBubbleV;
+  if (zero_bubble && pp > 1 && micro_batches > 0 && micro_batches < pp)
     throw UserError(strprintf(
-        "parallel.schedule = \"zb-h1\" needs at least parallel.pp = %d micro-batches per step; got %d = "
+        "parallel.schedule = \"%s\" needs at least parallel.pp = %d micro-batches per step; got %d = "
         "train.batch_size / (parallel.dp x train.micro_batch_size): raise train.batch_size or lower "
         "train.micro_batch_size",
-        pp, micro_batches));
+        schedule.c_str(), pp, micro_batches));
   if (micro_batches > 0) {
     plan.actions = build_schedule(plan.schedule, pp, micro_batches, v);
     for (const StageSchedule& stage : plan.actions) plan.slots.push_back(slots_needed(stage, v));

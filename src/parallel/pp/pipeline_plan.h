@@ -21,7 +21,7 @@ struct PipelinePlan {
   ScheduleKind schedule = ScheduleKind::OneFOneB;
   int pp = 1;
   int v = 1;                 // chunks per stage
-  std::vector<int> layers;   // blocks per virtual stage (pp x v of them; chunk c of stage s is c x pp + s)
+  std::vector<int> layers;   // blocks per virtual stage (pp x v of them; map() says whose)
   int micro_batches = 0;     // per step; 0: the partition only (no actions, no slots)
   Schedule actions;          // one list per stage (build_schedule)
   // slots[stage][chunk]: activation sets the chunk needs to run its
@@ -29,11 +29,13 @@ struct PipelinePlan {
   std::vector<std::vector<int>> slots;
 
   int virtual_stages() const { return pp * v; }
+  // Which virtual stage each (stage, chunk) is: interleaved, or ZB-V's V.
+  ChunkMap map() const { return chunk_map(schedule, pp, v); }
   // The first block of virtual stage vs.
   int first_layer(int vs) const;
 };
 
-// "gpipe" | "1f1b" | "interleaved" | "zb-h1"; UserError naming parallel.schedule otherwise.
+// "gpipe" | "1f1b" | "interleaved" | "zb-h1" | "zb-v"; UserError naming parallel.schedule otherwise.
 ScheduleKind parse_schedule_kind(const std::string& name);
 
 // schedule: its name; v: chunks per stage; pp_layers: blocks per virtual
