@@ -1,12 +1,13 @@
 // `loom bench pp`: pipeline parallelism with pp = 2 stages on the two cores
 // (one rank and one thread per stage), on a model whose stages are balanced
 // (8 blocks of d_model 384, T 256, a 256-token vocabulary so the head costs
-// little), for every schedule (GPipe, 1F1B, interleaved, zero-bubble ZB-H1)
+// little), for every schedule (GPipe, 1F1B, interleaved, zero-bubble ZB-H1 and ZB-V)
 // and m micro-batches of one sequence: the measured bubble per stage beside
 // the planner's simulation of the same action lists with the measured pass
 // times and beside (pp - 1) / (v m + pp - 1), the largest stage bubble
 // against 1F1B's at the same m, the activation sets a stage held at once and
-// the activation memory it planned (GPipe: m, 1F1B: pp - stage, ZB-H1: pp),
+// the activation memory it planned (GPipe: m, 1F1B: pp - stage, ZB-H1: pp,
+// ZB-V: 2 pp (micro-batch, chunk) pairs of half the layers),
 // and tokens/s. Each row is one `mpirun` of `loom bench pp-child`, which runs
 // the real training loop.
 #include <unistd.h>
@@ -76,10 +77,10 @@ int cmd_bench_pp(const Args& args) {
     int v;
   };
   std::map<int, double> one_f_one_b;  // m -> 1F1B's largest stage bubble
-  for (const Row& row : {Row{"gpipe", 1}, Row{"1f1b", 1}, Row{"interleaved", 2}, Row{"zb-h1", 1}}) {
+  for (const Row& row : {Row{"gpipe", 1}, Row{"1f1b", 1}, Row{"interleaved", 2}, Row{"zb-h1", 1}, Row{"zb-v", 2}}) {
     for (int m : o.m) {
-      if (row.v > 1 && m % 2 != 0) continue;             // interleaving needs m % pp == 0
-      if (std::string(row.schedule) == "zb-h1" && m < 2) continue;  // and ZB-H1 m >= pp
+      if (std::string(row.schedule) == "interleaved" && m % 2 != 0) continue;  // needs m % pp == 0
+      if (std::string(row.schedule).rfind("zb-", 0) == 0 && m < 2) continue;  // zero-bubble: m >= pp
       std::string line = run_for_json(
           mpirun_prefix(2, 1) + strprintf("'%s' bench pp-child --schedule %s --v %d --m %d --steps %d 2>&1",
                                           self_exe().c_str(), row.schedule, row.v, m, o.steps));
@@ -106,7 +107,7 @@ int cmd_bench_pp(const Args& args) {
       "vs 1f1b    = the largest stage bubble against 1F1B's at the same m (measured in this invocation)\n"
       "in-flight  = most micro-batch activation sets each stage held at once (stage 0, stage 1), then the\n"
       "             schedule's bound (GPipe m, 1F1B pp - stage, ZB-H1 pp until the weight pass; interleaved\n"
-      "             counts (micro-batch, chunk) pairs)\n"
+      "             and ZB-V count (micro-batch, chunk) pairs, ZB-V at most 2 pp)\n"
       "act MiB    = activation memory each stage planned: the bound x one micro-batch's activations (ZB-H1's\n"
       "             weight pass keeps its operands in buffers its input pass is done with: no extra memory)\n");
   return 0;

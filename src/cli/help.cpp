@@ -59,8 +59,9 @@ commands:
                   [data] path format (shards | bytes) val_fraction
                   [parallel] dp (0 = infer) tp pp order ("tp-dp-pp": innermost first)
                              sequence_parallel (true | false; with tp > 1)
-                             schedule ("1f1b" | "gpipe" | "interleaved" | "zb-h1") virtual_stages
-                             (chunks per stage, interleaved) pp_layers ([blocks per virtual stage];
+                             schedule ("1f1b" | "gpipe" | "interleaved" | "zb-h1" | "zb-v")
+                             virtual_stages (chunks per stage: interleaved; 2 with zb-v)
+                             pp_layers ([blocks per virtual stage];
                              [] = balanced by cost)
                              zero (0 | 1 | 2 | 3) bucket_mb (MiB per gradient bucket, > 0)
                   [precision] compute (fp32 | bf16 | fp16) loss_scale ("" = dynamic for fp16, else
@@ -89,7 +90,10 @@ commands:
           1F1B, interleaved 1F1B with virtual_stages chunks; interleaved needs m %% pp == 0;
           zb-h1, zero-bubble ZB-H1: each backward split into its input part, sent upstream at
           once, and its weight part, run later in 1F1B's idle time; 1F1B's peak activations,
-          about a third of its bubble; needs m >= pp and recompute none or selective).
+          about a third of its bubble; zb-v, ZB-V: two chunks per stage in a V (stage s holds
+          virtual stages s and 2 pp - 1 - s, so stage 0 has the embedding and the head), the
+          same split backward, 1F1B's peak activations, near zero bubble; virtual_stages = 2.
+          Both need m >= pp and recompute none or selective).
           Rank 0 reports the measured bubble per stage.
           Mixed precision (precision.compute = bf16 | fp16): matrix products read 16-bit copies
           of the weights and activations are stored in 16 bits (about half the memory); master
@@ -140,9 +144,10 @@ commands:
           tp=2 (2 ranks x 1 thread) without and with sequence parallelism: tokens/s and ratio,
           share of the step spent waiting on tp communication, per-rank parameter and activation MiB.
             loom bench pp [--m 1,2,4,8,16] [--steps 4]
-          Pipeline parallelism, pp=2 with one core per stage, GPipe / 1F1B / interleaved (v=2):
-          measured bubble per stage against (pp-1)/(v m + pp-1), activation sets held and their
-          bound, planned activation MiB per stage, tokens/s.
+          Pipeline parallelism, pp=2 with one core per stage, GPipe / 1F1B / interleaved (v=2) /
+          ZB-H1 / ZB-V: measured bubble per stage beside the planner's simulation (same action
+          lists, measured pass times) and (pp-1)/(v m + pp-1), the largest stage bubble against
+          1F1B's, activation sets held and their bound, planned activation MiB per stage, tokens/s.
             loom bench scaling [--ranks 2] [--zero 0,1,2,3] [--steps 8] [--micro-batch 4]
                                [--bucket-mb 4] [--repeat 1]
           Weak scaling of data parallelism on the "small" shape, 1 thread per rank: 1 rank
@@ -227,10 +232,11 @@ commands:
           Cluster: --cluster NAME (configs/clusters/NAME.toml, or local = .cache/cluster-local.toml
                  from loom bench calibrate) or FILE.toml; --devices N; --inter-node-gbit G.
           Fix dimensions (comma lists): --dp --tp --pp --v --micro-batch --zero 0-3 --sp 0|1
-                 --precision fp32,bf16,fp16 --recompute none,selective,full --schedule 1f1b,zb-h1
-                 (one chunk per stage; --v > 1 is interleaved 1F1B); --top K (default 5).
-          The sched column: 1f1b, zb-h1 (zero-bubble: backward split into input and weight
-                 passes, the weight passes filling 1F1B's idle time) or int (interleaved); the
+                 --precision fp32,bf16,fp16 --recompute none,selective,full --schedule
+                 1f1b,zero-bubble (zero-bubble: ZB-H1 at --v 1, ZB-V at --v 2; interleaved 1F1B
+                 is 1f1b with --v > 1); --top K (default 5).
+          The sched column: 1f1b, int (interleaved), zb-h1 or zb-v (zero-bubble: backward split
+                 into input and weight passes, the weight passes filling the idle time); the
                  memo gives the bubble each schedule leaves on the chosen stages.
           Deadline: --tokens N [--deadline-days D] (exit 2 if the best plan misses it).
           --emit-config FILE: write plan #1 (model, batch, layout: dp tp pp v micro-batch zero

@@ -107,11 +107,11 @@ PlanOptions parse(const Args& args) {
     } else if (a == "--recompute") {
       for (const auto& r : split(value())) o.space.recompute.push_back(parse_recompute(r, "--recompute"));
     } else if (a == "--schedule") {
-      // Of a one-chunk pipeline (--v > 1 is interleaved 1F1B).
+      // 1f1b (interleaved with --v > 1) or zero-bubble (ZB-H1 at v 1, ZB-V at v 2).
       for (const auto& name : split(value())) {
-        LOOM_USER_CHECK(name == "1f1b" || name == "zb-h1", "plan: --schedule takes 1f1b and/or zb-h1, got '%s'",
-                        name.c_str());
-        o.space.zero_bubble.push_back(name == "zb-h1");
+        LOOM_USER_CHECK(name == "1f1b" || name == "zero-bubble",
+                        "plan: --schedule takes 1f1b and/or zero-bubble, got '%s'", name.c_str());
+        o.space.zero_bubble.push_back(name == "zero-bubble");
       }
     } else throw UserError(strprintf("plan: unknown option '%s' (try loom --help)", a.c_str()));
   }

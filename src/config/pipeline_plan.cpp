@@ -7,9 +7,16 @@ double head_cost_in_blocks(const ModelConfig& model) {
   return 2 * C * V / (24 * C * C + 4 * T * C);
 }
 
+pp::PassRatios pass_ratios(const ModelConfig& model) {
+  const double C = model.d_model, T = model.seq_len;
+  const double matrices = double(model.qkv_rows()) * C + C * C + (model.is_llama() ? 3 : 2) * double(model.ffn()) * C;
+  return {2 * matrices + 4 * T * C, 2 * matrices + 8 * T * C, 2 * matrices};
+}
+
 PipelinePlan plan_pipeline(const RunConfig& cfg, int stages, int micro_batches) {
   return pp::plan_pipeline(cfg.parallel.schedule, cfg.parallel.virtual_stages, cfg.parallel.pp_layers,
-                           cfg.model.n_layer, stages, head_cost_in_blocks(cfg.model), micro_batches);
+                           cfg.model.n_layer, stages, head_cost_in_blocks(cfg.model), micro_batches,
+                           pass_ratios(cfg.model));
 }
 
 std::vector<ModelShard> chunk_shards(const RunConfig& cfg, const PipelinePlan& plan, int stage, int tp_rank,

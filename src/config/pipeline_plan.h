@@ -18,6 +18,13 @@ using pp::PipelinePlan;
 // the balanced partition gives that chunk fewer blocks.
 double head_cost_in_blocks(const ModelConfig& model);
 
+// One block's forward, input-gradient and weight-gradient passes in FLOPs
+// per token, as ratios: what ZB-V's list scheduling places passes with
+// (forward 2 W + 4 T C, input gradient 2 W + 8 T C, weight gradient 2 W for
+// a block's W weight-matrix elements; attention's products are all in the
+// first two).
+pp::PassRatios pass_ratios(const ModelConfig& model);
+
 // parallel.schedule, parallel.virtual_stages and parallel.pp_layers (or the
 // partition balanced by cost) on `stages` pipeline stages; with
 // micro_batches > 0 also every stage's action list and slots. UserError
@@ -25,8 +32,8 @@ double head_cost_in_blocks(const ModelConfig& model);
 PipelinePlan plan_pipeline(const RunConfig& cfg, int stages, int micro_batches = 0);
 
 // The model chunks of pipeline stage `stage` on tensor-parallel rank
-// tp_rank of tp_size: chunk c holds virtual stage c x pp + stage (the first
-// virtual stage holds the embedding, the last the head).
+// tp_rank of tp_size: chunk c holds virtual stage plan.map().virtual_stage(stage, c)
+// (the first virtual stage holds the embedding, the last the head).
 std::vector<ModelShard> chunk_shards(const RunConfig& cfg, const PipelinePlan& plan, int stage, int tp_rank,
                                      int tp_size);
 

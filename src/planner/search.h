@@ -24,7 +24,7 @@ struct SearchSpace {
   std::vector<ComputePrecision> precision;  // default: bf16 (else fp16) and fp32
   std::vector<Recompute> recompute;
   std::vector<int> seq_parallel;     // 0 and/or 1
-  std::vector<int> zero_bubble;      // 0 (1F1B) and/or 1 (ZB-H1), where it runs
+  std::vector<int> zero_bubble;      // 0 (1F1B, interleaved) and/or 1 (ZB-H1 at v 1, ZB-V at v 2), where they run
   int max_v = 8;
   int max_micro_batch = 64;
   int max_zero = 3;

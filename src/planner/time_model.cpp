@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "config/pipeline_plan.h"
 #include "planner/memory_model.h"
 
 namespace loom::planner {
@@ -81,14 +82,17 @@ double optimizer_seconds(const ModelConfig& m, const Layout& l, const ClusterSpe
 
 }  // namespace
 
-PipelineTiming PipelineTimer::time(pp::ScheduleKind kind, int pp, int m, int v, const StageDurations& d) {
-  std::vector<double> key = {double(kind), double(pp), double(m), double(v), d.p2p_seconds};
+PipelineTiming PipelineTimer::time(pp::ScheduleKind kind, int pp, int m, int v, const StageDurations& d,
+                                   const pp::PassRatios& ratios) {
+  std::vector<double> key = {double(kind), double(pp), double(m), double(v), d.p2p_seconds,
+                             ratios.forward, ratios.backward_input, ratios.backward_weight};
   key.insert(key.end(), d.forward.begin(), d.forward.end());
   key.insert(key.end(), d.backward.begin(), d.backward.end());
   key.insert(key.end(), d.backward_weight.begin(), d.backward_weight.end());
   auto it = cache_.find(key);
   if (it != cache_.end()) return it->second;
-  PipelineTiming timing = simulate_pipeline(pp::build_schedule(kind, pp, m, v), pp::chunk_map(kind, pp, v), d);
+  PipelineTiming timing =
+      simulate_pipeline(pp::build_schedule(kind, pp, m, v, ratios), pp::chunk_map(kind, pp, v), d);
   cache_.emplace(std::move(key), timing);
   return timing;
 }
@@ -113,7 +117,8 @@ StepTime step_time(const Workload& w, const Layout& l, const ClusterSpec& c, con
     d.backward_weight.push_back(k.b_weight[vs]);
     d.backward_input.push_back(k.backward(vs) - k.b_weight[vs]);
   }
-  const PipelineTiming timing = timer.time(l.schedule(), l.pp, m, l.v, d);
+  // The engine builds ZB-V with the same ratios (config/pipeline_plan.h).
+  const PipelineTiming timing = timer.time(l.schedule(), l.pp, m, l.v, d, pass_ratios(w.model));
 
   const double pbytes = act_bytes(l.precision);
   int busiest = 0;

@@ -34,7 +34,8 @@ struct StepTime {
 // Remembers simulated schedules: many layouts share (pp, m, v, durations).
 class PipelineTimer {
  public:
-  PipelineTiming time(pp::ScheduleKind kind, int pp, int m, int v, const StageDurations& d);
+  PipelineTiming time(pp::ScheduleKind kind, int pp, int m, int v, const StageDurations& d,
+                      const pp::PassRatios& ratios = {});
   size_t simulations() const { return cache_.size(); }
 
  private:

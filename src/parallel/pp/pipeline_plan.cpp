@@ -28,7 +28,7 @@ ScheduleKind parse_schedule_kind(const std::string& name) {
 }
 
 PipelinePlan plan_pipeline(const std::string& schedule, int v, const std::vector<int>& pp_layers, int n_layer,
-                           int pp, double head_blocks, int micro_batches) {
+                           int pp, double head_blocks, int micro_batches, const PassRatios& ratios) {
   PipelinePlan plan;
   plan.schedule = parse_schedule_kind(schedule);
   plan.pp = pp, plan.v = v, plan.micro_batches = micro_batches;
@@ -48,7 +48,7 @@ PipelinePlan plan_pipeline(const std::string& schedule, int v, const std::vector
         "train.micro_batch_size",
         schedule.c_str(), pp, micro_batches));
   if (micro_batches > 0) {
-    plan.actions = build_schedule(plan.schedule, pp, micro_batches, v);
+    plan.actions = build_schedule(plan.schedule, pp, micro_batches, v, ratios);
     for (const StageSchedule& stage : plan.actions) plan.slots.push_back(slots_needed(stage, v));
   }
   return plan;

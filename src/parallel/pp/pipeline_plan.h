@@ -44,8 +44,10 @@ ScheduleKind parse_schedule_kind(const std::string& name);
 // in units of one block); micro_batches: per step (0: no action lists).
 // UserError when the blocks cannot fill the chunks, pp_layers is
 // malformed, or the schedule refuses the micro-batch count.
+// ratios: the pass times a schedule built by list scheduling (ZB-V) is
+// placed with.
 PipelinePlan plan_pipeline(const std::string& schedule, int v, const std::vector<int>& pp_layers, int n_layer,
-                           int pp, double head_blocks, int micro_batches = 0);
+                           int pp, double head_blocks, int micro_batches = 0, const PassRatios& ratios = {});
 
 // How many activation sets each of the v chunks needs to run one stage's
 // `actions`: a (micro-batch, chunk) holds one from its first action (a

@@ -141,66 +141,77 @@ Schedule zero_bubble_h1(int pp, int m) {
   return schedule;
 }
 
-Schedule zero_bubble_v(int pp, int m) {
+Schedule zero_bubble_v(int pp, int m, const PassRatios& t) {
   check_sizes(pp, m, 2);
+  LOOM_CHECK(t.forward > 0 && t.backward_input > 0 && t.backward_weight > 0, "zero_bubble_v: pass times must be > 0");
   const ChunkMap map = chunk_map(ScheduleKind::ZeroBubbleV, pp, 2);
   const int stages = 2 * pp;
-  // done_f[vs][mb] / done_b[vs][mb]: the tick at whose end that pass
-  // finished (-1: not yet); a pass may start the tick after its input's.
-  std::vector<std::vector<int>> done_f(size_t(stages), std::vector<int>(size_t(m), -1)), done_b = done_f;
-  auto finished = [](int tick, int now) { return tick >= 0 && tick < now; };
+  // end_f[vs][mb] / end_b[vs][mb]: when that pass ends (-1: not placed yet).
+  std::vector<std::vector<double>> end_f(size_t(stages), std::vector<double>(size_t(m), -1)), end_b = end_f;
   struct StageState {
+    double free = 0;  // when the stage's last placed pass ends
     int next_f[2] = {0, 0}, next_b[2] = {0, 0};
     std::deque<std::pair<int, int>> waiting_w;  // (micro-batch, chunk) after B, in order
     int held = 0;                               // pairs whose F ran and W has not
   };
+  struct Choice {
+    ActionKind kind;
+    int mb, chunk;
+    double start;
+  };
   std::vector<StageState> st(static_cast<size_t>(pp));
   std::vector<StageWriter> writers;
   for (int s = 0; s < pp; s++) writers.emplace_back(map, s);
-  for (int now = 0, left = 3 * stages * m; left > 0; now++) {
-    LOOM_CHECK(now <= 8 * stages * m + 8 * stages, "zero_bubble_v(%d, %d): the simulation does not finish", pp, m);
-    struct Choice {
-      ActionKind kind;
-      int mb, chunk;
-    };
-    std::vector<std::pair<int, Choice>> chosen;
+  // List scheduling: each round places the pass that can start earliest.
+  for (int left = 3 * stages * m; left > 0; left--) {
+    std::optional<std::pair<int, Choice>> best;
     for (int s = 0; s < pp; s++) {
       StageState& x = st[size_t(s)];
-      // Candidates in order of preference: B, then F, each the oldest
-      // micro-batch first and its later chunk (nearer the loss) first; then W.
-      std::optional<Choice> pick;
-      for (ActionKind kind : {ActionKind::BackwardInput, ActionKind::Forward}) {
+      std::optional<Choice> pick;  // B before F, the oldest micro-batch, the later chunk
+      for (ActionKind kind : {ActionKind::BackwardInput, ActionKind::Forward})
         for (int c : {1, 0}) {
           const int vs = map.virtual_stage(s, c);
           const bool b = kind == ActionKind::BackwardInput;
           const int mb = b ? x.next_b[c] : x.next_f[c];
           if (mb >= m) continue;
-          const bool ready = b ? finished(done_f[size_t(vs)][size_t(mb)], now) &&
-                                     (vs == stages - 1 || finished(done_b[size_t(vs + 1)][size_t(mb)], now))
-                               : x.held < 2 * pp && (vs == 0 || finished(done_f[size_t(vs - 1)][size_t(mb)], now));
-          if (ready && (!pick || mb < pick->mb)) pick = Choice{kind, mb, c};
+          double ready;
+          if (b) {
+            const double own = end_f[size_t(vs)][size_t(mb)];
+            const double later = vs == stages - 1 ? 0 : end_b[size_t(vs + 1)][size_t(mb)];
+            if (own < 0 || later < 0) continue;
+            ready = std::max(own, later);
+          } else {
+            if (x.held >= 2 * pp) continue;  // 1F1B's first-stage activations
+            ready = vs == 0 ? 0 : end_f[size_t(vs - 1)][size_t(mb)];
+            if (ready < 0) continue;
+          }
+          const Choice cand{kind, mb, c, std::max(x.free, ready)};
+          if (!pick || cand.start < pick->start ||
+              (cand.start == pick->start && (kind == pick->kind ? mb < pick->mb : b)))
+            pick = cand;
         }
-        if (pick) break;
-      }
-      if (!pick && !x.waiting_w.empty())
-        pick = Choice{ActionKind::BackwardWeight, x.waiting_w.front().first, x.waiting_w.front().second};
-      if (pick) chosen.push_back({s, *pick});
+      // A waiting W fills the time until a B or F can start.
+      if (!x.waiting_w.empty() && (!pick || pick->start > x.free))
+        pick = Choice{ActionKind::BackwardWeight, x.waiting_w.front().first, x.waiting_w.front().second, x.free};
+      if (pick && (!best || pick->start < best->second.start)) best = {{s, *pick}};
     }
-    for (const auto& [s, a] : chosen) {  // this tick's passes, after every stage chose
-      StageState& x = st[size_t(s)];
-      const int vs = map.virtual_stage(s, a.chunk);
-      if (a.kind == ActionKind::Forward) {
-        writers[size_t(s)].forward(a.mb, a.chunk);
-        done_f[size_t(vs)][size_t(a.mb)] = now, x.next_f[a.chunk]++, x.held++;
-      } else if (a.kind == ActionKind::BackwardInput) {
-        writers[size_t(s)].backward(a.mb, a.chunk, ActionKind::BackwardInput);
-        done_b[size_t(vs)][size_t(a.mb)] = now, x.next_b[a.chunk]++;
-        x.waiting_w.push_back({a.mb, a.chunk});
-      } else {
-        writers[size_t(s)].backward_weight(a.mb, a.chunk);
-        x.waiting_w.pop_front(), x.held--;
-      }
-      left--;
+    LOOM_CHECK(best.has_value(), "zero_bubble_v(%d, %d): no pass can be placed", pp, m);
+    const auto& [s, a] = *best;
+    StageState& x = st[size_t(s)];
+    const int vs = map.virtual_stage(s, a.chunk);
+    if (a.kind == ActionKind::Forward) {
+      writers[size_t(s)].forward(a.mb, a.chunk);
+      x.free = end_f[size_t(vs)][size_t(a.mb)] = a.start + t.forward;
+      x.next_f[a.chunk]++, x.held++;
+    } else if (a.kind == ActionKind::BackwardInput) {
+      writers[size_t(s)].backward(a.mb, a.chunk, ActionKind::BackwardInput);
+      x.free = end_b[size_t(vs)][size_t(a.mb)] = a.start + t.backward_input;
+      x.next_b[a.chunk]++;
+      x.waiting_w.push_back({a.mb, a.chunk});
+    } else {
+      writers[size_t(s)].backward_weight(a.mb, a.chunk);
+      x.free = a.start + t.backward_weight;
+      x.waiting_w.pop_front(), x.held--;
     }
   }
   Schedule schedule;
@@ -212,11 +223,11 @@ ChunkMap chunk_map(ScheduleKind kind, int pp, int v) {
   return ChunkMap{pp, v, kind == ScheduleKind::ZeroBubbleV};
 }
 
-Schedule build_schedule(ScheduleKind kind, int pp, int m, int v) {
+Schedule build_schedule(ScheduleKind kind, int pp, int m, int v, const PassRatios& ratios) {
   if (kind == ScheduleKind::Interleaved1F1B) return interleaved_1f1b(pp, m, v);
   if (kind == ScheduleKind::ZeroBubbleV) {
     LOOM_USER_CHECK(v == 2, "ZB-V runs 2 chunks per stage (parallel.virtual_stages = 2); got %d", v);
-    return zero_bubble_v(pp, m);
+    return zero_bubble_v(pp, m, ratios);
   }
   if (kind == ScheduleKind::ZeroBubbleH1) {
     LOOM_USER_CHECK(v == 1, "chunks must be 1 for ZB-H1 (got %d)", v);

@@ -72,17 +72,25 @@ Schedule interleaved_1f1b(int pp, int m, int v);
 // activation memory); with the paper's unit F, B and W the bubble is
 // (pp - 1) units, a third of 1F1B's 3 (pp - 1).
 Schedule zero_bubble_h1(int pp, int m);
+// One chunk's pass times relative to each other (any unit): what a
+// schedule built by list scheduling is placed with.
+struct PassRatios {
+  double forward = 1, backward_input = 1, backward_weight = 1;
+};
 // Zero Bubble's ZB-V: two chunks per stage in a V (ChunkMap), backward split
-// as in ZB-H1. Built by running the stages on unit-time passes of one chunk,
-// each stage preferring a B (the oldest micro-batch, its later chunk
-// first), then an F (the same order) while fewer than 2 pp (micro-batch,
-// chunk) pairs wait for their W (half a stage's layers each: 1F1B's first
-// stage's peak activations), then a waiting W: its bubble is then pp - 1
-// units of one chunk's pass, a sixth of 1F1B's 3 (pp - 1) stage passes.
-Schedule zero_bubble_v(int pp, int m);
+// as in ZB-H1. Built by list scheduling with the given pass times: each
+// round places the pass that can start earliest; a stage prefers a B (the
+// oldest micro-batch, its later chunk first), then an F while fewer than
+// 2 pp (micro-batch, chunk) pairs wait for their W (half a stage's layers
+// each: 1F1B's first stage's peak activations), and runs a waiting W when
+// neither can start at once. With equal times its bubble is pp - 1 units of
+// one chunk's pass, a sixth of 1F1B's 3 (pp - 1) stage passes; built with
+// times near the real ones it stays near that (a schedule built for equal
+// times loses most of its gain when B is longer than F).
+Schedule zero_bubble_v(int pp, int m, const PassRatios& times = {});
 // Dispatch on kind; v must be 1 unless kind is Interleaved1F1B (any v) or
 // ZeroBubbleV (2).
-Schedule build_schedule(ScheduleKind kind, int pp, int m, int v);
+Schedule build_schedule(ScheduleKind kind, int pp, int m, int v, const PassRatios& ratios = {});
 
 // Most (micro-batch, chunk) pairs whose Forward has run and Backward (or
 // BackwardWeight) has not,
