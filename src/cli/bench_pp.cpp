@@ -23,6 +23,7 @@
 #include "comm/mpi_comm.h"
 #include "config/run_config.h"
 #include "core/check.h"
+#include "kernels/cpu/isa.h"
 #include "parallel/grid/parallel_context.h"
 #include "parallel/pp/pipeline_plan.h"
 #include "parallel/pp/schedule.h"
@@ -66,8 +67,8 @@ Options parse(const Args& args) {
 int cmd_bench_pp(const Args& args) {
   const Options o = parse(args);
   std::printf("loom bench pp: pp = 2 (1 rank x 1 thread per stage), 8 blocks d_model 384 T 256 vocab 256, micro-batch "
-              "1 sequence;\n%d timed steps after 1 warm-up\n\n",
-              o.steps);
+              "1 sequence;\n%d timed steps after 1 warm-up\n%s\n\n",
+              o.steps, cpu::describe_dispatch().line().c_str());
   std::printf("%-11s %2s %3s | %8s %8s | %7s %7s | %7s | %7s | %9s %9s | %11s %11s | %6s\n", "schedule", "v", "m",
               "bubble 0", "bubble 1", "sim 0", "sim 1", "theory", "vs 1f1b", "in-flight", "(bound)", "act MiB st0",
               "act MiB st1", "tok/s");

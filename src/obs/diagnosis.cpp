@@ -20,10 +20,16 @@ Finding finding(const char* cause, const char* area, Severity severity = Severit
   return f;
 }
 
-// Bubble share the schedule alone leaves: (pp - 1) / (v m + pp - 1).
+// Bubble share the schedule alone leaves with equal pass times: (pp - 1) /
+// (k m + pp - 1), k = v for GPipe / 1F1B / interleaved, 3 for ZB-H1 (its W
+// passes fill two thirds of 1F1B's idle time), 6 for ZB-V.
+int bubble_divisor(const RunLayout& l) {
+  if (l.schedule == "zb-h1") return 3;
+  if (l.schedule == "zb-v") return 6;
+  return l.schedule == "interleaved" ? std::max(l.virtual_stages, 1) : 1;
+}
 double schedule_bubble(const RunLayout& l, int m) {
-  int v = l.schedule == "interleaved" ? std::max(l.virtual_stages, 1) : 1;
-  return double(l.pp - 1) / double(v * m + l.pp - 1);
+  return double(l.pp - 1) / double(bubble_divisor(l) * m + l.pp - 1);
 }
 
 void pipeline_bound(const RunData& run, const RunFigures& f, const DiagnoseThresholds& t, Diagnosis& d) {
@@ -54,15 +60,21 @@ void pipeline_bound(const RunData& run, const RunFigures& f, const DiagnoseThres
   }
   if (l && l->pp > 1) {
     int m = std::max(l->micro_batches, 1);
+    const int k = bubble_divisor(*l);
     x.evidence.push_back(strprintf("pp=%d with %d micro-batch%s per step under %s: the schedule alone idles "
-                                   "(pp-1)/(m+pp-1) = %s of each stage's time",
-                                   l->pp, m, m == 1 ? "" : "es", l->schedule.c_str(), pct(predicted).c_str()));
+                                   "(pp-1)/(%sm+pp-1) = %s of each stage's time",
+                                   l->pp, m, m == 1 ? "" : "es", l->schedule.c_str(),
+                                   k > 1 ? strprintf("%d ", k).c_str() : "", pct(predicted).c_str()));
     int target = 4 * l->pp;
+    const bool zero_bubble = l->schedule == "zb-h1" || l->schedule == "zb-v";
     if (m < target) {
       x.recommendation = strprintf("raise the micro-batches per step from %d to at least %d (4 x pp), which cuts the "
-                                   "bubble to %s; keep the global batch by making each micro-batch smaller, or use the "
-                                   "interleaved schedule (virtual stages) or fewer pipeline stages with more dp",
-                                   m, target, pct(schedule_bubble(*l, target)).c_str());
+                                   "bubble to %s; keep the global batch by making each micro-batch smaller, or use %s "
+                                   "or fewer pipeline stages with more dp",
+                                   m, target, pct(schedule_bubble(*l, target)).c_str(),
+                                   zero_bubble ? "ZB-V (parallel.schedule = \"zb-v\", parallel.virtual_stages = 2)"
+                                               : "a zero-bubble schedule (parallel.schedule = \"zb-h1\", or \"zb-v\" "
+                                                 "with parallel.virtual_stages = 2), the interleaved schedule");
     } else {
       x.recommendation = strprintf("the bubble is larger than %d micro-batches explain (%s): look for a stalled stage or "
                                    "exposed pipeline sends (see below and the timeline in loom report)",
