@@ -339,7 +339,8 @@ float Replica::evaluate(const int32_t* tokens, const int32_t* targets, int T) {
     }
     chunk.forward_stage(0, tokens, micro_batch_, T);
     if (chunk.layout().shard.head) loss = chunk.stage_loss(0, targets, micro_batch_, T);
-    else if (map.stage_of(vs + 1) != stage) ctx_.pp().send(chunk.stage_output(0), n, DType::f32, map.stage_of(vs + 1), 1);
+    else if (const int to = map.stage_of(vs + 1); to != stage)
+      ctx_.pp().send(chunk.stage_output(0), n, DType::f32, to, 1);
   }
   if (gather_) gather_->settle();
   if (pp > 1) ctx_.pp().all_reduce(&loss, 1, DType::f32, ReduceOp::Sum);

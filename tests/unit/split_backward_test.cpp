@@ -99,7 +99,11 @@ TEST_P(SplitBackward, IsBitwiseTheCombinedBackward) {
 
 INSTANTIATE_TEST_SUITE_P(FamiliesPrecisionsRecompute, SplitBackward,
                          testing::Combine(testing::Values("gpt2", "llama"), testing::Values("fp32", "bf16", "fp16"),
-                                          testing::Values(Recompute::none, Recompute::selective)));
+                                          testing::Values(Recompute::none, Recompute::selective)),
+                         [](const auto& info) {
+                           return std::string(std::get<0>(info.param)) + "_" + std::get<1>(info.param) + "_" +
+                                  to_string(std::get<2>(info.param));
+                         });
 
 TEST(SplitBackward, RefusesFullRecomputation) {
   const RunConfig cfg = config("gpt2", "fp32");

@@ -141,9 +141,14 @@ Schedule zero_bubble_h1(int pp, int m) {
   return schedule;
 }
 
-Schedule zero_bubble_v(int pp, int m, const PassRatios& t) {
-  check_sizes(pp, m, 2);
-  LOOM_CHECK(t.forward > 0 && t.backward_input > 0 && t.backward_weight > 0, "zero_bubble_v: pass times must be > 0");
+namespace {
+
+// ZB-V by list scheduling: each round places the pass that can start
+// earliest; a stage takes the first of `order` ((kind, chunk) pairs) among
+// those that can start soonest, and a waiting W when none can start at once.
+// Returns the schedule and when its last pass ends.
+std::pair<Schedule, double> list_schedule_v(int pp, int m, const PassRatios& t,
+                                            const std::vector<std::pair<ActionKind, int>>& order) {
   const ChunkMap map = chunk_map(ScheduleKind::ZeroBubbleV, pp, 2);
   const int stages = 2 * pp;
   // end_f[vs][mb] / end_b[vs][mb]: when that pass ends (-1: not placed yet).
@@ -162,34 +167,31 @@ Schedule zero_bubble_v(int pp, int m, const PassRatios& t) {
   std::vector<StageState> st(static_cast<size_t>(pp));
   std::vector<StageWriter> writers;
   for (int s = 0; s < pp; s++) writers.emplace_back(map, s);
-  // List scheduling: each round places the pass that can start earliest.
+  double makespan = 0;
   for (int left = 3 * stages * m; left > 0; left--) {
     std::optional<std::pair<int, Choice>> best;
     for (int s = 0; s < pp; s++) {
       StageState& x = st[size_t(s)];
-      std::optional<Choice> pick;  // B before F, the oldest micro-batch, the later chunk
-      for (ActionKind kind : {ActionKind::BackwardInput, ActionKind::Forward})
-        for (int c : {1, 0}) {
-          const int vs = map.virtual_stage(s, c);
-          const bool b = kind == ActionKind::BackwardInput;
-          const int mb = b ? x.next_b[c] : x.next_f[c];
-          if (mb >= m) continue;
-          double ready;
-          if (b) {
-            const double own = end_f[size_t(vs)][size_t(mb)];
-            const double later = vs == stages - 1 ? 0 : end_b[size_t(vs + 1)][size_t(mb)];
-            if (own < 0 || later < 0) continue;
-            ready = std::max(own, later);
-          } else {
-            if (x.held >= 2 * pp) continue;  // 1F1B's first-stage activations
-            ready = vs == 0 ? 0 : end_f[size_t(vs - 1)][size_t(mb)];
-            if (ready < 0) continue;
-          }
-          const Choice cand{kind, mb, c, std::max(x.free, ready)};
-          if (!pick || cand.start < pick->start ||
-              (cand.start == pick->start && (kind == pick->kind ? mb < pick->mb : b)))
-            pick = cand;
+      std::optional<Choice> pick;
+      for (const auto& [kind, c] : order) {
+        const int vs = map.virtual_stage(s, c);
+        const bool b = kind == ActionKind::BackwardInput;
+        const int mb = b ? x.next_b[c] : x.next_f[c];
+        if (mb >= m) continue;
+        double ready;
+        if (b) {
+          const double own = end_f[size_t(vs)][size_t(mb)];
+          const double later = vs == stages - 1 ? 0 : end_b[size_t(vs + 1)][size_t(mb)];
+          if (own < 0 || later < 0) continue;
+          ready = std::max(own, later);
+        } else {
+          if (x.held >= 2 * pp) continue;  // 1F1B's first-stage activations
+          ready = vs == 0 ? 0 : end_f[size_t(vs - 1)][size_t(mb)];
+          if (ready < 0) continue;
         }
+        const Choice cand{kind, mb, c, std::max(x.free, ready)};
+        if (!pick || cand.start < pick->start) pick = cand;
+      }
       // A waiting W fills the time until a B or F can start.
       if (!x.waiting_w.empty() && (!pick || pick->start > x.free))
         pick = Choice{ActionKind::BackwardWeight, x.waiting_w.front().first, x.waiting_w.front().second, x.free};
@@ -213,10 +215,27 @@ Schedule zero_bubble_v(int pp, int m, const PassRatios& t) {
       x.free = a.start + t.backward_weight;
       x.waiting_w.pop_front(), x.held--;
     }
+    makespan = std::max(makespan, x.free);
   }
   Schedule schedule;
   for (StageWriter& w : writers) schedule.push_back(w.finish());
-  return schedule;
+  return {std::move(schedule), makespan};
+}
+
+}  // namespace
+
+Schedule zero_bubble_v(int pp, int m, const PassRatios& t) {
+  check_sizes(pp, m, 2);
+  LOOM_CHECK(t.forward > 0 && t.backward_input > 0 && t.backward_weight > 0, "zero_bubble_v: pass times must be > 0");
+  using K = ActionKind;
+  // Backward first (the oldest work first), or the V's second half's
+  // forward first (sooner to the loss, so backwards start sooner): which
+  // is better depends on the pass times; keep the shorter.
+  auto backward_first =
+      list_schedule_v(pp, m, t, {{K::BackwardInput, 1}, {K::BackwardInput, 0}, {K::Forward, 1}, {K::Forward, 0}});
+  auto turn_first =
+      list_schedule_v(pp, m, t, {{K::Forward, 1}, {K::BackwardInput, 1}, {K::BackwardInput, 0}, {K::Forward, 0}});
+  return turn_first.second < backward_first.second ? std::move(turn_first.first) : std::move(backward_first.first);
 }
 
 ChunkMap chunk_map(ScheduleKind kind, int pp, int v) {

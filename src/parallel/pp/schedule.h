@@ -48,7 +48,9 @@ struct ChunkMap {
   int pp = 1, v = 1;
   bool v_shape = false;  // ZB-V's two chunks per stage
   int virtual_stages() const { return pp * v; }
-  int virtual_stage(int stage, int chunk) const { return v_shape && chunk == 1 ? 2 * pp - 1 - stage : chunk * pp + stage; }
+  int virtual_stage(int stage, int chunk) const {
+    return v_shape && chunk == 1 ? 2 * pp - 1 - stage : chunk * pp + stage;
+  }
   int stage_of(int vs) const { return v_shape && vs >= pp ? 2 * pp - 1 - vs : vs % pp; }
   int chunk_of(int vs) const { return vs / pp; }
 };
@@ -79,14 +81,16 @@ struct PassRatios {
 };
 // Zero Bubble's ZB-V: two chunks per stage in a V (ChunkMap), backward split
 // as in ZB-H1. Built by list scheduling with the given pass times: each
-// round places the pass that can start earliest; a stage prefers a B (the
-// oldest micro-batch, its later chunk first), then an F while fewer than
-// 2 pp (micro-batch, chunk) pairs wait for their W (half a stage's layers
-// each: 1F1B's first stage's peak activations), and runs a waiting W when
-// neither can start at once. With equal times its bubble is pp - 1 units of
-// one chunk's pass, a sixth of 1F1B's 3 (pp - 1) stage passes; built with
-// times near the real ones it stays near that (a schedule built for equal
-// times loses most of its gain when B is longer than F).
+// round places the pass that can start earliest; a stage runs an F only
+// while fewer than 2 pp (micro-batch, chunk) pairs wait for their W (half a
+// stage's layers each: 1F1B's first stage's peak activations), and a
+// waiting W when no B or F can start at once. Two preferences among passes
+// that can start together are tried (B first; or the V's second half's F
+// first) and the one that ends sooner kept. With equal times its bubble is
+// at most pp - 1 units of one chunk's pass, a sixth of 1F1B's 3 (pp - 1)
+// stage passes; built with times near the real ones it stays near that (a
+// schedule built for equal times loses most of its gain when B is longer
+// than F).
 Schedule zero_bubble_v(int pp, int m, const PassRatios& times = {});
 // Dispatch on kind; v must be 1 unless kind is Interleaved1F1B (any v) or
 // ZeroBubbleV (2).
