@@ -56,7 +56,9 @@ class BlockStage final : public TransformerStage {
     if (recompute) Family::plan_block(plan, scratch_, cfg_, tp_, B, T, a);
     std::vector<bool> shared(plan.size() - scratch, false);  // scratch buffers some block uses
     acts_.resize(size_t(slots));
-    for (SlotActs& s : acts_) {
+    for (size_t k = 0; k < acts_.size(); k++) {
+      SlotActs& s = acts_[k];
+      plan.set_region(int(k));
       s.blocks.resize(t_.blocks.size());
       for (auto& b : s.blocks) {
         const size_t first = plan.size();
@@ -67,6 +69,7 @@ class BlockStage final : public TransformerStage {
       }
       if (layout_.shard.head) Family::plan_norm(plan, s.norm, size_t(R));
     }
+    plan.set_region(ActivationPlan::kWork);
     for (size_t i = 0; i < shared.size(); i++)
       if (!shared[i]) plan.drop(scratch + i);
     Family::plan_block_work(plan, work_, cfg_, tp_, B, T, a);

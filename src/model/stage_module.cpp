@@ -27,6 +27,20 @@ size_t planned_activation_bytes(const ModelConfig& cfg, const ModelShard& shard,
   return make_stage_module(cfg, shard, tp, B, T, plan)->activation_bytes();
 }
 
+size_t planned_shared_activation_bytes(const ModelConfig& cfg, const std::vector<ModelShard>& chunks, int B, int T,
+                                       int slots, ComputePrecision compute, Recompute recompute, int threads) {
+  SharedActivations pool;
+  size_t modules = 0;
+  for (const ModelShard& shard : chunks) {
+    StageBuffers plan;
+    plan.slots = slots, plan.compute = compute, plan.recompute = recompute, plan.plan_only = true;
+    plan.plan_threads = threads, plan.shared_activations = &pool;
+    const TensorParallel tp = TensorParallel::shape_only(shard.tp_rank, shard.tp_size, shard.sequence_parallel);
+    modules += make_stage_module(cfg, shard, tp, B, T, plan)->activation_bytes();
+  }
+  return pool.planned_bytes() + modules;
+}
+
 std::unique_ptr<StageModule> make_model(const ModelConfig& cfg, int B, int T, float* grad_buffer,
                                         int64_t param_floats) {
   return make_stage_module(cfg, ModelShard{}, TensorParallel{}, B, T,

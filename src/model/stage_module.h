@@ -18,6 +18,7 @@
 #include <memory>
 #include <vector>
 
+#include "model/activation_plan.h"
 #include "model/config.h"
 #include "model/param_layout.h"
 #include "model/recompute.h"
@@ -64,6 +65,11 @@ struct StageBuffers {
   // plan_only: size 16-bit attention's per-thread scratch for this many
   // threads (0: this process's OpenMP threads, as a real module does).
   int plan_threads = 0;
+  // A pipeline stage's chunks sharing their activation slots and work
+  // space (model/activation_plan.h): the module enrolls its plan there and
+  // its buffers exist once the pool is allocated; slot k is then the same
+  // memory in every chunk (the executor gives it to one chunk at a time).
+  SharedActivations* shared_activations = nullptr;
 };
 
 class StageModule {
@@ -157,6 +163,10 @@ std::unique_ptr<StageModule> make_stage_module(const ModelConfig& cfg, const Mod
 // planner sums, and what the module's activation_bytes() reports.
 size_t planned_activation_bytes(const ModelConfig& cfg, const ModelShard& shard, int B, int T, int slots,
                                 ComputePrecision compute, Recompute recompute, int threads = 0);
+// The same for a stage's chunks sharing `slots` activation sets and their
+// work space (StageBuffers::shared_activations), all of them together.
+size_t planned_shared_activation_bytes(const ModelConfig& cfg, const std::vector<ModelShard>& chunks, int B, int T,
+                                       int slots, ComputePrecision compute, Recompute recompute, int threads = 0);
 // The whole model on one process.
 std::unique_ptr<StageModule> make_model(const ModelConfig& cfg, int B, int T, float* grad_buffer = nullptr,
                                         int64_t param_floats = 0);

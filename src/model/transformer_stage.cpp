@@ -34,34 +34,6 @@ void check_targets(const int32_t* targets, int n, int V) {
 
 }  // namespace
 
-void ActivationPlan::alias(size_t i, size_t to) {
-  LOOM_CHECK(i < wants_.size() && to < wants_.size() && wants_[to].alias_of < 0 && wants_[i].bytes == wants_[to].bytes,
-             "activation %zu cannot share activation %zu's buffer", i, to);
-  wants_[i].alias_of = long(to);
-}
-
-void ActivationPlan::drop(size_t i) {
-  LOOM_CHECK(i < wants_.size() && wants_[i].alias_of == -1, "activation %zu cannot be dropped", i);
-  wants_[i].alias_of = -2;
-}
-
-void ActivationPlan::allocate(Arena& arena) {
-  std::vector<size_t> offsets;
-  for (const Want& w : wants_) offsets.push_back(w.alias_of == -1 ? arena.reserve(w.bytes) : 0);
-  arena.allocate();
-  for (size_t i = 0; i < wants_.size(); i++) {
-    const long own = wants_[i].alias_of == -1 ? long(i) : wants_[i].alias_of;
-    *wants_[i].p = own == -2 ? nullptr : arena.at<uint8_t>(offsets[size_t(own)]);
-  }
-}
-
-size_t ActivationPlan::planned_bytes() const {
-  Arena arena;
-  for (const Want& w : wants_)
-    if (w.alias_of == -1) arena.reserve(w.bytes);
-  return arena.size();
-}
-
 TransformerStage::TransformerStage(const ModelConfig& cfg, ParamLayout layout, SharedTensors shared,
                                    const ModelShard& shard, const TensorParallel& tp, int B, int T,
                                    const StageBuffers& buffers)
@@ -73,6 +45,7 @@ TransformerStage::TransformerStage(const ModelConfig& cfg, ParamLayout layout, S
       recompute_(buffers.recompute),
       plan_only_(buffers.plan_only),
       source_(buffers.source),
+      shared_acts_(buffers.shared_activations),
       maxB_(B),
       maxT_(T),
       slot_count_(buffers.slots) {
@@ -154,11 +127,14 @@ void TransformerStage::plan(int B, int T, int slots) {
   const bool sp = tp_.sequence_parallel(), head = layout_.shard.head, lowp = compute_ != ComputePrecision::fp32;
   ActivationPlan p;
   slots_.resize(size_t(slots));
-  for (Slot& s : slots_) {
+  for (size_t k = 0; k < slots_.size(); k++) {
+    Slot& s = slots_[k];
+    p.set_region(int(k));
     p.want(&s.input, R * C), p.want(&s.dres, R * C);
     s.head_in = nullptr;
     if (head) p.want(&s.head_in, R * C, a);
   }
+  p.set_region(ActivationPlan::kWork);  // the rest is used within one action
   if (head) p.want(&logits_, size_t(head_chunk_rows(int(N))) * Vl, a), p.want(&losses_, N), p.want(&xent_scratch_, 3 * N);
   if (head && sp) p.want(&head_in_full_, N * C, a);
   if (sp) p.want(&gathered_, N * C, a), p.want(&grad_work_, N * C);
@@ -168,6 +144,17 @@ void TransformerStage::plan(int B, int T, int slots) {
     if (sp) p.want(&dres16_full_, N * C, a);
   }
   plan_family(p, B, T, slots);
+  if (shared_acts_) {
+    // The stage's pool holds the slots and the work space; this module
+    // counts only its own region (none today) and its attention scratch.
+    const auto regions = p.region_bytes();
+    own_shared_bytes_ = regions.count(ActivationPlan::kOwn) ? regions.at(ActivationPlan::kOwn) : 0;
+    if (plan_only_) planned_bytes_ = own_shared_bytes_ + attention_work_bytes_;
+    shared_acts_->enroll(std::move(p), [this] {
+      for (Slot& s : slots_) s.output = s.input;
+    });
+    return;
+  }
   if (plan_only_) {
     planned_bytes_ = p.planned_bytes() + attention_work_bytes_;
     return;

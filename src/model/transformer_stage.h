@@ -13,37 +13,10 @@
 
 #include "core/arena.h"
 #include "kernels/backend.h"
+#include "model/activation_plan.h"
 #include "model/stage_module.h"
 
 namespace loom {
-
-// Activation buffers are planned first, then made in one allocation.
-class ActivationPlan {
- public:
-  template <class P>
-  void want(P** p, size_t n, size_t elem = sizeof(float)) {
-    wants_.push_back({reinterpret_cast<void**>(p), n * elem, -1});
-  }
-  size_t size() const { return wants_.size(); }       // wants so far
-  void** pointer(size_t i) const { return wants_[i].p; }
-  // Want i gets no memory of its own: it will point where want `to` (of the
-  // same size) does. Recomputation shares one block's buffers this way.
-  void alias(size_t i, size_t to);
-  // Want i is not needed after all: no memory, its pointer stays null.
-  void drop(size_t i);
-  // Reserves and allocates `arena`, then points every wanted pointer into it.
-  void allocate(Arena& arena);
-  // Reserves only: the bytes allocate() would take (a pure plan for the planner).
-  size_t planned_bytes() const;
-
- private:
-  struct Want {
-    void** p;
-    size_t bytes;
-    long alias_of;  // -1: its own memory; -2: dropped
-  };
-  std::vector<Want> wants_;
-};
 
 // Reads a shard's parameters: fp32 masters, the compute copy, gradients.
 // ZeRO-3: each tensor's own address (ParamSource) instead of base + offset.
@@ -101,8 +74,10 @@ class TransformerStage : public StageModule {
   const float* logits() const override;
   const tp::VocabSlice& vocab_slice() const override { return vocab_; }
   // The planned buffers and 16-bit attention's per-thread scratch.
+  // With shared activations: only what the stage's pool does not hold.
   size_t activation_bytes() const override {
-    return plan_only_ ? planned_bytes_ : acts_.size() + ops_.attention_work_bytes();
+    if (plan_only_) return planned_bytes_;
+    return (shared_acts_ ? own_shared_bytes_ : acts_.size()) + ops_.attention_work_bytes();
   }
   size_t compute_weight_bytes() const override {
     return compute_ == ComputePrecision::fp32 ? 0 : size_t(layout_.total) * 2;
@@ -206,6 +181,8 @@ class TransformerStage : public StageModule {
   void head_logits(const A* x, int rows);
 
   ParamSource* source_;
+  SharedActivations* shared_acts_;  // the stage's pool, or nullptr: acts_ below
+  size_t own_shared_bytes_ = 0;
   // ZeRO-3 units: the token (and position) table, each block, the final
   // norm, the head (the token table when tied).
   std::vector<int> unit_embed_, unit_norm_, unit_head_, unit_norm_head_, no_unit_;

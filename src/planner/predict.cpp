@@ -118,11 +118,16 @@ StagePlan stage_plan(const RunConfig& cfg, const LoomRun& r, int stage, int thre
     s.chunk_params[size_t(c)] = double(lay.total);
     s.params += double(lay.total);
     s.gathered = std::max(s.gathered, zero3_gathered(cfg.model, lay));
-    s.activations += double(planned_activation_bytes(cfg.model, chunks[size_t(c)], r.micro, cfg.model.seq_len,
-                                                     r.plan.slots[size_t(stage)][size_t(c)], r.compute, r.recompute,
-                                                     threads));
+    if (!r.plan.shares_slots())
+      s.activations += double(planned_activation_bytes(cfg.model, chunks[size_t(c)], r.micro, cfg.model.seq_len,
+                                                       r.plan.slots[size_t(stage)][size_t(c)], r.compute,
+                                                       r.recompute, threads));
     base += lay.total;
   }
+  if (r.plan.shares_slots())  // the chunks share their activation sets (train/replica.cpp)
+    s.activations = double(planned_shared_activation_bytes(cfg.model, chunks, r.micro, cfg.model.seq_len,
+                                                           r.plan.shared_slots[size_t(stage)], r.compute,
+                                                           r.recompute, threads));
   s.read_fp32 = double(pages * kPage);
   return s;
 }

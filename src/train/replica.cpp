@@ -231,12 +231,18 @@ Replica::Replica(const RunConfig& cfg, const ParallelContext& ctx, int micro_bat
   if (zero_ == 3)
     gather_ = std::make_unique<ParamGather>(flat_, segments_, plan_, ctx.dp(), optimizer_->master(),
                                             lowp ? compute_dtype(compute_) : DType::f32);
-  const std::vector<int> slots = pipeline_.slots[size_t(ctx.coord().pp)];
+  // Several chunks per stage share their activation sets and work space.
+  std::vector<int> slots = pipeline_.slots[size_t(ctx.coord().pp)];
+  if (pipeline_.shares_slots()) {
+    shared_acts_ = std::make_unique<SharedActivations>();
+    slots.assign(slots.size(), pipeline_.shared_slots[size_t(ctx.coord().pp)]);
+  }
   for (size_t c = 0; c < shards_.size(); c++) {
     StageBuffers buffers{params_base() ? params_base() + chunk_offset_[c] : nullptr, grads_.data() + chunk_offset_[c],
                          0, slots[c], compute_,
                          weights16_.allocated() ? weights16_.at<uint16_t>(0) + chunk_offset_[c] : nullptr,
                          cfg.train.recompute_mode()};
+    buffers.shared_activations = shared_acts_.get();
     if (gather_) {
       const int count = int(ParamLayout::for_model(cfg.model, shards_[c]).params.size());
       chunk_sources_.push_back(std::make_unique<ChunkParams>(*gather_, chunk_tensor_[c], count));
@@ -249,7 +255,8 @@ Replica::Replica(const RunConfig& cfg, const ParallelContext& ctx, int micro_bat
   using Mode = GradReducer::Mode;
   reducer_ = std::make_unique<GradReducer>(plan_, ctx.dp(), grads_, zero_ == 0 ? Mode::AllReduce : Mode::ReduceScatter,
                                            zero_ >= 2, cfg.precision.grad_reduce == "bf16" ? DType::bf16 : DType::f32);
-  executor_ = std::make_unique<pp::PipelineExecutor>(ctx.pp(), slots, pipeline_.map());
+  if (shared_acts_) shared_acts_->allocate();
+  executor_ = std::make_unique<pp::PipelineExecutor>(ctx.pp(), slots, pipeline_.map(), shared_acts_ != nullptr);
   stage_ = std::make_unique<Stage>(*this, nullptr, nullptr, cfg.model.seq_len);
 }
 
@@ -417,6 +424,7 @@ std::vector<Replica::ChunkPlace> Replica::chunk_places() const {
 size_t Replica::activation_bytes() const {
   size_t sum = 0;
   for (const auto& c : chunks_) sum += c->activation_bytes();
+  if (shared_acts_) sum += shared_acts_->bytes();
   return sum;
 }
 

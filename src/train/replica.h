@@ -159,6 +159,7 @@ class Replica {
   std::vector<std::unique_ptr<StageModule>> chunks_;
   std::unique_ptr<GradReducer> reducer_;
   std::unique_ptr<ShardedOptimizer> optimizer_;
+  std::unique_ptr<SharedActivations> shared_acts_;  // several chunks per stage: their activation sets
   std::unique_ptr<pp::PipelineExecutor> executor_;
   std::unique_ptr<pp::StageModel> stage_;
   obs::TraceRecorder* trace_ = nullptr;

@@ -40,16 +40,21 @@ std::vector<double> engine_activation_bytes(const RunConfig& cfg, int dp) {
   for (int s = 0; s < cfg.parallel.pp; s++) {
     double sum = 0;
     const std::vector<ModelShard> shards = chunk_shards(cfg, plan, s, 0, tp);
+    // Several chunks per stage share their activation sets (one pool).
+    SharedActivations pool;
+    std::vector<std::unique_ptr<StageModule>> modules;
     for (size_t c = 0; c < shards.size(); c++) {
       StageBuffers buffers;
-      buffers.slots = plan.slots[size_t(s)][c];
+      buffers.slots = plan.shares_slots() ? plan.shared_slots[size_t(s)] : plan.slots[size_t(s)][c];
       buffers.compute = cfg.precision.compute_precision();
       buffers.recompute = cfg.train.recompute_mode();
-      auto module = make_stage_module(cfg.model, shards[c],
-                                      TensorParallel::shape_only(0, tp, shards[c].sequence_parallel), micro,
-                                      cfg.model.seq_len, buffers);
-      sum += double(module->activation_bytes());
+      if (plan.shares_slots()) buffers.shared_activations = &pool;
+      modules.push_back(make_stage_module(cfg.model, shards[c],
+                                          TensorParallel::shape_only(0, tp, shards[c].sequence_parallel), micro,
+                                          cfg.model.seq_len, buffers));
     }
+    if (plan.shares_slots()) pool.allocate(), sum += double(pool.bytes());
+    for (const auto& module : modules) sum += double(module->activation_bytes());
     per_stage.push_back(sum);
   }
   return per_stage;
@@ -79,6 +84,9 @@ TEST(PlannerEnginePlan, ActivationsAreTheStageModulesAllocations) {
       {"dp tp pp", 2, 2, 2, 1, "gpipe", false, "selective", "bf16"},
       {"llama pp", 1, 1, 2, 1, "1f1b", false, "full", "fp32", ModelFamily::llama},
       {"llama tp sp", 1, 2, 1, 1, "1f1b", true, "selective", "bf16", ModelFamily::llama},
+      {"zb-h1", 1, 1, 2, 1, "zb-h1", false, "none", "bf16"},
+      {"zb-v", 1, 1, 2, 2, "zb-v", false, "none", "fp32"},
+      {"zb-v tp sp", 1, 2, 2, 2, "zb-v", true, "selective", "bf16", ModelFamily::llama},
   };
   for (const Case& k : cases) {
     SCOPED_TRACE(k.name);

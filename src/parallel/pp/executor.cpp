@@ -7,8 +7,10 @@
 
 namespace loom::pp {
 
-PipelineExecutor::PipelineExecutor(Communicator& pp, std::vector<int> slots, ChunkMap map)
-    : pp_(pp), v_(int(slots.size())), map_(map), slots_(std::move(slots)) {
+PipelineExecutor::PipelineExecutor(Communicator& pp, std::vector<int> slots, ChunkMap map, bool shared_slots)
+    : pp_(pp), v_(int(slots.size())), map_(map), shared_(shared_slots), slots_(std::move(slots)) {
+  for (int n : slots_)
+    LOOM_CHECK(!shared_ || n == slots_[0], "pipeline executor: chunks sharing slots need as many each");
   LOOM_CHECK(map_.v == v_ && map_.pp == pp.size(), "pipeline executor: chunk map of %d x %d for %d stages x %d chunks",
              map_.pp, map_.v, pp.size(), v_);
   for (int n : slots_) holder_.push_back(std::vector<int>(size_t(n), -1));
@@ -28,9 +30,15 @@ int PipelineExecutor::slot_of(int microbatch, int chunk, bool allocate) {
   LOOM_CHECK(allocate, "micro-batch %d of chunk %d has no activation slot", microbatch, chunk);
   for (int s = 0; s < slots; s++) {
     if (holders[size_t(s)] != -1) continue;
-    // A slot's last gradient send must be done before it is reused.
-    if (auto& w = send_grad_[size_t(chunk)][size_t(s)]) w->wait(), w.reset();
-    if (auto& w = send_out_[size_t(chunk)][size_t(s)]) w->wait(), w.reset();
+    // Shared slots: slot s is the same memory in every chunk.
+    bool taken = false;
+    for (int c = 0; shared_ && c < v_; c++) taken |= holder_[size_t(c)][size_t(s)] != -1;
+    if (taken) continue;
+    // A slot's last sends must be done before it is reused.
+    for (int c = shared_ ? 0 : chunk; c < (shared_ ? v_ : chunk + 1); c++) {
+      if (auto& w = send_grad_[size_t(c)][size_t(s)]) w->wait(), w.reset();
+      if (auto& w = send_out_[size_t(c)][size_t(s)]) w->wait(), w.reset();
+    }
     holders[size_t(s)] = microbatch;
     int held = 0;
     for (const auto& chunk : holder_)

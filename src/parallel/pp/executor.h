@@ -64,8 +64,11 @@ class PipelineExecutor {
  public:
   // pp: the pipeline group (its rank is this stage); slots[c] activation
   // sets for chunk c (slots_needed gives them); map: which virtual stage
-  // each chunk is (a V-shaped map sends between a stage's own chunks too).
-  PipelineExecutor(Communicator& pp, std::vector<int> slots, ChunkMap map);
+  // each chunk is (a V-shaped map sends between a stage's own chunks too);
+  // shared_slots: slot k is the same memory in every chunk (the chunks
+  // share their activation sets, as many each), so a slot is given to one
+  // (micro-batch, chunk) of the whole stage at a time.
+  PipelineExecutor(Communicator& pp, std::vector<int> slots, ChunkMap map, bool shared_slots = false);
 
   // How many activation sets each of the v chunks needs to run `actions`
   // (pp::slots_needed in pipeline_plan.h, which the planner also reads).
@@ -86,6 +89,7 @@ class PipelineExecutor {
   Communicator& pp_;
   int v_;
   ChunkMap map_;
+  bool shared_;
   std::vector<int> slots_;
   // Per chunk, per slot: the micro-batch that holds it (-1: free), and the
   // transfers in flight on it.

@@ -49,7 +49,10 @@ PipelinePlan plan_pipeline(const std::string& schedule, int v, const std::vector
         schedule.c_str(), pp, micro_batches));
   if (micro_batches > 0) {
     plan.actions = build_schedule(plan.schedule, pp, micro_batches, v, ratios);
-    for (const StageSchedule& stage : plan.actions) plan.slots.push_back(slots_needed(stage, v));
+    for (const StageSchedule& stage : plan.actions) {
+      plan.slots.push_back(slots_needed(stage, v));
+      plan.shared_slots.push_back(shared_slots_needed(stage));
+    }
   }
   return plan;
 }
@@ -59,6 +62,20 @@ std::map<std::pair<int, int>, size_t> last_actions(const StageSchedule& actions)
   for (size_t i = 0; i < actions.size(); i++)
     if (actions[i].microbatch >= 0) last[{actions[i].microbatch, actions[i].chunk}] = i;
   return last;
+}
+
+int shared_slots_needed(const StageSchedule& actions) {
+  const auto last = last_actions(actions);
+  std::set<std::pair<int, int>> held;
+  int peak = 0;
+  for (size_t i = 0; i < actions.size(); i++) {
+    const Action& a = actions[i];
+    if (a.microbatch < 0) continue;
+    const std::pair<int, int> key{a.microbatch, a.chunk};
+    if (held.insert(key).second) peak = std::max(peak, int(held.size()));
+    if (last.at(key) == i) held.erase(key);
+  }
+  return std::max(peak, 1);
 }
 
 std::vector<int> slots_needed(const StageSchedule& actions, int v) {

@@ -27,6 +27,11 @@ struct PipelinePlan {
   // slots[stage][chunk]: activation sets the chunk needs to run its
   // stage's list (slots_needed): the in-flight bound the executor allocates.
   std::vector<std::vector<int>> slots;
+  // With several chunks per stage (shares_slots()), the chunks share their
+  // slots: shared_slots[stage] sets, the most (micro-batch, chunk) pairs the
+  // stage holds at once (shared_slots_needed), each usable by any chunk.
+  std::vector<int> shared_slots;
+  bool shares_slots() const { return v > 1; }
 
   int virtual_stages() const { return pp * v; }
   // Which virtual stage each (stage, chunk) is: interleaved, or ZB-V's V.
@@ -55,6 +60,9 @@ PipelinePlan plan_pipeline(const std::string& schedule, int v, const std::vector
 // backward — its weight pass when split — where that comes later). At
 // least 1 each.
 std::vector<int> slots_needed(const StageSchedule& actions, int v);
+// The same over all chunks together: the most (micro-batch, chunk) pairs
+// holding a set at once (a stage whose chunks share their sets).
+int shared_slots_needed(const StageSchedule& actions);
 // Per (micro-batch, chunk): the index of its last action in `actions`.
 std::map<std::pair<int, int>, size_t> last_actions(const StageSchedule& actions);
 
