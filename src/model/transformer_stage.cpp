@@ -129,8 +129,12 @@ void TransformerStage::plan(int B, int T, int slots) {
   slots_.resize(size_t(slots));
   for (size_t k = 0; k < slots_.size(); k++) {
     Slot& s = slots_[k];
-    p.set_region(int(k));
+    // What point-to-point messages land in or leave from stays the chunk's
+    // own (a gradient send may still be in flight when another chunk takes
+    // the slot); the rest of the slot is shared with the stage's other chunks.
+    p.set_region(ActivationPlan::kOwn);
     p.want(&s.input, R * C), p.want(&s.dres, R * C);
+    p.set_region(int(k));
     s.head_in = nullptr;
     if (head) p.want(&s.head_in, R * C, a);
   }
@@ -145,8 +149,8 @@ void TransformerStage::plan(int B, int T, int slots) {
   }
   plan_family(p, B, T, slots);
   if (shared_acts_) {
-    // The stage's pool holds the slots and the work space; this module
-    // counts only its own region (none today) and its attention scratch.
+    // The stage's pool holds the shared slots and the work space; this
+    // module counts its own region (message buffers) and attention scratch.
     const auto regions = p.region_bytes();
     own_shared_bytes_ = regions.count(ActivationPlan::kOwn) ? regions.at(ActivationPlan::kOwn) : 0;
     if (plan_only_) planned_bytes_ = own_shared_bytes_ + attention_work_bytes_;

@@ -1,5 +1,6 @@
 // A pipeline stage's chunks sharing their activation sets (issue 20, ZB-V
-// and interleaved): slot k is the same memory in every chunk, the pool is
+// and interleaved): slot k is the same memory in every chunk (but for the
+// message buffers), the pool is
 // what the planner's planned_shared_activation_bytes says, and it is
 // smaller than the chunks' own allocations of the same slots.
 #include <gtest/gtest.h>
@@ -40,10 +41,11 @@ TEST(SharedActivations, ChunksShareEverySlotAndTheWorkSpace) {
     EXPECT_EQ(total, planned_shared_activation_bytes(cfg.model, chunks, B, T, slots, ComputePrecision::fp32,
                                                      Recompute::none));
     EXPECT_LT(double(total), 0.7 * double(separate));
+    // Message buffers stay each chunk's own (a gradient send may be in
+    // flight when another chunk takes the slot).
     for (int k = 0; k < slots; k++) {
-      EXPECT_EQ(modules[0]->stage_input(k), modules[1]->stage_input(k)) << "slot " << k;
-      EXPECT_EQ(modules[0]->stage_grad(k), modules[1]->stage_grad(k)) << "slot " << k;
-      if (k > 0) EXPECT_NE(modules[0]->stage_input(k), modules[0]->stage_input(k - 1));
+      EXPECT_NE(modules[0]->stage_input(k), modules[1]->stage_input(k)) << "slot " << k;
+      EXPECT_NE(modules[0]->stage_grad(k), modules[1]->stage_grad(k)) << "slot " << k;
     }
   }
 }

@@ -28,17 +28,24 @@ int PipelineExecutor::slot_of(int microbatch, int chunk, bool allocate) {
   for (int s = 0; s < slots; s++)
     if (holders[size_t(s)] == microbatch) return s;
   LOOM_CHECK(allocate, "micro-batch %d of chunk %d has no activation slot", microbatch, chunk);
+  // Shared slots: slot s is the same memory in every chunk, except the
+  // buffers messages use (each chunk's own).
+  auto free_slot = [&](int s) {
+    for (int c = shared_ ? 0 : chunk; c < (shared_ ? v_ : chunk + 1); c++)
+      if (holder_[size_t(c)][size_t(s)] != -1) return false;
+    return true;
+  };
   for (int s = 0; s < slots; s++) {
-    if (holders[size_t(s)] != -1) continue;
-    // Shared slots: slot s is the same memory in every chunk.
-    bool taken = false;
-    for (int c = 0; shared_ && c < v_; c++) taken |= holder_[size_t(c)][size_t(s)] != -1;
-    if (taken) continue;
-    // A slot's last sends must be done before it is reused.
-    for (int c = shared_ ? 0 : chunk; c < (shared_ ? v_ : chunk + 1); c++) {
-      if (auto& w = send_grad_[size_t(c)][size_t(s)]) w->wait(), w.reset();
+    if (!free_slot(s)) continue;
+    // A slot's last sends must be done before it is reused (an activation
+    // send from the shared part was received before its backward came
+    // back). Shared slots: the chunk's own gradient buffer is waited on only
+    // when it is next written (reuse_grad_buffer), as the peer may post its
+    // receive after this stage needs the slot for another chunk.
+    if (!shared_)
+      if (auto& w = send_grad_[size_t(chunk)][size_t(s)]) w->wait(), w.reset();
+    for (int c = shared_ ? 0 : chunk; c < (shared_ ? v_ : chunk + 1); c++)
       if (auto& w = send_out_[size_t(c)][size_t(s)]) w->wait(), w.reset();
-    }
     holders[size_t(s)] = microbatch;
     int held = 0;
     for (const auto& chunk : holder_)
@@ -48,6 +55,10 @@ int PipelineExecutor::slot_of(int microbatch, int chunk, bool allocate) {
   }
   LOOM_CHECK(false, "chunk %d needs more than %d activation slots (micro-batch %d)", chunk, slots, microbatch);
   return -1;
+}
+
+void PipelineExecutor::reuse_grad_buffer(int chunk, int slot) {
+  if (auto& w = send_grad_[size_t(chunk)][size_t(slot)]) w->wait(), w.reset();
 }
 
 void PipelineExecutor::release(int microbatch, int chunk) {
@@ -92,6 +103,7 @@ void PipelineExecutor::run(const StageSchedule& actions, StageModel& model) {
       }
       case ActionKind::RecvGrad: {
         const int s = slot_of(mb, c, false), from = neighbour(c, +1).first;
+        reuse_grad_buffer(c, s);
         recv_[size_t(c)][size_t(s)] = pp_.recv_async(model.grad(c, s), n, DType::f32, from, tag(mb, c, true));
         break;
       }
@@ -101,6 +113,7 @@ void PipelineExecutor::run(const StageSchedule& actions, StageModel& model) {
       case ActionKind::BackwardWeight: {
         const bool forward = a.kind == ActionKind::Forward;
         const int s = slot_of(mb, c, forward);
+        if (a.kind == ActionKind::Backward || a.kind == ActionKind::BackwardInput) reuse_grad_buffer(c, s);
         if (auto& w = recv_[size_t(c)][size_t(s)]) {
           model.waiting(true);
           w->wait(), w.reset();

@@ -84,6 +84,8 @@ class PipelineExecutor {
   };
   int slot_of(int microbatch, int chunk, bool allocate);
   void release(int microbatch, int chunk);
+  // Before (chunk, slot)'s gradient buffer is written again: its last send done.
+  void reuse_grad_buffer(int chunk, int slot);
   int tag(int microbatch, int chunk, bool grad) const;
 
   Communicator& pp_;
