@@ -8,8 +8,11 @@
 // chunks, so with several chunks per stage (interleaved 1F1B, ZB-V) chunk
 // c's slot k and every other chunk's slot k can be the same memory, and so
 // can the work space: SharedActivations lays each region out once, as large
-// as the largest chunk's, and the stage holds its peak of (micro-batch,
-// chunk) pairs instead of the sum of each chunk's own peak.
+// as the largest chunk's, so the stage holds its peak of (micro-batch,
+// chunk) pairs of activations instead of the sum of each chunk's own peak.
+// The buffers point-to-point messages use (a slot's input and gradient)
+// stay each chunk's own, one per shared slot: a gradient send may still be
+// in flight when another chunk takes the slot.
 #pragma once
 
 #include <cstddef>

@@ -149,11 +149,8 @@ void TransformerStage::plan(int B, int T, int slots) {
   }
   plan_family(p, B, T, slots);
   if (shared_acts_) {
-    // The stage's pool holds the shared slots and the work space; this
-    // module counts its own region (message buffers) and attention scratch.
-    const auto regions = p.region_bytes();
-    own_shared_bytes_ = regions.count(ActivationPlan::kOwn) ? regions.at(ActivationPlan::kOwn) : 0;
-    if (plan_only_) planned_bytes_ = own_shared_bytes_ + attention_work_bytes_;
+    // The stage's pool holds all of it (this module's own region too).
+    if (plan_only_) planned_bytes_ = attention_work_bytes_;
     shared_acts_->enroll(std::move(p), [this] {
       for (Slot& s : slots_) s.output = s.input;
     });

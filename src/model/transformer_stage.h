@@ -74,10 +74,11 @@ class TransformerStage : public StageModule {
   const float* logits() const override;
   const tp::VocabSlice& vocab_slice() const override { return vocab_; }
   // The planned buffers and 16-bit attention's per-thread scratch.
-  // With shared activations: only what the stage's pool does not hold.
+  // With shared activations the stage's pool counts every chunk's buffers
+  // (its own region too): the module adds its attention scratch alone.
   size_t activation_bytes() const override {
     if (plan_only_) return planned_bytes_;
-    return (shared_acts_ ? own_shared_bytes_ : acts_.size()) + ops_.attention_work_bytes();
+    return (shared_acts_ ? 0 : acts_.size()) + ops_.attention_work_bytes();
   }
   size_t compute_weight_bytes() const override {
     return compute_ == ComputePrecision::fp32 ? 0 : size_t(layout_.total) * 2;
@@ -182,7 +183,6 @@ class TransformerStage : public StageModule {
 
   ParamSource* source_;
   SharedActivations* shared_acts_;  // the stage's pool, or nullptr: acts_ below
-  size_t own_shared_bytes_ = 0;
   // ZeRO-3 units: the token (and position) table, each block, the final
   // norm, the head (the token table when tied).
   std::vector<int> unit_embed_, unit_norm_, unit_head_, unit_norm_head_, no_unit_;

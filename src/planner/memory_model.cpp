@@ -53,12 +53,16 @@ ParameterCounts parameter_counts(const ModelConfig& m) {
   return p;
 }
 
+int head_stage(const Layout& l) {
+  return pp::chunk_map(l.schedule(), l.pp, l.v).stage_of(l.pp * l.v - 1);
+}
+
 double stage_parameters(const ModelConfig& m, const Layout& l, int stage) {
   const ParameterCounts p = parameter_counts(m);
   const double t = l.tp;
   double n = layers_on_stage(m.n_layer, l.pp, stage) * (p.layer_split / t + p.layer_replicated);
   if (stage == 0) n += p.embedding / t + p.positions;  // vocabulary-parallel token table, positions
-  if (stage == l.pp - 1) {
+  if (stage == head_stage(l)) {  // the last virtual stage's: pp - 1, or 0 in ZB-V's V
     // The output head: its own matrix when untied, else the tied table
     // (a copy only when the first stage is another device).
     n += (m.tied() ? (l.pp > 1 ? p.embedding / t : 0) : p.head / t) + p.final_norm;
@@ -88,7 +92,7 @@ MemoryBreakdown stage_memory(const Workload& w, const Layout& l, const ClusterSp
     mem.activations += scale * layer_activation_bytes(m, s, b, l.tp, l.seq_parallel, Recompute::none);
   const double sbh_bytes = s * b * h * 2 * scale / (l.seq_parallel ? l.tp : 1);
   if (stage == 0) mem.activations += in_flight * sbh_bytes;  // embedding output
-  if (stage == l.pp - 1)  // final layernorm input, and fp32 logits for the loss (one micro-batch)
+  if (stage == head_stage(l))  // final layernorm input, and fp32 logits for the loss (one micro-batch)
     mem.activations += sbh_bytes + 4 * s * b * m.vocab_size / l.tp;
 
   // Communication buffers: two gradient buckets in flight (25 MiB each, as

@@ -65,11 +65,15 @@ ParameterCounts parameter_counts(const ModelConfig& m);
 
 // Parameters held by one device of pipeline stage `stage` before any ZeRO
 // sharding: its layers' share over tp, the token embedding (and GPT-2's
-// positions) on the first stage, the final norm and the output head on the
-// last: GPT-2's tied head is the embedding itself, so the last stage holds a
-// copy of it only when pp > 1 (its gradient is summed with the first stage's);
-// LLaMA's untied lm_head is a separate V x h matrix, on the last stage always.
+// positions) on the first stage, the final norm and the output head on
+// head_stage() (the last; the first under ZB-V): GPT-2's tied head is the
+// embedding itself, so that stage holds a copy of it only when pp > 1 (its
+// gradient is summed with the embedding's); LLaMA's untied lm_head is a
+// separate V x h matrix, there always.
 double stage_parameters(const ModelConfig& m, const Layout& l, int stage);
+// The stage holding the final norm and the head: the last virtual stage's
+// (pp - 1; stage 0 under ZB-V's V).
+int head_stage(const Layout& l);
 
 MemoryBreakdown stage_memory(const Workload& w, const Layout& l, const ClusterSpec& c, int stage);
 // The stage that needs the most memory (the first device to run out).

@@ -145,7 +145,7 @@ StepTime step_time(const Workload& w, const Layout& l, const ClusterSpec& c, con
     if (timing.stage_busy[s] > timing.stage_busy[busiest]) busiest = s;
   }
   for (int chunk = 0; chunk < l.v; chunk++) {
-    const int vs = chunk * l.pp + busiest;
+    const int vs = map.virtual_stage(busiest, chunk);
     out.compute += m * (k.f_compute[vs] + k.b_compute[vs]);
     out.tp_comm += m * (k.f_tp[vs] + k.b_tp[vs]);
     out.zero3_comm += m * (k.f_zero3[vs] + k.b_zero3[vs]);

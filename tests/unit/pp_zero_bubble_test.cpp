@@ -183,6 +183,23 @@ TEST(ZeroBubbleV, BuiltWithThePassTimesItRunsWithLeavesLessBubble) {
   }
 }
 
+// Every pass-time ratio a model gives (B + W = 2 F; attention-heavy shapes
+// have W well below F): a valid schedule, never stuck (review of issue 20:
+// with W / F = 0.2 the stages could fill every set with first halves).
+TEST(ZeroBubbleV, IsValidForEveryPassTimeRatio) {
+  for (double a : {-0.5, 0.0, 0.3, 0.6, 0.8, 0.95})
+    for (int pp : {2, 3, 4, 8})
+      for (int m = pp; m <= 4 * pp + 4; m += (pp > 4 ? 3 : 1)) {
+        SCOPED_TRACE("a " + std::to_string(a) + " pp " + std::to_string(pp) + " m " + std::to_string(m));
+        const PassRatios t{1.0, 1.0 + a, 1.0 - a};
+        Schedule s;
+        ASSERT_NO_THROW(s = zero_bubble_v(pp, m, t));
+        const auto problems = check_schedule(s, chunk_map(ScheduleKind::ZeroBubbleV, pp, 2), m,
+                                             max_in_flight_per_stage(ScheduleKind::ZeroBubbleV, pp, m, 2));
+        EXPECT_TRUE(problems.empty()) << joined(problems);
+      }
+}
+
 TEST(ZeroBubbleV, BuildScheduleDispatchesAndWantsTwoChunks) {
   EXPECT_EQ(build_schedule(ScheduleKind::ZeroBubbleV, 4, 8, 2), zero_bubble_v(4, 8));
   EXPECT_THROW(build_schedule(ScheduleKind::ZeroBubbleV, 4, 8, 1), UserError);

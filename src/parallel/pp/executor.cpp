@@ -87,7 +87,7 @@ void PipelineExecutor::run(const StageSchedule& actions, StageModel& model) {
   };
   timeline_ = {};
   // A (micro-batch, chunk)'s slot is free after its last action: the send
-  // of its gradient (waited on before the slot is reused) or its
+  // of its gradient (waited on before its buffer is written again) or its
   // (weight-)backward.
   const auto last = last_actions(actions);
   for (size_t i = 0; i < actions.size(); i++) {
@@ -113,7 +113,12 @@ void PipelineExecutor::run(const StageSchedule& actions, StageModel& model) {
       case ActionKind::BackwardWeight: {
         const bool forward = a.kind == ActionKind::Forward;
         const int s = slot_of(mb, c, forward);
-        if (a.kind == ActionKind::Backward || a.kind == ActionKind::BackwardInput) reuse_grad_buffer(c, s);
+        if (a.kind == ActionKind::Backward || a.kind == ActionKind::BackwardInput) {
+          reuse_grad_buffer(c, s);
+          // The split backward keeps a gradient where the chunk's output
+          // was: its send is done (the peer's gradient came back after it).
+          if (auto& w = send_out_[size_t(c)][size_t(s)]) w->wait(), w.reset();
+        }
         if (auto& w = recv_[size_t(c)][size_t(s)]) {
           model.waiting(true);
           w->wait(), w.reset();

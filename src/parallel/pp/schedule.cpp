@@ -146,9 +146,14 @@ namespace {
 // ZB-V by list scheduling: each round places the pass that can start
 // earliest; a stage takes the first of `order` ((kind, chunk) pairs) among
 // those that can start soonest, and a waiting W when none can start at once.
-// Returns the schedule and when its last pass ends.
-std::pair<Schedule, double> list_schedule_v(int pp, int m, const PassRatios& t,
-                                            const std::vector<std::pair<ActionKind, int>>& order) {
+// reserve_turn: a first-half forward also keeps a set free for its second
+// half, so the sets can never all hold first halves (slower, never stuck).
+// Returns the schedule and when its last pass ends, or nothing when the
+// stages get stuck (every set held by first halves whose second halves
+// cannot start).
+std::optional<std::pair<Schedule, double>> list_schedule_v(int pp, int m, const PassRatios& t,
+                                                           const std::vector<std::pair<ActionKind, int>>& order,
+                                                           bool reserve_turn) {
   const ChunkMap map = chunk_map(ScheduleKind::ZeroBubbleV, pp, 2);
   const int stages = 2 * pp;
   // end_f[vs][mb] / end_b[vs][mb]: when that pass ends (-1: not placed yet).
@@ -186,6 +191,8 @@ std::pair<Schedule, double> list_schedule_v(int pp, int m, const PassRatios& t,
           ready = std::max(own, later);
         } else {
           if (x.held >= 2 * pp) continue;  // 1F1B's first-stage activations
+          // A first half whose second half could not start.
+          if (reserve_turn && c == 0 && x.held + (x.next_f[0] - x.next_f[1]) + 1 > 2 * pp) continue;
           ready = vs == 0 ? 0 : end_f[size_t(vs - 1)][size_t(mb)];
           if (ready < 0) continue;
         }
@@ -197,7 +204,7 @@ std::pair<Schedule, double> list_schedule_v(int pp, int m, const PassRatios& t,
         pick = Choice{ActionKind::BackwardWeight, x.waiting_w.front().first, x.waiting_w.front().second, x.free};
       if (pick && (!best || pick->start < best->second.start)) best = {{s, *pick}};
     }
-    LOOM_CHECK(best.has_value(), "zero_bubble_v(%d, %d): no pass can be placed", pp, m);
+    if (!best) return std::nullopt;
     const auto& [s, a] = *best;
     StageState& x = st[size_t(s)];
     const int vs = map.virtual_stage(s, a.chunk);
@@ -219,7 +226,7 @@ std::pair<Schedule, double> list_schedule_v(int pp, int m, const PassRatios& t,
   }
   Schedule schedule;
   for (StageWriter& w : writers) schedule.push_back(w.finish());
-  return {std::move(schedule), makespan};
+  return std::pair{std::move(schedule), makespan};
 }
 
 }  // namespace
@@ -229,13 +236,22 @@ Schedule zero_bubble_v(int pp, int m, const PassRatios& t) {
   LOOM_CHECK(t.forward > 0 && t.backward_input > 0 && t.backward_weight > 0, "zero_bubble_v: pass times must be > 0");
   using K = ActionKind;
   // Backward first (the oldest work first), or the V's second half's
-  // forward first (sooner to the loss, so backwards start sooner): which
-  // is better depends on the pass times; keep the shorter.
-  auto backward_first =
-      list_schedule_v(pp, m, t, {{K::BackwardInput, 1}, {K::BackwardInput, 0}, {K::Forward, 1}, {K::Forward, 0}});
-  auto turn_first =
-      list_schedule_v(pp, m, t, {{K::Forward, 1}, {K::BackwardInput, 1}, {K::BackwardInput, 0}, {K::Forward, 0}});
-  return turn_first.second < backward_first.second ? std::move(turn_first.first) : std::move(backward_first.first);
+  // forward first (sooner to the loss, so backwards start sooner): which is
+  // better depends on the pass times; keep the shorter. When forwards are
+  // much longer than weight passes both can fill every set with first
+  // halves and stop; the reserving one never does.
+  const std::vector<std::pair<ActionKind, int>> backward_first = {
+      {K::BackwardInput, 1}, {K::BackwardInput, 0}, {K::Forward, 1}, {K::Forward, 0}};
+  const std::vector<std::pair<ActionKind, int>> turn_first = {
+      {K::Forward, 1}, {K::BackwardInput, 1}, {K::BackwardInput, 0}, {K::Forward, 0}};
+  std::optional<std::pair<Schedule, double>> best;
+  for (const auto& [order, reserve] : {std::pair{backward_first, false}, std::pair{turn_first, false},
+                                       std::pair{backward_first, true}}) {
+    auto s = list_schedule_v(pp, m, t, order, reserve);
+    if (s && (!best || s->second < best->second)) best = std::move(s);
+  }
+  LOOM_CHECK(best.has_value(), "zero_bubble_v(%d, %d): no schedule", pp, m);
+  return std::move(best->first);
 }
 
 ChunkMap chunk_map(ScheduleKind kind, int pp, int v) {
