@@ -27,15 +27,9 @@ namespace {
 
 using detail::causal_softmax_row;
 using detail::round16;
+using detail::sgemm;
 constexpr int kTile = detail::kAttnTile;
 
-// Row-major C[M,N] = alpha * op(A) op(B) + beta * C. It only fails on bad
-// arguments (a bug); inside a parallel region the throw ends the program.
-void sgemm(char ta, char tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
-           const float* Bm, int64_t ldb, float beta, float* Cm, int64_t ldc) {
-  dnnl_status_t st = dnnl_sgemm(ta, tb, M, N, K, alpha, A, lda, Bm, ldb, beta, Cm, ldc);
-  LOOM_CHECK(st == dnnl_success, "dnnl_sgemm failed (status %d)", int(st));
-}
 
 }  // namespace
 

@@ -1,15 +1,27 @@
-// Pieces shared by the fp32 (attention.cpp) and 16-bit (attention_lowp.cpp)
-// causal attention kernels, so both compute the softmax the same way.
+// Pieces shared by the fp32 (attention.cpp, attention_tiled.cpp) and 16-bit
+// (attention_lowp.cpp) causal attention kernels, so they compute the softmax
+// the same way.
 #pragma once
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 
+#include <dnnl.h>
+
 #include "core/check.h"
 #include "kernels/cpu/simd_math.h"  // vector expf in the softmax loops
 
 namespace loom::cpu::detail {
+
+// Row-major C[M,N] = alpha * op(A) op(B) + beta * C through oneDNN. It only
+// fails on bad arguments (a bug); inside a parallel region the throw ends
+// the program.
+inline void sgemm(char ta, char tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+                  const float* Bm, int64_t ldb, float beta, float* Cm, int64_t ldc) {
+  dnnl_status_t st = dnnl_sgemm(ta, tb, M, N, K, alpha, A, lda, Bm, ldb, beta, Cm, ldc);
+  LOOM_CHECK(st == dnnl_success, "dnnl_sgemm failed (status %d)", int(st));
+}
 
 // Where the heads sit in a row of qkv[B,T,(NH + 2 NKV) x hs]: NH query
 // heads (C features), then NKV key heads, then NKV value heads. Query head

@@ -51,8 +51,7 @@ void gemm(char ta, char tb, int64_t M, int64_t N, int64_t K, float alpha, const 
 }
 void gemm(char ta, char tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
           const float* Bm, int64_t ldb, float beta, float* Cm, int64_t ldc) {
-  dnnl_status_t st = dnnl_sgemm(ta, tb, M, N, K, alpha, A, lda, Bm, ldb, beta, Cm, ldc);
-  LOOM_CHECK(st == dnnl_success, "dnnl_sgemm failed (status %d)", int(st));
+  detail::sgemm(ta, tb, M, N, K, alpha, A, lda, Bm, ldb, beta, Cm, ldc);
 }
 
 inline float to_float(bf16 x) { return bf16_to_float(x); }  // inline: vectorizes

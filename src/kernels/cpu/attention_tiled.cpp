@@ -24,11 +24,7 @@ namespace {
 constexpr int kQ = 64, kK = 64;
 constexpr size_t kWorkPerThread = size_t(3) * kQ * kK + size_t(4) * kQ;
 
-void sgemm(char ta, char tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
-           const float* Bm, int64_t ldb, float beta, float* Cm, int64_t ldc) {
-  dnnl_status_t st = dnnl_sgemm(ta, tb, M, N, K, alpha, A, lda, Bm, ldb, beta, Cm, ldc);
-  LOOM_CHECK(st == dnnl_success, "dnnl_sgemm failed (status %d)", int(st));
-}
+using detail::sgemm;
 
 }  // namespace
 
