@@ -95,6 +95,13 @@ void read_fields(FieldReader& r, RunConfig& c) {
   std::optional<bool> tie;
   r.get("model.tie_embeddings", &tie);
   if (tie) c.model.tie_embeddings = *tie ? 1 : 0;
+  std::string attention = attention_kind_name(c.model.attention);
+  r.get("model.attention", &attention);
+  const std::optional<AttentionKind> kind = parse_attention_kind(attention);
+  LOOM_USER_CHECK(kind.has_value(),
+                  "config field 'model.attention' must be \"auto\", \"tiled\" or \"materialized\" (got \"%s\")",
+                  attention.c_str());
+  c.model.attention = *kind;
   r.get("train.batch_size", &c.train.batch_size);
   r.get("train.micro_batch_size", &c.train.micro_batch_size);
   r.get("train.steps", &c.train.steps);
@@ -131,6 +138,7 @@ void read_fields(FieldReader& r, RunConfig& c) {
   r.get("parallel.dp", &c.parallel.dp);
   r.get("parallel.tp", &c.parallel.tp);
   r.get("parallel.pp", &c.parallel.pp);
+  r.get("parallel.cp", &c.parallel.cp);
   r.get("parallel.sequence_parallel", &c.parallel.sequence_parallel);
   r.get("parallel.schedule", &c.parallel.schedule);
   r.get("parallel.virtual_stages", &c.parallel.virtual_stages);
@@ -247,6 +255,13 @@ void RunConfig::validate() const {
   require(parallel.dp >= 0, "parallel.dp", ">= 0 (0 = infer from the world size)");
   require(parallel.tp >= 1, "parallel.tp", ">= 1");
   require(parallel.pp >= 1, "parallel.pp", ">= 1");
+  require(parallel.cp >= 1 && parallel.cp <= 4096, "parallel.cp", "in [1, 4096]");
+  // Each rank takes two of the sequence's 2 cp chunks (causal balance).
+  require(model.seq_len % (2 * parallel.cp) == 0, "model.seq_len",
+          strprintf("divisible by 2 x parallel.cp = %d (each of the cp ranks holds two equal chunks)",
+                    2 * parallel.cp).c_str());
+  require(parallel.cp == 1 || model.attention != AttentionKind::materialized, "model.attention",
+          "\"tiled\" or \"auto\" with parallel.cp > 1 (ring attention runs the tiled kernels)");
   require(parallel.zero >= 0 && parallel.zero <= 3, "parallel.zero", "0, 1, 2 or 3");
   require(parallel.schedule == "1f1b" || parallel.schedule == "gpipe" || parallel.schedule == "interleaved" ||
               parallel.schedule == "zb-h1" || parallel.schedule == "zb-v",
@@ -316,6 +331,7 @@ std::string RunConfig::to_toml() const {
     << "\nn_kv_head = " << model.n_kv_head << "\nffn_hidden = " << model.ffn_hidden
     << "\nffn_multiple_of = " << model.ffn_multiple_of << "\nrope_theta = " << toml_number(model.rope_theta)
     << "\nnorm_eps = " << toml_number(model.norm_eps) << (model.tie_embeddings < 0 ? "" : model.tie_embeddings ? "\ntie_embeddings = true" : "\ntie_embeddings = false")
+    << "\nattention = \"" << attention_kind_name(model.attention) << "\""
     << "\n[train]\nbatch_size = " << train.batch_size
     << "\nmicro_batch_size = " << train.micro_batch_size << "\nsteps = " << train.steps << "\nlr = " << train.lr
     << "\nmin_lr = " << train.min_lr << "\nwarmup_steps = " << train.warmup_steps
@@ -330,7 +346,7 @@ std::string RunConfig::to_toml() const {
     << "\nguard_max_skips = " << train.guard_max_skips << "\nrecompute = \"" << train.recompute << "\"" << "\nstraggler_factor = " << train.straggler_factor << "\nstraggler_window = " << train.straggler_window << "\nrun_dir = \"" << toml_escaped(train.run_dir) << "\"\nrun_name = \"" << toml_escaped(train.run_name) << "\""
     << "\n[data]\npath = \"" << toml_escaped(data.path) << "\"\nformat = \"" << data.format
     << "\"\nval_fraction = " << data.val_fraction << "\n[parallel]\ndp = " << parallel.dp << "\ntp = " << parallel.tp
-    << "\npp = " << parallel.pp << "\nsequence_parallel = " << (parallel.sequence_parallel ? "true" : "false")
+    << "\npp = " << parallel.pp << "\ncp = " << parallel.cp << "\nsequence_parallel = " << (parallel.sequence_parallel ? "true" : "false")
     << "\nschedule = \"" << toml_escaped(parallel.schedule) << "\"\nvirtual_stages = " << parallel.virtual_stages << "\npp_layers = ["
     << [&] {
          std::string s;

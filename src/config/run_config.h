@@ -71,6 +71,7 @@ struct ParallelConfig {
   int dp = 0;  // data-parallel replicas; 0 = world size / (tp * pp)
   int tp = 1;  // tensor-parallel ranks per layer
   int pp = 1;  // pipeline stages
+  int cp = 1;  // context parallelism: ranks each sequence is split over (ring attention, parallel/cp/)
   bool sequence_parallel = false;  // tp > 1: norms and residuals hold 1/tp of the tokens
   std::string schedule = "1f1b";   // pipeline schedule: "1f1b", "gpipe" or "interleaved"
   int virtual_stages = 1;          // model chunks per pipeline stage (interleaved schedule)

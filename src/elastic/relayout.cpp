@@ -26,7 +26,7 @@ bool users_layout(const RunConfig& cfg, int world, const planner::ClusterSpec& c
   c.train.micro_batch_size = micro;
   if (dp == 1 && c.parallel.zero > 0) c.parallel.zero = 0;  // nothing to shard over
   try {
-    check_layout(c, ParallelGrid::for_world(world, dp, tp, pp, c.parallel.order));
+    check_layout(c, ParallelGrid::for_world(world, dp, tp, pp, c.parallel.order, c.parallel.cp));
     const planner::RunPrediction p = planner::predict_loom_run(c, world, cluster);
     const double budget = planner::memory_budget_per_rank(cluster, world);
     if (p.peak_memory_bytes > budget)

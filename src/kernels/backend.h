@@ -5,7 +5,7 @@
 // f16: the compute type of weights and stored activations); norm statistics,
 // softmax, losses and gradients of fp32 tensors stay fp32 whatever A is. The
 // backend owns what its kernels need besides their arguments (the matrix
-// engine and its cached primitives, attention's work space), so model code
+// engine and its cached primitives; attention is model/attention.h), so model code
 // never branches on the compute type.
 #pragma once
 
@@ -13,8 +13,6 @@
 #include <vector>
 
 #include "core/dtype.h"
-#include "kernels/cpu/attention.h"
-#include "kernels/cpu/attention_lowp.h"
 #include "kernels/cpu/cast.h"
 #include "kernels/cpu/gelu.h"
 #include "kernels/cpu/layernorm.h"
@@ -27,33 +25,8 @@ namespace loom {
 
 class CpuBackend {
  public:
-  // The largest attention the model will run (work space is sized once, so
-  // a step allocates nothing).
-  void reserve_attention(int T, int C, int NH) {
-    attn_work_.resize(cpu::attention_lowp_work_floats(T, C, NH));
-  }
-  size_t attention_work_bytes() const { return attn_work_.size() * sizeof(float); }
   // The matrix products (linear layers; parallel/tp/ drives them).
   cpu::LowpMatmulEngine& matmul() { return matmul_; }
-
-  // Causal attention over qkv[B,T,(NH + 2 NKV) hs] -> out[B,T,C], C = NH hs;
-  // att[B,NH,T,T] keeps the probabilities for backward.
-  template <class A>
-  void attention_forward(A* out, A* att, const A* qkv, int B, int T, int C, int NH, int NKV) {
-    if constexpr (std::is_same_v<A, float>)
-      cpu::attention_forward(out, att, qkv, B, T, C, NH, NKV);
-    else
-      cpu::attention_forward(out, att, qkv, attn_work_.data(), B, T, C, NH, NKV);
-  }
-  // dqkv (overwritten) from dout[B,T,C] (fp32); scratch[B,NH,T,T] fp32.
-  template <class A>
-  void attention_backward(A* dqkv, float* scratch, const float* dout, const A* qkv, const A* att, int B, int T,
-                          int C, int NH, int NKV) {
-    if constexpr (std::is_same_v<A, float>)
-      cpu::attention_backward(dqkv, scratch, dout, qkv, att, B, T, C, NH, NKV);
-    else
-      cpu::attention_backward(dqkv, scratch, attn_work_.data(), dout, qkv, att, B, T, C, NH, NKV);
-  }
 
   // Norms: out in A (fp32 statistics); backward accumulates into fp32 dinp.
   template <class A>
@@ -109,7 +82,6 @@ class CpuBackend {
 
  private:
   cpu::LowpMatmulEngine matmul_;
-  std::vector<float> attn_work_;
 };
 
 }  // namespace loom

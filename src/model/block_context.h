@@ -10,6 +10,7 @@
 #include <type_traits>
 
 #include "kernels/backend.h"
+#include "model/attention.h"
 #include "model/config.h"
 #include "model/transformer_stage.h"
 
@@ -25,13 +26,14 @@ struct BlockWork {
   void* dres16_full = nullptr;  // A, [N, C]: the same gathered (16-bit, sequence parallel)
   float* dattn_out = nullptr;   // [N, Cl]: attention output's gradient
   void* dqkv = nullptr;         // A, [N, qkv width]: attention's input gradient
-  float* datt = nullptr;        // [B, NHl, T, T]: attention's backward scratch
+  float* datt = nullptr;        // [B, NHl, T, T]: materialized attention's backward scratch
   float* dmlp_out = nullptr;    // [N, Fl]: the MLP activation's output gradient
   void* dmlp_in = nullptr;      // A, [N, Fl or 2 Fl]: the MLP activation's input gradient
 };
 
 struct BlockContext {
   CpuBackend& ops;
+  Attention& attn;
   const TensorParallel& tp;
   const ModelConfig& cfg;
   const ParamAccess& p;
@@ -53,14 +55,14 @@ void stash_w(void* to, const T* from, size_t n) {
   std::memcpy(to, from, n * sizeof(T));
 }
 
-// Selective recomputation: attention's output atty[N, Cl] and probabilities
-// att[B, NHl, T, T] again from the block's stored q/k/v (after any rotation),
-// with the kernel forward ran; both families' attention core.
+// Selective recomputation: attention's output atty[N, Cl] and what it keeps
+// for backward (att) again from the block's stored q/k/v (after any
+// rotation), with the kernel forward ran; both families' attention core.
 template <class A>
 void attention_again(const BlockContext& ctx, void* atty, void* att, const void* qkv) {
   const int t = ctx.tp.size();
-  ctx.ops.attention_forward(static_cast<A*>(atty), static_cast<A*>(att), static_cast<const A*>(qkv), ctx.B, ctx.T,
-                            ctx.cfg.d_model / t, ctx.cfg.n_head / t, ctx.cfg.kv_heads() / t);
+  ctx.attn.forward(static_cast<A*>(atty), att, static_cast<const A*>(qkv), ctx.B, ctx.T, ctx.cfg.d_model / t,
+                   ctx.cfg.n_head / t, ctx.cfg.kv_heads() / t);
 }
 
 // The residual gradient dres[R, C] as a block's row-parallel backward reads

@@ -37,7 +37,7 @@ class BlockStage final : public TransformerStage {
       : TransformerStage(cfg, std::move(layout), Family::shared(tensors), shard, tp, B, T, buffers),
         t_(std::move(tensors)),
         norm_tensors_(Family::norm_tensors(t_)),
-        state_(cfg, T) {
+        state_(cfg, T, positions()) {
     plan(B, T, buffers.slots);
   }
 
@@ -50,10 +50,12 @@ class BlockStage final : public TransformerStage {
   void plan_family(ActivationPlan& plan, int B, int T, int slots) override {
     const int64_t R = tp_.local_rows(int64_t(B) * T);
     const size_t a = act_bytes();
-    const bool recompute = recompute_ != Recompute::none && !t_.blocks.empty();
+    // The tiled attention keeps no probabilities: selective recomputation has nothing to drop.
+    const bool recompute = (recompute_ == Recompute::full || (recompute_ == Recompute::selective && !attn_.tiled())) &&
+                           !t_.blocks.empty();
     // The scratch block whose buffers the dropped tensors share.
     const size_t scratch = plan.size();
-    if (recompute) Family::plan_block(plan, scratch_, cfg_, tp_, B, T, a);
+    if (recompute) Family::plan_block(plan, scratch_, cfg_, tp_, B, T, a, attn_.tiled());
     std::vector<bool> shared(plan.size() - scratch, false);  // scratch buffers some block uses
     acts_.resize(size_t(slots));
     for (size_t k = 0; k < acts_.size(); k++) {
@@ -62,7 +64,7 @@ class BlockStage final : public TransformerStage {
       s.blocks.resize(t_.blocks.size());
       for (auto& b : s.blocks) {
         const size_t first = plan.size();
-        Family::plan_block(plan, b, cfg_, tp_, B, T, a);
+        Family::plan_block(plan, b, cfg_, tp_, B, T, a, attn_.tiled());
         if (recompute)
           for (size_t i = first; i < plan.size(); i++)
             if (dropped(b, plan.pointer(i))) plan.alias(i, scratch + (i - first)), shared[i - first] = true;
@@ -72,7 +74,7 @@ class BlockStage final : public TransformerStage {
     plan.set_region(ActivationPlan::kWork);
     for (size_t i = 0; i < shared.size(); i++)
       if (!shared[i]) plan.drop(scratch + i);
-    Family::plan_block_work(plan, work_, cfg_, tp_, B, T, a);
+    Family::plan_block_work(plan, work_, cfg_, tp_, B, T, a, attn_.tiled());
   }
 
   // Whether recomputation drops block b's buffer *p (full: all but its output,
@@ -86,7 +88,7 @@ class BlockStage final : public TransformerStage {
     work_.gathered = gathered_, work_.grad_work = grad_work_, work_.dnorm = dbuf_c_;
     work_.dres16 = dres16_, work_.dres16_full = dres16_full_;
     Family::finish_work(work_, compute_);
-    return BlockContext{ops_, tp_, cfg_, access_, work_, ready_hook(), B, T};
+    return BlockContext{ops_, attn_, tp_, cfg_, access_, work_, ready_hook(), B, T};
   }
 
   const float* forward_blocks(int slot, int B, int T) override {
@@ -117,7 +119,7 @@ class BlockStage final : public TransformerStage {
         // The same kernels on the same inputs: bitwise what forward stored
         // (the block's own output is rewritten with the values it holds).
         if (recompute_ == Recompute::full) Family::template block_forward<A>(ctx, state_, t_.blocks[size_t(l)], acts, in);
-        if (recompute_ == Recompute::selective) attention_again<A>(ctx, acts.atty, acts.att, acts.qkv);
+        if (recompute_ == Recompute::selective && !attn_.tiled()) attention_again<A>(ctx, acts.atty, acts.att, acts.qkv);
         Family::template block_backward<A>(ctx, state_, t_.blocks[size_t(l)], acts, in, dres, split);
         done(block_unit(size_t(l)));
       }

@@ -23,6 +23,16 @@ int ModelConfig::ffn() const {
   return int((want + m - 1) / m * m);
 }
 
+const char* attention_kind_name(AttentionKind k) {
+  return k == AttentionKind::tiled ? "tiled" : k == AttentionKind::materialized ? "materialized" : "auto";
+}
+
+std::optional<AttentionKind> parse_attention_kind(const std::string& name) {
+  for (AttentionKind k : {AttentionKind::auto_, AttentionKind::tiled, AttentionKind::materialized})
+    if (name == attention_kind_name(k)) return k;
+  return std::nullopt;
+}
+
 void ModelConfig::validate() const {
   auto positive = [](int v, const char* field) {
     LOOM_USER_CHECK(v > 0, "config field '%s' must be > 0 (got %d)", field, v);

@@ -18,6 +18,14 @@ const char* model_family_name(ModelFamily f);
 // "gpt2" / "llama"; nullopt for anything else.
 std::optional<ModelFamily> parse_model_family(const std::string& name);
 
+// Which attention core the blocks run (model/attention.h): auto picks tiled
+// from kTiledAttentionFrom tokens per sequence on, where it is the faster
+// (bench/attention_bench), and always under context parallelism.
+enum class AttentionKind { auto_, tiled, materialized };
+const char* attention_kind_name(AttentionKind k);  // "auto" / "tiled" / "materialized"
+std::optional<AttentionKind> parse_attention_kind(const std::string& name);
+constexpr int kTiledAttentionFrom = 1024;
+
 // ModelConfig{vocab_size, n_layer, n_head, d_model, seq_len} is a GPT-2.
 struct ModelConfig {
   int vocab_size = 8192;  // the default SentencePiece tokenizer of `loom prepare`
@@ -33,11 +41,17 @@ struct ModelConfig {
   double rope_theta = 10000.0;
   double norm_eps = 1e-5;
   int tie_embeddings = -1;  // -1: the family's default (GPT-2 tied, LLaMA untied); 0 / 1
+  AttentionKind attention = AttentionKind::auto_;  // a kernel choice: same parameters and results either way
 
   int head_dim() const { return d_model / n_head; }
   int kv_heads() const { return n_kv_head > 0 ? n_kv_head : n_head; }
   int ffn() const;
   bool tied() const { return tie_embeddings < 0 ? family == ModelFamily::gpt2 : tie_embeddings == 1; }
+  // Whether micro-batches of T tokens per sequence run the tiled attention
+  // (cp: the context-parallel group's size, which needs it).
+  bool tiled_attention(int T, int cp = 1) const {
+    return cp > 1 || attention == AttentionKind::tiled || (attention == AttentionKind::auto_ && T >= kTiledAttentionFrom);
+  }
   bool is_llama() const { return family == ModelFamily::llama; }
   // Output rows of the fused query/key/value projection: (n_head + 2 n_kv_head) x head_dim.
   int64_t qkv_rows() const { return int64_t(n_head + 2 * kv_heads()) * head_dim(); }

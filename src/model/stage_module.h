@@ -22,11 +22,14 @@
 #include "model/config.h"
 #include "model/param_layout.h"
 #include "model/recompute.h"
+#include "parallel/cp/sequence_split.h"
 #include "parallel/tp/tensor_parallel.h"
 #include "parallel/tp/vocab_parallel.h"
 #include "precision/policy.h"
 
 namespace loom {
+
+class Communicator;
 
 // ZeRO-3: parameters that live sharded elsewhere and are present only while
 // in use. The module announces the tensors (its layout's indices) it is
@@ -70,6 +73,12 @@ struct StageBuffers {
   // its buffers exist once the pool is allocated; slot k is then the same
   // memory in every chunk (the executor gives it to one chunk at a time).
   SharedActivations* shared_activations = nullptr;
+  // Context parallelism (parallel/cp/): the module's T rows per sequence
+  // are this rank's two chunks of a cp-times longer sequence, run at their
+  // global positions, with attention over the ring of `cp_group` (needed
+  // unless plan_only).
+  SequenceSplit split;
+  Communicator* cp_group = nullptr;
 };
 
 class StageModule {

@@ -4,7 +4,6 @@
 #include <cstring>
 
 #include "core/check.h"
-#include "kernels/cpu/attention_lowp.h"
 #include "parallel/tp/linear.h"
 
 namespace loom {
@@ -72,15 +71,27 @@ TransformerStage::TransformerStage(const ModelConfig& cfg, ParamLayout layout, S
                   B, T, tp.size());
   vocab_ = {shard.vocab_begin(cfg), int(shard.vocab_per_rank(cfg)), int(shard.vocab_valid(cfg))};
   access_.layout = &layout_;
+  const SequenceSplit& split = buffers.split;
+  LOOM_CHECK(!split.active() || T % 2 == 0, "context parallelism: %d local rows are not two chunks", T);
+  if (split.active())
+    for (int t = 0; t < T; t++) positions_.push_back(split.position(t, T));
+  const int t = tp.size(), Cl = cfg.d_model / t, NHl = cfg.n_head / t, NKVl = cfg.kv_heads() / t;
+  const bool tiled = cfg.tiled_attention(T * split.cp, split.cp), lowp = compute_ != ComputePrecision::fp32;
   if (plan_only_) {
-    // Sizes only: 16-bit attention's per-thread scratch is counted, not made
-    // (for buffers.plan_threads threads; 0: this process's, as a real module).
-    if (compute_ != ComputePrecision::fp32)
-      attention_work_bytes_ = cpu::attention_lowp_work_floats(T, cfg.d_model / tp.size(), cfg.n_head / tp.size(), 0,
-                                                              buffers.plan_threads) *
-                              4;
+    // Sizes only: the attention's work space is counted, not made (for
+    // buffers.plan_threads threads; 0: this process's, as a real module).
+    attn_ = Attention(tiled);
+    attention_work_bytes_ =
+        Attention::work_floats(tiled, lowp, split.active(), B, T, Cl, NHl, NKVl, buffers.plan_threads) * 4;
     return;
   }
+  if (split.active()) {
+    LOOM_CHECK(buffers.cp_group && buffers.cp_group->size() == split.cp && buffers.cp_group->rank() == split.rank,
+               "context parallelism without its group");
+    ring_ = std::make_unique<RingAttention>(*buffers.cp_group);
+  }
+  attn_ = Attention(tiled, ring_.get());
+  attn_.reserve(lowp, B, T, Cl, NHl, NKVl);
   // ZeRO-3 units from the layout: blocks by their index, the rest by role.
   unit_block_.resize(size_t(shard.num_layers(cfg)));
   for (size_t i = 0; i < layout_.params.size(); i++) {
@@ -118,7 +129,6 @@ TransformerStage::TransformerStage(const ModelConfig& cfg, ParamLayout layout, S
     weights16_.allocate();
     access_.weights16 = weights16_.base();
   }
-  if (compute_ != ComputePrecision::fp32) ops_.reserve_attention(T, cfg.d_model / tp.size(), cfg.n_head / tp.size());
 }
 
 void TransformerStage::plan(int B, int T, int slots) {
@@ -190,7 +200,7 @@ void TransformerStage::forward_stage(int slot, const int32_t* tokens, int B, int
   if (layout_.shard.embedding) {
     use(unit_embed_, unit_block_.empty() ? unit_norm_ : unit_block_[0]);
     tp::embedding_forward(tp_, s.input, grad_work_, tokens, access_.param(shared_.embed), vocab_,
-                          shared_.positions >= 0 ? access_.param(shared_.positions) : nullptr, N, T, C);
+                          shared_.positions >= 0 ? access_.param(shared_.positions) : nullptr, N, T, C, positions());
     done(unit_embed_);
   }
   s.output = forward_blocks(slot, B, T);
@@ -268,7 +278,7 @@ void TransformerStage::embedding_backward(int slot, const int32_t* tokens, int B
   // head; this is its last write.
   float* dpos = shared_.positions >= 0 ? access_.grad(shared_.positions) : nullptr;
   tp::embedding_backward(tp_, access_.grad(shared_.embed), dpos, slots_[size_t(slot)].dres, grad_work_, tokens,
-                         vocab_, B * T, T, cfg_.d_model);
+                         vocab_, B * T, T, cfg_.d_model, positions());
   if (shared_.positions >= 0) grad_ready(shared_.positions);
   grad_ready(shared_.embed);
 }

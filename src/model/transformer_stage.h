@@ -8,13 +8,16 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <utility>
 #include <vector>
 
 #include "core/arena.h"
 #include "kernels/backend.h"
 #include "model/activation_plan.h"
+#include "model/attention.h"
 #include "model/stage_module.h"
+#include "parallel/cp/ring_attention.h"
 
 namespace loom {
 
@@ -78,7 +81,7 @@ class TransformerStage : public StageModule {
   // (its own region too): the module adds its attention scratch alone.
   size_t activation_bytes() const override {
     if (plan_only_) return planned_bytes_;
-    return (shared_acts_ ? 0 : acts_.size()) + ops_.attention_work_bytes();
+    return (shared_acts_ ? 0 : acts_.size()) + attn_.work_bytes();
   }
   size_t compute_weight_bytes() const override {
     return compute_ == ComputePrecision::fp32 ? 0 : size_t(layout_.total) * 2;
@@ -142,6 +145,7 @@ class TransformerStage : public StageModule {
   void* head_input(int slot) { return slots_[size_t(slot)].head_in; }
   const float* slot_input(int slot) const { return slots_[size_t(slot)].input; }
   float* slot_dres(int slot) { return slots_[size_t(slot)].dres; }
+  const int32_t* positions() const { return positions_.empty() ? nullptr : positions_.data(); }
   size_t act_bytes() const { return dtype_size(compute_dtype(compute_)); }  // of a compute-type element
 
   ModelConfig cfg_;
@@ -154,6 +158,9 @@ class TransformerStage : public StageModule {
   bool plan_only_;
   size_t planned_bytes_ = 0, attention_work_bytes_ = 0;  // plan_only
   CpuBackend ops_;
+  std::vector<int32_t> positions_;  // context parallelism: each local row's global position
+  std::unique_ptr<RingAttention> ring_;
+  Attention attn_;
   ParamAccess access_{};
   int maxB_, maxT_, slot_count_;
   // Shared work space (fp32 unless marked A), used within one action.

@@ -80,7 +80,8 @@ CheckpointManifest TrainCheckpoints::manifest(const TrainPosition& position, Rep
   m.model = model_fields(cfg_.model);
   m.model_real = model_real_fields(cfg_.model);
   const ParallelGrid& g = ctx_.grid();
-  m.layout = {g.dp(), g.tp(), g.pp(), cfg_.parallel.zero, cfg_.parallel.order, g.world_size()};
+  // dp: the data group (dp x cp ranks share a replica and its ZeRO shards).
+  m.layout = {g.dp() * g.cp(), g.tp(), g.pp(), cfg_.parallel.zero, cfg_.parallel.order, g.world_size()};
   m.data = {position.next_step, position.next_step * cfg_.train.batch_size};
   m.seed = cfg_.train.seed;
   m.loss_scaler = replica.scaler().state();

@@ -194,7 +194,10 @@ Replica::Replica(const RunConfig& cfg, const ParallelContext& ctx, int micro_bat
       micro_batch_(micro_batch),
       micro_batches_(micro_batches),
       sharded_masters_(zero_ == 3 || (zero_ >= 1 && cfg.precision.compute_precision() != ComputePrecision::fp32)),
+      // The data group sums gradients over the dp x cp ranks; a cp rank's
+      // loss is its own tokens' mean, the sequence's mean averaged over cp.
       loss_scale_(1.0f / float(ctx.dp().size() * micro_batches)),
+      split_{ctx.grid().cp(), ctx.coord().cp},
       compute_(cfg.precision.compute_precision()),
       scaler_(cfg.precision.scaler_options()),
       pipeline_(plan_pipeline(cfg, ctx.grid().pp(), micro_batches)),
@@ -243,6 +246,7 @@ Replica::Replica(const RunConfig& cfg, const ParallelContext& ctx, int micro_bat
                          weights16_.allocated() ? weights16_.at<uint16_t>(0) + chunk_offset_[c] : nullptr,
                          cfg.train.recompute_mode()};
     buffers.shared_activations = shared_acts_.get();
+    buffers.split = split_, buffers.cp_group = &ctx.cp();
     if (gather_) {
       const int count = int(ParamLayout::for_model(cfg.model, shards_[c]).params.size());
       chunk_sources_.push_back(std::make_unique<ChunkParams>(*gather_, chunk_tensor_[c], count));
@@ -250,14 +254,14 @@ Replica::Replica(const RunConfig& cfg, const ParallelContext& ctx, int micro_bat
     }
     chunks_.push_back(make_stage_module(cfg.model, shards_[c],
                                         TensorParallel(&ctx.tp(), shards_[c].sequence_parallel), micro_batch,
-                                        cfg.model.seq_len, buffers));
+                                        split_.local_len(cfg.model.seq_len), buffers));
   }
   using Mode = GradReducer::Mode;
   reducer_ = std::make_unique<GradReducer>(plan_, ctx.dp(), grads_, zero_ == 0 ? Mode::AllReduce : Mode::ReduceScatter,
                                            zero_ >= 2, cfg.precision.grad_reduce == "bf16" ? DType::bf16 : DType::f32);
   if (shared_acts_) shared_acts_->allocate();
   executor_ = std::make_unique<pp::PipelineExecutor>(ctx.pp(), slots, pipeline_.map(), shared_acts_ != nullptr);
-  stage_ = std::make_unique<Stage>(*this, nullptr, nullptr, cfg.model.seq_len);
+  stage_ = std::make_unique<Stage>(*this, nullptr, nullptr, split_.local_len(cfg.model.seq_len));
 }
 
 Replica::~Replica() = default;
@@ -289,7 +293,14 @@ float Replica::forward_backward(const std::vector<int32_t>& tokens, const std::v
   if (zero_ >= 2) grads_.release_all();
   else grads_.zero();
   auto& stage = static_cast<Stage&>(*stage_);
-  stage.set_batch(&tokens, &targets, T);
+  if (split_.active()) {  // this rank's two chunks of every sequence
+    local_tokens_.resize(tokens.size() / size_t(split_.cp)), local_targets_.resize(local_tokens_.size());
+    split_.take(local_tokens_.data(), tokens.data(), int(tokens.size() / size_t(T)), T);
+    split_.take(local_targets_.data(), targets.data(), int(targets.size() / size_t(T)), T);
+    stage.set_batch(&local_tokens_, &local_targets_, split_.local_len(T));
+  } else {
+    stage.set_batch(&tokens, &targets, T);
+  }
   reducer_->begin();
   executor_->run(schedule_, stage);
   if (gather_) gather_->settle();
@@ -328,6 +339,12 @@ void Replica::sync_tied_embedding() {
 }
 
 float Replica::evaluate(const int32_t* tokens, const int32_t* targets, int T) {
+  if (split_.active()) {
+    local_tokens_.resize(size_t(micro_batch_) * split_.local_len(T)), local_targets_.resize(local_tokens_.size());
+    split_.take(local_tokens_.data(), tokens, micro_batch_, T);
+    split_.take(local_targets_.data(), targets, micro_batch_, T);
+    tokens = local_tokens_.data(), targets = local_targets_.data(), T = split_.local_len(T);
+  }
   // One micro-batch through the chunks in virtual-stage order, blocking.
   const int pp = ctx_.grid().pp(), stage = ctx_.coord().pp;
   const size_t n = size_t(chunks_[0]->local_rows(int64_t(micro_batch_) * T)) * size_t(chunks_[0]->config().d_model);
@@ -436,7 +453,8 @@ size_t Replica::param_bytes() const {
          (gather_ ? gather_->peak_bytes() : 0);
 }
 
-bool Replica::writes_checkpoint() const { return ctx_.coord().dp == 0 || zero_ > 0; }
+// The data group's first rank (dp x cp: cp ranks hold the same replica).
+bool Replica::writes_checkpoint() const { return ctx_.dp().rank() == 0 || zero_ > 0; }
 
 const float* Replica::whole_model_params() const {
   if (ctx_.grid().tp() != 1 || ctx_.grid().pp() != 1 || chunks_.size() != 1) return nullptr;
@@ -453,7 +471,7 @@ void Replica::gather_whole_params() {
 
 std::vector<CheckpointPiece> Replica::checkpoint_pieces() {
   std::vector<CheckpointPiece> pieces;
-  if (ctx_.coord().dp == 0 && !sharded_masters_)
+  if (ctx_.dp().rank() == 0 && !sharded_masters_)
     for (size_t c = 0; c < chunks_.size(); c++) {
       auto p = layout_pieces(chunks_[c]->layout(), chunks_[c]->params());
       pieces.insert(pieces.end(), p.begin(), p.end());

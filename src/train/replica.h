@@ -21,10 +21,12 @@
 #include "checkpoint/checkpoint_reader.h"
 #include "checkpoint/tensor_piece.h"
 #include "model/stage_module.h"
+#include "parallel/cp/sequence_split.h"
 #include "obs/trace_recorder.h"
 #include "parallel/dp/bucket_plan.h"
 #include "parallel/dp/grad_buffer.h"
 #include "parallel/dp/grad_reducer.h"
+#include "parallel/cp/sequence_split.h"
 #include "parallel/grid/parallel_context.h"
 #include "parallel/pp/executor.h"
 #include "parallel/pp/schedule.h"
@@ -135,6 +137,8 @@ class Replica {
   int zero_, micro_batch_, micro_batches_;
   bool sharded_masters_;  // ZeRO 3, or ZeRO 1 / 2 in bf16 / fp16
   float loss_scale_;  // 1 / (dp x micro-batches): the mean over the replicas' micro-batches
+  SequenceSplit split_;  // context parallelism: this rank's chunks of each sequence
+  std::vector<int32_t> local_tokens_, local_targets_;  // a step's batch cut to them (cp > 1)
   ComputePrecision compute_;
   LossScaler scaler_;
   ScalerDecision decision_;

@@ -103,10 +103,13 @@ void check_layout(const RunConfig& cfg, const ParallelGrid& grid) {
                   cfg.train.batch_size, grid.dp());
   const int micro = cfg.train.micro_batch_size;
   const int rows = micro > 0 ? micro : cfg.train.batch_size / grid.dp();
-  LOOM_USER_CHECK(!cfg.parallel.sequence_parallel || tp == 1 || (int64_t(rows) * cfg.model.seq_len) % tp == 0,
+  LOOM_USER_CHECK(grid.cp() == cfg.parallel.cp, "parallel.cp = %d but the grid has cp = %d", cfg.parallel.cp,
+                  grid.cp());
+  const int local_seq = cfg.model.seq_len / grid.cp();  // a rank's tokens of each sequence
+  LOOM_USER_CHECK(!cfg.parallel.sequence_parallel || tp == 1 || (int64_t(rows) * local_seq) % tp == 0,
                   "parallel.sequence_parallel splits each micro-batch's %d x %d tokens over parallel.tp = %d ranks: "
                   "they must divide evenly (change train.micro_batch_size or model.seq_len)",
-                  rows, cfg.model.seq_len, tp);
+                  rows, local_seq, tp);
   LOOM_USER_CHECK(micro == 0 || cfg.train.batch_size % (grid.dp() * micro) == 0,
                   "config field 'train.batch_size' (%d) must be divisible by parallel.dp (%d) x "
                   "train.micro_batch_size (%d) = %d: the global batch is replicas x micro-batch x accumulation steps",
@@ -206,6 +209,15 @@ TrainResult train(const RunConfig& cfg, const ParallelContext& ctx, FILE* log, c
                  "buckets of %.2f MiB\n",
                  dp, micro, accumulation, replica.zero_stage(), replica.plan().buckets().size(),
                  double(replica.plan().buckets()[0].range.size()) * 4 / (1 << 20));
+    const int cp = ctx.grid().cp();
+    std::fprintf(log, "attention: %s%s\n",
+                 cfg.model.tiled_attention(T, cp) ? "tiled (row log-sum-exps kept, tiles recomputed in backward)"
+                                                  : "materialized (T x T probabilities kept)",
+                 cfg.model.attention == AttentionKind::auto_ ? " (model.attention = auto)" : "");
+    if (cp > 1)
+      std::fprintf(log, "context parallel: each sequence's %d tokens over %d ranks (%d each, chunks r and %d-r), "
+                   "ring attention; gradients summed over dp x cp = %d ranks\n",
+                   T, cp, T / cp, 2 * cp - 1, ctx.dp().size());
     if (replica.zero_stage() > 0 && dp == 1)
       std::fprintf(log, "note: parallel.zero = %d with one replica shards nothing (every shard is the whole)\n",
                    replica.zero_stage());
@@ -335,7 +347,7 @@ TrainResult train(const RunConfig& cfg, const ParallelContext& ctx, FILE* log, c
       obs::ScopedSpan wait(trace, "gradient reduction", obs::SpanKind::wait, obs::CommGroup::dp);
       norm = replica.reduce();
     }
-    if (dp > 1) ctx.dp().all_reduce(&loss, 1, DType::f32, ReduceOp::Avg);
+    if (ctx.dp().size() > 1) ctx.dp().all_reduce(&loss, 1, DType::f32, ReduceOp::Avg);  // replicas and cp ranks
     if (step == first_step && options.keep_first_step_grads) result.first_step_grads = replica.gather_grads();
     float clip = cpu::clip_scale(norm, cfg.train.grad_clip);
     float lr = schedule.at(step);

@@ -63,6 +63,18 @@ TEST(Config, OutOfRangeIsNamed) {
   EXPECT_NE(error_of("", {"model.vocab_size=100"}).find("'model.vocab_size'"), std::string::npos);
 }
 
+// Context parallelism (issue 21): two equal chunks per cp rank, and the
+// ring runs the tiled attention.
+TEST(Config, ContextParallelFieldsAreChecked) {
+  std::string e = error_of("", {"parallel.cp=3", "model.seq_len=256"});
+  EXPECT_NE(e.find("'model.seq_len'"), std::string::npos) << e;
+  EXPECT_NE(e.find("2 x parallel.cp = 6"), std::string::npos) << e;
+  EXPECT_NE(error_of("", {"parallel.cp=0"}).find("'parallel.cp'"), std::string::npos);
+  e = error_of("", {"parallel.cp=2", "model.attention=\"materialized\""});
+  EXPECT_NE(e.find("'model.attention'"), std::string::npos) << e;
+  EXPECT_NE(error_of("", {"model.attention=\"flash\""}).find("'model.attention'"), std::string::npos);
+}
+
 TEST(Config, HeadsMustDivideWidth) {
   std::string e = error_of("", {"model.d_model=130", "model.n_head=4"});
   EXPECT_NE(e.find("'model.d_model'"), std::string::npos) << e;

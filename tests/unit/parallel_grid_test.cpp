@@ -75,9 +75,9 @@ TEST(ParallelGrid, TensorParallelInnermostKeepsTpRanksAdjacent) {
   EXPECT_EQ(g.group(loom::GroupKind::pp, 0), (std::vector<int>{0, 4}));
 }
 
-std::string error_of(int world, int dp, int tp, int pp, const char* order) {
+std::string error_of(int world, int dp, int tp, int pp, const char* order, int cp = 1) {
   try {
-    loom::ParallelGrid::for_world(world, dp, tp, pp, order);
+    loom::ParallelGrid::for_world(world, dp, tp, pp, order, cp);
   } catch (const loom::UserError& e) {
     return e.what();
   }
@@ -92,6 +92,27 @@ TEST(ParallelGrid, BadLayoutsAreNamed) {
   EXPECT_NE(error_of(4, 0, 1, 1, "tp-dp-dp").find("parallel.order"), std::string::npos);
   EXPECT_NE(error_of(4, 0, 1, 1, "tp-dp").find("parallel.order"), std::string::npos);
   EXPECT_NE(error_of(4, 0, 1, 1, "tp-dp-pp-xx").find("parallel.order"), std::string::npos);
+}
+
+// Context parallelism: a fourth axis, right after tp unless the order
+// places it; the dp group is the dp x cp ranks holding one replica.
+TEST(ParallelGrid, ContextParallelAxis) {
+  const loom::ParallelGrid g = loom::ParallelGrid::for_world(16, 0, 2, 2, "tp-dp-pp", 2);
+  EXPECT_EQ(g.dp(), 2);
+  EXPECT_EQ(g.cp(), 2);
+  for (int r = 0; r < 16; r++) EXPECT_EQ(g.rank(g.coord(r)), r);
+  EXPECT_EQ(g.coord(2).cp, 1);  // tp innermost, then cp
+  EXPECT_EQ(g.coord(2).tp, 0);
+  EXPECT_EQ(g.group(loom::GroupKind::cp, 0), (std::vector<int>{0, 2}));
+  EXPECT_EQ(g.group(loom::GroupKind::dp, 0), (std::vector<int>{0, 4, 2, 6}));  // dp varies fastest, then cp
+  EXPECT_EQ(g.group(loom::GroupKind::tp, 2), (std::vector<int>{2, 3}));
+  for (loom::GroupKind k : loom::kAllGroupKinds)
+    for (const auto& members : g.groups(k))
+      for (int m : members) EXPECT_EQ(g.group(k, m), members) << loom::group_kind_name(k);
+  EXPECT_EQ(loom::ParallelGrid(1, 1, 1, "cp-tp-dp-pp", 2).coord(1).cp, 1);
+  EXPECT_NE(error_of(6, 0, 1, 1, "tp-dp-pp", 4).find("parallel.cp (4)"), std::string::npos);
+  EXPECT_NE(error_of(8, 2, 1, 1, "tp-dp-pp", 2).find("parallel.cp (2)"), std::string::npos);
+  EXPECT_NE(error_of(4, 0, 1, 1, "tp-cp-dp-pp-cp", 2).find("parallel.order"), std::string::npos);
 }
 
 }  // namespace

@@ -60,11 +60,13 @@ void token_embedding_forward(float* out, const int32_t* tokens, const float* wte
   }
 }
 
-void position_embedding_forward(float* out, const float* wpe, int64_t first_row, int N, int T, int C) {
+void position_embedding_forward(float* out, const float* wpe, int64_t first_row, int N, int T, int C,
+                                const int32_t* positions) {
 #pragma omp parallel for schedule(static)
   for (int n = 0; n < N; n++) {
     float* o = out + size_t(n) * C;                            // [C]
-    const float* p = wpe + size_t((first_row + n) % T) * C;    // [C]
+    const int t = int((first_row + n) % T);
+    const float* p = wpe + size_t(positions ? positions[t] : t) * C;  // [C]
 #pragma omp simd
     for (int c = 0; c < C; c++) o[c] += p[c];
   }
@@ -90,7 +92,8 @@ void token_embedding_backward(float* dwte_rows, const float* dout, const int32_t
   }
 }
 
-void position_embedding_backward(float* dwpe, const float* dout, int64_t first_row, int N, int T, int C) {
+void position_embedding_backward(float* dwpe, const float* dout, int64_t first_row, int N, int T, int C,
+                                 const int32_t* positions) {
   constexpr int kBlock = 32;
   const int nblocks = (C + kBlock - 1) / kBlock;
 #pragma omp parallel for schedule(static)
@@ -98,7 +101,8 @@ void position_embedding_backward(float* dwpe, const float* dout, int64_t first_r
     const int c0 = blk * kBlock, c1 = std::min(C, c0 + kBlock);
     for (int n = 0; n < N; n++) {
       const float* d = dout + size_t(n) * C;
-      float* g = dwpe + size_t((first_row + n) % T) * C;
+      const int t = int((first_row + n) % T);
+      float* g = dwpe + size_t(positions ? positions[t] : t) * C;
 #pragma omp simd
       for (int c = c0; c < c1; c++) g[c] += d[c];
     }

@@ -62,13 +62,13 @@ void rope_lowp(A* qkv, const float* cos, const float* sin, int N, int T, int NH,
 
 }  // namespace
 
-void rope_table(float* cos, float* sin, int T, int hd, double theta) {
+void rope_table(float* cos, float* sin, int T, int hd, double theta, const int32_t* positions) {
   check_shape(T, 1, 1, hd);
   const int half = hd / 2;
   for (int i = 0; i < half; i++) {
     const double inv_freq = std::pow(theta, -2.0 * i / hd);
     for (int t = 0; t < T; t++) {
-      const double angle = t * inv_freq;
+      const double angle = (positions ? positions[t] : t) * inv_freq;
       cos[size_t(t) * half + i] = float(std::cos(angle));
       sin[size_t(t) * half + i] = float(std::sin(angle));
     }

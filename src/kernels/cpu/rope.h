@@ -5,13 +5,16 @@
 // Rows are the token rows of a [B*T] batch: row n is position n % T.
 #pragma once
 
+#include <cstdint>
+
 #include "core/dtype.h"
 
 namespace loom::cpu {
 
-// cos[T, hd/2], sin[T, hd/2] for positions 0..T-1 (computed in double,
-// rounded to float).
-void rope_table(float* cos, float* sin, int T, int hd, double theta);
+// cos[T, hd/2], sin[T, hd/2] for positions 0..T-1, or row t at position
+// positions[t] (context parallelism: a local row's global position);
+// computed in double, rounded to float.
+void rope_table(float* cos, float* sin, int T, int hd, double theta, const int32_t* positions = nullptr);
 
 // In place on the query and key heads of qkv[N, (NH + 2 NKV) x hd] (per row:
 // NH query heads, then NKV key heads, then NKV value heads, which are left

@@ -17,22 +17,23 @@ const T* as(const void* p) {
 }  // namespace
 
 void plan_block(ActivationPlan& plan, BlockActs& l, const ModelConfig& cfg, const TensorParallel& tp, int B, int T,
-                size_t a) {
+                size_t a, bool tiled) {
   const size_t N = size_t(B) * T, R = size_t(tp.local_rows(int64_t(N))), C = cfg.d_model, t = size_t(tp.size());
-  const size_t Cl = C / t, NHl = size_t(cfg.n_head) / t, Fl = size_t(cfg.ffn()) / t, att = size_t(B) * NHl * T * T;
+  const size_t Cl = C / t, NHl = size_t(cfg.n_head) / t, Fl = size_t(cfg.ffn()) / t;
   plan.want(&l.ln1, R * C, a), plan.want(&l.ln1_mean, R), plan.want(&l.ln1_rstd, R);
-  plan.want(&l.qkv, N * 3 * Cl, a), plan.want(&l.atty, N * Cl, a), plan.want(&l.att, att, a);
+  plan.want(&l.qkv, N * 3 * Cl, a), plan.want(&l.atty, N * Cl, a);
+  plan.want(&l.att, Attention::saved_bytes(tiled, B, T, int(NHl), a), 1);
   plan.want(&l.res2, R * C);
   plan.want(&l.ln2, R * C, a), plan.want(&l.ln2_mean, R), plan.want(&l.ln2_rstd, R);
   plan.want(&l.fch, N * Fl, a), plan.want(&l.fch_gelu, N * Fl, a), plan.want(&l.res3, R * C);
 }
 
 void plan_block_work(ActivationPlan& plan, BlockWork& w, const ModelConfig& cfg, const TensorParallel& tp, int B,
-                     int T, size_t a) {
+                     int T, size_t a, bool tiled) {
   const size_t N = size_t(B) * T, t = size_t(tp.size()), Cl = size_t(cfg.d_model) / t;
   const size_t NHl = size_t(cfg.n_head) / t, Fl = size_t(cfg.ffn()) / t;
   plan.want(&w.dattn_out, N * Cl), plan.want(&w.dqkv, N * 3 * Cl, a);
-  plan.want(&w.dmlp_out, N * Fl), plan.want(&w.datt, size_t(B) * NHl * T * T);
+  plan.want(&w.dmlp_out, N * Fl), plan.want(&w.datt, Attention::scratch_floats(tiled, B, T, int(NHl)));
   if (a != sizeof(float)) plan.want(&w.dmlp_in, N * Fl, a);
   // fp32: GELU's backward runs in place (dmlp_in = dmlp_out), set by the stage.
 }
@@ -45,13 +46,13 @@ void block_forward(const BlockContext& ctx, const BlockTensors& p, BlockActs& a,
   CpuBackend& ops = ctx.ops;
   const ParamAccess& w = ctx.p;
   A* work = as<A>(ctx.work.gathered);  // only used with sequence parallelism
-  A *ln1 = as<A>(a.ln1), *qkv = as<A>(a.qkv), *atty = as<A>(a.atty), *att = as<A>(a.att);
+  A *ln1 = as<A>(a.ln1), *qkv = as<A>(a.qkv), *atty = as<A>(a.atty);
   A *ln2 = as<A>(a.ln2), *fch = as<A>(a.fch), *fch_gelu = as<A>(a.fch_gelu);
   // Attention: res2 = res + attn_proj(attention(qkv(ln1(res))))
   ops.layernorm_forward(ln1, a.ln1_mean, a.ln1_rstd, res, w.param(p.ln1_w), w.param(p.ln1_b), R, C);
   const A* x = ctx.tp.gather_rows(ln1, work, N, C);
   tp::column_parallel_forward(ops.matmul(), qkv, x, w.weight<A>(p.qkv_w), w.param(p.qkv_b), N, C, 3 * Cl);
-  ops.attention_forward(atty, att, qkv, ctx.B, ctx.T, Cl, NHl, NHl);
+  ctx.attn.forward(atty, a.att, qkv, ctx.B, ctx.T, Cl, NHl, NHl);
   tp::row_parallel_forward(ops.matmul(), ctx.tp, a.res2, sp ? ctx.work.grad_work : a.res2, atty,
                            w.weight<A>(p.attn_proj_w), w.param(p.attn_proj_b), res, N, Cl, C);
   // MLP: res3 = res2 + fc_proj(gelu(fc(ln2(res2))))
@@ -78,7 +79,7 @@ void block_backward(const BlockContext& ctx, const BlockTensors& p, BlockActs& a
   A* const dqkv = as<A>(k.dqkv);
   A* const dfch = as<A>(k.dmlp_in);
   const ResidualGrad<A> dres_a(ctx, dres);
-  const A *ln1 = as<A>(a.ln1), *qkv = as<A>(a.qkv), *atty = as<A>(a.atty), *att = as<A>(a.att);
+  const A *ln1 = as<A>(a.ln1), *qkv = as<A>(a.qkv), *atty = as<A>(a.atty);
   const A *ln2 = as<A>(a.ln2), *fch = as<A>(a.fch), *fch_gelu = as<A>(a.fch_gelu);
   // split: the products' weight gradients wait for block_backward_weight;
   // each product's output gradient is kept for it (stash_w) in a buffer of
@@ -110,7 +111,7 @@ void block_backward(const BlockContext& ctx, const BlockTensors& p, BlockActs& a
   tp::row_parallel_backward(ops.matmul(), ctx.tp, k.dattn_out, dweight(p.attn_proj_w), dweight(p.attn_proj_b),
                             dres_a.local(), dres_a.rows(), atty, w.weight<A>(p.attn_proj_w), N, Cl, C);
   weight_ready(p.attn_proj_w), weight_ready(p.attn_proj_b);
-  ops.attention_backward(dqkv, k.datt, k.dattn_out, qkv, att, ctx.B, ctx.T, Cl, NHl, NHl);
+  ctx.attn.backward(dqkv, k.datt, k.dattn_out, qkv, atty, a.att, ctx.B, ctx.T, Cl, NHl, NHl);
   tp::column_parallel_backward(ops.matmul(), ctx.tp, dnorm, partial, dweight(p.qkv_w), dweight(p.qkv_b), dqkv,
                                sp ? gathered : ln1, w.weight<A>(p.qkv_w), N, C, 3 * Cl, ln1_ready.get());
   weight_ready(p.qkv_w), weight_ready(p.qkv_b);

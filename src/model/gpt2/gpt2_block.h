@@ -18,12 +18,13 @@ struct BlockActs {
   float *ln1_mean, *ln1_rstd, *res2, *ln2_mean, *ln2_rstd, *res3;
 };
 
-// Adds one block's activations to the plan (a = bytes of a compute element).
+// Adds one block's activations to the plan (a = bytes of a compute element;
+// tiled: the attention core keeps row log-sum-exps, not probabilities).
 void plan_block(ActivationPlan& plan, BlockActs& acts, const ModelConfig& cfg, const TensorParallel& tp, int B,
-                int T, size_t a);
+                int T, size_t a, bool tiled);
 // Adds the work space the blocks' backward needs to `work`'s plan.
 void plan_block_work(ActivationPlan& plan, BlockWork& work, const ModelConfig& cfg, const TensorParallel& tp, int B,
-                     int T, size_t a);
+                     int T, size_t a, bool tiled);
 
 // out = acts.res3 (fp32 [R, C]) from in (fp32 [R, C]).
 template <class A>

@@ -14,17 +14,17 @@ struct Gpt2 {
     float *mean = nullptr, *rstd = nullptr;
   };
   struct State {  // nothing besides the parameters
-    State(const ModelConfig&, int) {}
+    State(const ModelConfig&, int, const int32_t*) {}
   };
 
   static TransformerStage::SharedTensors shared(const Tensors& t) { return {t.wte, t.wpe, t.wte}; }
   static void plan_block(ActivationPlan& p, BlockActs& a, const ModelConfig& cfg, const TensorParallel& tp, int B,
-                         int T, size_t bytes) {
-    gpt2::plan_block(p, a, cfg, tp, B, T, bytes);
+                         int T, size_t bytes, bool tiled) {
+    gpt2::plan_block(p, a, cfg, tp, B, T, bytes, tiled);
   }
   static void plan_block_work(ActivationPlan& p, BlockWork& w, const ModelConfig& cfg, const TensorParallel& tp,
-                              int B, int T, size_t bytes) {
-    gpt2::plan_block_work(p, w, cfg, tp, B, T, bytes);
+                              int B, int T, size_t bytes, bool tiled) {
+    gpt2::plan_block_work(p, w, cfg, tp, B, T, bytes, tiled);
   }
   static void plan_norm(ActivationPlan& p, NormActs& n, size_t R) { p.want(&n.mean, R), p.want(&n.rstd, R); }
   // fp32: GELU's backward runs in place.

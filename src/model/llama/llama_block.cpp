@@ -25,22 +25,22 @@ struct LocalShape {
 }  // namespace
 
 void plan_block(ActivationPlan& plan, BlockActs& l, const ModelConfig& cfg, const TensorParallel& tp, int B, int T,
-                size_t a) {
+                size_t a, bool tiled) {
   const LocalShape s(cfg, tp.size());
   const size_t N = size_t(B) * T, R = size_t(tp.local_rows(int64_t(N))), C = cfg.d_model;
   plan.want(&l.attn_in, R * C, a), plan.want(&l.attn_rstd, R);
   plan.want(&l.qkv, N * s.qkv, a), plan.want(&l.atty, N * s.Cl, a);
-  plan.want(&l.att, size_t(B) * s.NHl * T * T, a), plan.want(&l.res2, R * C);
+  plan.want(&l.att, Attention::saved_bytes(tiled, B, T, s.NHl, a), 1), plan.want(&l.res2, R * C);
   plan.want(&l.mlp_in, R * C, a), plan.want(&l.mlp_rstd, R);
   plan.want(&l.gate_up, N * 2 * s.Fl, a), plan.want(&l.hidden, N * s.Fl, a), plan.want(&l.res3, R * C);
 }
 
 void plan_block_work(ActivationPlan& plan, BlockWork& w, const ModelConfig& cfg, const TensorParallel& tp, int B,
-                     int T, size_t a) {
+                     int T, size_t a, bool tiled) {
   const LocalShape s(cfg, tp.size());
   const size_t N = size_t(B) * T;
   plan.want(&w.dattn_out, N * s.Cl), plan.want(&w.dqkv, N * s.qkv, a);
-  plan.want(&w.datt, size_t(B) * s.NHl * T * T);
+  plan.want(&w.datt, Attention::scratch_floats(tiled, B, T, s.NHl));
   plan.want(&w.dmlp_out, N * s.Fl), plan.want(&w.dmlp_in, N * 2 * s.Fl, a);
 }
 
@@ -54,14 +54,14 @@ void block_forward(const BlockContext& ctx, const RopeTables& rope, const BlockT
   CpuBackend& ops = ctx.ops;
   const ParamAccess& w = ctx.p;
   A* work = as<A>(ctx.work.gathered);  // only used with sequence parallelism
-  A *attn_in = as<A>(a.attn_in), *qkv = as<A>(a.qkv), *atty = as<A>(a.atty), *att = as<A>(a.att);
+  A *attn_in = as<A>(a.attn_in), *qkv = as<A>(a.qkv), *atty = as<A>(a.atty);
   A *mlp_in = as<A>(a.mlp_in), *gate_up = as<A>(a.gate_up), *hidden = as<A>(a.hidden);
   // Attention: res2 = res + o_proj(attention(rope(qkv(rmsnorm(res)))))
   ops.rmsnorm_forward(attn_in, a.attn_rstd, res, w.param(p.attn_norm), R, C, eps);
   const A* x = ctx.tp.gather_rows(attn_in, work, N, C);
   tp::column_parallel_forward(ops.matmul(), qkv, x, w.weight<A>(p.qkv), nullptr, N, C, s.qkv);
   ops.rope_forward(qkv, rope.cos, rope.sin, N, ctx.T, s.NHl, s.NKVl, s.hd);
-  ops.attention_forward(atty, att, qkv, ctx.B, ctx.T, s.Cl, s.NHl, s.NKVl);
+  ctx.attn.forward(atty, a.att, qkv, ctx.B, ctx.T, s.Cl, s.NHl, s.NKVl);
   tp::row_parallel_forward(ops.matmul(), ctx.tp, a.res2, sp ? ctx.work.grad_work : a.res2, atty,
                            w.weight<A>(p.o_proj), nullptr, res, N, s.Cl, C);
   // MLP: res3 = res2 + down(silu(gate) * up), gate/up of rmsnorm(res2)
@@ -89,7 +89,7 @@ void block_backward(const BlockContext& ctx, const RopeTables& rope, const Block
   A* const dgate_up = as<A>(k.dmlp_in);
   const ResidualGrad<A> dres_a(ctx, dres);
   const A *attn_in = static_cast<const A*>(a.attn_in), *qkv = static_cast<const A*>(a.qkv);
-  const A *atty = static_cast<const A*>(a.atty), *att = static_cast<const A*>(a.att);
+  const A *atty = static_cast<const A*>(a.atty);
   const A *mlp_in = static_cast<const A*>(a.mlp_in), *gate_up = static_cast<const A*>(a.gate_up);
   const A* hidden = static_cast<const A*>(a.hidden);
   // split: the products' weight gradients wait for block_backward_weight;
@@ -120,7 +120,7 @@ void block_backward(const BlockContext& ctx, const RopeTables& rope, const Block
   tp::row_parallel_backward(ops.matmul(), ctx.tp, k.dattn_out, dweight(p.o_proj), nullptr, dres_a.local(),
                             dres_a.rows(), atty, w.weight<A>(p.o_proj), N, s.Cl, C);
   weight_ready(p.o_proj);
-  ops.attention_backward(dqkv, k.datt, k.dattn_out, qkv, att, ctx.B, ctx.T, s.Cl, s.NHl, s.NKVl);
+  ctx.attn.backward(dqkv, k.datt, k.dattn_out, qkv, atty, a.att, ctx.B, ctx.T, s.Cl, s.NHl, s.NKVl);
   ops.rope_backward(dqkv, rope.cos, rope.sin, N, ctx.T, s.NHl, s.NKVl, s.hd);
   tp::column_parallel_backward(ops.matmul(), ctx.tp, dnorm, partial, dweight(p.qkv), nullptr, dqkv,
                                sp ? gathered : attn_in, w.weight<A>(p.qkv), N, C, s.qkv, attn_in_ready.get());

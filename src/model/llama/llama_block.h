@@ -26,9 +26,9 @@ struct RopeTables {
 };
 
 void plan_block(ActivationPlan& plan, BlockActs& acts, const ModelConfig& cfg, const TensorParallel& tp, int B,
-                int T, size_t a);
+                int T, size_t a, bool tiled);
 void plan_block_work(ActivationPlan& plan, BlockWork& work, const ModelConfig& cfg, const TensorParallel& tp, int B,
-                     int T, size_t a);
+                     int T, size_t a, bool tiled);
 
 template <class A>
 void block_forward(const BlockContext& ctx, const RopeTables& rope, const BlockTensors& t, BlockActs& acts,

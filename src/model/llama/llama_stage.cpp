@@ -14,24 +14,25 @@ struct Llama {
   struct NormActs {
     float* rstd = nullptr;
   };
-  // Rotary tables cos/sin [T, hd/2], made once.
+  // Rotary tables cos/sin [T, hd/2], made once (at the local rows' global
+  // positions under context parallelism).
   struct State {
     std::vector<float> cos, sin;
-    State(const ModelConfig& cfg, int T)
+    State(const ModelConfig& cfg, int T, const int32_t* positions)
         : cos(size_t(T) * size_t(cfg.head_dim() / 2)), sin(cos.size()) {
-      cpu::rope_table(cos.data(), sin.data(), T, cfg.head_dim(), cfg.rope_theta);
+      cpu::rope_table(cos.data(), sin.data(), T, cfg.head_dim(), cfg.rope_theta, positions);
     }
     RopeTables tables() const { return {cos.data(), sin.data()}; }
   };
 
   static TransformerStage::SharedTensors shared(const Tensors& t) { return {t.embed, -1, t.head}; }
   static void plan_block(ActivationPlan& p, BlockActs& a, const ModelConfig& cfg, const TensorParallel& tp, int B,
-                         int T, size_t bytes) {
-    llama::plan_block(p, a, cfg, tp, B, T, bytes);
+                         int T, size_t bytes, bool tiled) {
+    llama::plan_block(p, a, cfg, tp, B, T, bytes, tiled);
   }
   static void plan_block_work(ActivationPlan& p, BlockWork& w, const ModelConfig& cfg, const TensorParallel& tp,
-                              int B, int T, size_t bytes) {
-    llama::plan_block_work(p, w, cfg, tp, B, T, bytes);
+                              int B, int T, size_t bytes, bool tiled) {
+    llama::plan_block_work(p, w, cfg, tp, B, T, bytes, tiled);
   }
   static void plan_norm(ActivationPlan& p, NormActs& n, size_t R) { p.want(&n.rstd, R); }
   static void finish_work(BlockWork&, ComputePrecision) {}

@@ -29,6 +29,7 @@ class ParallelContext {
   Communicator& tp() const { return group(GroupKind::tp); }
   Communicator& dp() const { return group(GroupKind::dp); }
   Communicator& pp() const { return group(GroupKind::pp); }
+  Communicator& cp() const { return group(GroupKind::cp); }
   Communicator& world() const { return group(GroupKind::world); }
 
  private:

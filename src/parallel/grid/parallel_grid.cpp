@@ -15,65 +15,82 @@ const char* group_kind_name(GroupKind k) {
     case GroupKind::model: return "model";
     case GroupKind::embedding: return "embedding";
     case GroupKind::world: return "world";
+    case GroupKind::cp: return "cp";
   }
   return "?";
 }
+
+static const char* kOrderRule = "parallel.order '%s' must be a permutation of tp, dp, pp and optionally cp "
+                                "(like \"tp-dp-pp\" or \"tp-cp-dp-pp\")";
 
 static Axis parse_axis(const std::string& s, const std::string& order) {
   if (s == "dp") return Axis::dp;
   if (s == "tp") return Axis::tp;
   if (s == "pp") return Axis::pp;
-  throw UserError(strprintf("parallel.order '%s' must be a permutation of tp, dp, pp (like \"tp-dp-pp\")",
-                            order.c_str()));
+  if (s == "cp") return Axis::cp;
+  throw UserError(strprintf(kOrderRule, order.c_str()));
 }
 
-ParallelGrid::ParallelGrid(int dp, int tp, int pp, const std::string& order) : order_(order) {
+ParallelGrid::ParallelGrid(int dp, int tp, int pp, const std::string& order, int cp) : order_(order) {
   LOOM_USER_CHECK(dp >= 1, "parallel.dp must be >= 1 (got %d)", dp);
   LOOM_USER_CHECK(tp >= 1, "parallel.tp must be >= 1 (got %d)", tp);
   LOOM_USER_CHECK(pp >= 1, "parallel.pp must be >= 1 (got %d)", pp);
-  sizes_ = {dp, tp, pp};
+  LOOM_USER_CHECK(cp >= 1, "parallel.cp must be >= 1 (got %d)", cp);
+  sizes_ = {dp, tp, pp, cp};
   std::vector<std::string> parts;
   size_t start = 0;
   for (size_t dash; (dash = order.find('-', start)) != std::string::npos; start = dash + 1)
     parts.push_back(order.substr(start, dash - start));
   parts.push_back(order.substr(start));
-  std::set<Axis> seen;
-  for (size_t i = 0; i < parts.size() && i < 3; i++) {
-    inner_to_outer_[i] = parse_axis(parts[i], order);
-    seen.insert(inner_to_outer_[i]);
+  std::vector<Axis> axes;
+  for (const std::string& p : parts) axes.push_back(parse_axis(p, order));
+  if (std::find(axes.begin(), axes.end(), Axis::cp) == axes.end()) {  // cp right after tp
+    auto tp_at = std::find(axes.begin(), axes.end(), Axis::tp);
+    axes.insert(tp_at == axes.end() ? axes.end() : tp_at + 1, Axis::cp);
   }
-  LOOM_USER_CHECK(parts.size() == 3 && seen.size() == 3,
-                  "parallel.order '%s' must be a permutation of tp, dp, pp (like \"tp-dp-pp\")", order.c_str());
+  const std::set<Axis> seen(axes.begin(), axes.end());
+  LOOM_USER_CHECK(axes.size() == 4 && seen.size() == 4, kOrderRule, order.c_str());
+  std::copy(axes.begin(), axes.end(), inner_to_outer_.begin());
 }
 
-ParallelGrid ParallelGrid::for_world(int world, int dp, int tp, int pp, const std::string& order) {
+ParallelGrid ParallelGrid::for_world(int world, int dp, int tp, int pp, const std::string& order, int cp) {
   LOOM_USER_CHECK(tp >= 1, "parallel.tp must be >= 1 (got %d)", tp);
   LOOM_USER_CHECK(pp >= 1, "parallel.pp must be >= 1 (got %d)", pp);
+  LOOM_USER_CHECK(cp >= 1, "parallel.cp must be >= 1 (got %d)", cp);
   LOOM_USER_CHECK(dp >= 0, "parallel.dp must be >= 1, or 0 to infer it (got %d)", dp);
   if (dp == 0) {
+    if (cp > 1)
+      LOOM_USER_CHECK(world % (tp * pp * cp) == 0,
+                      "the world size %d is not a multiple of parallel.tp (%d) x parallel.pp (%d) x parallel.cp (%d)",
+                      world, tp, pp, cp);
     LOOM_USER_CHECK(world % (tp * pp) == 0,
                     "the world size %d is not a multiple of parallel.tp (%d) x parallel.pp (%d)", world, tp, pp);
-    dp = world / (tp * pp);
+    dp = world / (tp * pp * cp);
   }
-  LOOM_USER_CHECK(dp * tp * pp == world,
+  if (cp > 1)
+    LOOM_USER_CHECK(dp * tp * pp * cp == world,
+                    "the world size %d is not parallel.dp (%d) x parallel.tp (%d) x parallel.pp (%d) x parallel.cp "
+                    "(%d) = %d",
+                    world, dp, tp, pp, cp, dp * tp * pp * cp);
+  LOOM_USER_CHECK(dp * tp * pp * cp == world,
                   "the world size %d is not parallel.dp (%d) x parallel.tp (%d) x parallel.pp (%d) = %d", world, dp,
                   tp, pp, dp * tp * pp);
-  return ParallelGrid(dp, tp, pp, order);
+  return ParallelGrid(dp, tp, pp, order, cp);
 }
 
 GridCoord ParallelGrid::coord(int rank) const {
   LOOM_CHECK(rank >= 0 && rank < world_size(), "rank %d outside a grid of %d", rank, world_size());
-  std::array<int, 3> c{};
+  GridCoord c;
   for (Axis a : inner_to_outer_) {
-    c[int(a)] = rank % size(a);
+    c[a] = rank % size(a);
     rank /= size(a);
   }
-  return GridCoord{c[0], c[1], c[2]};
+  return c;
 }
 
 int ParallelGrid::rank(const GridCoord& c) const {
   int r = 0;
-  for (int i = 2; i >= 0; i--) {
+  for (int i = 3; i >= 0; i--) {
     Axis a = inner_to_outer_[i];
     LOOM_CHECK(c[a] >= 0 && c[a] < size(a), "coordinate out of range");
     r = r * size(a) + c[a];
@@ -95,21 +112,22 @@ std::vector<int> ParallelGrid::group(GroupKind kind, int rank) const {
       for (Axis a : free_axes) {
         int v = rest % size(a);
         rest /= size(a);
-        (a == Axis::dp ? c.dp : a == Axis::tp ? c.tp : c.pp) = v;
+        c[a] = v;
       }
       out.push_back(this->rank(c));
     }
   };
   switch (kind) {
     case GroupKind::tp: along({Axis::tp}); break;
-    case GroupKind::dp: along({Axis::dp}); break;
+    case GroupKind::dp: along({Axis::dp, Axis::cp}); break;
     case GroupKind::pp: along({Axis::pp}); break;
+    case GroupKind::cp: along({Axis::cp}); break;
     case GroupKind::model: along({Axis::tp, Axis::pp}); break;
-    case GroupKind::world: along({Axis::tp, Axis::dp, Axis::pp}); break;
+    case GroupKind::world: along({Axis::tp, Axis::cp, Axis::dp, Axis::pp}); break;
     case GroupKind::embedding: {
       if (pp() > 1 && (me.pp == 0 || me.pp == pp() - 1)) {
-        out.push_back(this->rank(GridCoord{me.dp, me.tp, 0}));
-        out.push_back(this->rank(GridCoord{me.dp, me.tp, pp() - 1}));
+        out.push_back(this->rank(GridCoord{me.dp, me.tp, 0, me.cp}));
+        out.push_back(this->rank(GridCoord{me.dp, me.tp, pp() - 1, me.cp}));
       } else {
         out.push_back(rank);
       }
@@ -132,7 +150,8 @@ std::vector<std::vector<int>> ParallelGrid::groups(GroupKind kind) const {
 }
 
 std::string ParallelGrid::describe() const {
-  return strprintf("dp=%d tp=%d pp=%d (order %s, %d ranks)", dp(), tp(), pp(), order_.c_str(), world_size());
+  return strprintf("dp=%d tp=%d pp=%d%s (order %s, %d ranks)", dp(), tp(), pp(),
+                   cp() > 1 ? strprintf(" cp=%d", cp()).c_str() : "", order_.c_str(), world_size());
 }
 
 }  // namespace loom

@@ -1,9 +1,13 @@
-// ParallelGrid: how world ranks map onto (dp, tp, pp) coordinates.
+// ParallelGrid: how world ranks map onto (dp, tp, pp, cp) coordinates.
 //
 // The order string lists the axes innermost first: with "tp-dp-pp" (the
 // default) consecutive ranks differ in tp, so a tensor-parallel group sits on
 // neighbouring ranks (one node, where bandwidth is high), then data-parallel
-// replicas, then pipeline stages outermost. A value type: no communication.
+// replicas, then pipeline stages outermost. Context parallelism (cp: the
+// sequence split over ranks, parallel/cp/) is a fourth axis; an order that
+// does not name it has it right after tp ("tp-cp-dp-pp", Megatron-core's
+// order: the ring's key/value traffic stays near). A value type: no
+// communication.
 #pragma once
 
 #include <array>
@@ -12,41 +16,47 @@
 
 namespace loom {
 
-enum class Axis { dp = 0, tp = 1, pp = 2 };
+enum class Axis { dp = 0, tp = 1, pp = 2, cp = 3 };
 
 struct GridCoord {
-  int dp = 0, tp = 0, pp = 0;
-  int operator[](Axis a) const { return a == Axis::dp ? dp : a == Axis::tp ? tp : pp; }
+  int dp = 0, tp = 0, pp = 0, cp = 0;
+  int operator[](Axis a) const { return a == Axis::dp ? dp : a == Axis::tp ? tp : a == Axis::pp ? pp : cp; }
+  int& operator[](Axis a) { return a == Axis::dp ? dp : a == Axis::tp ? tp : a == Axis::pp ? pp : cp; }
   bool operator==(const GridCoord&) const = default;
 };
 
 // The groups parallel features communicate in.
 enum class GroupKind {
-  tp,         // same (dp, pp): tensor-parallel layers
-  dp,         // same (tp, pp): gradient reduction, ZeRO shards
-  pp,         // same (dp, tp): pipeline sends and receives
-  model,      // same dp: every rank holding one replica's parameters (tp x pp)
-  embedding,  // first and last pipeline stage with the same (dp, tp): tied embeddings
+  tp,         // same (dp, pp, cp): tensor-parallel layers
+  dp,         // same (tp, pp): gradient reduction, ZeRO shards; the dp x cp ranks holding
+              // the same parameters (context-parallel ranks sum their gradients too)
+  pp,         // same (dp, tp, cp): pipeline sends and receives
+  model,      // same (dp, cp): every rank holding one replica's parameters (tp x pp)
+  embedding,  // first and last pipeline stage with the same (dp, tp, cp): tied embeddings
   world,
+  cp,         // same (dp, tp, pp): a sequence's ranks (ring attention)
 };
 const char* group_kind_name(GroupKind k);
-constexpr std::array<GroupKind, 6> kAllGroupKinds = {GroupKind::tp,    GroupKind::dp,        GroupKind::pp,
-                                                     GroupKind::model, GroupKind::embedding, GroupKind::world};
+constexpr std::array<GroupKind, 7> kAllGroupKinds = {GroupKind::tp,        GroupKind::dp,    GroupKind::pp,
+                                                     GroupKind::model,     GroupKind::embedding,
+                                                     GroupKind::world,     GroupKind::cp};
 
 class ParallelGrid {
  public:
-  // Throws UserError (naming parallel.dp / .tp / .pp / .order) if a size is
-  // < 1 or the order is not a permutation of tp, dp, pp.
-  ParallelGrid(int dp, int tp, int pp, const std::string& order = "tp-dp-pp");
-  // dp = 0 infers dp = world / (tp * pp); throws UserError if world is not
-  // dp * tp * pp.
-  static ParallelGrid for_world(int world, int dp, int tp, int pp, const std::string& order = "tp-dp-pp");
+  // Throws UserError (naming parallel.dp / .tp / .pp / .cp / .order) if a
+  // size is < 1 or the order is not a permutation of tp, dp, pp (and cp).
+  ParallelGrid(int dp, int tp, int pp, const std::string& order = "tp-dp-pp", int cp = 1);
+  // dp = 0 infers dp = world / (tp * pp * cp); throws UserError if world is
+  // not dp * tp * pp * cp.
+  static ParallelGrid for_world(int world, int dp, int tp, int pp, const std::string& order = "tp-dp-pp",
+                                int cp = 1);
 
   int dp() const { return size(Axis::dp); }
   int tp() const { return size(Axis::tp); }
   int pp() const { return size(Axis::pp); }
+  int cp() const { return size(Axis::cp); }
   int size(Axis a) const { return sizes_[int(a)]; }
-  int world_size() const { return dp() * tp() * pp(); }
+  int world_size() const { return dp() * tp() * pp() * cp(); }
   const std::string& order() const { return order_; }
 
   GridCoord coord(int rank) const;
@@ -59,12 +69,12 @@ class ParallelGrid {
   // first member. A middle pipeline stage is alone in its embedding group.
   std::vector<std::vector<int>> groups(GroupKind kind) const;
 
-  // "dp=2 tp=2 pp=1 (order tp-dp-pp, 4 ranks)"
+  // "dp=2 tp=2 pp=1 (order tp-dp-pp, 4 ranks)"; " cp=2" after pp when cp > 1
   std::string describe() const;
 
  private:
-  std::array<int, 3> sizes_{};  // indexed by Axis
-  std::array<Axis, 3> inner_to_outer_{};
+  std::array<int, 4> sizes_{};  // indexed by Axis
+  std::array<Axis, 4> inner_to_outer_{};
   std::string order_;
 };
 

@@ -8,8 +8,9 @@
 namespace loom::tp {
 
 void embedding_forward(const TensorParallel& tp, float* out, float* work, const int32_t* tokens,
-                       const float* wte_rows, const VocabSlice& vocab, const float* wpe, int N, int T, int C) {
-  if (tp.size() == 1 && wpe) {  // the whole table: one fused pass
+                       const float* wte_rows, const VocabSlice& vocab, const float* wpe, int N, int T, int C,
+                       const int32_t* positions) {
+  if (tp.size() == 1 && wpe && !positions) {  // the whole table: one fused pass
     cpu::encoder_forward(out, tokens, wte_rows, wpe, N / T, T, C);
     return;
   }
@@ -18,16 +19,17 @@ void embedding_forward(const TensorParallel& tp, float* out, float* work, const 
   float* lookups = tp.sequence_parallel() ? work : out;
   cpu::token_embedding_forward(lookups, tokens, wte_rows, vocab.begin, vocab.rows, N, C);
   tp.reduce_rows(lookups, out, N, C);
-  if (wpe) cpu::position_embedding_forward(out, wpe, tp.first_row(N), int(tp.local_rows(N)), T, C);
+  if (wpe) cpu::position_embedding_forward(out, wpe, tp.first_row(N), int(tp.local_rows(N)), T, C, positions);
 }
 
 void embedding_backward(const TensorParallel& tp, float* dwte_rows, float* dwpe, const float* dout, float* work,
-                        const int32_t* tokens, const VocabSlice& vocab, int N, int T, int C) {
-  if (tp.size() == 1 && dwpe) {
+                        const int32_t* tokens, const VocabSlice& vocab, int N, int T, int C,
+                        const int32_t* positions) {
+  if (tp.size() == 1 && dwpe && !positions) {
     cpu::encoder_backward(dwte_rows, dwpe, dout, tokens, N / T, T, C);
     return;
   }
-  if (dwpe) cpu::position_embedding_backward(dwpe, dout, tp.first_row(N), int(tp.local_rows(N)), T, C);
+  if (dwpe) cpu::position_embedding_backward(dwpe, dout, tp.first_row(N), int(tp.local_rows(N)), T, C, positions);
   const float* all_rows = tp.gather_rows(dout, work, N, C);
   cpu::token_embedding_backward(dwte_rows, all_rows, tokens, vocab.begin, vocab.rows, N, C);
 }

@@ -23,14 +23,16 @@ struct VocabSlice {
 // reduction (unused on one rank). wpe == nullptr: no position table (LLaMA's
 // positions are rotary, inside attention).
 void embedding_forward(const TensorParallel& tp, float* out, float* work, const int32_t* tokens,
-                       const float* wte_rows, const VocabSlice& vocab, const float* wpe, int N, int T, int C);
+                       const float* wte_rows, const VocabSlice& vocab, const float* wpe, int N, int T, int C,
+                       const int32_t* positions = nullptr);
 
 // Gradients of the lookup from dout[local_rows, C]: dwpe (partial over the
 // sequence-parallel ranks: each adds its own rows) and this rank's rows of
 // dwte. work[N, C] receives the gathered gradient with sequence parallelism.
 // dwpe == nullptr: no position table.
 void embedding_backward(const TensorParallel& tp, float* dwte_rows, float* dwpe, const float* dout, float* work,
-                        const int32_t* tokens, const VocabSlice& vocab, int N, int T, int C);
+                        const int32_t* tokens, const VocabSlice& vocab, int N, int T, int C,
+                        const int32_t* positions = nullptr);
 
 // Cross-entropy of logits[N, vocab.rows] (this rank's columns) against
 // targets[N] (< 0: ignored). losses[N] (the same on every rank).

@@ -1,0 +1,168 @@
+// Work space layout (n = B T local rows, kvw = NKV hs, row = C + 2 kvw):
+//   qkv32 [n, row], dqkv32 [n, row], out32 [n, C]   fp32 copies (16-bit only)
+//   kv[2] [n, 2 kvw]                                 blocks: the one attended, the one arriving
+//   dkv[2] [n, 2 kvw], part [n, 2 kvw]               backward: travelling gradients, this rank's share
+#include "parallel/cp/ring_attention.h"
+
+#include <algorithm>
+#include <cstring>
+#include <memory>
+#include <type_traits>
+
+#include "kernels/cpu/attention_common.h"
+#include "kernels/cpu/attention_tiled.h"
+#include "kernels/cpu/cast.h"
+
+namespace loom {
+namespace {
+
+constexpr int kKvTag = 7301, kGradTag = 7302;
+
+struct Buffers {
+  float *qkv32, *dqkv32, *out32, *kv[2], *dkv[2], *part;
+};
+
+Buffers carve(float* w, int B, int T, int C, int NH, int NKV) {
+  const cpu::detail::QkvLayout L = cpu::detail::qkv_layout(C, NH, NKV);
+  const size_t n = size_t(B) * T, row = size_t(L.row), blk = n * 2 * size_t(L.NKV) * L.hs;
+  Buffers b{};
+  b.qkv32 = w, b.dqkv32 = w + n * row, b.out32 = w + 2 * n * row;
+  float* k = b.out32 + n * size_t(C);
+  b.kv[0] = k, b.kv[1] = k + blk, b.dkv[0] = k + 2 * blk, b.dkv[1] = k + 3 * blk, b.part = k + 4 * blk;
+  return b;
+}
+
+// qkv's key and value columns (side by side in a row) into block[n, 2 kvw], and back.
+void pack_kv(float* block, const float* qkv, size_t n, const cpu::detail::QkvLayout& L) {
+  const size_t w = 2 * size_t(L.NKV) * L.hs;
+  for (size_t i = 0; i < n; i++) std::memcpy(block + i * w, qkv + i * L.row + L.kofs, w * sizeof(float));
+}
+void unpack_kv(float* qkv, const float* block, size_t n, const cpu::detail::QkvLayout& L) {
+  const size_t w = 2 * size_t(L.NKV) * L.hs;
+  for (size_t i = 0; i < n; i++) std::memcpy(qkv + i * L.row + L.kofs, block + i * w, w * sizeof(float));
+}
+
+// Calls f(span) for each pair (local query half, key half of the block
+// from rank src) with any key at or before a query.
+template <class F>
+void for_each_span(const SequenceSplit& mine, int src, int T, F&& f) {
+  const SequenceSplit theirs{mine.cp, src};
+  const int Tc = T / 2;
+  for (int qh = 0; qh < 2; qh++)
+    for (int kh = 0; kh < 2; kh++) {
+      const int cq = mine.chunk(qh), ck = theirs.chunk(kh);
+      if (ck <= cq) f(cpu::AttnSpan{qh * Tc, Tc, cq * Tc, kh * Tc, Tc, ck * Tc});
+    }
+}
+
+void wait(std::unique_ptr<Work>& w) {
+  if (w) w->wait(), w.reset();
+}
+
+}  // namespace
+
+size_t RingAttention::work_floats(int B, int T, int C, int NH, int NKV) {
+  const cpu::detail::QkvLayout L = cpu::detail::qkv_layout(C, NH, NKV);
+  const size_t n = size_t(B) * T;
+  return n * (2 * size_t(L.row) + size_t(C)) + 5 * n * 2 * size_t(L.NKV) * L.hs;
+}
+
+template <class A>
+void RingAttention::forward(A* out, float* lse, const A* qkv, float* tiles, float* work, int B, int T, int C, int NH,
+                            int NKV) {
+  constexpr bool f32 = std::is_same_v<A, float>;
+  LOOM_CHECK(T % 2 == 0, "ring attention: %d local rows are not two chunks", T);
+  const cpu::detail::QkvLayout L = cpu::detail::qkv_layout(C, NH, NKV);
+  const size_t n = size_t(B) * T, blk = n * 2 * size_t(L.NKV) * L.hs;
+  Buffers w = carve(work, B, T, C, NH, NKV);
+  const float* q32;
+  float* o32;
+  if constexpr (f32) {
+    q32 = qkv, o32 = out;
+  } else {
+    cpu::widen(w.qkv32, qkv, n * L.row);
+    q32 = w.qkv32, o32 = w.out32;
+  }
+  const int P = split_.cp, next = (split_.rank + 1) % P, prev = (split_.rank + P - 1) % P;
+  pack_kv(w.kv[0], q32, n, L);
+  cpu::attention_tiled_begin(lse, B, T, NH);
+  for (int s = 0; s < P; s++) {
+    float* cur = w.kv[s % 2];
+    std::unique_ptr<Work> send, recv;
+    if (s + 1 < P) {  // the next block arrives while this one is attended
+      send = cp_.send_async(cur, blk, DType::f32, next, kKvTag);
+      recv = cp_.recv_async(w.kv[(s + 1) % 2], blk, DType::f32, prev, kKvTag);
+    }
+    const cpu::KvRows kv{cur, T, 2 * int64_t(L.NKV) * L.hs, 0, int64_t(L.NKV) * L.hs};
+    for_each_span(split_, (split_.rank - s + P) % P, T, [&](const cpu::AttnSpan& span) {
+      cpu::attention_tiled_forward_span(o32, lse, q32, T, kv, span, tiles, B, C, NH, NKV);
+    });
+    wait(recv), wait(send);
+  }
+  if constexpr (!f32) cpu::narrow(out, o32, n * C);
+}
+
+template <class A>
+void RingAttention::backward(A* dqkv, const float* dout, const A* qkv, const A* out, const float* lse, float* tiles,
+                             float* work, int B, int T, int C, int NH, int NKV) {
+  constexpr bool f32 = std::is_same_v<A, float>;
+  const cpu::detail::QkvLayout L = cpu::detail::qkv_layout(C, NH, NKV);
+  const int64_t kvw = int64_t(L.NKV) * L.hs;
+  const size_t n = size_t(B) * T, blk = n * 2 * size_t(kvw);
+  Buffers w = carve(work, B, T, C, NH, NKV);
+  const float *q32, *o32;
+  float* dq32;
+  if constexpr (f32) {
+    q32 = qkv, o32 = out, dq32 = dqkv;
+  } else {
+    cpu::widen(w.qkv32, qkv, n * L.row);
+    cpu::widen(w.out32, out, n * C);
+    q32 = w.qkv32, o32 = w.out32, dq32 = w.dqkv32;
+  }
+  std::memset(dq32, 0, n * L.row * sizeof(float));
+  const int P = split_.cp, next = (split_.rank + 1) % P, prev = (split_.rank + P - 1) % P;
+  pack_kv(w.kv[0], q32, n, L);
+  // held: the travelling gradient of the block attended at step s, once
+  // this rank's share (computed into `part`) is added.
+  std::unique_ptr<Work> grad_send, grad_recv;
+  for (int s = 0; s < P; s++) {
+    float* cur = w.kv[s % 2];
+    std::unique_ptr<Work> send, recv;
+    if (s + 1 < P) {
+      send = cp_.send_async(cur, blk, DType::f32, next, kKvTag);
+      recv = cp_.recv_async(w.kv[(s + 1) % 2], blk, DType::f32, prev, kKvTag);
+    }
+    float* held = w.dkv[s % 2];
+    float* share = s == 0 ? held : w.part;  // at step 0 nothing has arrived to add to
+    std::memset(share, 0, blk * sizeof(float));
+    const cpu::KvRows kv{cur, T, 2 * kvw, 0, kvw};
+    const cpu::KvGradRows dkv{share, 2 * kvw, 0, kvw};
+    for_each_span(split_, (split_.rank - s + P) % P, T, [&](const cpu::AttnSpan& span) {
+      cpu::attention_tiled_backward_span(dq32, dkv, dout, q32, o32, lse, T, kv, span, tiles, B, C, NH, NKV);
+    });
+    if (s > 0) {
+      wait(grad_recv);  // the block's gradient from the ranks before
+#pragma omp parallel for schedule(static)
+      for (size_t i = 0; i < blk; i++) held[i] += share[i];
+    }
+    wait(grad_send);  // the other buffer is free for the next arrival
+    grad_send = cp_.send_async(held, blk, DType::f32, next, kGradTag);
+    grad_recv = cp_.recv_async(w.dkv[(s + 1) % 2], blk, DType::f32, prev, kGradTag);
+    wait(recv), wait(send);
+  }
+  wait(grad_recv), wait(grad_send);  // after a full turn: this rank's own block's gradient
+  unpack_kv(dq32, w.dkv[P % 2], n, L);
+  if constexpr (!f32) cpu::narrow(dqkv, dq32, n * L.row);
+}
+
+template void RingAttention::forward(float*, float*, const float*, float*, float*, int, int, int, int, int);
+template void RingAttention::forward(bf16*, float*, const bf16*, float*, float*, int, int, int, int, int);
+template void RingAttention::forward(f16*, float*, const f16*, float*, float*, int, int, int, int, int);
+template void RingAttention::backward(float*, const float*, const float*, const float*, const float*, float*, float*,
+                                      int, int, int, int, int);
+template void RingAttention::backward(bf16*, const float*, const bf16*, const bf16*, const float*, float*, float*,
+                                      int, int, int, int, int);
+template void RingAttention::backward(f16*, const float*, const f16*, const f16*, const float*, float*, float*, int,
+                                      int, int, int, int);
+
+}  // namespace loom

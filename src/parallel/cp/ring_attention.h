@@ -1,0 +1,40 @@
+// Ring attention (Liu et al. 2023; Megatron-core's context parallelism): the
+// tiled attention over a sequence split across the cp group
+// (sequence_split.h). Each rank keeps its queries and passes key/value
+// blocks around the ring, attending its queries to each block as it comes
+// by and merging the spans (kernels/cpu/attention_tiled.h). Transfers are
+// non-blocking and overlap the compute: while a block is attended, the next
+// one arrives. Backward passes the blocks again, and with them the blocks'
+// key/value gradients, each rank adding its share; after a full turn each
+// block's gradient is back at its owner. Blocks travel in fp32.
+#pragma once
+
+#include <cstddef>
+
+#include "comm/communicator.h"
+#include "parallel/cp/sequence_split.h"
+
+namespace loom {
+
+class RingAttention {
+ public:
+  explicit RingAttention(Communicator& cp) : cp_(cp), split_{cp.size(), cp.rank()} {}
+  const SequenceSplit& split() const { return split_; }
+
+  // fp32 work space, in floats, for B local sequences of T rows (2 chunks).
+  static size_t work_floats(int B, int T, int C, int NH, int NKV);
+
+  // As Attention::forward / backward on the local rows; tiles: the tiled
+  // kernels' per-thread work, work: work_floats(B, T, ...).
+  template <class A>
+  void forward(A* out, float* lse, const A* qkv, float* tiles, float* work, int B, int T, int C, int NH, int NKV);
+  template <class A>
+  void backward(A* dqkv, const float* dout, const A* qkv, const A* out, const float* lse, float* tiles, float* work,
+                int B, int T, int C, int NH, int NKV);
+
+ private:
+  Communicator& cp_;
+  SequenceSplit split_;
+};
+
+}  // namespace loom
