@@ -1,11 +1,11 @@
 // Causal attention, forward + backward, at the GPT-2 124M shape (B=4, T=256,
-// C=768, NH=12; T from the second argument): fp32 kernel
+// C=768, NH=12; T and B from the second and third arguments): fp32 kernel
 // (kernels/cpu/attention) vs the 16-bit kernels (kernels/cpu/attention_lowp;
-// bf16 runs natively, fp16 via fp32 sgemm) and the fp32 tiled kernel
-// (kernels/cpu/attention_tiled: no T x T matrix kept), with the memory each
+// bf16 runs natively, fp16 via fp32 sgemm) and the tiled kernels, fp32 and
+// bf16 storage (kernels/cpu/attention_tiled: no T x T matrix kept), with the memory each
 // keeps for backward. Medians over reps (default 20); fwd and bwd medians
 // are separate, so they need not add up to the total.
-// Usage: OMP_NUM_THREADS=2 build/bench/attention_bench [reps] [T]
+// Usage: OMP_NUM_THREADS=2 build/bench/attention_bench [reps] [T] [B]
 #include <omp.h>
 
 #include <algorithm>
@@ -49,7 +49,8 @@ int main(int argc, char** argv) {
   loom::cpu::cap_isa(std::nullopt);  // LOOM_MAX_CPU_ISA, as for loom itself
   std::printf("%s\n", loom::cpu::describe_dispatch().line().c_str());
   const int reps = argc > 1 ? std::max(1, std::atoi(argv[1])) : 20;
-  const int B = 4, T = argc > 2 ? std::max(1, std::atoi(argv[2])) : 256, C = 768, NH = 12;
+  const int T = argc > 2 ? std::max(1, std::atoi(argv[2])) : 256, B = argc > 3 ? std::max(1, std::atoi(argv[3])) : 4;
+  const int C = 768, NH = 12;
   const size_t nqkv = size_t(B) * T * 3 * C, nout = size_t(B) * T * C, natt = size_t(B) * NH * T * T;
   std::mt19937 gen(1);
   std::uniform_real_distribution<float> dist(-2.0f, 2.0f);
@@ -62,10 +63,13 @@ int main(int argc, char** argv) {
   std::vector<float> work(cpu::attention_lowp_work_floats(T, C, NH));
   std::vector<float> out_t(nout), lse(size_t(B) * NH * T), dqkv_t(nqkv);
   std::vector<float> tiled_work(cpu::attention_tiled_work_floats(omp_get_max_threads()));
+  std::vector<float> wide(cpu::attention_tiled_wide_floats(B, T, C, NH));  // tiled bf16's fp32 copies
+  std::vector<bf16> out_tb(nout), dqkv_tb(nqkv);
 
-  Stat fwd[4], bwd[4], tot[4];  // fp32, bf16, fp16, fp32 tiled
+  constexpr int kRows = 5;
+  Stat fwd[kRows], bwd[kRows], tot[kRows];  // fp32, bf16, fp16, fp32 tiled, bf16 tiled
   for (int rep = -1; rep < reps; rep++) {  // rep -1: warm-up, not recorded
-    Stat f[4], g[4];
+    Stat f[kRows], g[kRows];
     time_ms(f[0], [&] { cpu::attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH); });
     time_ms(g[0], [&] {
       cpu::attention_backward(dqkv.data(), scratch.data(), dout.data(), qkv.data(), att.data(), B, T, C, NH);
@@ -87,8 +91,16 @@ int main(int argc, char** argv) {
       cpu::attention_tiled_backward(dqkv_t.data(), tiled_work.data(), dout.data(), qkv.data(), out_t.data(),
                                     lse.data(), B, T, C, NH);
     });
+    time_ms(f[4], [&] {
+      cpu::attention_tiled_forward(out_tb.data(), lse.data(), qkv_b.data(), wide.data(), tiled_work.data(), B, T, C,
+                                   NH);
+    });
+    time_ms(g[4], [&] {
+      cpu::attention_tiled_backward(dqkv_tb.data(), wide.data(), tiled_work.data(), dout.data(), qkv_b.data(),
+                                    out_tb.data(), lse.data(), B, T, C, NH);
+    });
     if (rep < 0) continue;
-    for (int i = 0; i < 4; i++) {
+    for (int i = 0; i < kRows; i++) {
       fwd[i].ms.push_back(f[i].ms[0]);
       bwd[i].ms.push_back(g[i].ms[0]);
       tot[i].ms.push_back(f[i].ms[0] + g[i].ms[0]);
@@ -99,15 +111,16 @@ int main(int argc, char** argv) {
               reps);
   std::printf("%-6s %9s %9s %9s %9s  %-13s %s\n", "type", "fwd ms", "bwd ms", "total ms", "min ms",
               "fp32/this", "kept for backward (beside q/k/v and the output)");
-  const char* names[4] = {"fp32", "bf16", "fp16", "tiled"};
+  const char* names[kRows] = {"fp32", "bf16", "fp16", "tiled", "tiled16"};
   const double mib = 1024.0 * 1024.0;
-  const double kept[4] = {4.0 * double(natt) / mib, 2.0 * double(natt) / mib, 2.0 * double(natt) / mib,
-                          4.0 * double(lse.size()) / mib};
-  for (int i = 0; i < 4; i++)
+  const double kept[kRows] = {4.0 * double(natt) / mib, 2.0 * double(natt) / mib, 2.0 * double(natt) / mib,
+                              4.0 * double(lse.size()) / mib, 4.0 * double(lse.size()) / mib};
+  for (int i = 0; i < kRows; i++)
     std::printf("%-6s %9.2f %9.2f %9.2f %9.2f  %.2fx %.2fx  %9.2f MiB%s\n", names[i], fwd[i].median(),
                 bwd[i].median(), tot[i].median(), tot[i].min(), tot[0].median() / tot[i].median(),
-                tot[0].min() / tot[i].min(), kept[i], i == 3 ? " (row log-sum-exps)" : " (probabilities)");
-  std::printf("tiled: fp32, work space %.2f MiB for %d threads\n", 4.0 * double(tiled_work.size()) / mib,
-              omp_get_max_threads());
+                tot[0].min() / tot[i].min(), kept[i], i >= 3 ? " (row log-sum-exps)" : " (probabilities)");
+  std::printf("tiled: fp32, work space %.2f MiB for %d threads; tiled16: bf16 storage, fp32 math on copies "
+              "(%.2f MiB, shared by every layer)\n",
+              4.0 * double(tiled_work.size()) / mib, omp_get_max_threads(), 4.0 * double(wide.size()) / mib);
   return 0;
 }

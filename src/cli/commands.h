@@ -28,6 +28,8 @@ int cmd_bench_tp_child(const Args& args, MpiRuntime& mpi);
 // `loom bench pp` (launches mpirun) and its per-rank child.
 int cmd_bench_pp(const Args& args);
 int cmd_bench_pp_child(const Args& args, MpiRuntime& mpi);
+int cmd_bench_cp(const Args& args);
+int cmd_bench_cp_child(const Args& args, MpiRuntime& mpi);
 // `loom bench planner`: predicted against measured over a matrix of `loom train` runs.
 int cmd_bench_planner(const Args& args);
 int cmd_prepare(const Args& args);

@@ -44,6 +44,8 @@ commands:
                           LLaMA only: n_kv_head (0 = n_head; grouped-query attention)
                           ffn_hidden (0 = 8/3 d_model rounded up to ffn_multiple_of, 256)
                           rope_theta (10000) norm_eps (1e-5) tie_embeddings (false)
+                          attention ("auto": tiled from 1024 tokens on | "tiled": flash-style,
+                          O(T) memory | "materialized": keeps the T x T probabilities)
                   [train] batch_size micro_batch_size (0 = batch_size / dp) steps lr min_lr
                           warmup_steps weight_decay beta1 beta2 eps grad_clip eval_every
                           eval_batches log_every seed sample_tokens (0 = none) sample_prompt
@@ -57,7 +59,10 @@ commands:
                           straggler_factor (1.2; 0 = off) straggler_window (10 steps): name a
                           rank whose compute per step stays above factor x the median rank's
                   [data] path format (shards | bytes) val_fraction
-                  [parallel] dp (0 = infer) tp pp order ("tp-dp-pp": innermost first)
+                  [parallel] dp (0 = infer) tp pp order ("tp-dp-pp": innermost first; cp
+                             right after tp unless named, e.g. "tp-cp-dp-pp")
+                             cp (context parallelism: each sequence split over cp ranks, two
+                             chunks each, ring attention; model.seq_len divisible by 2 cp)
                              sequence_parallel (true | false; with tp > 1)
                              schedule ("1f1b" | "gpipe" | "interleaved" | "zb-h1" | "zb-v")
                              virtual_stages (chunks per stage: interleaved; 2 with zb-v)
@@ -148,6 +153,10 @@ commands:
           ZB-H1 / ZB-V: measured bubble per stage beside the planner's simulation (same action
           lists, measured pass times) and (pp-1)/(v m + pp-1), the largest stage bubble against
           1F1B's, activation sets held and their bound, planned activation MiB per stage, tokens/s.
+            loom bench cp [--T 8192] [--steps 3]
+          Context parallelism on a long-sequence tiny model (2 blocks, d_model 128, one sequence of
+          T tokens per step): cp=1 (1 rank) against cp=2 (2 ranks x 1 thread, ring attention): step
+          time, activation MiB per rank and their ratios, peak RSS, largest loss difference.
             loom bench scaling [--ranks 2] [--zero 0,1,2,3] [--steps 8] [--micro-batch 4]
                                [--bucket-mb 4] [--repeat 1]
           Weak scaling of data parallelism on the "small" shape, 1 thread per rank: 1 rank

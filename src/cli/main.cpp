@@ -67,6 +67,9 @@ int main(int argc, char** argv) {
     if (cmd == "bench" && !rest.empty() && rest[0] == "pp") return cli::cmd_bench_pp(rest);
     if (cmd == "bench" && !rest.empty() && rest[0] == "pp-child")
       return run_distributed(&argc, &argv, cli::cmd_bench_pp_child, rest);
+    if (cmd == "bench" && !rest.empty() && rest[0] == "cp") return cli::cmd_bench_cp(rest);
+    if (cmd == "bench" && !rest.empty() && rest[0] == "cp-child")
+      return run_distributed(&argc, &argv, cli::cmd_bench_cp_child, rest);
     if (cmd == "bench" && !rest.empty() && rest[0] == "elastic") return cli::cmd_bench_elastic(rest);
     if (cmd == "bench" && !rest.empty() && rest[0] == "planner") return cli::cmd_bench_planner(rest);
     if (cmd == "bench" && !rest.empty() && rest[0] == "tp-child")

@@ -257,7 +257,7 @@ void RunConfig::validate() const {
   require(parallel.pp >= 1, "parallel.pp", ">= 1");
   require(parallel.cp >= 1 && parallel.cp <= 4096, "parallel.cp", "in [1, 4096]");
   // Each rank takes two of the sequence's 2 cp chunks (causal balance).
-  require(model.seq_len % (2 * parallel.cp) == 0, "model.seq_len",
+  require(parallel.cp == 1 || model.seq_len % (2 * parallel.cp) == 0, "model.seq_len",
           strprintf("divisible by 2 x parallel.cp = %d (each of the cp ranks holds two equal chunks)",
                     2 * parallel.cp).c_str());
   require(parallel.cp == 1 || model.attention != AttentionKind::materialized, "model.attention",

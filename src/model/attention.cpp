@@ -23,7 +23,7 @@ size_t thread_floats(bool tiled, bool lowp, int T, int C, int NH, int NKV, int t
 size_t Attention::work_floats(bool tiled, bool lowp, bool ring, int B, int T, int C, int NH, int NKV, int threads) {
   if (threads <= 0) threads = omp_get_max_threads();
   size_t n = thread_floats(tiled, lowp, T, C, NH, NKV, threads);
-  if (ring) n += RingAttention::work_floats(B, T, C, NH, NKV);
+  if (ring) n += RingAttention::work_floats(B, T, C, NH, NKV, lowp);
   else if (tiled && lowp) n += cpu::attention_tiled_wide_floats(B, T, C, NH, NKV);
   return n;
 }

@@ -1,5 +1,5 @@
 // Work space layout (n = B T local rows, kvw = NKV hs, row = C + 2 kvw):
-//   qkv32 [n, row], dqkv32 [n, row], out32 [n, C]   fp32 copies (16-bit only)
+//   qkv32 [n, row], dqkv32 [n, row], out32 [n, C]   fp32 copies (16-bit only; fp32 works in place)
 //   kv[2] [n, 2 kvw]                                 blocks: the one attended, the one arriving
 //   dkv[2] [n, 2 kvw], part [n, 2 kvw]               backward: travelling gradients, this rank's share
 #include "parallel/cp/ring_attention.h"
@@ -22,12 +22,14 @@ struct Buffers {
   float *qkv32, *dqkv32, *out32, *kv[2], *dkv[2], *part;
 };
 
-Buffers carve(float* w, int B, int T, int C, int NH, int NKV) {
+size_t copy_floats(bool lowp, size_t n, size_t row, size_t C) { return lowp ? n * (2 * row + C) : 0; }
+
+Buffers carve(float* w, int B, int T, int C, int NH, int NKV, bool lowp) {
   const cpu::detail::QkvLayout L = cpu::detail::qkv_layout(C, NH, NKV);
   const size_t n = size_t(B) * T, row = size_t(L.row), blk = n * 2 * size_t(L.NKV) * L.hs;
   Buffers b{};
-  b.qkv32 = w, b.dqkv32 = w + n * row, b.out32 = w + 2 * n * row;
-  float* k = b.out32 + n * size_t(C);
+  if (lowp) b.qkv32 = w, b.dqkv32 = w + n * row, b.out32 = w + 2 * n * row;
+  float* k = w + copy_floats(lowp, n, row, size_t(C));
   b.kv[0] = k, b.kv[1] = k + blk, b.dkv[0] = k + 2 * blk, b.dkv[1] = k + 3 * blk, b.part = k + 4 * blk;
   return b;
 }
@@ -61,10 +63,10 @@ void wait(std::unique_ptr<Work>& w) {
 
 }  // namespace
 
-size_t RingAttention::work_floats(int B, int T, int C, int NH, int NKV) {
+size_t RingAttention::work_floats(int B, int T, int C, int NH, int NKV, bool lowp) {
   const cpu::detail::QkvLayout L = cpu::detail::qkv_layout(C, NH, NKV);
   const size_t n = size_t(B) * T;
-  return n * (2 * size_t(L.row) + size_t(C)) + 5 * n * 2 * size_t(L.NKV) * L.hs;
+  return copy_floats(lowp, n, size_t(L.row), size_t(C)) + 5 * n * 2 * size_t(L.NKV) * L.hs;
 }
 
 template <class A>
@@ -74,7 +76,7 @@ void RingAttention::forward(A* out, float* lse, const A* qkv, float* tiles, floa
   LOOM_CHECK(T % 2 == 0, "ring attention: %d local rows are not two chunks", T);
   const cpu::detail::QkvLayout L = cpu::detail::qkv_layout(C, NH, NKV);
   const size_t n = size_t(B) * T, blk = n * 2 * size_t(L.NKV) * L.hs;
-  Buffers w = carve(work, B, T, C, NH, NKV);
+  Buffers w = carve(work, B, T, C, NH, NKV, !f32);
   const float* q32;
   float* o32;
   if constexpr (f32) {
@@ -109,7 +111,7 @@ void RingAttention::backward(A* dqkv, const float* dout, const A* qkv, const A* 
   const cpu::detail::QkvLayout L = cpu::detail::qkv_layout(C, NH, NKV);
   const int64_t kvw = int64_t(L.NKV) * L.hs;
   const size_t n = size_t(B) * T, blk = n * 2 * size_t(kvw);
-  Buffers w = carve(work, B, T, C, NH, NKV);
+  Buffers w = carve(work, B, T, C, NH, NKV, !f32);
   const float *q32, *o32;
   float* dq32;
   if constexpr (f32) {

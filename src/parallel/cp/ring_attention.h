@@ -21,8 +21,9 @@ class RingAttention {
   explicit RingAttention(Communicator& cp) : cp_(cp), split_{cp.size(), cp.rank()} {}
   const SequenceSplit& split() const { return split_; }
 
-  // fp32 work space, in floats, for B local sequences of T rows (2 chunks).
-  static size_t work_floats(int B, int T, int C, int NH, int NKV);
+  // fp32 work space, in floats, for B local sequences of T rows (2 chunks);
+  // lowp: 16-bit storage (fp32 copies of q/k/v, their gradient and the output).
+  static size_t work_floats(int B, int T, int C, int NH, int NKV, bool lowp);
 
   // As Attention::forward / backward on the local rows; tiles: the tiled
   // kernels' per-thread work, work: work_floats(B, T, ...).
