@@ -59,8 +59,9 @@ int cmd_bench_cp(const Args& args) {
   double base_ms = 0, base_act = 0;
   std::vector<double> base_losses;
   for (int cp : {1, 2}) {
-    const std::string line = run_for_json(mpirun_prefix(cp, 1) + strprintf("'%s' bench cp-child --cp %d --T %d --steps %d 2>&1",
-                                                                            self_exe().c_str(), cp, o.T, o.steps));
+    const std::string line = run_for_json(
+        mpirun_prefix(cp, 1) +
+        strprintf("'%s' bench cp-child --cp %d --T %d --steps %d 2>&1", self_exe().c_str(), cp, o.T, o.steps));
     LOOM_USER_CHECK(!line.empty(), "bench cp: the run with cp = %d failed", cp);
     const double ms = json_number(line, "step_ms"), act = json_number(line, "act_mb");
     std::vector<double> losses;

@@ -240,16 +240,19 @@ commands:
                  override sizes; --batch N global batch in sequences.
           Cluster: --cluster NAME (configs/clusters/NAME.toml, or local = .cache/cluster-local.toml
                  from loom bench calibrate) or FILE.toml; --devices N; --inter-node-gbit G.
-          Fix dimensions (comma lists): --dp --tp --pp --v --micro-batch --zero 0-3 --sp 0|1
+          Fix dimensions (comma lists): --dp --tp --pp --cp --v --micro-batch --zero 0-3 --sp 0|1
                  --precision fp32,bf16,fp16 --recompute none,selective,full --schedule
                  1f1b,zero-bubble (zero-bubble: ZB-H1 at --v 1, ZB-V at --v 2; interleaved 1F1B
                  is 1f1b with --v > 1); --top K (default 5).
           The sched column: 1f1b, int (interleaved), zb-h1 or zb-v (zero-bubble: backward split
                  into input and weight passes, the weight passes filling the idle time); the
                  memo gives the bubble each schedule leaves on the chosen stages.
+          The cp column: context parallelism (each sequence over cp ranks, ring attention),
+                 searched wherever --seq divides into 2 cp chunks; long sequences (--seq 32768)
+                 need it to fit. Attention is modelled tiled from 1024 tokens on (model.attention).
           Deadline: --tokens N [--deadline-days D] (exit 2 if the best plan misses it).
           --emit-config FILE: write plan #1 (model, batch, layout: dp tp pp v micro-batch zero
-                 precision recompute sp) as a loom config: mpirun -np N loom train --config FILE.
+                 cp precision recompute sp) as a loom config: mpirun -np N loom train --config FILE.
           No layout fits: exit 2, with the memory per device missing, why (model states against
                  the devices) and the fewest devices of that cluster that fit, with their plan.
                  See docs/planner.md.

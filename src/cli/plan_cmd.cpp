@@ -94,6 +94,7 @@ PlanOptions parse(const Args& args) {
     else if (a == "--dp") o.space.dp = parse_ints(a, value(), 1);
     else if (a == "--tp") o.space.tp = parse_ints(a, value(), 1);
     else if (a == "--pp") o.space.pp = parse_ints(a, value(), 1);
+    else if (a == "--cp") o.space.cp = parse_ints(a, value(), 1);
     else if (a == "--v") o.space.v = parse_ints(a, value(), 1);
     else if (a == "--micro-batch") o.space.micro_batch = parse_ints(a, value(), 1);
     else if (a == "--zero") {
@@ -171,13 +172,13 @@ int plan_loom_layout(const PlanOptions& o) {
   RunPrediction pred = predict_loom_run(with_layout(cfg, p), o.ranks, cluster);
   std::printf("loom plan --layout auto: %d ranks on %s (%s)\n", o.ranks, cluster.name.c_str(),
               cluster.description.c_str());
-  std::printf("chosen: dp %d tp %d pp %d zero %d, micro-batch %d, recompute %s\n", p.dp, p.tp, p.pp, p.zero, micro,
-              recompute.c_str());
+  std::printf("chosen: dp %d tp %d pp %d cp %d zero %d, micro-batch %d, recompute %s\n", p.dp, p.tp, p.pp, p.cp,
+              p.zero, micro, recompute.c_str());
   std::printf("predicted: %s\n", pred.describe().c_str());
   std::printf("run it:  mpirun -np %d loom train%s%s --set parallel.dp=%d --set parallel.tp=%d --set parallel.pp=%d "
-              "--set parallel.zero=%d --set train.micro_batch_size=%d --set train.recompute=%s\n",
-              o.ranks, o.config.empty() ? "" : " --config ", o.config.c_str(), p.dp, p.tp, p.pp, p.zero, micro,
-              recompute.c_str());
+              "%s--set parallel.zero=%d --set train.micro_batch_size=%d --set train.recompute=%s\n",
+              o.ranks, o.config.empty() ? "" : " --config ", o.config.c_str(), p.dp, p.tp, p.pp,
+              p.cp > 1 ? strprintf("--set parallel.cp=%d ", p.cp).c_str() : "", p.zero, micro, recompute.c_str());
   return 0;
 }
 

@@ -102,7 +102,8 @@ int cmd_train(const Args& args, MpiRuntime& mpi) {
                     cfg.data.format == "shards" ? "folder" : "file", cfg.data.path.c_str(),
                     cfg.data.format == "shards" ? " (scripts/setup.sh or `loom prepare` makes it)" : "");
     grid = std::make_unique<ParallelGrid>(ParallelGrid::for_world(mpi.world_size(), cfg.parallel.dp, cfg.parallel.tp,
-                                                                  cfg.parallel.pp, cfg.parallel.order, cfg.parallel.cp));
+                                                                  cfg.parallel.pp, cfg.parallel.order,
+                                                                  cfg.parallel.cp));
     check_layout(cfg, *grid);
     options.faults = FaultPlan(faults);
     options.faults.check_ranks(mpi.world_size());

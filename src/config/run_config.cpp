@@ -346,7 +346,8 @@ std::string RunConfig::to_toml() const {
     << "\nguard_max_skips = " << train.guard_max_skips << "\nrecompute = \"" << train.recompute << "\"" << "\nstraggler_factor = " << train.straggler_factor << "\nstraggler_window = " << train.straggler_window << "\nrun_dir = \"" << toml_escaped(train.run_dir) << "\"\nrun_name = \"" << toml_escaped(train.run_name) << "\""
     << "\n[data]\npath = \"" << toml_escaped(data.path) << "\"\nformat = \"" << data.format
     << "\"\nval_fraction = " << data.val_fraction << "\n[parallel]\ndp = " << parallel.dp << "\ntp = " << parallel.tp
-    << "\npp = " << parallel.pp << "\ncp = " << parallel.cp << "\nsequence_parallel = " << (parallel.sequence_parallel ? "true" : "false")
+    << "\npp = " << parallel.pp << "\ncp = " << parallel.cp
+    << "\nsequence_parallel = " << (parallel.sequence_parallel ? "true" : "false")
     << "\nschedule = \"" << toml_escaped(parallel.schedule) << "\"\nvirtual_stages = " << parallel.virtual_stages << "\npp_layers = ["
     << [&] {
          std::string s;

@@ -119,7 +119,8 @@ class BlockStage final : public TransformerStage {
         // The same kernels on the same inputs: bitwise what forward stored
         // (the block's own output is rewritten with the values it holds).
         if (recompute_ == Recompute::full) Family::template block_forward<A>(ctx, state_, t_.blocks[size_t(l)], acts, in);
-        if (recompute_ == Recompute::selective && !attn_.tiled()) attention_again<A>(ctx, acts.atty, acts.att, acts.qkv);
+        if (recompute_ == Recompute::selective && !attn_.tiled())
+          attention_again<A>(ctx, acts.atty, acts.att, acts.qkv);
         Family::template block_backward<A>(ctx, state_, t_.blocks[size_t(l)], acts, in, dres, split);
         done(block_unit(size_t(l)));
       }

@@ -50,7 +50,8 @@ struct ModelConfig {
   // Whether micro-batches of T tokens per sequence run the tiled attention
   // (cp: the context-parallel group's size, which needs it).
   bool tiled_attention(int T, int cp = 1) const {
-    return cp > 1 || attention == AttentionKind::tiled || (attention == AttentionKind::auto_ && T >= kTiledAttentionFrom);
+    return cp > 1 || attention == AttentionKind::tiled ||
+           (attention == AttentionKind::auto_ && T >= kTiledAttentionFrom);
   }
   bool is_llama() const { return family == ModelFamily::llama; }
   // Output rows of the fused query/key/value projection: (n_head + 2 n_kv_head) x head_dim.

@@ -19,22 +19,23 @@ std::unique_ptr<StageModule> make_stage_module(const ModelConfig& cfg, const Mod
 }
 
 size_t planned_activation_bytes(const ModelConfig& cfg, const ModelShard& shard, int B, int T, int slots,
-                                ComputePrecision compute, Recompute recompute, int threads) {
+                                ComputePrecision compute, Recompute recompute, int threads, int cp) {
   StageBuffers plan;
   plan.slots = slots, plan.compute = compute, plan.recompute = recompute, plan.plan_only = true;
-  plan.plan_threads = threads;
+  plan.plan_threads = threads, plan.split = SequenceSplit{cp, 0};
   const TensorParallel tp = TensorParallel::shape_only(shard.tp_rank, shard.tp_size, shard.sequence_parallel);
   return make_stage_module(cfg, shard, tp, B, T, plan)->activation_bytes();
 }
 
 size_t planned_shared_activation_bytes(const ModelConfig& cfg, const std::vector<ModelShard>& chunks, int B, int T,
-                                       int slots, ComputePrecision compute, Recompute recompute, int threads) {
+                                       int slots, ComputePrecision compute, Recompute recompute, int threads,
+                                       int cp) {
   SharedActivations pool;
   size_t modules = 0;
   for (const ModelShard& shard : chunks) {
     StageBuffers plan;
     plan.slots = slots, plan.compute = compute, plan.recompute = recompute, plan.plan_only = true;
-    plan.plan_threads = threads, plan.shared_activations = &pool;
+    plan.plan_threads = threads, plan.shared_activations = &pool, plan.split = SequenceSplit{cp, 0};
     const TensorParallel tp = TensorParallel::shape_only(shard.tp_rank, shard.tp_size, shard.sequence_parallel);
     modules += make_stage_module(cfg, shard, tp, B, T, plan)->activation_bytes();
   }

@@ -169,13 +169,15 @@ std::unique_ptr<StageModule> make_stage_module(const ModelConfig& cfg, const Mod
 // stored tensors of `slots` micro-batches in flight, the work space, and
 // 16-bit attention's per-thread scratch for `threads` threads, 0: this
 // process's), computed from the same plan without allocating: what the
-// planner sums, and what the module's activation_bytes() reports.
+// planner sums, and what the module's activation_bytes() reports. cp > 1:
+// context parallelism, T the rank's rows of each sequence (seq_len / cp).
 size_t planned_activation_bytes(const ModelConfig& cfg, const ModelShard& shard, int B, int T, int slots,
-                                ComputePrecision compute, Recompute recompute, int threads = 0);
+                                ComputePrecision compute, Recompute recompute, int threads = 0, int cp = 1);
 // The same for a stage's chunks sharing `slots` activation sets and their
 // work space (StageBuffers::shared_activations), all of them together.
 size_t planned_shared_activation_bytes(const ModelConfig& cfg, const std::vector<ModelShard>& chunks, int B, int T,
-                                       int slots, ComputePrecision compute, Recompute recompute, int threads = 0);
+                                       int slots, ComputePrecision compute, Recompute recompute, int threads = 0,
+                                       int cp = 1);
 // The whole model on one process.
 std::unique_ptr<StageModule> make_model(const ModelConfig& cfg, int B, int T, float* grad_buffer = nullptr,
                                         int64_t param_floats = 0);

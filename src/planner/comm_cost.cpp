@@ -20,10 +20,10 @@ Link link_of(const ClusterSpec& c, const ParallelGrid& grid, GroupKind kind) {
 
 }  // namespace
 
-GroupLinks group_links(const ClusterSpec& cluster, int dp, int tp, int pp) {
-  ParallelGrid grid(dp, tp, pp, "tp-dp-pp");
+GroupLinks group_links(const ClusterSpec& cluster, int dp, int tp, int pp, int cp) {
+  ParallelGrid grid(dp, tp, pp, "tp-dp-pp", cp);
   return {link_of(cluster, grid, GroupKind::tp), link_of(cluster, grid, GroupKind::dp),
-          link_of(cluster, grid, GroupKind::pp)};
+          link_of(cluster, grid, GroupKind::pp), link_of(cluster, grid, GroupKind::cp)};
 }
 
 double all_reduce_seconds(double bytes, int n, const Link& link) {

@@ -19,12 +19,12 @@ struct Link {
 };
 
 struct GroupLinks {
-  Link tp, dp, pp;
+  Link tp, dp, pp, cp;  // dp: the data group (dp x cp ranks)
 };
 
-// Links of the tp, dp and pp groups of a dp x tp x pp grid (order tp-dp-pp)
-// laid over the cluster's nodes.
-GroupLinks group_links(const ClusterSpec& cluster, int dp, int tp, int pp);
+// Links of the tp, dp, pp and cp groups of a dp x tp x pp x cp grid (order
+// tp-cp-dp-pp) laid over the cluster's nodes.
+GroupLinks group_links(const ClusterSpec& cluster, int dp, int tp, int pp, int cp = 1);
 
 // Ring algorithms on n members; `bytes` is the whole buffer (each member's
 // full input for all_reduce, the gathered result for all_gather and the

@@ -7,8 +7,9 @@
 namespace loom::planner {
 
 std::string Layout::describe() const {
-  return strprintf("dp %d tp %d pp %d v %d | micro-batch %d x %d | zero %d | %s | recompute %s%s%s", dp, tp, pp, v,
-                   micro_batch, micro_batches, zero, compute_precision_name(precision), to_string(recompute),
+  return strprintf("dp %d tp %d pp %d%s v %d | micro-batch %d x %d | zero %d | %s | recompute %s%s%s", dp, tp, pp,
+                   cp > 1 ? strprintf(" cp %d", cp).c_str() : "", v, micro_batch, micro_batches, zero,
+                   compute_precision_name(precision), to_string(recompute),
                    seq_parallel ? " | seq-parallel" : "", zero_bubble ? (v == 2 ? " | zb-v" : " | zb-h1") : "");
 }
 
@@ -24,8 +25,8 @@ const char* Layout::schedule_name() const {
 Layout layout_of(const RunConfig& cfg, int world_size) {
   const ParallelConfig& p = cfg.parallel;
   Layout l;
-  l.tp = p.tp, l.pp = p.pp, l.v = p.virtual_stages, l.zero = p.zero;
-  l.dp = p.dp > 0 ? p.dp : std::max(1, world_size / std::max(1, p.tp * p.pp));
+  l.tp = p.tp, l.pp = p.pp, l.v = p.virtual_stages, l.zero = p.zero, l.cp = std::max(1, p.cp);
+  l.dp = p.dp > 0 ? p.dp : std::max(1, world_size / std::max(1, p.tp * p.pp * l.cp));
   const int rows = std::max(1, cfg.train.batch_size / l.dp);
   l.micro_batch = cfg.train.micro_batch_size > 0 ? cfg.train.micro_batch_size : rows;
   l.micro_batches = std::max(1, rows / l.micro_batch);
@@ -38,7 +39,7 @@ Layout layout_of(const RunConfig& cfg, int world_size) {
 
 RunConfig with_layout(RunConfig cfg, const Layout& l) {
   ParallelConfig& p = cfg.parallel;
-  p.dp = l.dp, p.tp = l.tp, p.pp = l.pp, p.zero = l.zero, p.virtual_stages = l.v;
+  p.dp = l.dp, p.tp = l.tp, p.pp = l.pp, p.zero = l.zero, p.virtual_stages = l.v, p.cp = l.cp;
   p.sequence_parallel = l.seq_parallel;
   if (l.v > 1 || l.zero_bubble) p.schedule = l.schedule_name();
   else if (p.schedule != "gpipe") p.schedule = "1f1b";

@@ -36,14 +36,18 @@ struct Layout {
   // A zero-bubble schedule (split backward): ZB-H1 with v == 1, ZB-V with
   // v == 2; otherwise 1F1B, or interleaved 1F1B with v > 1.
   bool zero_bubble = false;
+  // Context parallelism: each sequence over cp ranks (ring attention); the
+  // dp x cp ranks share gradients and ZeRO shards.
+  int cp = 1;
 
-  int devices() const { return dp * tp * pp; }
+  int devices() const { return dp * tp * pp * cp; }
+  int data() const { return dp * cp; }  // the data group: gradient reduction, ZeRO shards
   pp::ScheduleKind schedule() const {
     if (zero_bubble) return v == 2 ? pp::ScheduleKind::ZeroBubbleV : pp::ScheduleKind::ZeroBubbleH1;
     return v > 1 ? pp::ScheduleKind::Interleaved1F1B : pp::ScheduleKind::OneFOneB;
   }
   const char* schedule_name() const;  // "1f1b", "interleaved", "zb-h1", "zb-v"
-  // "dp 8 tp 4 pp 2 v 1 | mb 1 x 16 | zero 1 | bf16 | recompute none | sp | zb-h1" (or zb-v)
+  // "dp 8 tp 4 pp 2 v 1 | mb 1 x 16 | zero 1 | bf16 | recompute none | sp | zb-h1" (or zb-v); " cp N" after pp
   std::string describe() const;
 };
 

@@ -19,7 +19,9 @@ std::string fits_paragraph(const Workload& w, const ClusterSpec& c, const Candid
   const Layout& l = best.layout;
   const MemoryBreakdown& m = best.memory;
   const char* which = l.pp == 1 ? "every device" : m.stage == 0 ? "the first pipeline stage" : "the last pipeline stage";
-  std::string zero = l.zero == 0 ? "replicated" : strprintf("ZeRO-%d over %d replicas", l.zero, l.dp);
+  std::string zero = l.zero == 0 ? "replicated"
+                     : l.cp > 1 ? strprintf("ZeRO-%d over dp x cp = %d ranks", l.zero, l.data())
+                                : strprintf("ZeRO-%d over %d replicas", l.zero, l.dp);
   return strprintf(
       "Why it fits: %s needs %.1f of %.1f GiB (%.1f GiB spare): parameters %.2f, gradients %.2f, optimizer state "
       "%.2f (%s), activations %.2f (recompute: %s%s, up to %d %s of %d in flight on this stage), "
@@ -63,8 +65,16 @@ std::string comm_paragraph(const Workload& w, const Candidate& best) {
   const Layout& l = best.layout;
   const StepTime& t = best.time;
   const double act = l.precision == ComputePrecision::fp32 ? 4 : 2;
-  const double msg = double(l.micro_batch) * w.seq_len() * w.model.d_model * act;
+  const double msg = double(l.micro_batch) * w.seq_len() / l.cp * w.model.d_model * act;  // a rank's rows
   std::string out = "Communication:\n";
+  if (l.cp > 1) {
+    const double block = 4.0 * l.micro_batch * w.seq_len() / l.cp * 2 * w.model.kv_heads() / l.tp * w.model.head_dim();
+    out += strprintf(
+        "  - context parallel over %d ranks (%s): each layer passes fp32 key/value blocks (%.1f MB) around the ring, "
+        "%d per forward and twice as many with their gradients in backward, each while the previous one is "
+        "attended; %.3f s per step not hidden.\n",
+        l.cp, link_words(t.links.cp).c_str(), block / 1e6, l.cp - 1, t.cp_comm);
+  }
   if (l.tp > 1)
     out += strprintf(
         "  - tensor parallel over %d devices (%s): each layer splits its matrices, so every micro-batch "
@@ -76,16 +86,17 @@ std::string comm_paragraph(const Workload& w, const Candidate& best) {
         "  - pipeline over %d stages (%s): each stage sends its activations forward and receives their gradients "
         "backward, %.1f MB per message; about %.4f s of messages on the critical path.\n",
         l.pp, link_words(t.links.pp).c_str(), msg / (l.seq_parallel ? l.tp : 1) / 1e6, t.pp_comm);
-  if (l.dp > 1) {
+  if (l.data() > 1) {
     const char* how = l.zero == 0 ? "all-reduced" : l.zero < 3 ? "reduce-scattered, then parameters all-gathered"
                                                                : "reduce-scattered per micro-batch and parameters "
                                                                  "gathered before every use";
     out += strprintf(
-        "  - data parallel over %d replicas (%s): every replica computes gradients of its own rows, so they are "
+        "  - data parallel over %d replicas%s (%s): every replica computes gradients of its own rows, so they are "
         "%s; %.3f s per step, %.3f s of it not hidden behind computation.\n",
-        l.dp, link_words(t.links.dp).c_str(), how, t.dp_comm + t.zero3_total, t.dp_exposed + t.zero3_comm);
+        l.dp, l.cp > 1 ? strprintf(" x %d context-parallel ranks", l.cp).c_str() : "", link_words(t.links.dp).c_str(),
+        how, t.dp_comm + t.zero3_total, t.dp_exposed + t.zero3_comm);
   }
-  if (l.tp == 1 && l.pp == 1 && l.dp == 1) out += "  - none: one device holds everything.\n";
+  if (l.devices() == 1) out += "  - none: one device holds everything.\n";
   return out;
 }
 
@@ -175,6 +186,9 @@ Bottleneck likely_bottleneck(const Candidate& best, const ClusterSpec& c) {
                    : "larger buckets started earlier in backward, or more accumulation (fewer reductions per token)",
        t.dp_exposed + t.zero3_comm},
       {"pipeline messages", "fewer pipeline stages, or sequence parallelism to shrink each message", t.pp_comm},
+      {"context-parallel ring transfers",
+       "a smaller cp (longer chunks give each key/value block more attention to hide behind), or cp inside a node",
+       t.cp_comm},
       {"optimizer step", "ZeRO-1 to split the update over the replicas", t.optimizer},
   };
   auto worst = std::max_element(costs.begin(), costs.end(),
@@ -191,16 +205,25 @@ std::string write_memo(const Workload& w, const ClusterSpec& c, const Candidate&
   const StepTime& t = best.time;
   std::string out = "Memo for plan #1: " + best.layout.describe() + "\n";
   out += model_paragraph(w, best.layout);
+  const Layout& l = best.layout;
+  if (l.cp > 1)
+    out += strprintf("Context parallelism: each sequence's %d tokens over cp = %d ranks (%d each, two chunks for "
+                     "causal balance), tiled attention over a ring of key/value blocks; gradients and ZeRO shards "
+                     "over the dp x cp = %d ranks.\n",
+                     w.seq_len(), l.cp, w.seq_len() / l.cp, l.data());
+  else if (w.model.tiled_attention(w.seq_len()))
+    out += strprintf("Attention: tiled (flash-style) at %d tokens: no T x T probabilities kept.\n", w.seq_len());
   out += fits_paragraph(w, c, best);
   out += comm_paragraph(w, best);
   out += microbatch_paragraph(w, c, best);
   out += precision_paragraph(best.layout);
   const Bottleneck b = likely_bottleneck(best, c);
   out += strprintf(
-      "Step: %.3f s ~ compute %.3f + tensor-parallel %.3f + bubble %.3f + pipeline messages (in the bubble "
+      "Step: %.3f s ~ compute %.3f + tensor-parallel %.3f%s + bubble %.3f + pipeline messages (in the bubble "
       "figure) + exposed data-parallel %.3f + ZeRO-3 gathers %.3f + optimizer %.3f; %.0f tokens/s, %.1f%% MFU.\n",
-      t.step, t.compute, t.tp_comm, t.bubble, t.dp_exposed, t.zero3_comm, t.optimizer, t.tokens_per_s,
-      100 * t.mfu);
+      t.step, t.compute, t.tp_comm,
+      best.layout.cp > 1 ? strprintf(" + context-parallel ring %.3f", t.cp_comm).c_str() : "", t.bubble,
+      t.dp_exposed, t.zero3_comm, t.optimizer, t.tokens_per_s, 100 * t.mfu);
   out += strprintf("Likely bottleneck: %s (%.3f s, %.0f%% of the step). First mitigation: %s.\n", b.what.c_str(),
                    b.seconds, 100 * b.seconds / t.step, b.mitigation.c_str());
   if (t.zero3_total > 0.5 * t.compute)

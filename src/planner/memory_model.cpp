@@ -13,8 +13,10 @@ double activation_scale(ComputePrecision p) { return p == ComputePrecision::fp32
 
 }  // namespace
 
-double layer_activation_bytes(double s, double b, double h, double a, int t, bool sp, Recompute r) {
-  const double sbh = s * b * h, attn = 5 * a * s / h;
+double layer_activation_bytes(double s, double b, double h, double a, int t, bool sp, Recompute r, bool tiled) {
+  // The attention core's probabilities (and dropout mask); the tiled
+  // attention keeps one fp32 log-sum-exp per row and head instead.
+  const double sbh = s * b * h, attn = tiled ? 4 * a / h : 5 * a * s / h;
   switch (r) {
     case Recompute::none: return sp ? sbh * (34 + attn) / t : sbh * (10 + 24.0 / t + attn / t);
     case Recompute::selective: return sp ? sbh * 34 / t : sbh * (10 + 24.0 / t);
@@ -23,13 +25,14 @@ double layer_activation_bytes(double s, double b, double h, double a, int t, boo
   return 0;
 }
 
-double layer_activation_bytes(const ModelConfig& m, double s, double b, int t, bool sp, Recompute r) {
+double layer_activation_bytes(const ModelConfig& m, double s, double b, int t, bool sp, Recompute r, bool tiled) {
   const double h = m.d_model, a = m.n_head;
-  if (!m.is_llama()) return layer_activation_bytes(s, b, h, a, t, sp, r);
+  if (!m.is_llama()) return layer_activation_bytes(s, b, h, a, t, sp, r, tiled);
   if (r == Recompute::full) return sp ? 2 * s * b * h / t : 2 * s * b * h;
   const double g = double(m.kv_heads()) / m.n_head, F = m.ffn();
   const double whole = 8 * s * b * h + 8 * s * b;
-  const double split = (4 + 4 * g) * s * b * h + 6 * s * b * F + (r == Recompute::none ? 2 * a * s * s * b : 0);
+  const double core = tiled ? 4 * a * s * b : r == Recompute::none ? 2 * a * s * s * b : 0;
+  const double split = (4 + 4 * g) * s * b * h + 6 * s * b * F + core;
   return sp ? (whole + split) / t : whole + split / t;
 }
 
@@ -72,24 +75,26 @@ double stage_parameters(const ModelConfig& m, const Layout& l, int stage) {
 
 MemoryBreakdown stage_memory(const Workload& w, const Layout& l, const ClusterSpec& c, int stage) {
   const ModelConfig& m = w.model;
-  const double s = w.seq_len(), b = l.micro_batch, h = m.d_model;
+  // Context parallelism: a rank holds seq_len / cp of each sequence.
+  const double s = double(w.seq_len()) / l.cp, b = l.micro_batch, h = m.d_model;
+  const bool tiled = m.tiled_attention(w.seq_len(), l.cp);
   MemoryBreakdown mem;
   mem.stage = stage;
 
   const double n = stage_parameters(m, l, stage);
-  mem.params = n * param_bytes(l.precision) / (l.zero >= 3 ? l.dp : 1);
-  mem.grads = n * param_bytes(l.precision) / (l.zero >= 2 ? l.dp : 1);
-  mem.optimizer = n * optimizer_bytes(l.precision) / (l.zero >= 1 ? l.dp : 1);
+  mem.params = n * param_bytes(l.precision) / (l.zero >= 3 ? l.data() : 1);
+  mem.grads = n * param_bytes(l.precision) / (l.zero >= 2 ? l.data() : 1);
+  mem.optimizer = n * optimizer_bytes(l.precision) / (l.zero >= 1 ? l.data() : 1);
 
   // Activations: every (micro-batch, chunk) whose forward ran and backward
   // has not, as the schedule itself bounds it.
   const double scale = activation_scale(l.precision);
   const int in_flight = pp::max_in_flight(l.schedule(), l.pp, l.micro_batches, l.v, stage);
   const double layers_per_chunk = double(layers_on_stage(m.n_layer, l.pp, stage)) / l.v;
-  const double per_layer = scale * layer_activation_bytes(m, s, b, l.tp, l.seq_parallel, l.recompute);
+  const double per_layer = scale * layer_activation_bytes(m, s, b, l.tp, l.seq_parallel, l.recompute, tiled);
   mem.activations = in_flight * layers_per_chunk * per_layer;
   if (l.recompute == Recompute::full)  // the layer being recomputed holds everything once
-    mem.activations += scale * layer_activation_bytes(m, s, b, l.tp, l.seq_parallel, Recompute::none);
+    mem.activations += scale * layer_activation_bytes(m, s, b, l.tp, l.seq_parallel, Recompute::none, tiled);
   const double sbh_bytes = s * b * h * 2 * scale / (l.seq_parallel ? l.tp : 1);
   if (stage == 0) mem.activations += in_flight * sbh_bytes;  // embedding output
   if (stage == head_stage(l))  // final layernorm input, and fp32 logits for the loss (one micro-batch)
@@ -98,7 +103,9 @@ MemoryBreakdown stage_memory(const Workload& w, const Layout& l, const ClusterSp
   // Communication buffers: two gradient buckets in flight (25 MiB each, as
   // PyTorch DDP), pipeline send/receive buffers, and under ZeRO-3 the
   // gathered parameters of the current and the prefetched layer.
-  if (l.dp > 1) mem.comm_buffers += 2 * std::min(25.0 * (1 << 20), mem.grads);
+  if (l.data() > 1) mem.comm_buffers += 2 * std::min(25.0 * (1 << 20), mem.grads);
+  // The ring's fp32 blocks: two key/value blocks, two gradient blocks and a share.
+  if (l.cp > 1) mem.comm_buffers += 5 * 4 * s * b * 2 * double(m.kv_heads() / l.tp) * m.head_dim();
   if (l.pp > 1) mem.comm_buffers += 2 * sbh_bytes;
   if (l.zero >= 3) mem.comm_buffers += 2 * (parameter_counts(m).layer_matrices / l.tp) * param_bytes(l.precision);
   mem.overhead = c.overhead_bytes;

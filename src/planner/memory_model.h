@@ -30,7 +30,10 @@ struct MemoryBreakdown {
 //   + sequence parallel: s b h (34 + 5 a s / h) / t
 //   selective recompute: s b h (10 + 24/t), or s b h 34/t with sequence parallelism
 //   full recompute:      2 s b h (only the layer's input), / t with sequence parallelism
-double layer_activation_bytes(double s, double b, double h, double a, int t, bool seq_parallel, Recompute r);
+// tiled: the attention core keeps a 4-byte log-sum-exp per row and head
+// (4 a s b) instead of the 5 a s^2 b of probabilities and mask, whatever r.
+double layer_activation_bytes(double s, double b, double h, double a, int t, bool seq_parallel, Recompute r,
+                              bool tiled = false);
 
 // The same count for either family: GPT-2 the formula above; LLaMA its
 // counterpart, term by term as Korthikanti counts GPT's (2-byte elements, no
@@ -45,7 +48,9 @@ double layer_activation_bytes(double s, double b, double h, double a, int t, boo
 //   + sequence parallel: everything / t
 //   selective recompute: without the 2 a s^2 b term
 //   full recompute:      2 s b h (the layer's input), / t with sequence parallelism
-double layer_activation_bytes(const ModelConfig& m, double s, double b, int t, bool seq_parallel, Recompute r);
+//   tiled attention:     4 a s b in place of the 2 a s^2 b term
+double layer_activation_bytes(const ModelConfig& m, double s, double b, int t, bool seq_parallel, Recompute r,
+                              bool tiled = false);
 
 // A model's parameters as tensor and pipeline parallelism place them.
 struct ParameterCounts {

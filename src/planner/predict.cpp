@@ -20,6 +20,8 @@ constexpr double kMiB = 1024.0 * 1024.0;
 // pipeline plan the trainer builds (config/pipeline_plan.h).
 struct LoomRun {
   int dp, tp, pp, zero, micro, accumulation, world;
+  int cp;  // context parallelism: dp x cp ranks form the data group (gradients, ZeRO shards)
+  int data() const { return dp * cp; }
   ComputePrecision compute;
   Recompute recompute;
   PipelinePlan plan;
@@ -30,8 +32,11 @@ LoomRun loom_run(const RunConfig& cfg, int world) {
   LOOM_USER_CHECK(world >= 1, "world size must be at least 1 (got %d)", world);
   const ParallelConfig& p = cfg.parallel;
   const ModelConfig& m = cfg.model;
-  LOOM_USER_CHECK(p.tp >= 1 && p.pp >= 1 && world % (p.tp * p.pp) == 0,
-                  "world size %d is not a multiple of parallel.tp x parallel.pp = %d", world, p.tp * p.pp);
+  LOOM_USER_CHECK(p.tp >= 1 && p.pp >= 1 && p.cp >= 1 && world % (p.tp * p.pp * p.cp) == 0,
+                  "world size %d is not a multiple of parallel.tp x parallel.pp x parallel.cp = %d", world,
+                  p.tp * p.pp * p.cp);
+  LOOM_USER_CHECK(p.cp == 1 || m.seq_len % (2 * p.cp) == 0, "model.seq_len %d is not divisible by 2 x parallel.cp",
+                  m.seq_len);
   LOOM_USER_CHECK(m.n_head % p.tp == 0, "model.n_head %d is not divisible by parallel.tp %d", m.n_head, p.tp);
   LOOM_USER_CHECK(m.kv_heads() % p.tp == 0, "model.n_kv_head %d is not divisible by parallel.tp %d", m.kv_heads(),
                   p.tp);
@@ -41,19 +46,19 @@ LoomRun loom_run(const RunConfig& cfg, int world) {
   LOOM_USER_CHECK(p.virtual_stages == 1 || p.pp > 1,
                   "parallel.virtual_stages = %d interleaves pipeline stages: it needs parallel.pp > 1",
                   p.virtual_stages);
-  const int dp = p.dp > 0 ? p.dp : world / (p.tp * p.pp);
-  LOOM_USER_CHECK(dp * p.tp * p.pp == world, "world size %d is not dp x tp x pp = %d x %d x %d", world, dp, p.tp,
-                  p.pp);
+  const int dp = p.dp > 0 ? p.dp : world / (p.tp * p.pp * p.cp);
+  LOOM_USER_CHECK(dp * p.tp * p.pp * p.cp == world, "world size %d is not dp x tp x pp x cp = %d x %d x %d x %d", world,
+                  dp, p.tp, p.pp, p.cp);
   LOOM_USER_CHECK(cfg.train.batch_size % dp == 0, "train.batch_size %d is not divisible by dp %d",
                   cfg.train.batch_size, dp);
   const int rows = cfg.train.batch_size / dp;
   const int micro = cfg.train.micro_batch_size > 0 ? cfg.train.micro_batch_size : rows;
   LOOM_USER_CHECK(rows % micro == 0, "train.micro_batch_size %d does not divide the %d rows of a replica", micro,
                   rows);
-  LOOM_USER_CHECK(!p.sequence_parallel || p.tp == 1 || (int64_t(micro) * m.seq_len) % p.tp == 0,
+  LOOM_USER_CHECK(!p.sequence_parallel || p.tp == 1 || (int64_t(micro) * m.seq_len / p.cp) % p.tp == 0,
                   "parallel.sequence_parallel splits each micro-batch's %d x %d tokens over parallel.tp = %d ranks: "
                   "they must divide evenly",
-                  micro, m.seq_len, p.tp);
+                  micro, m.seq_len / p.cp, p.tp);
   return {dp,
           p.tp,
           p.pp,
@@ -61,6 +66,7 @@ LoomRun loom_run(const RunConfig& cfg, int world) {
           micro,
           rows / micro,
           world,
+          p.cp,
           cfg.precision.compute_precision(),
           cfg.train.recompute_mode(),
           plan_pipeline(cfg, p.pp, rows / micro)};
@@ -119,15 +125,16 @@ StagePlan stage_plan(const RunConfig& cfg, const LoomRun& r, int stage, int thre
     s.params += double(lay.total);
     s.gathered = std::max(s.gathered, zero3_gathered(cfg.model, lay));
     if (!r.plan.shares_slots())
-      s.activations += double(planned_activation_bytes(cfg.model, chunks[size_t(c)], r.micro, cfg.model.seq_len,
+      s.activations += double(planned_activation_bytes(cfg.model, chunks[size_t(c)], r.micro,
+                                                       cfg.model.seq_len / r.cp,
                                                        r.plan.slots[size_t(stage)][size_t(c)], r.compute,
-                                                       r.recompute, threads));
+                                                       r.recompute, threads, r.cp));
     base += lay.total;
   }
   if (r.plan.shares_slots())  // the chunks share their activation sets (train/replica.cpp)
-    s.activations = double(planned_shared_activation_bytes(cfg.model, chunks, r.micro, cfg.model.seq_len,
+    s.activations = double(planned_shared_activation_bytes(cfg.model, chunks, r.micro, cfg.model.seq_len / r.cp,
                                                            r.plan.shared_slots[size_t(stage)], r.compute,
-                                                           r.recompute, threads));
+                                                           r.recompute, threads, r.cp));
   s.read_fp32 = double(pages * kPage);
   return s;
 }
@@ -154,7 +161,7 @@ struct StageFigures {
 //               its 16-bit copies;
 //   AdamW       two fp32 moments, 8n, / dp under ZeRO >= 1.
 StageFigures stage_memory(const RunConfig& cfg, const LoomRun& r, const StagePlan& s) {
-  const double n = s.params, dp = r.dp;
+  const double n = s.params, dp = r.data();
   StageFigures f;
   if (r.zero == 0) f.params = 4 * n + (r.lowp() ? 2 * n : 0);
   else if (r.zero <= 2) f.params = r.lowp() ? 4 * n / dp + 2 * n + 4 * s.read_fp32 : 4 * n;
@@ -162,7 +169,7 @@ StageFigures stage_memory(const RunConfig& cfg, const LoomRun& r, const StagePla
   if (r.zero == 0) f.grads = 4 * n;
   else if (r.zero == 1 || r.accumulation > 1) f.grads = 4 * n + 4 * n / dp;
   else f.grads = std::min(4 * n, 4 * n / dp + 2 * double(cfg.parallel.bucket_mb) * kMiB);
-  if (cfg.precision.grad_reduce == "bf16" && r.dp > 1) f.grads += 2 * n + (r.zero >= 1 ? 2 * n / dp : 0);
+  if (cfg.precision.grad_reduce == "bf16" && r.data() > 1) f.grads += 2 * n + (r.zero >= 1 ? 2 * n / dp : 0);
   f.optimizer = 8 * n / (r.zero >= 1 ? dp : 1);
   f.activations = s.activations;
   // An asynchronous save keeps a copy of what the rank writes
@@ -194,8 +201,9 @@ struct PassCost {
   double f_compute = 0, b_compute = 0;  // backward includes the recomputation
   double f_tp = 0, b_tp = 0;            // tensor-parallel collectives
   double f_zero3 = 0, b_zero3 = 0;      // ZeRO-3 gathers not hidden behind compute
-  double forward() const { return f_compute + f_tp + f_zero3; }
-  double backward() const { return b_compute + b_tp + b_zero3; }
+  double f_cp = 0, b_cp = 0;            // the ring's transfers not hidden behind attention
+  double forward() const { return f_compute + f_tp + f_zero3 + f_cp; }
+  double backward() const { return b_compute + b_tp + b_zero3 + b_cp; }
 };
 
 }  // namespace
@@ -244,7 +252,7 @@ RunPrediction predict_loom_run(const RunConfig& cfg, int world_size, const Clust
     speedup = cluster.peak_flops_bf16 > 0 ? cluster.peak_flops_bf16 / cluster.peak_flops_fp32 : 1.8;
   const double rate = cluster.peak_flops_fp32 * cores * cluster.matmul_efficiency * speedup;
   const double mem_bw = cluster.memory_bandwidth * cores;
-  const GroupLinks links = group_links(cluster, r.dp, r.tp, r.pp);
+  const GroupLinks links = group_links(cluster, r.dp, r.tp, r.pp, r.cp);
 
   // One micro-batch's FLOPs on one rank: a block's forward is 2 per weight
   // (its matrices, biases and norms) and 4 T C for attention's two products,
@@ -256,8 +264,22 @@ RunPrediction predict_loom_run(const RunConfig& cfg, int world_size, const Clust
   // memory-bound and left out).
   const ModelConfig& m = cfg.model;
   const ParameterCounts pc = parameter_counts(m);
-  const double C = m.d_model, T = m.seq_len, V = m.vocab_size, tokens = double(r.micro) * T;
+  // Context parallelism: a rank's queries are T / cp of each sequence, its
+  // attention still reads all T keys.
+  const double C = m.d_model, T = m.seq_len, V = m.vocab_size, tokens = double(r.micro) * T / r.cp;
   const double f_block = tokens * (2 * (pc.layer_split + pc.layer_replicated) + 4 * T * C) / r.tp / rate;
+  // The ring (parallel/cp/ring_attention.h): forward passes cp - 1 fp32
+  // key/value blocks, each arriving while the one before is attended (1 / cp
+  // of the attention's compute); backward passes them again with their
+  // gradients, and a last turn brings each block's gradient home.
+  double ring_f = 0, ring_b = 0;
+  if (r.cp > 1) {
+    const double kv_bytes = 4 * tokens * 2 * double(m.kv_heads() / r.tp) * m.head_dim();
+    const double step = tokens * 4 * T * C / r.tp / rate / r.cp;
+    ring_f = (r.cp - 1) * std::max(0.0, p2p_seconds(kv_bytes, links.cp) - step);
+    ring_b = (r.cp - 1) * std::max(0.0, p2p_seconds(2 * kv_bytes, links.cp) - 2 * step) +
+             p2p_seconds(kv_bytes, links.cp);
+  }
   const double f_head = tokens * 2 * (V * C + pc.final_norm) / r.tp / rate;
   const double redo = r.recompute == Recompute::full        ? f_block
                       : r.recompute == Recompute::selective ? tokens * 4 * T * C / r.tp / rate
@@ -279,6 +301,7 @@ RunPrediction predict_loom_run(const RunConfig& cfg, int world_size, const Clust
     k.b_compute = 2 * k.f_compute + layers * redo;
     k.f_tp = 2 * layers * tp_ar;
     k.b_tp = tp_per_block_b * layers * tp_ar;
+    k.f_cp = layers * ring_f, k.b_cp = layers * ring_b;
     if (r.zero == 3) {
       // Each pass all-gathers the chunk's fp32 weights block by block (one
       // collective per block and one for the embeddings / head). The engine
@@ -289,7 +312,7 @@ RunPrediction predict_loom_run(const RunConfig& cfg, int world_size, const Clust
       // time here; --layout auto picks it only to fit.)
       const StagePlan& sp = stages[size_t(r.plan.map().stage_of(vs))];
       const double n = sp.chunk_params[size_t(r.plan.map().chunk_of(vs))];
-      const double g = all_gather_seconds(4 * n, r.dp, links.dp) + layers * (r.dp - 1) * links.dp.latency;
+      const double g = all_gather_seconds(4 * n, r.data(), links.dp) + layers * (r.data() - 1) * links.dp.latency;
       k.f_zero3 = g, k.b_zero3 = g;
     }
     d.forward.push_back(k.forward());
@@ -304,16 +327,16 @@ RunPrediction predict_loom_run(const RunConfig& cfg, int world_size, const Clust
   const PipelineTiming timing = simulate_pipeline(r.plan.actions, r.plan.map(), d);
 
   for (int s = 0; s < r.pp; s++) {
-    const double n = stages[size_t(s)].params, dp = r.dp;
-    const double grad_bytes = (cfg.precision.grad_reduce == "bf16" && r.dp > 1 ? 2 : 4) * n;
+    const double n = stages[size_t(s)].params, dp = r.data();
+    const double grad_bytes = (cfg.precision.grad_reduce == "bf16" && r.data() > 1 ? 2 : 4) * n;
     // Gradients: all-reduced (ZeRO 0) or reduce-scattered, bucket by bucket
     // while the last micro-batch's backward computes (ZeRO-3's gathers use
     // the same link, so they hide nothing). ZeRO 1 and 2 then all-gather
     // the updated fp32 parameters (or masters); ZeRO 3 keeps them sharded.
     double reduce = 0, gather = 0, window = 0;
-    if (r.zero == 0) reduce = all_reduce_seconds(grad_bytes, r.dp, links.dp);
-    else reduce = reduce_scatter_seconds(grad_bytes, r.dp, links.dp);
-    if (r.zero == 1 || r.zero == 2) gather = all_gather_seconds(4 * n, r.dp, links.dp);
+    if (r.zero == 0) reduce = all_reduce_seconds(grad_bytes, r.data(), links.dp);
+    else reduce = reduce_scatter_seconds(grad_bytes, r.data(), links.dp);
+    if (r.zero == 1 || r.zero == 2) gather = all_gather_seconds(4 * n, r.data(), links.dp);
     for (int c = 0; c < r.plan.v; c++) {
       const PassCost& k = pass[size_t(r.plan.map().virtual_stage(s, c))];
       window += k.b_compute + k.b_tp;
@@ -328,7 +351,7 @@ RunPrediction predict_loom_run(const RunConfig& cfg, int world_size, const Clust
       for (int c = 0; c < r.plan.v; c++) {
         const PassCost& k = pass[size_t(r.plan.map().virtual_stage(s, c))];
         out.compute_seconds += r.accumulation * (k.f_compute + k.b_compute);
-        out.comm_seconds += r.accumulation * (k.f_tp + k.b_tp + k.f_zero3 + k.b_zero3);
+        out.comm_seconds += r.accumulation * (k.f_tp + k.b_tp + k.f_zero3 + k.b_zero3 + k.f_cp + k.b_cp);
       }
       out.optimizer_seconds = opt;
       out.bubble_seconds = timing.makespan - timing.stage_busy[size_t(s)];

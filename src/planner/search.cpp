@@ -28,7 +28,7 @@ bool better(const Candidate& a, const Candidate& b) {
   if (std::abs(ta - tb) > 1e-6 * std::max(ta, tb)) return ta < tb;
   const Layout &la = a.layout, &lb = b.layout;
   if (la.zero != lb.zero) return la.zero < lb.zero;
-  if (la.tp * la.pp != lb.tp * lb.pp) return la.tp * la.pp < lb.tp * lb.pp;
+  if (la.tp * la.pp * la.cp != lb.tp * lb.pp * lb.cp) return la.tp * la.pp * la.cp < lb.tp * lb.pp * lb.cp;
   if (la.micro_batch != lb.micro_batch) return la.micro_batch > lb.micro_batch;
   return a.memory.total() < b.memory.total();
 }
@@ -64,48 +64,52 @@ SearchResult search_layouts(const Workload& w, const ClusterSpec& c, const Searc
 
   for (int tp : divisors(devices, devices)) {
     if (!tp_divides(m, tp) || !allowed(space.tp, tp)) continue;
-    for (int pp : divisors(devices / tp, m.n_layer)) {
-      const int dp = devices / (tp * pp);
-      if (!allowed(space.pp, pp) || !allowed(space.dp, dp) || w.global_batch % dp != 0) continue;
-      links_store.push_back(std::make_unique<GroupLinks>(group_links(c, dp, tp, pp)));
-      const GroupLinks* links = links_store.back().get();
-      const int rows = w.global_batch / dp;  // sequences per replica per step
-      for (int b : divisors(rows, space.max_micro_batch)) {
-        if (!allowed(space.micro_batch, b)) continue;
-        const int mbs = rows / b;
-        for (int v = 1; v <= (pp > 1 ? space.max_v : 1); v++) {
-          if (!allowed(space.v, v)) continue;
-          if (v > 1 && m.n_layer % (pp * v) != 0) continue;
-          // Interleaving needs m % pp == 0; ZB-H1 (v 1) and ZB-V (v 2) a
-          // micro-batch per stage to fill the bubble.
-          const bool plain_runs = v == 1 || mbs % pp == 0;
-          const bool zb_schedule = pp > 1 && v <= 2 && mbs >= pp;
-          if (!plain_runs && !zb_schedule) continue;
-          for (int zero = 0; zero <= (dp > 1 ? space.max_zero : 0); zero++) {
-            if (!allowed(space.zero, zero)) continue;
-            for (int sp = 0; sp <= (tp > 1 ? 1 : 0); sp++) {
-              if (!allowed(space.seq_parallel, sp)) continue;
-              for (Recompute r : recomputes) {
-                // Zero-bubble schedules: and the activations the weight pass reads.
-                const bool zb_runs = zb_schedule && r != Recompute::full;
-                for (int zb = plain_runs ? 0 : 1; zb <= (zb_runs ? 1 : 0); zb++) {
-                  if (!allowed(space.zero_bubble, zb)) continue;
-                  for (ComputePrecision p : precisions) {
-                    Candidate cand;
-                    cand.layout = Layout{dp, tp, pp, v, b, mbs, zero, r, sp == 1, p, zb == 1};
-                    cand.memory = peak_memory(w, cand.layout, c);
-                    result.considered++;
-                    const double excess = cand.memory.total() - c.memory_bytes;
-                    if (excess > 0) {
-                      if (!result.have_closest || excess < closest_excess) {
-                        result.have_closest = true;
-                        result.closest = cand;
-                        closest_excess = excess;
+    for (int cp : divisors(devices / tp, w.seq_len() / 2)) {
+      // Each cp rank holds two equal chunks of every sequence.
+      if (!allowed(space.cp, cp) || (cp > 1 && w.seq_len() % (2 * cp) != 0)) continue;
+      for (int pp : divisors(devices / (tp * cp), m.n_layer)) {
+        const int dp = devices / (tp * cp * pp);
+        if (!allowed(space.pp, pp) || !allowed(space.dp, dp) || w.global_batch % dp != 0) continue;
+        links_store.push_back(std::make_unique<GroupLinks>(group_links(c, dp, tp, pp, cp)));
+        const GroupLinks* links = links_store.back().get();
+        const int rows = w.global_batch / dp;  // sequences per replica per step
+        for (int b : divisors(rows, space.max_micro_batch)) {
+          if (!allowed(space.micro_batch, b)) continue;
+          const int mbs = rows / b;
+          for (int v = 1; v <= (pp > 1 ? space.max_v : 1); v++) {
+            if (!allowed(space.v, v)) continue;
+            if (v > 1 && m.n_layer % (pp * v) != 0) continue;
+            // Interleaving needs m % pp == 0; ZB-H1 (v 1) and ZB-V (v 2) a
+            // micro-batch per stage to fill the bubble.
+            const bool plain_runs = v == 1 || mbs % pp == 0;
+            const bool zb_schedule = pp > 1 && v <= 2 && mbs >= pp;
+            if (!plain_runs && !zb_schedule) continue;
+            for (int zero = 0; zero <= (dp * cp > 1 ? space.max_zero : 0); zero++) {
+              if (!allowed(space.zero, zero)) continue;
+              for (int sp = 0; sp <= (tp > 1 ? 1 : 0); sp++) {
+                if (!allowed(space.seq_parallel, sp)) continue;
+                for (Recompute r : recomputes) {
+                  // Zero-bubble schedules: and the activations the weight pass reads.
+                  const bool zb_runs = zb_schedule && r != Recompute::full;
+                  for (int zb = plain_runs ? 0 : 1; zb <= (zb_runs ? 1 : 0); zb++) {
+                    if (!allowed(space.zero_bubble, zb)) continue;
+                    for (ComputePrecision p : precisions) {
+                      Candidate cand;
+                      cand.layout = Layout{dp, tp, pp, v, b, mbs, zero, r, sp == 1, p, zb == 1, cp};
+                      cand.memory = peak_memory(w, cand.layout, c);
+                      result.considered++;
+                      const double excess = cand.memory.total() - c.memory_bytes;
+                      if (excess > 0) {
+                        if (!result.have_closest || excess < closest_excess) {
+                          result.have_closest = true;
+                          result.closest = cand;
+                          closest_excess = excess;
+                        }
+                        continue;
                       }
-                      continue;
+                      result.fitting++;
+                      pending.push_back({step_time_lower_bound(w, cand.layout, c, *links), cand, links});
                     }
-                    result.fitting++;
-                    pending.push_back({step_time_lower_bound(w, cand.layout, c, *links), cand, links});
                   }
                 }
               }

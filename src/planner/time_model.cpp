@@ -13,17 +13,20 @@ struct ChunkCosts {
   std::vector<double> f_compute, b_compute, f_tp, b_tp, f_zero3, b_zero3;
   std::vector<double> b_weight;  // of b_compute: the weight products (a split backward's W)
   std::vector<double> zero3_total;  // all ZeRO-3 traffic of one (micro-batch, chunk), hidden or not
+  std::vector<double> f_cp, b_cp;   // the ring's transfers not hidden behind attention
   double p2p = 0;
-  double forward(int vs) const { return f_compute[vs] + f_tp[vs] + f_zero3[vs]; }
-  double backward(int vs) const { return b_compute[vs] + b_tp[vs] + b_zero3[vs]; }
+  double forward(int vs) const { return f_compute[vs] + f_tp[vs] + f_zero3[vs] + f_cp[vs]; }
+  double backward(int vs) const { return b_compute[vs] + b_tp[vs] + b_zero3[vs] + b_cp[vs]; }
 };
 
 double act_bytes(ComputePrecision p) { return p == ComputePrecision::fp32 ? 4 : 2; }
 
 ChunkCosts chunk_costs(const Workload& w, const Layout& l, const ClusterSpec& c, const GroupLinks& links) {
   const ModelConfig& m = w.model;
+  // Context parallelism: a rank's queries are s / cp of each sequence; its
+  // attention still reads all s keys.
   const double s = w.seq_len(), h = m.d_model, V = m.vocab_size, t = l.tp;
-  const double tokens = double(l.micro_batch) * s;
+  const double tokens = double(l.micro_batch) * s / l.cp;
   const double rate = c.peak_flops(l.precision) * c.matmul_efficiency;
   // Forward FLOPs per layer and token: 2 per weight-matrix element (GPT-2's
   // four GEMMs 24 h^2; LLaMA's q/k/v of n_head + 2 n_kv_head heads, o_proj
@@ -41,12 +44,25 @@ ChunkCosts chunk_costs(const Workload& w, const Layout& l, const ClusterSpec& c,
   const double f_tp = 2 * ar, b_tp = 2 * ar + (l.recompute == Recompute::full ? 2 * ar : 0);
   const double f_head = tokens * 2 * V * h / t / rate;
   const double pbytes = act_bytes(l.precision);
+  // Ring attention (parallel/cp/): forward passes cp - 1 fp32 key/value
+  // blocks, each while the one before is attended (1 / cp of the attention
+  // compute); backward the blocks and their gradients, then a last turn of
+  // gradients home.
+  double ring_f = 0, ring_b = 0;
+  if (l.cp > 1) {
+    const double kv_bytes = 4 * tokens * 2 * double(m.kv_heads()) / t * m.head_dim();
+    const double step = tokens * 4 * s * h / t / rate / l.cp;
+    ring_f = (l.cp - 1) * std::max(0.0, p2p_seconds(kv_bytes, links.cp) - step);
+    ring_b = (l.cp - 1) * std::max(0.0, p2p_seconds(2 * kv_bytes, links.cp) - 2 * step) +
+             p2p_seconds(kv_bytes, links.cp);
+  }
 
   const int stages = l.pp * l.v;
   const pp::ChunkMap map = pp::chunk_map(l.schedule(), l.pp, l.v);
   ChunkCosts k;
   const double w_layer = tokens * 2 * parameter_counts(m).layer_matrices / t / rate;
-  for (auto* v : {&k.f_compute, &k.b_compute, &k.f_tp, &k.b_tp, &k.f_zero3, &k.b_zero3, &k.zero3_total, &k.b_weight})
+  for (auto* v : {&k.f_compute, &k.b_compute, &k.f_tp, &k.b_tp, &k.f_zero3, &k.b_zero3, &k.zero3_total, &k.b_weight,
+                 &k.f_cp, &k.b_cp})
     v->assign(stages, 0);
   for (int vs = 0; vs < stages; vs++) {
     const int stage = map.stage_of(vs);
@@ -56,14 +72,15 @@ ChunkCosts chunk_costs(const Workload& w, const Layout& l, const ClusterSpec& c,
     k.b_weight[vs] = layers * w_layer;
     k.f_tp[vs] = layers * f_tp + (vs == 0 ? ar : 0);  // vocab-parallel embedding sums its output
     k.b_tp[vs] = layers * b_tp;
+    k.f_cp[vs] = layers * ring_f, k.b_cp[vs] = layers * ring_b;
     if (l.zero >= 3) {
       // Each pass gathers the chunk's parameters (prefetched while the
       // previous layer computes); backward also reduce-scatters gradients.
       // One collective per layer, so each pays the ring's latency.
       const double chunk_params = stage_parameters(m, l, stage) / l.v;
-      const double extra_latency = std::max(0.0, layers - 1) * (l.dp - 1) * links.dp.latency;
-      const double gather = all_gather_seconds(chunk_params * pbytes, l.dp, links.dp) + extra_latency;
-      const double scatter = reduce_scatter_seconds(chunk_params * pbytes, l.dp, links.dp) + extra_latency;
+      const double extra_latency = std::max(0.0, layers - 1) * (l.data() - 1) * links.dp.latency;
+      const double gather = all_gather_seconds(chunk_params * pbytes, l.data(), links.dp) + extra_latency;
+      const double scatter = reduce_scatter_seconds(chunk_params * pbytes, l.data(), links.dp) + extra_latency;
       k.f_zero3[vs] = std::max(0.0, gather - k.f_compute[vs]);
       k.b_zero3[vs] = std::max(0.0, gather + scatter - k.b_compute[vs]);
       k.zero3_total[vs] = 2 * gather + scatter;
@@ -76,7 +93,7 @@ ChunkCosts chunk_costs(const Workload& w, const Layout& l, const ClusterSpec& c,
 double optimizer_seconds(const ModelConfig& m, const Layout& l, const ClusterSpec& c, int stage) {
   // AdamW reads parameter, gradient and two moments and writes three of
   // them back: about 28 bytes per parameter it updates.
-  const double updated = stage_parameters(m, l, stage) / (l.zero >= 1 ? l.dp : 1);
+  const double updated = stage_parameters(m, l, stage) / (l.zero >= 1 ? l.data() : 1);
   return updated * 28 / c.memory_bandwidth;
 }
 
@@ -99,7 +116,7 @@ PipelineTiming PipelineTimer::time(pp::ScheduleKind kind, int pp, int m, int v, 
 
 StepTime step_time(const Workload& w, const Layout& l, const ClusterSpec& c) {
   PipelineTimer timer;
-  return step_time(w, l, c, group_links(c, l.dp, l.tp, l.pp), timer);
+  return step_time(w, l, c, group_links(c, l.dp, l.tp, l.pp, l.cp), timer);
 }
 
 StepTime step_time(const Workload& w, const Layout& l, const ClusterSpec& c, const GroupLinks& links,
@@ -127,10 +144,10 @@ StepTime step_time(const Workload& w, const Layout& l, const ClusterSpec& c, con
     // bucket during the last micro-batch's backward and hides behind it.
     const double grads = stage_parameters(w.model, l, s) * pbytes;
     double reduce = 0, gather = 0, window = 0;
-    if (l.zero == 0) reduce = all_reduce_seconds(grads, l.dp, out.links.dp);
+    if (l.zero == 0) reduce = all_reduce_seconds(grads, l.data(), out.links.dp);
     if (l.zero == 1 || l.zero == 2) {
-      reduce = reduce_scatter_seconds(grads, l.dp, out.links.dp);
-      gather = all_gather_seconds(grads, l.dp, out.links.dp);  // updated parameters, after the step
+      reduce = reduce_scatter_seconds(grads, l.data(), out.links.dp);
+      gather = all_gather_seconds(grads, l.data(), out.links.dp);  // updated parameters, after the step
     }
     for (int chunk = 0; chunk < l.v; chunk++) window += d.backward[size_t(map.virtual_stage(s, chunk))];
     const double exposed = std::max(0.0, reduce - window) + gather;
@@ -148,6 +165,7 @@ StepTime step_time(const Workload& w, const Layout& l, const ClusterSpec& c, con
     const int vs = map.virtual_stage(busiest, chunk);
     out.compute += m * (k.f_compute[vs] + k.b_compute[vs]);
     out.tp_comm += m * (k.f_tp[vs] + k.b_tp[vs]);
+    out.cp_comm += m * (k.f_cp[vs] + k.b_cp[vs]);
     out.zero3_comm += m * (k.f_zero3[vs] + k.b_zero3[vs]);
     out.zero3_total += m * k.zero3_total[vs];
   }

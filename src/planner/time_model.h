@@ -18,6 +18,7 @@ struct StepTime {
   double step = 0;              // seconds per optimizer step
   double compute = 0;           // busiest stage's Forward/Backward compute, no communication
   double tp_comm = 0;           // busiest stage's tensor-parallel collectives (not overlapped)
+  double cp_comm = 0;           // busiest stage's ring-attention transfers not hidden behind attention
   double pp_comm = 0;           // pipeline messages on the critical path (estimate: 2 (pp v - 1) messages)
   double zero3_comm = 0;        // ZeRO-3 parameter gathers not hidden behind compute
   double zero3_total = 0;       // all ZeRO-3 gathers and reduce-scatters of the busiest stage
