@@ -1,6 +1,6 @@
 // `loom bench cp`: context parallelism on a long-sequence tiny model
-// (2 blocks, d_model 128, 4 heads, vocab 256, one sequence of T tokens per
-// step, tiled attention either way), cp = 1 (one rank, one thread) against
+// (--layers blocks, 2 by default, d_model 128, 4 heads, vocab 256, one
+// sequence of T tokens per step, tiled attention either way), cp = 1 (one rank, one thread) against
 // cp = 2 (two ranks, one thread each, the sequence split in four chunks):
 // step time, the activation memory each rank planned, peak resident set,
 // and the largest difference between the two runs' losses. Each row is one
@@ -26,6 +26,7 @@ namespace {
 struct Options {
   int T = 8192;
   int steps = 3;
+  int layers = 2;
   int cp = 1;  // child only
 };
 
@@ -39,6 +40,7 @@ Options parse(const Args& args) {
     const std::string& a = args[i];
     if (a == "--T") o.T = cli::int_option(value(), "bench cp", "--T", 64, 1 << 20);
     else if (a == "--steps") o.steps = cli::int_option(value(), "bench cp", "--steps", 2, 1000);
+    else if (a == "--layers") o.layers = cli::int_option(value(), "bench cp", "--layers", 1, 64);
     else if (a == "--cp") o.cp = cli::int_option(value(), "bench cp", "--cp", 1, 64);
     else throw UserError(strprintf("bench cp: unknown option '%s'", a.c_str()));
   }
@@ -50,9 +52,9 @@ Options parse(const Args& args) {
 
 int cmd_bench_cp(const Args& args) {
   const Options o = parse(args);
-  std::printf("loom bench cp: 2 blocks d_model 128, 4 heads, vocab 256, T %d, one sequence per step, tiled attention;\n"
-              "%d timed steps after 1 warm-up\n%s\n\n",
-              o.T, o.steps, cpu::describe_dispatch().line().c_str());
+  std::printf("loom bench cp: %d blocks d_model 128, 4 heads, vocab 256, T %d, one sequence per step, tiled "
+              "attention;\n%d timed steps after 1 warm-up\n%s\n\n",
+              o.layers, o.T, o.steps, cpu::describe_dispatch().line().c_str());
   std::printf("%-3s %5s | %9s %7s | %12s %7s | %12s | %11s\n", "cp", "ranks", "step ms", "ratio", "act MiB/rank",
               "ratio", "peak RSS MiB", "max |dloss|");
   std::fflush(stdout);
@@ -61,7 +63,8 @@ int cmd_bench_cp(const Args& args) {
   for (int cp : {1, 2}) {
     const std::string line = run_for_json(
         mpirun_prefix(cp, 1) +
-        strprintf("'%s' bench cp-child --cp %d --T %d --steps %d 2>&1", self_exe().c_str(), cp, o.T, o.steps));
+        strprintf("'%s' bench cp-child --cp %d --T %d --steps %d --layers %d 2>&1", self_exe().c_str(), cp, o.T,
+                  o.steps, o.layers));
     LOOM_USER_CHECK(!line.empty(), "bench cp: the run with cp = %d failed", cp);
     const double ms = json_number(line, "step_ms"), act = json_number(line, "act_mb");
     std::vector<double> losses;
@@ -74,7 +77,8 @@ int cmd_bench_cp(const Args& args) {
     std::fflush(stdout);
   }
   std::printf("\nstep ms      = mean step time after the first (ratio against cp = 1, this invocation)\n"
-              "act MiB/rank = the activations each rank planned (every block's stored tensors and work space)\n"
+              "act MiB/rank = the activations each rank planned (every block's stored tensors and work space; with\n"
+              "               cp also the ring's fp32 key/value and gradient blocks, one set for all blocks)\n"
               "max |dloss|  = largest difference between the step losses of the two runs (same data, seed)\n");
   return 0;
 }
@@ -83,7 +87,7 @@ int cmd_bench_cp_child(const Args& args, MpiRuntime& mpi) {
   const Options o = parse(args);
   LOOM_USER_CHECK(mpi.world_size() == o.cp, "bench cp-child: run with -np %d", o.cp);
   const RunConfig cfg = load_run_config(
-      "", {"model.vocab_size=256", "model.n_layer=2", "model.d_model=128", "model.n_head=4",
+      "", {"model.vocab_size=256", "model.n_layer=" + std::to_string(o.layers), "model.d_model=128", "model.n_head=4",
            "model.seq_len=" + std::to_string(o.T), "model.attention=\"tiled\"", "train.batch_size=1",
            "train.micro_batch_size=1", "train.steps=" + std::to_string(o.steps + 1), "train.warmup_steps=2",
            "train.eval_every=0", "train.log_every=1000", "train.sample_tokens=0", "train.run_dir=\"\"",

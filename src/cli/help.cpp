@@ -153,8 +153,8 @@ commands:
           ZB-H1 / ZB-V: measured bubble per stage beside the planner's simulation (same action
           lists, measured pass times) and (pp-1)/(v m + pp-1), the largest stage bubble against
           1F1B's, activation sets held and their bound, planned activation MiB per stage, tokens/s.
-            loom bench cp [--T 8192] [--steps 3]
-          Context parallelism on a long-sequence tiny model (2 blocks, d_model 128, one sequence of
+            loom bench cp [--T 8192] [--steps 3] [--layers 2]
+          Context parallelism on a long-sequence tiny model (--layers blocks, d_model 128, one sequence of
           T tokens per step): cp=1 (1 rank) against cp=2 (2 ranks x 1 thread, ring attention): step
           time, activation MiB per rank and their ratios, peak RSS, largest loss difference.
             loom bench scaling [--ranks 2] [--zero 0,1,2,3] [--steps 8] [--micro-batch 4]

@@ -8,13 +8,14 @@
 namespace loom::elastic {
 namespace {
 
-// The user's tp x pp on `world` ranks with the same global batch, if the
-// engine runs it there and it fits memory; else why not.
+// The user's tp x pp (x cp) on `world` ranks with the same global batch, if
+// the engine runs it there and it fits memory; else why not.
 bool users_layout(const RunConfig& cfg, int world, const planner::ClusterSpec& cluster, planner::Layout& out,
                   std::string& why) {
-  const int tp = cfg.parallel.tp, pp = cfg.parallel.pp;
-  if (world % (tp * pp)) return why = strprintf("tp %d x pp %d does not divide %d ranks", tp, pp, world), false;
-  const int dp = world / (tp * pp), batch = cfg.train.batch_size;
+  const int tp = cfg.parallel.tp, pp = cfg.parallel.pp, cp = cfg.parallel.cp;
+  if (world % (tp * pp * cp))
+    return why = strprintf("tp %d x pp %d x cp %d does not divide %d ranks", tp, pp, cp, world), false;
+  const int dp = world / (tp * pp * cp), batch = cfg.train.batch_size;
   if (batch % dp) return why = strprintf("dp %d does not divide train.batch_size %d", dp, batch), false;
   // The user's micro-batch where it still divides a replica's rows, else
   // the largest that does (more accumulation steps, same global batch).
@@ -24,7 +25,7 @@ bool users_layout(const RunConfig& cfg, int world, const planner::ClusterSpec& c
   RunConfig c = cfg;
   c.parallel.dp = dp;
   c.train.micro_batch_size = micro;
-  if (dp == 1 && c.parallel.zero > 0) c.parallel.zero = 0;  // nothing to shard over
+  if (dp * cp == 1 && c.parallel.zero > 0) c.parallel.zero = 0;  // nothing to shard over
   try {
     check_layout(c, ParallelGrid::for_world(world, dp, tp, pp, c.parallel.order, c.parallel.cp));
     const planner::RunPrediction p = planner::predict_loom_run(c, world, cluster);
@@ -48,6 +49,7 @@ std::vector<std::string> layout_overrides(const RunConfig& cfg, const planner::L
       strprintf("parallel.dp=%d", l.dp),
       strprintf("parallel.tp=%d", l.tp),
       strprintf("parallel.pp=%d", l.pp),
+      strprintf("parallel.cp=%d", l.cp),
       strprintf("parallel.zero=%d", l.zero),
       strprintf("parallel.virtual_stages=%d", l.v),
       strprintf("train.micro_batch_size=%d", l.micro_batch),
