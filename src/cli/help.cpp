@@ -34,7 +34,7 @@ commands:
             --resume auto|DIR continue from the newest good checkpoint under train.checkpoint_dir
                               (auto; a damaged one is named and the previous one used), or from DIR,
                               under any layout (dp, tp, pp, ZeRO may differ from the run that saved)
-            --layout auto     let the planner (loom plan) choose dp, tp, pp, ZeRO and micro-batch
+            --layout auto     let the planner (loom plan) choose dp, tp, pp, cp, ZeRO, micro-batch, recompute
             --fault SPEC      for tests and demos only: make a rank fail on purpose. SPEC is
                               kill:rank=R:step=S (SIGKILL as step S begins), stop:rank=R:step=S
                               (SIGSTOP: a hang), slow:rank=R:step=S:ms=M (M ms more compute per

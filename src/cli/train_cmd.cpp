@@ -35,28 +35,29 @@ std::string resolve_path(const std::string& path) {
 // (dp, tp, pp, ZeRO stage, micro-batch, recomputation) and every rank takes
 // it, or every rank fails with rank 0's message.
 static void choose_layout_on_rank0(RunConfig& cfg, MpiRuntime& mpi) {
-  int chosen[7] = {0, 0, 0, 0, 0, 0, 0};  // ok, dp, tp, pp, zero, micro-batch, recompute
+  int chosen[8] = {0, 0, 0, 0, 0, 0, 0, 0};  // ok, dp, tp, pp, zero, micro-batch, recompute, cp
   std::string error;
   if (mpi.world_rank() == 0) {
     try {
       const planner::Layout l = planner::choose_layout(cfg, mpi.world_size(), planner::local_cluster_or_default());
       chosen[0] = 1, chosen[1] = l.dp, chosen[2] = l.tp, chosen[3] = l.pp, chosen[4] = l.zero;
-      chosen[5] = l.micro_batch, chosen[6] = int(l.recompute);
+      chosen[5] = l.micro_batch, chosen[6] = int(l.recompute), chosen[7] = l.cp;
     } catch (const UserError& e) {
       error = e.what();
     }
   }
-  MPI_Bcast(chosen, 7, MPI_INT, 0, MPI_COMM_WORLD);
+  MPI_Bcast(chosen, 8, MPI_INT, 0, MPI_COMM_WORLD);
   LOOM_USER_CHECK(chosen[0] == 1, "--layout auto: %s", mpi.world_rank() == 0 ? error.c_str() : "no layout fits");
   planner::Layout l = planner::layout_of(cfg, mpi.world_size());
-  l.dp = chosen[1], l.tp = chosen[2], l.pp = chosen[3], l.zero = chosen[4];
+  l.dp = chosen[1], l.tp = chosen[2], l.pp = chosen[3], l.zero = chosen[4], l.cp = chosen[7];
   l.micro_batch = chosen[5], l.micro_batches = cfg.train.batch_size / (l.dp * l.micro_batch);
   l.recompute = Recompute(chosen[6]);
   cfg = planner::with_layout(cfg, l);
   if (mpi.world_rank() == 0)
-    std::printf("loom train: --layout auto chose dp %d x tp %d x pp %d, ZeRO-%d, micro-batch %d, recompute %s (loom "
-                "plan)\n",
-                chosen[1], chosen[2], chosen[3], chosen[4], chosen[5], cfg.train.recompute.c_str());
+    std::printf("loom train: --layout auto chose dp %d x tp %d x pp %d%s, ZeRO-%d, micro-batch %d, recompute %s "
+                "(loom plan)\n",
+                chosen[1], chosen[2], chosen[3], chosen[7] > 1 ? strprintf(" x cp %d", chosen[7]).c_str() : "",
+                chosen[4], chosen[5], cfg.train.recompute.c_str());
 }
 
 int cmd_train(const Args& args, MpiRuntime& mpi) {

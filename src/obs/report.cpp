@@ -67,8 +67,9 @@ bool convert_to_png(const std::string& converter, const std::string& svg, const 
 }
 
 std::string layout_line(const RunLayout& l) {
-  std::string s = strprintf("dp %d x tp %d x pp %d = %d ranks (order %s), ZeRO %d", l.dp, l.tp, l.pp, l.world_size,
-                            l.order.c_str(), l.zero);
+  std::string s = strprintf("dp %d x tp %d x pp %d%s = %d ranks (order %s), ZeRO %d", l.dp, l.tp, l.pp,
+                            l.cp > 1 ? strprintf(" x cp %d", l.cp).c_str() : "", l.world_size, l.order.c_str(),
+                            l.zero);
   if (l.pp > 1)
     s += strprintf(", schedule %s with %d micro-batches%s", l.schedule.c_str(), l.micro_batches,
                    l.virtual_stages > 1 ? strprintf(" and %d virtual stages", l.virtual_stages).c_str() : "");

@@ -117,7 +117,7 @@ void from_json(const json& j, StepMetrics& m) {
 void to_json(json& j, const RunLayout& l) {
   j = json{{"world_size", l.world_size},   {"dp", l.dp},
            {"tp", l.tp},                   {"pp", l.pp},
-           {"zero", l.zero},               {"order", l.order},
+           {"cp", l.cp},                   {"zero", l.zero},               {"order", l.order},
            {"schedule", l.schedule},       {"micro_batches", l.micro_batches},
            {"virtual_stages", l.virtual_stages}, {"micro_batch_size", l.micro_batch_size},
            {"seq_len", l.seq_len},         {"batch_size", l.batch_size},
@@ -131,6 +131,7 @@ void from_json(const json& j, RunLayout& l) {
   get_if(j, "dp", l.dp);
   get_if(j, "tp", l.tp);
   get_if(j, "pp", l.pp);
+  get_if(j, "cp", l.cp);
   get_if(j, "zero", l.zero);
   get_if(j, "order", l.order);
   get_if(j, "schedule", l.schedule);

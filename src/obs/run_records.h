@@ -62,6 +62,7 @@ struct StepMetrics {
 struct RunLayout {
   int world_size = 1;
   int dp = 1, tp = 1, pp = 1;
+  int cp = 1;                        // context parallelism: ranks per sequence
   int zero = 0;                      // ZeRO stage 0, 1, 2
   std::string order = "tp-dp-pp";    // axes innermost first
   std::string schedule = "none";     // "gpipe", "1f1b", "interleaved", or "none" when pp = 1

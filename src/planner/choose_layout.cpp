@@ -25,37 +25,42 @@ Layout choose_layout(const RunConfig& cfg, int world_size, const ClusterSpec& cl
   Layout best = base;
   for (int tp = 1; tp <= world_size; tp++) {
     if (world_size % tp || !tp_divides(m, tp)) continue;
-    for (int pp = 1; pp <= std::min(m.n_layer, world_size / tp); pp++) {
-      if ((world_size / tp) % pp) continue;
-      const int dp = world_size / (tp * pp);
-      if (cfg.train.batch_size % dp) continue;
-      const int rows = cfg.train.batch_size / dp;
-      for (int micro = 1; micro <= rows; micro++) {
-        if (rows % micro) continue;
-        if (cfg.train.micro_batch_size > 0 && micro != cfg.train.micro_batch_size) continue;
-        // Simplest first: on equal predicted times the earlier one stays.
-        for (Recompute recompute : {Recompute::none, Recompute::selective, Recompute::full}) {
-          for (int zero = 0; zero <= (dp > 1 ? (search.zero3 ? 3 : 2) : 0); zero++) {
-            Layout l = base;
-            l.dp = dp, l.tp = tp, l.pp = pp, l.zero = zero, l.recompute = recompute;
-            l.micro_batch = micro, l.micro_batches = rows / micro;
-            RunPrediction p;
-            try {
-              p = predict_loom_run(with_layout(cfg, l), world_size, cluster);
-            } catch (const UserError& e) {
-              refused = e.what();  // a layout the engine refuses (the schedule's or the partition's rules)
-              continue;
+    for (int cp = 1; cp <= world_size / tp; cp++) {
+      // Context parallelism: two equal chunks per rank, on the tiled attention.
+      if ((world_size / tp) % cp || (cp > 1 && (m.seq_len % (2 * cp) || m.attention == AttentionKind::materialized)))
+        continue;
+      for (int pp = 1; pp <= std::min(m.n_layer, world_size / (tp * cp)); pp++) {
+        if ((world_size / (tp * cp)) % pp) continue;
+        const int dp = world_size / (tp * cp * pp);
+        if (cfg.train.batch_size % dp) continue;
+        const int rows = cfg.train.batch_size / dp;
+        for (int micro = 1; micro <= rows; micro++) {
+          if (rows % micro) continue;
+          if (cfg.train.micro_batch_size > 0 && micro != cfg.train.micro_batch_size) continue;
+          // Simplest first: on equal predicted times the earlier one stays.
+          for (Recompute recompute : {Recompute::none, Recompute::selective, Recompute::full}) {
+            for (int zero = 0; zero <= (dp * cp > 1 ? (search.zero3 ? 3 : 2) : 0); zero++) {
+              Layout l = base;
+              l.dp = dp, l.tp = tp, l.pp = pp, l.cp = cp, l.zero = zero, l.recompute = recompute;
+              l.micro_batch = micro, l.micro_batches = rows / micro;
+              RunPrediction p;
+              try {
+                p = predict_loom_run(with_layout(cfg, l), world_size, cluster);
+              } catch (const UserError& e) {
+                refused = e.what();  // a layout the engine refuses (the schedule's or the partition's rules)
+                continue;
+              }
+              if (p.peak_memory_bytes > budget) {
+                const double missing = p.peak_memory_bytes - budget;
+                if (least_missing < 0 || missing < least_missing) least_missing = missing;
+                continue;
+              }
+              // Equal predicted times: the larger micro-batch (bigger matrix
+              // products run closer to peak than the model assumes).
+              const bool better = !found || p.step_seconds < best_step * (1 - 1e-9) ||
+                                  (p.step_seconds <= best_step * (1 + 1e-9) && micro > best.micro_batch);
+              if (better) found = true, best_step = p.step_seconds, best = l;
             }
-            if (p.peak_memory_bytes > budget) {
-              const double missing = p.peak_memory_bytes - budget;
-              if (least_missing < 0 || missing < least_missing) least_missing = missing;
-              continue;
-            }
-            // Equal predicted times: the larger micro-batch (bigger matrix
-            // products run closer to peak than the model assumes).
-            const bool better = !found || p.step_seconds < best_step * (1 - 1e-9) ||
-                                (p.step_seconds <= best_step * (1 + 1e-9) && micro > best.micro_batch);
-            if (better) found = true, best_step = p.step_seconds, best = l;
           }
         }
       }

@@ -105,7 +105,12 @@ MemoryBreakdown stage_memory(const Workload& w, const Layout& l, const ClusterSp
   // gathered parameters of the current and the prefetched layer.
   if (l.data() > 1) mem.comm_buffers += 2 * std::min(25.0 * (1 << 20), mem.grads);
   // The ring's fp32 blocks: two key/value blocks, two gradient blocks and a share.
-  if (l.cp > 1) mem.comm_buffers += 5 * 4 * s * b * 2 * double(m.kv_heads() / l.tp) * m.head_dim();
+  const double kv_cols = 2 * double(m.kv_heads() / l.tp) * m.head_dim();
+  if (l.cp > 1) mem.comm_buffers += 5 * 4 * s * b * kv_cols;
+  // 16-bit tiled attention works on fp32 copies of q/k/v, their gradient
+  // and the output (one set for all layers).
+  if (tiled && l.precision != ComputePrecision::fp32)
+    mem.activations += 4 * s * b * (2 * (h / l.tp + kv_cols) + h / l.tp);
   if (l.pp > 1) mem.comm_buffers += 2 * sbh_bytes;
   if (l.zero >= 3) mem.comm_buffers += 2 * (parameter_counts(m).layer_matrices / l.tp) * param_bytes(l.precision);
   mem.overhead = c.overhead_bytes;

@@ -281,9 +281,11 @@ RunPrediction predict_loom_run(const RunConfig& cfg, int world_size, const Clust
              p2p_seconds(kv_bytes, links.cp);
   }
   const double f_head = tokens * 2 * (V * C + pc.final_norm) / r.tp / rate;
-  const double redo = r.recompute == Recompute::full        ? f_block
-                      : r.recompute == Recompute::selective ? tokens * 4 * T * C / r.tp / rate
-                                                            : 0;
+  // (The tiled attention keeps no probabilities: selective recomputes nothing.)
+  const bool tiled = m.tiled_attention(m.seq_len, r.cp);
+  const double redo = r.recompute == Recompute::full                  ? f_block
+                      : r.recompute == Recompute::selective && !tiled ? tokens * 4 * T * C / r.tp / rate
+                                                                      : 0;
   // Two all-reduces of a block's fp32 output per pass (attention, MLP), or
   // with sequence parallelism an all-gather + reduce-scatter pair moving the same.
   const double tp_ar = all_reduce_seconds(4 * tokens * C, r.tp, links.tp);

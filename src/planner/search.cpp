@@ -66,7 +66,9 @@ SearchResult search_layouts(const Workload& w, const ClusterSpec& c, const Searc
     if (!tp_divides(m, tp) || !allowed(space.tp, tp)) continue;
     for (int cp : divisors(devices / tp, w.seq_len() / 2)) {
       // Each cp rank holds two equal chunks of every sequence.
-      if (!allowed(space.cp, cp) || (cp > 1 && w.seq_len() % (2 * cp) != 0)) continue;
+      if (!allowed(space.cp, cp) ||
+          (cp > 1 && (w.seq_len() % (2 * cp) != 0 || m.attention == AttentionKind::materialized)))
+        continue;
       for (int pp : divisors(devices / (tp * cp), m.n_layer)) {
         const int dp = devices / (tp * cp * pp);
         if (!allowed(space.pp, pp) || !allowed(space.dp, dp) || w.global_batch % dp != 0) continue;

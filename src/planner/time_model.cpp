@@ -33,8 +33,11 @@ ChunkCosts chunk_costs(const Workload& w, const Layout& l, const ClusterSpec& c,
   // and three MLP matrices of width F), 4 s h for the attention scores and
   // their weighted sum (ModelConfig counts the same).
   const double f_layer = tokens * (2 * parameter_counts(m).layer_matrices + 4 * s * h) / t / rate;
-  const double recompute = l.recompute == Recompute::full ? f_layer
-                           : l.recompute == Recompute::selective ? tokens * 4 * s * h / t / rate : 0;
+  // The tiled attention keeps no probabilities: selective recomputes nothing.
+  const bool tiled = m.tiled_attention(w.seq_len(), l.cp);
+  const double recompute = l.recompute == Recompute::full                          ? f_layer
+                           : l.recompute == Recompute::selective && !tiled ? tokens * 4 * s * h / t / rate
+                                                                            : 0;
   const double b_layer = 2 * f_layer + recompute;
   // Two all-reduces of the layer's output per pass (attention, MLP), in both
   // families; with sequence parallelism an all-gather + reduce-scatter pair

@@ -18,11 +18,15 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-// The ranks that write a file: the same rule every rank evaluates.
+// The ranks that write a file: the same rule every rank evaluates (and
+// Replica::writes_checkpoint: the data group's first rank, dp 0 and cp 0,
+// or every rank under ZeRO).
 std::vector<int> writer_ranks(const ParallelContext& ctx, int zero) {
   std::vector<int> ranks;
-  for (int r = 0; r < ctx.grid().world_size(); r++)
-    if (ctx.grid().coord(r).dp == 0 || zero > 0) ranks.push_back(r);
+  for (int r = 0; r < ctx.grid().world_size(); r++) {
+    const GridCoord c = ctx.grid().coord(r);
+    if ((c.dp == 0 && c.cp == 0) || zero > 0) ranks.push_back(r);
+  }
   return ranks;
 }
 

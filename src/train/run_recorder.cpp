@@ -38,7 +38,7 @@ RunRecorder::RunRecorder(const std::string& dir, const RunConfig& cfg, const Par
   run_->write_config(cfg.to_toml());
   const ParallelGrid& g = ctx.grid();
   obs::RunLayout layout;
-  layout.world_size = g.world_size(), layout.dp = g.dp(), layout.tp = g.tp(), layout.pp = g.pp();
+  layout.world_size = g.world_size(), layout.dp = g.dp(), layout.tp = g.tp(), layout.pp = g.pp(), layout.cp = g.cp();
   layout.zero = cfg.parallel.zero, layout.order = cfg.parallel.order;
   layout.schedule = g.pp() > 1 ? cfg.parallel.schedule : "none";
   layout.micro_batches = micro_batches, layout.virtual_stages = cfg.parallel.virtual_stages;

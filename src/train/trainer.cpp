@@ -218,7 +218,7 @@ TrainResult train(const RunConfig& cfg, const ParallelContext& ctx, FILE* log, c
       std::fprintf(log, "context parallel: each sequence's %d tokens over %d ranks (%d each, chunks r and %d-r), "
                    "ring attention; gradients summed over dp x cp = %d ranks\n",
                    T, cp, T / cp, 2 * cp - 1, ctx.dp().size());
-    if (replica.zero_stage() > 0 && dp == 1)
+    if (replica.zero_stage() > 0 && ctx.dp().size() == 1)
       std::fprintf(log, "note: parallel.zero = %d with one replica shards nothing (every shard is the whole)\n",
                    replica.zero_stage());
     if (ctx.grid().pp() > 1) {
@@ -244,7 +244,7 @@ TrainResult train(const RunConfig& cfg, const ParallelContext& ctx, FILE* log, c
                  "memory per rank: parameters %.1f MiB%s, gradients %.1f MiB%s, AdamW state %.1f MiB, activations "
                  "%.1f MiB\n",
                  double(replica.param_bytes()) / mib, masters,
-                 replica.zero_stage() >= 2 ? grads_mib / dp : grads_mib,
+                 replica.zero_stage() >= 2 ? grads_mib / ctx.dp().size() : grads_mib,
                  replica.zero_stage() >= 2 ? " (outside backward)" : "", double(replica.optimizer_state_bytes()) / mib,
                  double(replica.activation_bytes()) / mib);
     if (replica.compute() != ComputePrecision::fp32) {
@@ -535,7 +535,7 @@ TrainResult train(const RunConfig& cfg, const ParallelContext& ctx, FILE* log, c
     summary.measured_mem_bytes = result.peak_rss_bytes;
     for (float b : result.bubble) summary.bubble_fraction_per_stage.push_back(b);
     if (ctx.grid().tp() > 1) summary.exposed_comm_s["tp"] = result.tp_comm_ms * 1e-3;
-    if (dp > 1) {
+    if (ctx.dp().size() > 1) {  // replicas and cp ranks
       summary.exposed_comm_s["dp"] = result.reduce_wait_ms * 1e-3;
       summary.overlap["dp"] = result.reduce_overlap;
     }
@@ -545,7 +545,7 @@ TrainResult train(const RunConfig& cfg, const ParallelContext& ctx, FILE* log, c
   if (log && ctx.grid().tp() > 1)
     std::fprintf(log, "tensor-parallel communication: %.1f ms per step waited (%.1f%% of the step time)\n",
                  result.tp_comm_ms, 100.0 * result.tp_comm_ms / std::max(result.step_ms, 1e-9));
-  if (log && dp > 1)
+  if (log && ctx.dp().size() > 1)
     std::fprintf(log, "gradient reduction: %d buckets, %.0f%% of its time overlapped with backward, %.1f ms per step "
                  "waited after backward\n", result.buckets, 100.0 * result.reduce_overlap, result.reduce_wait_ms);
   if (log)

@@ -183,34 +183,40 @@ TEST(CheckpointResume, ZeroBubbleVCheckpointResumesUnderOneFOneB) {
       << "step 11 resumed " << second.train_losses[0] << " vs " << want.train_losses[10];
 }
 
-// Context parallelism (issue 21): a cp = 2 run (ZeRO-1 over the dp x cp
-// group) stopped at step 10 resumes under cp = 2 bit for bit, and as dp = 2
-// (the same data group, sequences whole) within rtol 1e-4.
+// Context parallelism (issue 21): a cp = 2 run stopped at step 10 resumes
+// under cp = 2 bit for bit, and as dp = 2 (the same data group, sequences
+// whole) within rtol 1e-4; ZeRO-0 (the data group's first rank writes the
+// replica) and ZeRO-1 (every rank its shard).
 TEST(CheckpointResume, ContextParallelStopsResumesAndReshards) {
   if (world_size() != 2) GTEST_SKIP() << "cp 2 at 2 ranks";
   static auto cp_ctx = loom::ParallelContext::create_mpi(loom::ParallelGrid::for_world(2, 1, 1, 1, "tp-dp-pp", 2),
                                                          loom::MpiOptions{120});
   const Layout l{1, 1};
-  const std::vector<std::string> cp2 = {"parallel.cp=2"};
-  const loom::TrainResult want = loom::train(tiny(l, fresh_dir("cp_straight"), 0, cp2), *cp_ctx, nullptr);
-  const std::string dir = fresh_dir("cp_stop");
-  loom::TrainOptions stop;
-  stop.stop_after = 10;
-  const loom::TrainResult first = loom::train(tiny(l, dir, 10, cp2), *cp_ctx, nullptr, stop);
-  loom::TrainOptions resume;
-  resume.resume = "auto";
-  const loom::TrainResult second = loom::train(tiny(l, dir, 10, cp2), *cp_ctx, nullptr, resume);
-  ASSERT_EQ(first.train_losses.size(), 10u);
-  ASSERT_EQ(second.train_losses.size(), 10u);
-  EXPECT_EQ(0, std::memcmp(first.train_losses.data(), want.train_losses.data(), 10 * sizeof(float)));
-  EXPECT_EQ(0, std::memcmp(second.train_losses.data(), want.train_losses.data() + 10, 10 * sizeof(float)))
-      << "step 11 resumed " << second.train_losses[0] << " vs " << want.train_losses[10];
-  loom::TrainOptions from_step10;
-  from_step10.resume = dir + "/step_000010";  // the cp run's own later checkpoint is `latest` now
-  const loom::TrainResult as_dp = loom::train(tiny(l, dir, 0), context(l), nullptr, from_step10);
-  ASSERT_EQ(as_dp.train_losses.size(), 10u);
-  for (size_t i = 0; i < 10; i++)
-    EXPECT_NEAR(as_dp.train_losses[i], want.train_losses[10 + i], 1e-4 * want.train_losses[10 + i]) << "step " << i;
+  for (int zero : {0, 1}) {
+    SCOPED_TRACE("ZeRO-" + std::to_string(zero));
+    const std::vector<std::string> cp2 = {"parallel.cp=2", "parallel.zero=" + std::to_string(zero)};
+    const std::string tag = "cp_z" + std::to_string(zero);
+    const loom::TrainResult want = loom::train(tiny(l, fresh_dir(tag + "_straight"), 0, cp2), *cp_ctx, nullptr);
+    const std::string dir = fresh_dir(tag + "_stop");
+    loom::TrainOptions stop;
+    stop.stop_after = 10;
+    const loom::TrainResult first = loom::train(tiny(l, dir, 10, cp2), *cp_ctx, nullptr, stop);
+    loom::TrainOptions resume;
+    resume.resume = "auto";
+    const loom::TrainResult second = loom::train(tiny(l, dir, 10, cp2), *cp_ctx, nullptr, resume);
+    ASSERT_EQ(first.train_losses.size(), 10u);
+    ASSERT_EQ(second.train_losses.size(), 10u);
+    EXPECT_EQ(0, std::memcmp(first.train_losses.data(), want.train_losses.data(), 10 * sizeof(float)));
+    EXPECT_EQ(0, std::memcmp(second.train_losses.data(), want.train_losses.data() + 10, 10 * sizeof(float)))
+        << "step 11 resumed " << second.train_losses[0] << " vs " << want.train_losses[10];
+    loom::TrainOptions from_step10;
+    from_step10.resume = dir + "/step_000010";  // the cp run's own later checkpoint is `latest` now
+    const loom::TrainResult as_dp =
+        loom::train(tiny(l, dir, 0, {"parallel.zero=" + std::to_string(zero)}), context(l), nullptr, from_step10);
+    ASSERT_EQ(as_dp.train_losses.size(), 10u);
+    for (size_t i = 0; i < 10; i++)
+      EXPECT_NEAR(as_dp.train_losses[i], want.train_losses[10 + i], 1e-4 * want.train_losses[10 + i]) << "step " << i;
+  }
 }
 
 // LLaMA (issue 17): stop at step 10 and resume; at 8 ranks the checkpoint of
