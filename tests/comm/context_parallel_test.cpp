@@ -7,13 +7,24 @@
 // global tensor, losses within rtol 1e-4. bf16 against single-process bf16.
 #include <gtest/gtest.h>
 
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
 #include <map>
 #include <memory>
+#include <random>
 #include <string>
 #include <tuple>
+#include <type_traits>
+#include <vector>
 
 #include "comm/layout_check.h"
+#include "comm/mpi_comm.h"
 #include "config/run_config.h"
+#include "kernels/cpu/attention_tiled.h"
+#include "kernels/cpu/cast.h"
+#include "parallel/cp/ring_attention.h"
 #include "parallel/grid/parallel_context.h"
 #include "train/trainer.h"
 
@@ -114,5 +125,80 @@ std::vector<Layout> layouts() {
 
 INSTANTIATE_TEST_SUITE_P(Matrix, ContextParallel,
                          testing::Combine(testing::Values("gpt2", "llama"), testing::ValuesIn(layouts())), layout_name);
+
+
+// The ring itself, cp = the world size (3 too), grouped-query heads, blocks
+// sent in pieces of 1000 floats: each rank's output, log-sum-exps and q/k/v
+// gradients equal the whole-sequence tiled kernel's rows at its positions;
+// bf16 storage rounds the same values once.
+template <class A>
+void check_ring(loom::Communicator& world, int cp) {
+  const int B = 2, NH = 4, NKV = 2, hs = 16, T = 2 * cp * 24, C = NH * hs, row = C + 2 * NKV * hs, Tl = T / cp;
+  std::mt19937 rng{7};
+  std::normal_distribution<float> normal(0.f, 1.f);
+  std::vector<float> qkv(size_t(B) * T * row), dout(size_t(B) * T * C);
+  for (float& x : qkv) x = normal(rng);
+  for (float& x : dout) x = normal(rng);
+  if constexpr (!std::is_same_v<A, float>) {  // what 16-bit storage holds
+    std::vector<A> q16(qkv.size());
+    loom::cpu::narrow(q16.data(), qkv.data(), qkv.size());
+    loom::cpu::widen(qkv.data(), q16.data(), qkv.size());
+  }
+  std::vector<float> tiles(loom::cpu::attention_tiled_work_floats(omp_get_max_threads()));
+  std::vector<float> out(dout.size()), lse(size_t(B) * NH * T), dqkv(qkv.size());
+  loom::cpu::attention_tiled_forward(out.data(), lse.data(), qkv.data(), tiles.data(), B, T, C, NH, NKV);
+  loom::cpu::attention_tiled_backward(dqkv.data(), tiles.data(), dout.data(), qkv.data(), out.data(), lse.data(), B,
+                                      T, C, NH, NKV);
+  loom::RingAttention ring(world, 1000);
+  const loom::SequenceSplit& split = ring.split();
+  std::vector<float> lqkv32(size_t(B) * Tl * row), ldout(size_t(B) * Tl * C), llse(size_t(B) * NH * Tl);
+  for (int b = 0; b < B; b++)
+    for (int t = 0; t < Tl; t++) {
+      const size_t g = size_t(b) * T + split.position(t, Tl), l = size_t(b) * Tl + t;
+      for (int c = 0; c < row; c++) lqkv32[l * row + c] = qkv[g * row + c];
+      for (int c = 0; c < C; c++) ldout[l * C + c] = dout[g * C + c];
+    }
+  std::vector<A> lqkv(lqkv32.size()), lout(ldout.size()), ldqkv(lqkv.size());
+  auto to_a = [](A* to, const float* from, size_t n) {
+    if constexpr (std::is_same_v<A, float>) std::copy_n(from, n, to);
+    else loom::cpu::narrow(to, from, n);
+  };
+  auto to_f = [](const std::vector<A>& from) {
+    std::vector<float> to(from.size());
+    if constexpr (std::is_same_v<A, float>) to = from;
+    else loom::cpu::widen(to.data(), from.data(), from.size());
+    return to;
+  };
+  to_a(lqkv.data(), lqkv32.data(), lqkv32.size());
+  std::vector<float> work(loom::RingAttention::work_floats(B, Tl, C, NH, NKV, !std::is_same_v<A, float>));
+  ring.forward(lout.data(), llse.data(), lqkv.data(), tiles.data(), work.data(), B, Tl, C, NH, NKV);
+  ring.backward(ldqkv.data(), ldout.data(), lqkv.data(), lout.data(), llse.data(), tiles.data(), work.data(), B, Tl, C,
+                NH, NKV);
+  const std::vector<float> lout32 = to_f(lout), ldqkv32 = to_f(ldqkv);
+  // fp32: the same sums in another order; bf16: one rounding of the values.
+  const double tol_out = std::is_same_v<A, float> ? 2e-5 : 1e-2, tol_grad = std::is_same_v<A, float> ? 5e-5 : 3e-2;
+  double worst_out = 0, worst_lse = 0, worst_grad = 0;
+  for (int b = 0; b < B; b++)
+    for (int t = 0; t < Tl; t++) {
+      const size_t g = size_t(b) * T + split.position(t, Tl), l = size_t(b) * Tl + t;
+      for (int c = 0; c < C; c++)
+        worst_out = std::max(worst_out, std::abs(double(lout32[l * C + c]) - out[g * C + c]));
+      for (int c = 0; c < row; c++)
+        worst_grad = std::max(worst_grad, std::abs(double(ldqkv32[l * row + c]) - dqkv[g * row + c]));
+      for (int h = 0; h < NH; h++)
+        worst_lse = std::max(worst_lse, std::abs(double(llse[(size_t(b) * NH + h) * Tl + t]) -
+                                                 lse[(size_t(b) * NH + h) * T + split.position(t, Tl)]));
+    }
+  EXPECT_LT(worst_out, tol_out) << "cp rank " << split.rank;
+  EXPECT_LT(worst_lse, 2e-5) << "cp rank " << split.rank;
+  EXPECT_LT(worst_grad, tol_grad) << "cp rank " << split.rank;
+}
+
+TEST(ContextParallelRing, MatchesTheWholeSequenceKernel) {
+  if (world_size() < 2) GTEST_SKIP() << "a ring needs two ranks";
+  auto world = loom::MpiComm::world(loom::MpiOptions{120});
+  check_ring<float>(*world, world_size());
+  check_ring<loom::bf16>(*world, world_size());
+}
 
 }  // namespace

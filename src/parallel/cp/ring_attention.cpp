@@ -8,6 +8,7 @@
 #include <cstring>
 #include <memory>
 #include <type_traits>
+#include <vector>
 
 #include "kernels/cpu/attention_common.h"
 #include "kernels/cpu/attention_tiled.h"
@@ -57,9 +58,35 @@ void for_each_span(const SequenceSplit& mine, int src, int T, F&& f) {
     }
 }
 
-void wait(std::unique_ptr<Work>& w) {
-  if (w) w->wait(), w.reset();
-}
+// One block's non-blocking send or receive, in pieces (MPI counts are
+// ints; pieces between two ranks with one tag arrive in order).
+class Transfer {
+ public:
+  static Transfer send(Communicator& c, const float* buf, size_t n, size_t piece, int peer, int tag) {
+    Transfer t;
+    for (size_t i = 0; i < n; i += piece)
+      t.parts_.push_back(c.send_async(buf + i, std::min(piece, n - i), DType::f32, peer, tag));
+    return t;
+  }
+  static Transfer recv(Communicator& c, float* buf, size_t n, size_t piece, int peer, int tag) {
+    Transfer t;
+    for (size_t i = 0; i < n; i += piece)
+      t.parts_.push_back(c.recv_async(buf + i, std::min(piece, n - i), DType::f32, peer, tag));
+    return t;
+  }
+  // MPI moves a large message only inside MPI calls: a test between spans
+  // lets it progress while the attention computes.
+  void poke() {
+    for (auto& p : parts_) p->test();
+  }
+  void wait() {
+    for (auto& p : parts_) p->wait();
+    parts_.clear();
+  }
+
+ private:
+  std::vector<std::unique_ptr<Work>> parts_;
+};
 
 }  // namespace
 
@@ -90,16 +117,17 @@ void RingAttention::forward(A* out, float* lse, const A* qkv, float* tiles, floa
   cpu::attention_tiled_begin(lse, B, T, NH);
   for (int s = 0; s < P; s++) {
     float* cur = w.kv[s % 2];
-    std::unique_ptr<Work> send, recv;
+    Transfer send, recv;
     if (s + 1 < P) {  // the next block arrives while this one is attended
-      send = cp_.send_async(cur, blk, DType::f32, next, kKvTag);
-      recv = cp_.recv_async(w.kv[(s + 1) % 2], blk, DType::f32, prev, kKvTag);
+      send = Transfer::send(cp_, cur, blk, piece_, next, kKvTag);
+      recv = Transfer::recv(cp_, w.kv[(s + 1) % 2], blk, piece_, prev, kKvTag);
     }
     const cpu::KvRows kv{cur, T, 2 * int64_t(L.NKV) * L.hs, 0, int64_t(L.NKV) * L.hs};
     for_each_span(split_, (split_.rank - s + P) % P, T, [&](const cpu::AttnSpan& span) {
       cpu::attention_tiled_forward_span(o32, lse, q32, T, kv, span, tiles, B, C, NH, NKV);
+      send.poke(), recv.poke();
     });
-    wait(recv), wait(send);
+    recv.wait(), send.wait();
   }
   if constexpr (!f32) cpu::narrow(out, o32, n * C);
 }
@@ -126,13 +154,13 @@ void RingAttention::backward(A* dqkv, const float* dout, const A* qkv, const A* 
   pack_kv(w.kv[0], q32, n, L);
   // held: the travelling gradient of the block attended at step s, once
   // this rank's share (computed into `part`) is added.
-  std::unique_ptr<Work> grad_send, grad_recv;
+  Transfer grad_send, grad_recv;
   for (int s = 0; s < P; s++) {
     float* cur = w.kv[s % 2];
-    std::unique_ptr<Work> send, recv;
+    Transfer send, recv;
     if (s + 1 < P) {
-      send = cp_.send_async(cur, blk, DType::f32, next, kKvTag);
-      recv = cp_.recv_async(w.kv[(s + 1) % 2], blk, DType::f32, prev, kKvTag);
+      send = Transfer::send(cp_, cur, blk, piece_, next, kKvTag);
+      recv = Transfer::recv(cp_, w.kv[(s + 1) % 2], blk, piece_, prev, kKvTag);
     }
     float* held = w.dkv[s % 2];
     float* share = s == 0 ? held : w.part;  // at step 0 nothing has arrived to add to
@@ -141,18 +169,19 @@ void RingAttention::backward(A* dqkv, const float* dout, const A* qkv, const A* 
     const cpu::KvGradRows dkv{share, 2 * kvw, 0, kvw};
     for_each_span(split_, (split_.rank - s + P) % P, T, [&](const cpu::AttnSpan& span) {
       cpu::attention_tiled_backward_span(dq32, dkv, dout, q32, o32, lse, T, kv, span, tiles, B, C, NH, NKV);
+      send.poke(), recv.poke(), grad_send.poke(), grad_recv.poke();
     });
     if (s > 0) {
-      wait(grad_recv);  // the block's gradient from the ranks before
+      grad_recv.wait();  // the block's gradient from the ranks before
 #pragma omp parallel for schedule(static)
       for (size_t i = 0; i < blk; i++) held[i] += share[i];
     }
-    wait(grad_send);  // the other buffer is free for the next arrival
-    grad_send = cp_.send_async(held, blk, DType::f32, next, kGradTag);
-    grad_recv = cp_.recv_async(w.dkv[(s + 1) % 2], blk, DType::f32, prev, kGradTag);
-    wait(recv), wait(send);
+    grad_send.wait();  // the other buffer is free for the next arrival
+    grad_send = Transfer::send(cp_, held, blk, piece_, next, kGradTag);
+    grad_recv = Transfer::recv(cp_, w.dkv[(s + 1) % 2], blk, piece_, prev, kGradTag);
+    recv.wait(), send.wait();
   }
-  wait(grad_recv), wait(grad_send);  // after a full turn: this rank's own block's gradient
+  grad_recv.wait(), grad_send.wait();  // after a full turn: this rank's own block's gradient
   unpack_kv(dq32, w.dkv[P % 2], n, L);
   if constexpr (!f32) cpu::narrow(dqkv, dq32, n * L.row);
 }

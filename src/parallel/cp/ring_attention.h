@@ -18,7 +18,10 @@ namespace loom {
 
 class RingAttention {
  public:
-  explicit RingAttention(Communicator& cp) : cp_(cp), split_{cp.size(), cp.rank()} {}
+  // piece: the most floats one MPI message carries (counts are ints); a
+  // block travels in pieces of at most this many.
+  explicit RingAttention(Communicator& cp, size_t piece = size_t(1) << 28)
+      : cp_(cp), split_{cp.size(), cp.rank()}, piece_(piece) {}
   const SequenceSplit& split() const { return split_; }
 
   // fp32 work space, in floats, for B local sequences of T rows (2 chunks);
@@ -36,6 +39,7 @@ class RingAttention {
  private:
   Communicator& cp_;
   SequenceSplit split_;
+  size_t piece_;
 };
 
 }  // namespace loom
