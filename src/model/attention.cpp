@@ -20,10 +20,10 @@ size_t thread_floats(bool tiled, bool lowp, int T, int C, int NH, int NKV, int t
 
 }  // namespace
 
-size_t Attention::work_floats(bool tiled, bool lowp, bool ring, int B, int T, int C, int NH, int NKV, int threads) {
+size_t Attention::work_floats(bool tiled, bool lowp, int cp, int B, int T, int C, int NH, int NKV, int threads) {
   if (threads <= 0) threads = omp_get_max_threads();
   size_t n = thread_floats(tiled, lowp, T, C, NH, NKV, threads);
-  if (ring) n += RingAttention::work_floats(B, T, C, NH, NKV, lowp);
+  if (cp > 1) n += RingAttention::work_floats(B, T, C, NH, NKV, lowp, cp);
   else if (tiled && lowp) n += cpu::attention_tiled_wide_floats(B, T, C, NH, NKV);
   return n;
 }
@@ -31,7 +31,7 @@ size_t Attention::work_floats(bool tiled, bool lowp, bool ring, int B, int T, in
 void Attention::reserve(bool lowp, int B, int T, int C, int NH, int NKV) {
   LOOM_CHECK(tiled_ || !ring_, "context parallelism needs the tiled attention");
   thread_floats_ = thread_floats(tiled_, lowp, T, C, NH, NKV, omp_get_max_threads());
-  work_.assign(work_floats(tiled_, lowp, ring_ != nullptr, B, T, C, NH, NKV, 0), 0.f);
+  work_.assign(work_floats(tiled_, lowp, ring_ ? ring_->split().cp : 1, B, T, C, NH, NKV, 0), 0.f);
 }
 
 size_t Attention::saved_bytes(bool tiled, int B, int T, int NH, size_t a) {

@@ -26,8 +26,9 @@ class Attention {
   bool tiled() const { return tiled_; }
 
   // fp32 work space, in floats, for micro-batches up to B x T on the local
-  // heads (C = NH x head size), 16-bit storage or not, `threads` threads.
-  static size_t work_floats(bool tiled, bool lowp, bool ring, int B, int T, int C, int NH, int NKV, int threads);
+  // heads (C = NH x head size), 16-bit storage or not, `threads` threads,
+  // on a ring of cp ranks (1: none).
+  static size_t work_floats(bool tiled, bool lowp, int cp, int B, int T, int C, int NH, int NKV, int threads);
   void reserve(bool lowp, int B, int T, int C, int NH, int NKV);
   size_t work_bytes() const { return work_.size() * sizeof(float); }
   // What forward keeps for backward, in bytes (a = bytes of a compute-type

@@ -82,7 +82,7 @@ TransformerStage::TransformerStage(const ModelConfig& cfg, ParamLayout layout, S
     // buffers.plan_threads threads; 0: this process's, as a real module).
     attn_ = Attention(tiled);
     attention_work_bytes_ =
-        Attention::work_floats(tiled, lowp, split.active(), B, T, Cl, NHl, NKVl, buffers.plan_threads) * 4;
+        Attention::work_floats(tiled, lowp, split.cp, B, T, Cl, NHl, NKVl, buffers.plan_threads) * 4;
     return;
   }
   if (split.active()) {

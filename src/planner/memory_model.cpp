@@ -104,9 +104,10 @@ MemoryBreakdown stage_memory(const Workload& w, const Layout& l, const ClusterSp
   // PyTorch DDP), pipeline send/receive buffers, and under ZeRO-3 the
   // gathered parameters of the current and the prefetched layer.
   if (l.data() > 1) mem.comm_buffers += 2 * std::min(25.0 * (1 << 20), mem.grads);
-  // The ring's fp32 blocks: two key/value blocks, two gradient blocks and a share.
+  // The ring's fp32 blocks: two key/value blocks, two gradient blocks and
+  // (cp > 2) a share.
   const double kv_cols = 2 * double(m.kv_heads() / l.tp) * m.head_dim();
-  if (l.cp > 1) mem.comm_buffers += 5 * 4 * s * b * kv_cols;
+  if (l.cp > 1) mem.comm_buffers += (l.cp > 2 ? 5 : 4) * 4 * s * b * kv_cols;
   // 16-bit tiled attention works on fp32 copies of q/k/v, their gradient
   // and the output (one set for all layers).
   if (tiled && l.precision != ComputePrecision::fp32)

@@ -170,7 +170,7 @@ void check_ring(loom::Communicator& world, int cp) {
     return to;
   };
   to_a(lqkv.data(), lqkv32.data(), lqkv32.size());
-  std::vector<float> work(loom::RingAttention::work_floats(B, Tl, C, NH, NKV, !std::is_same_v<A, float>));
+  std::vector<float> work(loom::RingAttention::work_floats(B, Tl, C, NH, NKV, !std::is_same_v<A, float>, cp));
   ring.forward(lout.data(), llse.data(), lqkv.data(), tiles.data(), work.data(), B, Tl, C, NH, NKV);
   ring.backward(ldqkv.data(), ldout.data(), lqkv.data(), lout.data(), llse.data(), tiles.data(), work.data(), B, Tl, C,
                 NH, NKV);

@@ -2,6 +2,9 @@
 //   qkv32 [n, row], dqkv32 [n, row], out32 [n, C]   fp32 copies (16-bit only; fp32 works in place)
 //   kv[2] [n, 2 kvw]                                 blocks: the one attended, the one arriving
 //   dkv[2] [n, 2 kvw], part [n, 2 kvw]               backward: travelling gradients, this rank's share
+// part exists for cp > 2 only: a rank's share is computed apart from the
+// arriving gradient at steps 1 .. cp - 1, and at the last step (cp = 2's only
+// one) no block arrives, so the free kv buffer takes the share.
 #include "parallel/cp/ring_attention.h"
 
 #include <algorithm>
@@ -25,13 +28,16 @@ struct Buffers {
 
 size_t copy_floats(bool lowp, size_t n, size_t row, size_t C) { return lowp ? n * (2 * row + C) : 0; }
 
-Buffers carve(float* w, int B, int T, int C, int NH, int NKV, bool lowp) {
+int ring_blocks(int cp) { return cp > 2 ? 5 : 4; }
+
+Buffers carve(float* w, int B, int T, int C, int NH, int NKV, bool lowp, int cp) {
   const cpu::detail::QkvLayout L = cpu::detail::qkv_layout(C, NH, NKV);
   const size_t n = size_t(B) * T, row = size_t(L.row), blk = n * 2 * size_t(L.NKV) * L.hs;
   Buffers b{};
   if (lowp) b.qkv32 = w, b.dqkv32 = w + n * row, b.out32 = w + 2 * n * row;
   float* k = w + copy_floats(lowp, n, row, size_t(C));
-  b.kv[0] = k, b.kv[1] = k + blk, b.dkv[0] = k + 2 * blk, b.dkv[1] = k + 3 * blk, b.part = k + 4 * blk;
+  b.kv[0] = k, b.kv[1] = k + blk, b.dkv[0] = k + 2 * blk, b.dkv[1] = k + 3 * blk;
+  b.part = ring_blocks(cp) > 4 ? k + 4 * blk : nullptr;
   return b;
 }
 
@@ -90,10 +96,10 @@ class Transfer {
 
 }  // namespace
 
-size_t RingAttention::work_floats(int B, int T, int C, int NH, int NKV, bool lowp) {
+size_t RingAttention::work_floats(int B, int T, int C, int NH, int NKV, bool lowp, int cp) {
   const cpu::detail::QkvLayout L = cpu::detail::qkv_layout(C, NH, NKV);
   const size_t n = size_t(B) * T;
-  return copy_floats(lowp, n, size_t(L.row), size_t(C)) + 5 * n * 2 * size_t(L.NKV) * L.hs;
+  return copy_floats(lowp, n, size_t(L.row), size_t(C)) + size_t(ring_blocks(cp)) * n * 2 * size_t(L.NKV) * L.hs;
 }
 
 template <class A>
@@ -103,7 +109,7 @@ void RingAttention::forward(A* out, float* lse, const A* qkv, float* tiles, floa
   LOOM_CHECK(T % 2 == 0, "ring attention: %d local rows are not two chunks", T);
   const cpu::detail::QkvLayout L = cpu::detail::qkv_layout(C, NH, NKV);
   const size_t n = size_t(B) * T, blk = n * 2 * size_t(L.NKV) * L.hs;
-  Buffers w = carve(work, B, T, C, NH, NKV, !f32);
+  Buffers w = carve(work, B, T, C, NH, NKV, !f32, split_.cp);
   const float* q32;
   float* o32;
   if constexpr (f32) {
@@ -139,7 +145,7 @@ void RingAttention::backward(A* dqkv, const float* dout, const A* qkv, const A* 
   const cpu::detail::QkvLayout L = cpu::detail::qkv_layout(C, NH, NKV);
   const int64_t kvw = int64_t(L.NKV) * L.hs;
   const size_t n = size_t(B) * T, blk = n * 2 * size_t(kvw);
-  Buffers w = carve(work, B, T, C, NH, NKV, !f32);
+  Buffers w = carve(work, B, T, C, NH, NKV, !f32, split_.cp);
   const float *q32, *o32;
   float* dq32;
   if constexpr (f32) {
@@ -163,7 +169,8 @@ void RingAttention::backward(A* dqkv, const float* dout, const A* qkv, const A* 
       recv = Transfer::recv(cp_, w.kv[(s + 1) % 2], blk, piece_, prev, kKvTag);
     }
     float* held = w.dkv[s % 2];
-    float* share = s == 0 ? held : w.part;  // at step 0 nothing has arrived to add to
+    // At step 0 nothing has arrived to add to; at the last no block arrives.
+    float* share = s == 0 ? held : s + 1 == P ? w.kv[(s + 1) % 2] : w.part;
     std::memset(share, 0, blk * sizeof(float));
     const cpu::KvRows kv{cur, T, 2 * kvw, 0, kvw};
     const cpu::KvGradRows dkv{share, 2 * kvw, 0, kvw};

@@ -24,9 +24,10 @@ class RingAttention {
       : cp_(cp), split_{cp.size(), cp.rank()}, piece_(piece) {}
   const SequenceSplit& split() const { return split_; }
 
-  // fp32 work space, in floats, for B local sequences of T rows (2 chunks);
-  // lowp: 16-bit storage (fp32 copies of q/k/v, their gradient and the output).
-  static size_t work_floats(int B, int T, int C, int NH, int NKV, bool lowp);
+  // fp32 work space, in floats, for B local sequences of T rows (2 chunks)
+  // on a ring of cp ranks; lowp: 16-bit storage (fp32 copies of q/k/v,
+  // their gradient and the output).
+  static size_t work_floats(int B, int T, int C, int NH, int NKV, bool lowp, int cp);
 
   // As Attention::forward / backward on the local rows; tiles: the tiled
   // kernels' per-thread work, work: work_floats(B, T, ...).
