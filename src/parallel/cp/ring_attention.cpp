@@ -159,7 +159,7 @@ void RingAttention::backward(A* dqkv, const float* dout, const A* qkv, const A* 
   const int P = split_.cp, next = (split_.rank + 1) % P, prev = (split_.rank + P - 1) % P;
   pack_kv(w.kv[0], q32, n, L);
   // held: the travelling gradient of the block attended at step s, once
-  // this rank's share (computed into `part`) is added.
+  // this rank's share (computed apart, into `share`) is added.
   Transfer grad_send, grad_recv;
   for (int s = 0; s < P; s++) {
     float* cur = w.kv[s % 2];
