@@ -75,6 +75,8 @@ std::string layout_line(const RunLayout& l) {
                    l.virtual_stages > 1 ? strprintf(" and %d virtual stages", l.virtual_stages).c_str() : "");
   s += ", compute " + l.dtype + (l.loss_scaling ? " with dynamic loss scaling" : "");
   if (l.batch_size > 0) s += strprintf(", global batch %d x %d tokens", l.batch_size, l.seq_len);
+  if (l.nodes > 0) s += strprintf(", on %d node%s (at most %d ranks each)", l.nodes, l.nodes == 1 ? "" : "s",
+                                  l.ranks_per_node);
   return s;
 }
 

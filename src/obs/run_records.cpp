@@ -122,7 +122,7 @@ void to_json(json& j, const RunLayout& l) {
            {"virtual_stages", l.virtual_stages}, {"micro_batch_size", l.micro_batch_size},
            {"seq_len", l.seq_len},         {"batch_size", l.batch_size},
            {"dtype", l.dtype},             {"loss_scaling", l.loss_scaling},
-           {"ranks_per_node", l.ranks_per_node}};
+           {"ranks_per_node", l.ranks_per_node}, {"nodes", l.nodes}};
 }
 
 void from_json(const json& j, RunLayout& l) {
@@ -142,6 +142,7 @@ void from_json(const json& j, RunLayout& l) {
   get_if(j, "batch_size", l.batch_size);
   get_if(j, "dtype", l.dtype);
   get_if(j, "loss_scaling", l.loss_scaling);
+  get_if(j, "nodes", l.nodes);
   get_if(j, "ranks_per_node", l.ranks_per_node);
 }
 

@@ -74,6 +74,7 @@ struct RunLayout {
   std::string dtype = "fp32";        // compute dtype: fp32, bf16, fp16
   bool loss_scaling = false;         // dynamic loss scaling on
   int ranks_per_node = 0;            // 0 = unknown
+  int nodes = 0;                     // machines the ranks ran on (0 = unknown)
 };
 
 // summary.json, written once when a run ends.

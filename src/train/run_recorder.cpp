@@ -44,7 +44,7 @@ RunRecorder::RunRecorder(const std::string& dir, const RunConfig& cfg, const Par
   layout.micro_batches = micro_batches, layout.virtual_stages = cfg.parallel.virtual_stages;
   layout.micro_batch_size = cfg.train.batch_size / g.dp() / micro_batches;
   layout.seq_len = cfg.model.seq_len, layout.batch_size = cfg.train.batch_size;
-  layout.ranks_per_node = ctx.ranks_on_node();
+  layout.ranks_per_node = ctx.nodes().max_ranks_per_node(), layout.nodes = ctx.nodes().nodes();
   run_->write_layout(layout);
   progress_ = std::make_unique<obs::Progress>("train", cfg.train.steps);
 }

@@ -197,6 +197,7 @@ TrainResult train(const RunConfig& cfg, const ParallelContext& ctx, FILE* log, c
   if (log) {
     std::fprintf(log, "layout: %s; this process is rank 0 of %d\n", ctx.grid().describe().c_str(),
                  ctx.grid().world_size());
+    for (const std::string& line : ctx.nodes().placement_lines(ctx.grid())) std::fprintf(log, "%s\n", line.c_str());
     std::fprintf(log, "model: %s, %d layers, d_model %d, %d heads (%d key/value), MLP %d, vocab %d, seq_len %d%s: "
                  "%.2fM parameters\n",
                  cfg.model.is_llama() ? "LLaMA" : "GPT-2", cfg.model.n_layer, cfg.model.d_model, cfg.model.n_head,

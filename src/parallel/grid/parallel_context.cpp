@@ -1,6 +1,9 @@
 #include "parallel/grid/parallel_context.h"
 
 #include <algorithm>
+#include <cstring>
+#include <string>
+#include <vector>
 
 #include "comm/self_comm.h"
 #include "core/check.h"
@@ -13,10 +16,28 @@ std::unique_ptr<ParallelContext> ParallelContext::create_mpi(const ParallelGrid&
   MPI_Comm_size(MPI_COMM_WORLD, &world);
   LOOM_CHECK(world == grid.world_size(), "grid of %d ranks for a world of %d", grid.world_size(), world);
   std::unique_ptr<ParallelContext> ctx(new ParallelContext(grid, rank));
+  // The ranks sharing memory with this one are its node; the node is keyed
+  // by its lowest world rank and named by its host.
   MPI_Comm node;
   MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node);
   MPI_Comm_size(node, &ctx->ranks_on_node_);
+  int key = rank;
+  MPI_Allreduce(MPI_IN_PLACE, &key, 1, MPI_INT, MPI_MIN, node);
   MPI_Comm_free(&node);
+  std::vector<int> keys(size_t(world), 0);
+  MPI_Allgather(&key, 1, MPI_INT, keys.data(), 1, MPI_INT, MPI_COMM_WORLD);
+  char host[MPI_MAX_PROCESSOR_NAME] = {};
+  int len = 0;
+  MPI_Get_processor_name(host, &len);
+  std::vector<char> hosts(size_t(world) * MPI_MAX_PROCESSOR_NAME, 0);
+  MPI_Allgather(host, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, hosts.data(), MPI_MAX_PROCESSOR_NAME, MPI_CHAR,
+                MPI_COMM_WORLD);
+  std::vector<std::string> host_of_rank;
+  for (int r = 0; r < world; r++) {
+    const char* h = hosts.data() + size_t(r) * MPI_MAX_PROCESSOR_NAME;
+    host_of_rank.emplace_back(h, strnlen(h, MPI_MAX_PROCESSOR_NAME));
+  }
+  ctx->nodes_ = NodeMap::from_keys(keys, host_of_rank);
   for (GroupKind kind : kAllGroupKinds) {
     std::vector<int> members = grid.group(kind, rank);
     // Every group is named by its smallest member, which no other group of
@@ -29,6 +50,7 @@ std::unique_ptr<ParallelContext> ParallelContext::create_mpi(const ParallelGrid&
 
 std::unique_ptr<ParallelContext> ParallelContext::create_single() {
   std::unique_ptr<ParallelContext> ctx(new ParallelContext(ParallelGrid(1, 1, 1), 0));
+  ctx->nodes_ = NodeMap::single(1);
   for (GroupKind kind : kAllGroupKinds) ctx->comms_[size_t(kind)] = std::make_unique<SelfComm>(group_kind_name(kind));
   return ctx;
 }

@@ -7,6 +7,7 @@
 
 #include "comm/communicator.h"
 #include "comm/mpi_comm.h"
+#include "parallel/grid/node_map.h"
 #include "parallel/grid/parallel_grid.h"
 
 namespace loom {
@@ -24,6 +25,8 @@ class ParallelContext {
   bool is_logging_rank() const { return rank_ == 0; }
   // How many ranks of the job share this machine (to split its cores).
   int ranks_on_node() const { return ranks_on_node_; }
+  // Which node every rank runs on (learnt at start-up).
+  const NodeMap& nodes() const { return nodes_; }
 
   Communicator& group(GroupKind kind) const { return *comms_[size_t(kind)]; }
   Communicator& tp() const { return group(GroupKind::tp); }
@@ -38,6 +41,7 @@ class ParallelContext {
   int rank_;
   GridCoord coord_;
   int ranks_on_node_ = 1;
+  NodeMap nodes_;
   std::array<std::unique_ptr<Communicator>, kAllGroupKinds.size()> comms_;
 };
 
