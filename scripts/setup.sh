@@ -66,6 +66,7 @@ PACKAGES=(
   python3-venv   # .venv for transformers (below)
   libopenblas0   # the BLAS that the PyTorch baseline (tools/bench_pytorch.py) runs on
   groff-base perl
+  iproute2       # ip / tc: the emulated cluster (scripts/cluster/emulate.sh)
 )
 
 if [[ "${1:-}" == venv ]]; then
