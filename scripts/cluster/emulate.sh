@@ -82,7 +82,10 @@ down() {
   for dev in $(ip -o link show 2> /dev/null | awk -F': ' '{print $2}' | cut -d@ -f1 | grep "^${prefix}-v" || true); do
     ip link del "$dev" 2> /dev/null || true
   done
-  for ns in $(ip netns list 2> /dev/null | awk '{print $1}' | grep "^${prefix}-" || true); do ip netns del "$ns"; done
+  for ns in $(ip netns list 2> /dev/null | awk '{print $1}' | grep "^${prefix}-" || true); do
+    ip netns pids "$ns" 2> /dev/null | xargs -r kill -9 2> /dev/null || true  # a cut node's stranded ranks
+    ip netns del "$ns"
+  done
   if ip link show $bridge > /dev/null 2>&1; then ip link del $bridge; fi
   rm -f $hostfile
   for _ in $(seq 50); do

@@ -127,7 +127,8 @@ commands:
           Up to --max-restarts (default 3) restarts; another failure (a bad config, an internal
           error) is not restarted. Each failure is a line of runs/NAME/elastic.jsonl (ranks,
           reason, step lost, time to detect and to restart, the new layout) and a row of loom
-          report's Faults section. --fault applies to the first launch only.
+          report's Faults section. --fault applies to the first launch only. If mpirun does not
+          end 15 s after a rank aborted the job (a node it cannot reach), it is stopped.
   bench   Benchmarks (speed is measured here, never in tests).
             loom bench step [--shapes tiny,small,gpt2-124M] [--model gpt2|llama] [--threads 1,2]
                             [--steps N] [--precision fp32,bf16,fp16] [--torch-autocast] [--no-pytorch]

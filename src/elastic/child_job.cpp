@@ -71,6 +71,10 @@ ChildJob::ChildJob(const std::string& command) {
   output_ = ::fdopen(fds[0], "r");
 }
 
+void ChildJob::signal(int sig) const {
+  if (pid_ > 0 && !waited_) ::kill(pid_, sig);
+}
+
 int ChildJob::wait() {
   if (output_) std::fclose(output_), output_ = nullptr;
   int status = 0;

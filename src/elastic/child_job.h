@@ -18,6 +18,9 @@ class ChildJob {
   ChildJob& operator=(const ChildJob&) = delete;
 
   FILE* output() { return output_; }  // read until EOF
+  // Sends the command (mpirun) a signal, e.g. when it does not end after a
+  // rank aborted the job.
+  void signal(int sig) const;
   // Waits for the command; its exit code (128 + the signal that ended it).
   int wait();
   // The signal the supervisor received while this job ran (0: none).

@@ -1,9 +1,11 @@
 #include "elastic/supervisor.h"
 
+#include <poll.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <csignal>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -58,35 +60,69 @@ struct Attempt {
 
 // Reads the job's merged output line by line as it comes, echoing it;
 // on_resume runs when the job says where it resumed.
+// What one line of the job's output tells the supervisor.
+void note_line(Attempt& a, const std::string& line, Clock::time_point now,
+               const std::function<void(const Attempt&)>& on_resume) {
+  if (RankDeath d = parse_rank_death(line); d.rank >= 0) a.deaths.push_back(d);
+  if (line.rfind("loom: fault injection:", 0) == 0 && !a.fault_at) a.fault_at = now;
+  if (line.rfind("loom: ", 0) == 0 && line.find("error: ") != std::string::npos)
+    a.last_error = line.substr(0, line.find_last_not_of('\n') + 1);
+  // "resume: DIR (step N, ..." or "resume: no checkpoint ..." (not the
+  // "resume: skipped ..." warnings before them).
+  const bool resumed = line.rfind("resume: ", 0) == 0 && line.find("(step ") != std::string::npos;
+  if ((resumed || line.rfind("resume: no checkpoint", 0) == 0) && !a.resumed_at) {
+    a.resumed_at = now;
+    a.resumed_step = resumed ? std::atoll(line.c_str() + line.find("(step ") + 6) : 0;
+    on_resume(a);
+  }
+}
+
+// A rank that named a timeout has asked MPI to abort the job; mpirun may
+// still wait for a daemon it cannot reach (a cut link), so after this long
+// the supervisor ends it: SIGTERM, then SIGKILL.
+constexpr double kAbortGraceS = 15, kKillGraceS = 5;
+
 Attempt run_attempt(const std::string& command, FILE* out, const std::function<void(const Attempt&)>& on_resume) {
   Attempt a;
   ChildJob job(command);
   std::string line;
   char buf[4096];
-  while (std::fgets(buf, sizeof buf, job.output())) {
-    line += buf;
-    if (line.back() != '\n') continue;
-    std::fputs(line.c_str(), out);
-    std::fflush(out);
-    const auto now = Clock::now();
-    if (RankDeath d = parse_rank_death(line); d.rank >= 0) a.deaths.push_back(d);
-    if (line.rfind("loom: fault injection:", 0) == 0 && !a.fault_at) a.fault_at = now;
-    if (line.rfind("loom: ", 0) == 0 && line.find("error: ") != std::string::npos) a.last_error = line.substr(0, line.size() - 1);
-    // "resume: DIR (step N, ..." or "resume: no checkpoint ..." (not the
-    // "resume: skipped ..." warnings before them).
-    const bool resumed = line.rfind("resume: ", 0) == 0 && line.find("(step ") != std::string::npos;
-    if ((resumed || line.rfind("resume: no checkpoint", 0) == 0) && !a.resumed_at) {
-      a.resumed_at = now;
-      a.resumed_step = resumed ? std::atoll(line.c_str() + line.find("(step ") + 6) : 0;
-      on_resume(a);
+  const int fd = ::fileno(job.output());
+  std::optional<Clock::time_point> abort_named, terminated;
+  bool killed = false;
+  for (;;) {
+    // Wait for output at most a second, so the abort grace is checked.
+    pollfd p{fd, POLLIN, 0};
+    const int ready = ::poll(&p, 1, 1000);
+    const auto tick = Clock::now();
+    if (abort_named && !terminated && seconds_between(*abort_named, tick) > kAbortGraceS) {
+      std::fprintf(out, "loom elastic: the job was aborted %.0f s ago and mpirun has not ended (a node it cannot "
+                        "reach?); stopping it\n",
+                   kAbortGraceS);
+      std::fflush(out);
+      job.signal(SIGTERM), terminated = tick;
     }
-    line.clear();
+    if (terminated && !killed && seconds_between(*terminated, tick) > kKillGraceS) job.signal(SIGKILL), killed = true;
+    if (ready <= 0) continue;
+    const ssize_t got = ::read(fd, buf, sizeof buf - 1);
+    if (got <= 0) break;  // end of output: the job ended
+    buf[got] = 0;
+    line += buf;
+    for (size_t end; (end = line.find('\n')) != std::string::npos; line.erase(0, end + 1)) {
+      const std::string one = line.substr(0, end + 1);
+      std::fputs(one.c_str(), out);
+      std::fflush(out);
+      const auto now = Clock::now();
+      if (one.rfind("loom: ", 0) == 0 && one.find("aborting the job") != std::string::npos && !abort_named)
+        abort_named = now;
+      note_line(a, one, now, on_resume);
+    }
   }
+  if (!line.empty()) note_line(a, line, Clock::now(), on_resume);
   a.exit_code = job.wait();
   a.ended = Clock::now();
   return a;
 }
-
 // The last step metrics.jsonl records (0 if none) and how long ago its
 // line was written.
 int64_t last_step(const std::string& run_dir, double* age_s) {

@@ -2,8 +2,9 @@
 # Issue 22: a job on an emulated cluster of 2 "nodes" (network namespaces on
 # this machine, 1 rank each, links shaped to 1 Gb/s; scripts/cluster/
 # emulate.sh) reproduces the single-process losses, and every rank sees two
-# nodes. Skipped (exit 77) where namespaces cannot be made (not root, no
-# netns): the reason is printed.
+# nodes. Then a link cut mid-run (veth down) under loom elastic ends with the
+# timeout named by the waiting rank, not a hang. Skipped (exit 77) where
+# namespaces cannot be made (not root, no netns): the reason is printed.
 #   emulated_cluster_test.sh LOOM_BINARY SOURCE_DIR
 set -euo pipefail
 loom=$1 src=$2
@@ -34,3 +35,29 @@ echo "2 emulated nodes: $(echo $emulated)"
 # Data parallelism over 2 replicas: the same losses to the printed 4 decimals.
 [[ "$single" == "$emulated" ]] || { echo "FAIL: the losses differ"; exit 1; }
 echo "ok: the emulated 2-node run reproduces the single-process losses"
+
+# A link cut: rank 0 names the collective it waits for after
+# runtime.comm_timeout_s; mpirun then waits for the daemon it cannot reach,
+# and loom elastic ends the job after its grace.
+work=$(mktemp -d /tmp/loomc-test.XXXXXX)
+trap '"$emulate" down; rm -rf "$work"' EXIT
+cut_args=(--config "$src/configs/tiny.toml" --set 'data.format="bytes"' --set model.vocab_size=256
+          --set "data.path=\"$src/data/sample/kjv.txt\"" --set train.steps=1000000 --set "train.run_dir=\"$work/runs\""
+          --set train.eval_every=0 --set train.sample_tokens=0 --set runtime.threads=1 --set train.log_every=100000
+          --set runtime.comm_timeout_s=5 --set train.checkpoint_every=1000000
+          --set "train.checkpoint_dir=\"$work/ck\"")
+(sleep 6; "$emulate" cut 1) &
+start=$(date +%s)
+set +e
+# shellcheck disable=SC2046
+out=$(OMP_NUM_THREADS=1 timeout 120 "$loom" elastic --np 2 --max-restarts 0 "${cut_args[@]}" \
+        -- $("$emulate" mpirun-args 1) 2>&1)
+rc=$?
+set -e
+wait
+elapsed=$(($(date +%s) - start))
+echo "$out" | grep -E '^loom( elastic)?:' | cut -c1-200
+[[ $rc != 124 ]] || { echo "FAIL: the job with a cut link hung (killed after 120 s)"; exit 1; }
+[[ $rc != 0 ]] || { echo "FAIL: the job with a cut link exited 0"; exit 1; }
+echo "$out" | grep -q 'no completion after 5 s; aborting the job' || { echo "FAIL: no rank named the timeout"; exit 1; }
+echo "ok: the cut link ended the job in ${elapsed} s (exit $rc) with the timeout named"
