@@ -27,8 +27,7 @@ Layout choose_layout(const RunConfig& cfg, int world_size, const ClusterSpec& cl
     if (world_size % tp || !tp_divides(m, tp)) continue;
     for (int cp = 1; cp <= world_size / tp; cp++) {
       // Context parallelism: two equal chunks per rank, on the tiled attention.
-      if ((world_size / tp) % cp || (cp > 1 && (m.seq_len % (2 * cp) || m.attention == AttentionKind::materialized)))
-        continue;
+      if ((world_size / tp) % cp || !m.splits_for_cp(cp)) continue;
       for (int pp = 1; pp <= std::min(m.n_layer, world_size / (tp * cp)); pp++) {
         if ((world_size / (tp * cp)) % pp) continue;
         const int dp = world_size / (tp * cp * pp);

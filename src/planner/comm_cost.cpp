@@ -40,4 +40,11 @@ double all_gather_seconds(double bytes, int n, const Link& link) { return reduce
 
 double p2p_seconds(double bytes, const Link& link) { return link.latency + bytes / link.bandwidth; }
 
+RingSeconds ring_attention_seconds(double kv_bytes, double attention_s, int cp, const Link& link) {
+  if (cp <= 1) return {};
+  const double step = attention_s / cp;
+  return {(cp - 1) * std::max(0.0, p2p_seconds(kv_bytes, link) - step),
+          (cp - 1) * std::max(0.0, p2p_seconds(2 * kv_bytes, link) - 2 * step) + p2p_seconds(kv_bytes, link)};
+}
+
 }  // namespace loom::planner

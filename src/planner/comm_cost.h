@@ -34,4 +34,14 @@ double reduce_scatter_seconds(double bytes, int n, const Link& link);
 double all_gather_seconds(double bytes, int n, const Link& link);
 double p2p_seconds(double bytes, const Link& link);
 
+// Ring attention (parallel/cp/ring_attention.h) over cp ranks, per layer:
+// forward passes cp - 1 fp32 key/value blocks of kv_bytes, each arriving
+// while the one before is attended (1 / cp of the layer's attention compute,
+// attention_s); backward passes them again with their gradients, and a last
+// turn brings each block's gradient home. What the compute does not hide.
+struct RingSeconds {
+  double forward = 0, backward = 0;
+};
+RingSeconds ring_attention_seconds(double kv_bytes, double attention_s, int cp, const Link& link);
+
 }  // namespace loom::planner

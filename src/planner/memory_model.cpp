@@ -91,7 +91,10 @@ MemoryBreakdown stage_memory(const Workload& w, const Layout& l, const ClusterSp
   const double scale = activation_scale(l.precision);
   const int in_flight = pp::max_in_flight(l.schedule(), l.pp, l.micro_batches, l.v, stage);
   const double layers_per_chunk = double(layers_on_stage(m.n_layer, l.pp, stage)) / l.v;
-  const double per_layer = scale * layer_activation_bytes(m, s, b, l.tp, l.seq_parallel, l.recompute, tiled);
+  // The tiled attention keeps no probabilities: selective recomputation
+  // drops nothing from it (model/block_stage.h), as none.
+  const Recompute kept = tiled && l.recompute == Recompute::selective ? Recompute::none : l.recompute;
+  const double per_layer = scale * layer_activation_bytes(m, s, b, l.tp, l.seq_parallel, kept, tiled);
   mem.activations = in_flight * layers_per_chunk * per_layer;
   if (l.recompute == Recompute::full)  // the layer being recomputed holds everything once
     mem.activations += scale * layer_activation_bytes(m, s, b, l.tp, l.seq_parallel, Recompute::none, tiled);

@@ -268,18 +268,9 @@ RunPrediction predict_loom_run(const RunConfig& cfg, int world_size, const Clust
   // attention still reads all T keys.
   const double C = m.d_model, T = m.seq_len, V = m.vocab_size, tokens = double(r.micro) * T / r.cp;
   const double f_block = tokens * (2 * (pc.layer_split + pc.layer_replicated) + 4 * T * C) / r.tp / rate;
-  // The ring (parallel/cp/ring_attention.h): forward passes cp - 1 fp32
-  // key/value blocks, each arriving while the one before is attended (1 / cp
-  // of the attention's compute); backward passes them again with their
-  // gradients, and a last turn brings each block's gradient home.
-  double ring_f = 0, ring_b = 0;
-  if (r.cp > 1) {
-    const double kv_bytes = 4 * tokens * 2 * double(m.kv_heads() / r.tp) * m.head_dim();
-    const double step = tokens * 4 * T * C / r.tp / rate / r.cp;
-    ring_f = (r.cp - 1) * std::max(0.0, p2p_seconds(kv_bytes, links.cp) - step);
-    ring_b = (r.cp - 1) * std::max(0.0, p2p_seconds(2 * kv_bytes, links.cp) - 2 * step) +
-             p2p_seconds(kv_bytes, links.cp);
-  }
+  // Context parallelism: the ring's fp32 key/value blocks.
+  const RingSeconds ring = ring_attention_seconds(4 * tokens * 2 * double(m.kv_heads() / r.tp) * m.head_dim(),
+                                                  tokens * 4 * T * C / r.tp / rate, r.cp, links.cp);
   const double f_head = tokens * 2 * (V * C + pc.final_norm) / r.tp / rate;
   // (The tiled attention keeps no probabilities: selective recomputes nothing.)
   const bool tiled = m.tiled_attention(m.seq_len, r.cp);
@@ -303,7 +294,7 @@ RunPrediction predict_loom_run(const RunConfig& cfg, int world_size, const Clust
     k.b_compute = 2 * k.f_compute + layers * redo;
     k.f_tp = 2 * layers * tp_ar;
     k.b_tp = tp_per_block_b * layers * tp_ar;
-    k.f_cp = layers * ring_f, k.b_cp = layers * ring_b;
+    k.f_cp = layers * ring.forward, k.b_cp = layers * ring.backward;
     if (r.zero == 3) {
       // Each pass all-gathers the chunk's fp32 weights block by block (one
       // collective per block and one for the embeddings / head). The engine

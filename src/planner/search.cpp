@@ -22,12 +22,14 @@ bool allowed(const std::vector<int>& list, int value) {
 
 // Faster first. Among equally fast layouts (within 1e-6) the simpler one:
 // a lower ZeRO stage (less traffic whose overlap the model takes on faith),
-// less model parallelism, larger micro-batches, then more memory to spare.
+// less recomputation, less model parallelism, larger micro-batches, then
+// more memory to spare.
 bool better(const Candidate& a, const Candidate& b) {
   const double ta = a.time.step, tb = b.time.step;
   if (std::abs(ta - tb) > 1e-6 * std::max(ta, tb)) return ta < tb;
   const Layout &la = a.layout, &lb = b.layout;
   if (la.zero != lb.zero) return la.zero < lb.zero;
+  if (la.recompute != lb.recompute) return la.recompute < lb.recompute;  // tiled attention: selective is none
   if (la.tp * la.pp * la.cp != lb.tp * lb.pp * lb.cp) return la.tp * la.pp * la.cp < lb.tp * lb.pp * lb.cp;
   if (la.micro_batch != lb.micro_batch) return la.micro_batch > lb.micro_batch;
   return a.memory.total() < b.memory.total();
@@ -66,9 +68,7 @@ SearchResult search_layouts(const Workload& w, const ClusterSpec& c, const Searc
     if (!tp_divides(m, tp) || !allowed(space.tp, tp)) continue;
     for (int cp : divisors(devices / tp, w.seq_len() / 2)) {
       // Each cp rank holds two equal chunks of every sequence.
-      if (!allowed(space.cp, cp) ||
-          (cp > 1 && (w.seq_len() % (2 * cp) != 0 || m.attention == AttentionKind::materialized)))
-        continue;
+      if (!allowed(space.cp, cp) || !m.splits_for_cp(cp)) continue;
       for (int pp : divisors(devices / (tp * cp), m.n_layer)) {
         const int dp = devices / (tp * cp * pp);
         if (!allowed(space.pp, pp) || !allowed(space.dp, dp) || w.global_batch % dp != 0) continue;

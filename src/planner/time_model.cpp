@@ -47,18 +47,9 @@ ChunkCosts chunk_costs(const Workload& w, const Layout& l, const ClusterSpec& c,
   const double f_tp = 2 * ar, b_tp = 2 * ar + (l.recompute == Recompute::full ? 2 * ar : 0);
   const double f_head = tokens * 2 * V * h / t / rate;
   const double pbytes = act_bytes(l.precision);
-  // Ring attention (parallel/cp/): forward passes cp - 1 fp32 key/value
-  // blocks, each while the one before is attended (1 / cp of the attention
-  // compute); backward the blocks and their gradients, then a last turn of
-  // gradients home.
-  double ring_f = 0, ring_b = 0;
-  if (l.cp > 1) {
-    const double kv_bytes = 4 * tokens * 2 * double(m.kv_heads()) / t * m.head_dim();
-    const double step = tokens * 4 * s * h / t / rate / l.cp;
-    ring_f = (l.cp - 1) * std::max(0.0, p2p_seconds(kv_bytes, links.cp) - step);
-    ring_b = (l.cp - 1) * std::max(0.0, p2p_seconds(2 * kv_bytes, links.cp) - 2 * step) +
-             p2p_seconds(kv_bytes, links.cp);
-  }
+  // Context parallelism: the ring's fp32 key/value blocks.
+  const RingSeconds ring = ring_attention_seconds(4 * tokens * 2 * double(m.kv_heads()) / t * m.head_dim(),
+                                                  tokens * 4 * s * h / t / rate, l.cp, links.cp);
 
   const int stages = l.pp * l.v;
   const pp::ChunkMap map = pp::chunk_map(l.schedule(), l.pp, l.v);
@@ -75,7 +66,7 @@ ChunkCosts chunk_costs(const Workload& w, const Layout& l, const ClusterSpec& c,
     k.b_weight[vs] = layers * w_layer;
     k.f_tp[vs] = layers * f_tp + (vs == 0 ? ar : 0);  // vocab-parallel embedding sums its output
     k.b_tp[vs] = layers * b_tp;
-    k.f_cp[vs] = layers * ring_f, k.b_cp[vs] = layers * ring_b;
+    k.f_cp[vs] = layers * ring.forward, k.b_cp[vs] = layers * ring.backward;
     if (l.zero >= 3) {
       // Each pass gathers the chunk's parameters (prefetched while the
       // previous layer computes); backward also reduce-scatters gradients.

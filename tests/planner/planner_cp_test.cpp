@@ -52,7 +52,9 @@ TEST(PlannerContextParallel, ProposesCpForLongSequencesAndLoomRunsIt) {
   SearchSpace no_cp;
   no_cp.cp = {1};
   const SearchResult without = search_layouts(w, c, no_cp, 1);
-  if (!without.top.empty()) EXPECT_LT(any.top[0].time.step, without.top[0].time.step);
+  if (!without.top.empty()) {
+    EXPECT_LT(any.top[0].time.step, without.top[0].time.step);
+  }
   // What it proposes passes the trainer's checks (config and layout).
   RunConfig cfg;
   cfg.model = w.model;
