@@ -43,9 +43,9 @@ shape() {  # shape DEV RATE DELAY [netns]
   local run=()
   [[ -n $ns ]] && run=(ip netns exec "$ns")
   if [[ -n $delay ]] && "${run[@]}" tc qdisc add dev "$dev" root handle 1: netem delay "$delay" 2> /dev/null; then
-    "${run[@]}" tc qdisc add dev "$dev" parent 1: handle 2: tbf rate "$rate" burst 64kb latency 400ms
+    "${run[@]}" tc qdisc add dev "$dev" parent 1: handle 2: tbf rate "$rate" burst 64kb latency 20ms
   else
-    "${run[@]}" tc qdisc add dev "$dev" root tbf rate "$rate" burst 64kb latency 400ms
+    "${run[@]}" tc qdisc add dev "$dev" root tbf rate "$rate" burst 64kb latency 20ms
     [[ -z $delay || -n ${warned:-} ]] || echo "emulate.sh: no tc netem in this kernel: $rate links without the $delay delay" >&2
     warned=1
   fi

@@ -7,6 +7,8 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <sstream>
 
 #include "core/check.h"
 
@@ -48,6 +50,26 @@ std::string mpirun_prefix(int ranks, int threads_per_rank) {
     ::setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0);
   }
   return strprintf("OMP_NUM_THREADS=%d mpirun --oversubscribe --bind-to none -np %d ", threads_per_rank, ranks);
+}
+
+MpiFigures measure_all_reduce(const std::string& launcher, const std::string& max_bytes) {
+  const CommandResult r = run_command(launcher + " '" + self_exe() + "' bench comm-child --min-bytes 4K --max-bytes " +
+                                      max_bytes + " 2>&1");
+  MpiFigures f;
+  std::istringstream lines(r.output);
+  for (std::string line; std::getline(lines, line);) {
+    unsigned long long bytes, floats;
+    char op[32];
+    double us, algbw, busbw;
+    if (std::sscanf(line.c_str(), "%llu %llu %31s %lf %lf %lf", &bytes, &floats, op, &us, &algbw, &busbw) != 6)
+      continue;
+    if (std::strcmp(op, "all_reduce") != 0) continue;
+    if (bytes == 4096) f.latency_s = us * 1e-6 / 2;
+    // The largest size comes last; a 2-rank all-reduce moves 2 (n - 1) / n = 1 buffer per rank.
+    f.bus_bytes_per_s = double(bytes) / (us * 1e-6);
+  }
+  f.ok = r.status == 0 && f.bus_bytes_per_s > 0;
+  return f;
 }
 
 std::string self_exe() {

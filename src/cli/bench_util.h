@@ -24,6 +24,16 @@ std::string run_for_json(const std::string& command);
 // which OpenMPI refuses root (a benchmark launched by root means it).
 std::string mpirun_prefix(int ranks, int threads_per_rank);
 
+// all_reduce between 2 ranks from `loom bench comm-child` launched by
+// `launcher` (mpirun_prefix(2, 1), or an emulated cluster's mpirun): bus
+// bandwidth at the largest size (max_bytes, like "64M"), latency per ring
+// step from the 4 KiB time (a 2-rank ring takes 2 steps).
+struct MpiFigures {
+  bool ok = false;
+  double bus_bytes_per_s = 0, latency_s = 0;
+};
+MpiFigures measure_all_reduce(const std::string& launcher, const std::string& max_bytes);
+
 std::string self_exe();
 double peak_rss_mib();  // of this process so far
 

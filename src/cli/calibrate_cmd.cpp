@@ -87,32 +87,6 @@ StepFigures measure_training_step(int threads) {
   return f;
 }
 
-struct MpiFigures {
-  bool ok = false;
-  double bus_bytes_per_s = 0, latency_s = 0;
-};
-
-// all_reduce of 2 ranks from `loom bench comm-child`: bus bandwidth at 64 MiB,
-// latency from the 4 KiB time (a 2-rank ring takes 2 steps).
-MpiFigures measure_mpi() {
-  std::string cmd = mpirun_prefix(2, 1) + "'" + self_exe() + "' bench comm-child --min-bytes 4K --max-bytes 64M 2>&1";
-  FILE* pipe = popen(cmd.c_str(), "r");
-  MpiFigures f;
-  if (!pipe) return f;
-  char line[512];
-  while (std::fgets(line, sizeof line, pipe)) {
-    unsigned long long bytes, floats;
-    char op[32];
-    double us, algbw, busbw;
-    if (std::sscanf(line, "%llu %llu %31s %lf %lf %lf", &bytes, &floats, op, &us, &algbw, &busbw) != 6) continue;
-    if (std::strcmp(op, "all_reduce") != 0) continue;
-    if (bytes == 4096) f.latency_s = us * 1e-6 / 2;
-    f.bus_bytes_per_s = busbw * 1e9;  // the largest size comes last
-  }
-  f.ok = pclose(pipe) == 0 && f.bus_bytes_per_s > 0;
-  return f;
-}
-
 }  // namespace
 
 int cmd_bench_calibrate(const Args& args) {
@@ -142,7 +116,7 @@ int cmd_bench_calibrate(const Args& args) {
   c.memory_bandwidth = memcpy_traffic_bytes_per_s();
   std::printf("  memcpy traffic:       %.1f GB/s (one thread, read + write)\n", c.memory_bandwidth * 1e-9);
   if (mpi) {
-    MpiFigures f = measure_mpi();
+    MpiFigures f = measure_all_reduce(mpirun_prefix(2, 1), "64M");
     LOOM_USER_CHECK(f.ok, "bench calibrate: the MPI measurement failed (is mpirun installed?); run without --mpi");
     c.intra_bandwidth = f.bus_bytes_per_s;
     c.intra_latency = f.latency_s;

@@ -30,6 +30,9 @@ int cmd_bench_pp(const Args& args);
 int cmd_bench_pp_child(const Args& args, MpiRuntime& mpi);
 int cmd_bench_cp(const Args& args);
 int cmd_bench_cp_child(const Args& args, MpiRuntime& mpi);
+// `loom bench cluster`: layouts on an emulated 2-node cluster, measured against the planner.
+int cmd_bench_cluster(const Args& args);
+int cmd_bench_cluster_child(const Args& args, MpiRuntime& mpi);
 // `loom bench planner`: predicted against measured over a matrix of `loom train` runs.
 int cmd_bench_planner(const Args& args);
 int cmd_prepare(const Args& args);

@@ -1,5 +1,6 @@
 // `loom elastic --np N [--min-ranks M] [--max-restarts K] [--config F]
-//  [--set k=v]... [--layout auto] [--resume SPEC] [--fault SPEC]... [-- mpirun options]`
+//  [--set k=v]... [--layout auto] [--resume SPEC] [--fault SPEC]... [--launcher mpirun|srun]
+//  [-- launcher options]`
 // (src/elastic/supervisor.h).
 #include <cstdio>
 #include <cstdlib>
@@ -38,6 +39,7 @@ int cmd_elastic(const Args& args) {
       else if (a == "--config") o.config_path = resolve_path(value("--config"));
       else if (a == "--set") o.overrides.push_back(value("--set"));
       else if (a == "--layout") o.layout = value("--layout");
+      else if (a == "--launcher") o.launcher = value("--launcher");
       else if (a == "--resume") o.resume = value("--resume");
       else if (a == "--fault") o.faults.push_back(value("--fault")), parse_fault(o.faults.back());  // checked now
       else if (a == "--") o.mpirun_args.assign(args.begin() + long(i) + 1, args.end()), i = args.size();

@@ -35,6 +35,10 @@ commands:
                               (auto; a damaged one is named and the previous one used), or from DIR,
                               under any layout (dp, tp, pp, ZeRO may differ from the run that saved)
             --layout auto     let the planner (loom plan) choose dp, tp, pp, cp, ZeRO, micro-batch, recompute
+            --cluster NAME    the cluster the run's own prediction (and --layout auto) is made for:
+                              a configs/clusters preset or a cluster .toml (e.g. the emulated one
+                              loom bench cluster writes); default: this machine's calibration
+                              (loom bench calibrate), as many nodes as the run finds
             --fault SPEC      for tests and demos only: make a rank fail on purpose. SPEC is
                               kill:rank=R:step=S (SIGKILL as step S begins), stop:rank=R:step=S
                               (SIGSTOP: a hang), slow:rank=R:step=S:ms=M (M ms more compute per
@@ -118,7 +122,8 @@ commands:
   elastic Keep training through failures: mpirun of loom train, restarted on the ranks that
           are left when a rank dies or hangs.
             loom elastic --np N [--min-ranks M] [--max-restarts K] [--config FILE] [--set K=V ...]
-                         [--layout auto] [--resume auto|DIR] [--fault SPEC] [-- mpirun options]
+                         [--layout auto] [--resume auto|DIR] [--fault SPEC] [--launcher mpirun|srun]
+                         [-- launcher options]
           Needs train.checkpoint_every > 0 (and train.checkpoint_dir). On a rank's death (mpirun
           names it) or a hang (flight/hang.json names the culprits) it relaunches with --resume
           auto on N - failed ranks: your tp x pp with fewer replicas while that divides the
@@ -128,7 +133,11 @@ commands:
           error) is not restarted. Each failure is a line of runs/NAME/elastic.jsonl (ranks,
           reason, step lost, time to detect and to restart, the new layout) and a row of loom
           report's Faults section. --fault applies to the first launch only. If mpirun does not
-          end 15 s after a rank aborted the job (a node it cannot reach), it is stopped.
+          end 15 s after a rank aborted the job (a node it cannot reach), it is stopped; a job
+          whose ranks only timed out (no death, no culprit: a lost link) is named a hang and not
+          restarted. --launcher srun (inside a Slurm allocation, e.g. from an sbatch script)
+          launches srun --ntasks=N --kill-on-bad-exit=1 --mpi=pmix instead of mpirun and reads
+          srun's "task R: Killed" lines; options after -- go to the launcher.
   bench   Benchmarks (speed is measured here, never in tests).
             loom bench step [--shapes tiny,small,gpt2-124M] [--model gpt2|llama] [--threads 1,2]
                             [--steps N] [--precision fp32,bf16,fp16] [--torch-autocast] [--no-pytorch]
@@ -158,6 +167,13 @@ commands:
           Context parallelism on a long-sequence tiny model (--layers blocks, d_model 128, one sequence of
           T tokens per step): cp=1 (1 rank) against cp=2 (2 ranks x 1 thread, ring attention): step
           time, activation MiB per rank and their ratios, peak RSS, largest loss difference.
+            loom bench cluster [--rates 1gbit,100mbit] [--steps 4]
+          The planner's network model on an emulated cluster (root; scripts/cluster/emulate.sh):
+          2 nodes x 2 ranks, GPT-2 4 x 256, as tp2 inside each node / dp2 across, tp2 across /
+          dp2 inside, and dp4. Each layout runs on one node (compute calibrated there), then
+          across the nodes at each link speed (the link measured and written as the cluster file
+          .cache/cluster-emulated-2x2-RATE.toml, for loom plan --cluster): measured against
+          predicted step time, communication and link cost, and the two rankings.
             loom bench scaling [--ranks 2] [--zero 0,1,2,3] [--steps 8] [--micro-batch 4]
                                [--bucket-mb 4] [--repeat 1]
           Weak scaling of data parallelism on the "small" shape, 1 thread per rank: 1 rank

@@ -70,6 +70,9 @@ int main(int argc, char** argv) {
     if (cmd == "bench" && !rest.empty() && rest[0] == "cp") return cli::cmd_bench_cp(rest);
     if (cmd == "bench" && !rest.empty() && rest[0] == "cp-child")
       return run_distributed(&argc, &argv, cli::cmd_bench_cp_child, rest);
+    if (cmd == "bench" && !rest.empty() && rest[0] == "cluster") return cli::cmd_bench_cluster(rest);
+    if (cmd == "bench" && !rest.empty() && rest[0] == "cluster-child")
+      return run_distributed(&argc, &argv, cli::cmd_bench_cluster_child, rest);
     if (cmd == "bench" && !rest.empty() && rest[0] == "elastic") return cli::cmd_bench_elastic(rest);
     if (cmd == "bench" && !rest.empty() && rest[0] == "planner") return cli::cmd_bench_planner(rest);
     if (cmd == "bench" && !rest.empty() && rest[0] == "tp-child")

@@ -10,6 +10,7 @@
 #include <mpi.h>
 
 #include "obs/run_dir.h"
+#include "parallel/grid/parallel_context.h"
 #include "planner/predict.h"
 #include "train/trainer.h"
 
@@ -34,12 +35,13 @@ std::string resolve_path(const std::string& path) {
 // --layout auto: rank 0 asks the planner for the fastest layout that fits
 // (dp, tp, pp, ZeRO stage, micro-batch, recomputation) and every rank takes
 // it, or every rank fails with rank 0's message.
-static void choose_layout_on_rank0(RunConfig& cfg, MpiRuntime& mpi) {
+static void choose_layout_on_rank0(RunConfig& cfg, MpiRuntime& mpi, const std::string& cluster) {
+  const int nodes = discover_nodes().nodes();  // collective: before rank 0 alone plans
   int chosen[8] = {0, 0, 0, 0, 0, 0, 0, 0};  // ok, dp, tp, pp, zero, micro-batch, recompute, cp
   std::string error;
   if (mpi.world_rank() == 0) {
     try {
-      const planner::Layout l = planner::choose_layout(cfg, mpi.world_size(), planner::local_cluster_or_default());
+      const planner::Layout l = planner::choose_layout(cfg, mpi.world_size(), planner::cluster_for_run(cluster, nodes));
       chosen[0] = 1, chosen[1] = l.dp, chosen[2] = l.tp, chosen[3] = l.pp, chosen[4] = l.zero;
       chosen[5] = l.micro_batch, chosen[6] = int(l.recompute), chosen[7] = l.cp;
     } catch (const UserError& e) {
@@ -83,6 +85,7 @@ int cmd_train(const Args& args, MpiRuntime& mpi) {
       else if (a == "--layout") layout = value("--layout");
       else if (a == "--resume") options.resume = value("--resume");
       else if (a == "--fault") faults.push_back(parse_fault(value("--fault")));
+      else if (a == "--cluster") options.cluster = value("--cluster");
       else if (a.rfind("--set=", 0) == 0) overrides.push_back(a.substr(6));
       else if (a == "-h" || a == "--help") return rank0 ? (print_help(), 0) : 0;
       else throw UserError(strprintf("train: unknown option '%s' (try loom --help)", a.c_str()));
@@ -95,9 +98,10 @@ int cmd_train(const Args& args, MpiRuntime& mpi) {
     LOOM_USER_CHECK(layout == "config" || layout == "auto", "train: --layout takes auto or config, got '%s'",
                     layout.c_str());
     cfg = load_run_config(config_path, overrides);
+    if (!options.cluster.empty()) planner::cluster_for_run(options.cluster, 1);  // a bad --cluster stops here
     // Before any oneDNN primitive exists: oneDNN fixes its ISA at first use.
     cpu::cap_isa(cfg.runtime.isa, "runtime.isa");
-    if (layout == "auto") choose_layout_on_rank0(cfg, mpi);
+    if (layout == "auto") choose_layout_on_rank0(cfg, mpi, options.cluster);
     cfg.data.path = resolve_path(cfg.data.path);
     LOOM_USER_CHECK(exists(cfg.data.path), "data %s '%s' (data.path) not found%s",
                     cfg.data.format == "shards" ? "folder" : "file", cfg.data.path.c_str(),

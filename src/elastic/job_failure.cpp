@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <nlohmann/json.hpp>
 #include <regex>
+#include <sstream>
 
 #include "core/check.h"
 
@@ -21,8 +22,29 @@ RankDeath parse_rank_death(const std::string& line) {
   return d;
 }
 
+std::vector<RankDeath> parse_rank_deaths(const std::string& line) {
+  if (RankDeath d = parse_rank_death(line); d.rank >= 0) return {d};
+  // Slurm: "srun: error: nid001: tasks 0,2-3: Killed", "srun: error: n1: task 1: Segmentation fault (core dumped)".
+  static const std::regex srun(R"(srun: error: (\S+): tasks? ([0-9,-]+): (.+))");
+  std::smatch m;
+  std::vector<RankDeath> out;
+  if (!std::regex_search(line, m, srun)) return out;
+  std::string what = m[3].str();
+  while (!what.empty() && (what.back() == '\n' || what.back() == '\r')) what.pop_back();
+  if (what.rfind("Exited with exit code", 0) == 0 || what.rfind("Terminated", 0) == 0) return out;
+  std::stringstream list(m[2].str());
+  for (std::string item; std::getline(list, item, ',');) {
+    const size_t dash = item.find('-');
+    if (item.empty() || dash == 0) continue;
+    const int first = std::stoi(item), last = dash == std::string::npos ? first : std::stoi(item.substr(dash + 1));
+    for (int r = first; r <= last && r - first < 1 << 16; r++)
+      out.push_back({r, strprintf("rank %d on %s: %s (srun)", r, m[1].str().c_str(), what.c_str())});
+  }
+  return out;
+}
+
 JobFailure classify_failure(int exit_code, const std::string& hang_json, const std::vector<RankDeath>& deaths,
-                            const std::string& last_error) {
+                            const std::string& last_error, const std::string& timeout_line) {
   JobFailure f;
   // A hang first: when the deadline expires, mpirun's own clean-up may also
   // report ranks it killed; the flight records say who held the others up.
@@ -50,9 +72,14 @@ JobFailure classify_failure(int exit_code, const std::string& hang_json, const s
   }
   std::sort(f.ranks.begin(), f.ranks.end());
   f.ranks.erase(std::unique(f.ranks.begin(), f.ranks.end()), f.ranks.end());
-  if (!f.rank_failure)
+  if (!f.rank_failure && !timeout_line.empty()) {
+    std::string line = timeout_line;
+    if (line.rfind("loom: ", 0) == 0) line.erase(0, 6);
+    f.reason = "hang: " + line + " (no rank died and no flight record names a culprit: a lost link or node?)";
+  } else if (!f.rank_failure) {
     f.reason = last_error.empty() ? strprintf("the job exited with code %d and no rank failed", exit_code)
                                   : last_error;
+  }
   return f;
 }
 

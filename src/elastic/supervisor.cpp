@@ -52,6 +52,7 @@ struct Attempt {
   int exit_code = -1;
   std::vector<RankDeath> deaths;
   std::string last_error;                    // the last "loom: ... error: ..." line
+  std::string timeout_line;                  // the first "loom: ...; aborting the job" line
   std::optional<Clock::time_point> fault_at;  // an injected fault announced itself
   std::optional<Clock::time_point> resumed_at;
   int64_t resumed_step = -1;                 // from "resume: ... (step N, ..." (0: fresh start)
@@ -63,7 +64,9 @@ struct Attempt {
 // What one line of the job's output tells the supervisor.
 void note_line(Attempt& a, const std::string& line, Clock::time_point now,
                const std::function<void(const Attempt&)>& on_resume) {
-  if (RankDeath d = parse_rank_death(line); d.rank >= 0) a.deaths.push_back(d);
+  for (RankDeath& d : parse_rank_deaths(line)) a.deaths.push_back(std::move(d));
+  if (line.rfind("loom: ", 0) == 0 && line.find("aborting the job") != std::string::npos && a.timeout_line.empty())
+    a.timeout_line = line.substr(0, line.find_last_not_of('\n') + 1);
   if (line.rfind("loom: fault injection:", 0) == 0 && !a.fault_at) a.fault_at = now;
   if (line.rfind("loom: ", 0) == 0 && line.find("error: ") != std::string::npos)
     a.last_error = line.substr(0, line.find_last_not_of('\n') + 1);
@@ -82,7 +85,8 @@ void note_line(Attempt& a, const std::string& line, Clock::time_point now,
 // the supervisor ends it: SIGTERM, then SIGKILL.
 constexpr double kAbortGraceS = 15, kKillGraceS = 5;
 
-Attempt run_attempt(const std::string& command, FILE* out, const std::function<void(const Attempt&)>& on_resume) {
+Attempt run_attempt(const std::string& command, const std::string& launcher, FILE* out,
+                    const std::function<void(const Attempt&)>& on_resume) {
   Attempt a;
   ChildJob job(command);
   std::string line;
@@ -96,9 +100,9 @@ Attempt run_attempt(const std::string& command, FILE* out, const std::function<v
     const int ready = ::poll(&p, 1, 1000);
     const auto tick = Clock::now();
     if (abort_named && !terminated && seconds_between(*abort_named, tick) > kAbortGraceS) {
-      std::fprintf(out, "loom elastic: the job was aborted %.0f s ago and mpirun has not ended (a node it cannot "
+      std::fprintf(out, "loom elastic: the job was aborted %.0f s ago and %s has not ended (a node it cannot "
                         "reach?); stopping it\n",
-                   kAbortGraceS);
+                   kAbortGraceS, launcher.c_str());
       std::fflush(out);
       job.signal(SIGTERM), terminated = tick;
     }
@@ -113,9 +117,8 @@ Attempt run_attempt(const std::string& command, FILE* out, const std::function<v
       std::fputs(one.c_str(), out);
       std::fflush(out);
       const auto now = Clock::now();
-      if (one.rfind("loom: ", 0) == 0 && one.find("aborting the job") != std::string::npos && !abort_named)
-        abort_named = now;
       note_line(a, one, now, on_resume);
+      if (!a.timeout_line.empty() && !abort_named) abort_named = now;
     }
   }
   if (!line.empty()) note_line(a, line, Clock::now(), on_resume);
@@ -151,6 +154,8 @@ std::string layout_text(const RunConfig& cfg, int world) { return describe_layou
 
 int run_elastic(const ElasticOptions& o, FILE* out) {
   LOOM_USER_CHECK(o.np >= 1, "elastic: --np must be at least 1 (got %d)", o.np);
+  LOOM_USER_CHECK(o.launcher == "mpirun" || o.launcher == "srun", "elastic: --launcher takes mpirun or srun, got '%s'",
+                  o.launcher.c_str());
   LOOM_USER_CHECK(o.max_restarts >= 0, "elastic: --max-restarts must be 0 or more (got %d)", o.max_restarts);
   LOOM_USER_CHECK(o.min_ranks >= 1 && o.min_ranks <= o.np,
                   "elastic: --min-ranks %d must be in [1, --np %d] (the world it starts with)", o.min_ranks, o.np);
@@ -192,8 +197,12 @@ int run_elastic(const ElasticOptions& o, FILE* out) {
     for (const char* stale : {"/flight/hang.json", "/flight/hang.claim"}) std::remove((run_dir + stale).c_str());
     // Threads per rank: the user's OMP_NUM_THREADS, else the cores shared out.
     if (!user_threads) setenv("OMP_NUM_THREADS", std::to_string(std::max(1u, std::thread::hardware_concurrency() / unsigned(world))).c_str(), 1);
-    // exec: the supervisor's signals reach mpirun itself, not a shell.
-    std::string cmd = strprintf("exec mpirun --oversubscribe --bind-to none -np %d", world);
+    // exec: the supervisor's signals reach mpirun (or srun) itself, not a
+    // shell. srun ends the step when a task dies (--kill-on-bad-exit), as
+    // mpirun does, and starts it through PMIx unless the options say --mpi.
+    std::string cmd = o.launcher == "srun"
+                          ? strprintf("exec srun --ntasks=%d --kill-on-bad-exit=1 --mpi=pmix", world)
+                          : strprintf("exec mpirun --oversubscribe --bind-to none -np %d", world);
     for (const auto& a : o.mpirun_args) cmd += " " + shell_quote(a);
     cmd += " " + shell_quote(o.loom_exe) + " train";
     if (!o.config_path.empty()) cmd += " --config " + shell_quote(o.config_path);
@@ -221,7 +230,7 @@ int run_elastic(const ElasticOptions& o, FILE* out) {
       std::fflush(out);
       pending.reset();
     };
-    const Attempt a = run_attempt(cmd, out, on_resume);
+    const Attempt a = run_attempt(cmd, o.launcher, out, on_resume);
     if (pending) append_record(log_file, *pending), pending.reset();  // it failed before resuming
     if (a.exit_code == 0) {
       std::fprintf(out, "loom elastic: finished on %s after %d restart%s (%s)\n", layout_desc.c_str(), attempt - 1,
@@ -234,7 +243,7 @@ int run_elastic(const ElasticOptions& o, FILE* out) {
       return 128 + sig;
     }
     const JobFailure f = classify_failure(a.exit_code, read_text(run_dir + "/flight/hang.json"), a.deaths,
-                                          a.last_error);
+                                          a.last_error, a.timeout_line);
     obs::RestartRecord r;
     r.attempt = attempt, r.reason = f.reason, r.failed_ranks = f.ranks;
     double age_s = -1;
@@ -250,6 +259,8 @@ int run_elastic(const ElasticOptions& o, FILE* out) {
                    why.c_str());
       return code;
     };
+    if (!f.rank_failure && !a.timeout_line.empty())
+      return stop("no rank to leave out (every rank waited: check the network between the nodes)", 1);
     if (!f.rank_failure)
       return stop("not a rank failure (the same launch would fail again)", a.exit_code == 2 ? 2 : 1);
     if (attempt > o.max_restarts) return stop(strprintf("--max-restarts %d reached", o.max_restarts), 1);

@@ -1,4 +1,4 @@
-// `loom elastic`: runs `loom train` under mpirun and, when a rank dies or
+// `loom elastic`: runs `loom train` under mpirun (or srun) and, when a rank dies or
 // hangs, relaunches the job from the newest checkpoint on the ranks that are
 // left, with the user's layout where it still fits or the planner's for the
 // new world (relayout.h), up to max_restarts times. Each failure is a line
@@ -25,7 +25,8 @@ struct ElasticOptions {
   std::string layout = "config";         // the first launch's --layout (config or auto)
   std::string resume;                    // the first launch's --resume ("" = fresh)
   std::vector<std::string> faults;       // --fault specs, first launch only (tests, demos)
-  std::vector<std::string> mpirun_args;  // extra mpirun options (after --)
+  std::string launcher = "mpirun";       // or "srun" (inside a Slurm allocation)
+  std::vector<std::string> mpirun_args;  // extra launcher options (after --)
 };
 
 // Throws UserError (exit 2) for bad options before launching anything;

@@ -7,23 +7,30 @@
 namespace loom::planner {
 namespace {
 
-Link link_of(const ClusterSpec& c, const ParallelGrid& grid, GroupKind kind) {
+// Ranks fill the nodes in order, ranks_per_node each (mpirun's --map-by
+// slot and Slurm's block distribution).
+Link link_of(const ClusterSpec& c, const ParallelGrid& grid, GroupKind kind, int ranks_per_node) {
   const std::vector<int> members = grid.group(kind, 0);
-  const int node = members[0] / c.devices_per_node;
+  const int node = members[0] / ranks_per_node;
   int on_node = 0;
-  for (int r : members) on_node += r / c.devices_per_node == node;
+  for (int r : members) on_node += r / ranks_per_node == node;
   if (on_node == int(members.size())) return {c.intra_bandwidth, c.intra_latency, false};
-  // dpn / on_node groups of this kind leave each node at once and share its NICs.
-  const double share = c.inter_bandwidth * on_node / c.devices_per_node;
+  // ranks_per_node / on_node groups of this kind leave each node at once and share its NICs.
+  const double share = c.inter_bandwidth * on_node / ranks_per_node;
   return {std::min(c.intra_bandwidth, share), std::max(c.intra_latency, c.inter_latency), true};
 }
 
 }  // namespace
 
-GroupLinks group_links(const ClusterSpec& cluster, int dp, int tp, int pp, int cp) {
-  ParallelGrid grid(dp, tp, pp, "tp-dp-pp", cp);
-  return {link_of(cluster, grid, GroupKind::tp), link_of(cluster, grid, GroupKind::dp),
-          link_of(cluster, grid, GroupKind::pp), link_of(cluster, grid, GroupKind::cp)};
+GroupLinks group_links(const ClusterSpec& cluster, int dp, int tp, int pp, int cp, const std::string& order) {
+  ParallelGrid grid(dp, tp, pp, order, cp);
+  // A world smaller than the cluster fills its first nodes; one larger (the
+  // ranks share devices) spreads evenly over all of them.
+  const int world = grid.world_size();
+  const int per_node = world > cluster.devices() ? (world + cluster.nodes - 1) / cluster.nodes
+                                                 : std::max(1, cluster.devices_per_node);
+  return {link_of(cluster, grid, GroupKind::tp, per_node), link_of(cluster, grid, GroupKind::dp, per_node),
+          link_of(cluster, grid, GroupKind::pp, per_node), link_of(cluster, grid, GroupKind::cp, per_node)};
 }
 
 double all_reduce_seconds(double bytes, int n, const Link& link) {

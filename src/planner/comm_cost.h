@@ -8,6 +8,8 @@
 // group of that kind leaving the node at the same time.
 #pragma once
 
+#include <string>
+
 #include "planner/cluster.h"
 
 namespace loom::planner {
@@ -22,9 +24,12 @@ struct GroupLinks {
   Link tp, dp, pp, cp;  // dp: the data group (dp x cp ranks)
 };
 
-// Links of the tp, dp, pp and cp groups of a dp x tp x pp x cp grid (order
-// tp-cp-dp-pp) laid over the cluster's nodes.
-GroupLinks group_links(const ClusterSpec& cluster, int dp, int tp, int pp, int cp = 1);
+// Links of the tp, dp, pp and cp groups of a dp x tp x pp x cp grid in
+// `order` (parallel.order; cp sits after tp unless named) laid over the
+// cluster's nodes, devices_per_node ranks on each, in rank order; a world
+// with more ranks than devices spreads its ranks evenly over the nodes.
+GroupLinks group_links(const ClusterSpec& cluster, int dp, int tp, int pp, int cp = 1,
+                       const std::string& order = "tp-dp-pp");
 
 // Ring algorithms on n members; `bytes` is the whole buffer (each member's
 // full input for all_reduce, the gathered result for all_gather and the

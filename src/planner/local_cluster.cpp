@@ -59,4 +59,14 @@ ClusterSpec local_cluster_or_default() {
   return measure_local_cluster_quickly();
 }
 
+ClusterSpec cluster_for_run(const std::string& name_or_path, int nodes) {
+  if (!name_or_path.empty() && name_or_path != "local") return load_cluster(name_or_path, default_root());
+  ClusterSpec c = local_cluster_or_default();
+  if (nodes > 1 && c.nodes == 1) {
+    c.nodes = nodes;
+    c.description += strprintf(", as %d such nodes", nodes);
+  }
+  return c;
+}
+
 }  // namespace loom::planner

@@ -52,6 +52,14 @@ RunPrediction predict_loom_run(const RunConfig& cfg, int world_size, const Clust
 // wrote it, else this machine measured quickly (fp32 peak of every core for
 // 50 ms; memory from /proc/meminfo; defaults for the rest, see local_cluster.cpp).
 ClusterSpec local_cluster_or_default();
+// The cluster a run's own prediction uses: the cluster file `name_or_path`
+// as it is (`loom train --cluster`, e.g. the emulated cluster `loom bench
+// cluster` writes), or, when empty, local_cluster_or_default() as one of
+// `nodes` identical nodes (the nodes the run found at start-up, NodeMap):
+// each node has this machine's cores, and groups that span nodes use its
+// [inter_node] link (calibrate it on the cluster: `loom bench calibrate --mpi`
+// under the job's mpirun).
+ClusterSpec cluster_for_run(const std::string& name_or_path, int nodes);
 // The same, measured now (no file read); `calibrate` adds measured
 // efficiency and bandwidths on top of it.
 ClusterSpec measure_local_cluster_quickly();

@@ -56,6 +56,10 @@ struct TrainOptions {
   // Where rank 0 writes the run directory (config, layout, metrics.jsonl,
   // trace.json, summary.json for `loom report`); empty: nowhere.
   std::string run_dir;
+  // The cluster the run's prediction is made for (planner::cluster_for_run):
+  // a cluster file or preset; empty: this machine's calibration, as many
+  // nodes as the run found.
+  std::string cluster;
   // "auto": continue from the newest good checkpoint under
   // train.checkpoint_dir (if any); a folder: from that checkpoint; "": fresh.
   std::string resume;

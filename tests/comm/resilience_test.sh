@@ -10,6 +10,9 @@
 #               <= one checkpoint interval (synchronous saves)
 #   no layout   survivors on which nothing runs: the supervisor stops with
 #               the reason (exit 1), it does not loop
+#   srun        loom elastic --launcher srun (tests/comm/standin_srun.sh runs
+#               mpirun and speaks srun's "task R: Killed"): the killed rank
+#               is read from srun's line and the job finishes on the survivor
 #   interrupted SIGTERM to the supervisor ends the job, no restart
 #   bad input   loom elastic's options: exit 2 naming the option
 # usage: resilience_test.sh LOOM MPIRUN SOURCE_DIR
@@ -73,6 +76,18 @@ echo "$out" | grep -q "not restarting: no layout runs on 3 to 3 ranks" || fail "
 [[ $(echo "$out" | grep -c "loom elastic: attempt [0-9]* on") -eq 1 ]] || fail "no layout: relaunched: $out"
 grep -q '"outcome":"stopped"' "$work/runs/nolayout/elastic.jsonl" || fail "no layout: elastic.jsonl"
 echo "ok: no layout: $(echo "$out" | grep -m1 'not restarting' | cut -c1-160)"
+
+# --- srun: the launcher's options, and its death line, through a stand-in.
+mkdir -p "$work/bin" && ln -s "$src/tests/comm/standin_srun.sh" "$work/bin/srun"
+out=$(PATH="$work/bin:$PATH" STANDIN_MPIRUN="$mpirun" STANDIN_CALLS="$work/srun.calls" timeout 180 "$loom" elastic \
+        --launcher srun --np 2 "${common[@]}" --set train.steps=12 --set train.checkpoint_every=4 \
+        --set "train.checkpoint_dir=$work/ck-srun" --set train.run_name=srun --fault kill:rank=1:step=6 2>&1) ||
+  fail "srun: exit $?: $out"
+echo "$out" | grep -q "exec srun --ntasks=2 --kill-on-bad-exit=1 --mpi=pmix" || fail "srun: not launched by srun: $out"
+echo "$out" | grep -q "rank 1 on [^ ]*: Killed (srun).*restarting on" || fail "srun: the death not read from srun: $out"
+echo "$out" | grep -q "loom elastic: finished" || fail "srun: not finished: $out"
+[[ $(tr '\n' ' ' < "$work/srun.calls") == "2 1 " ]] || fail "srun: tasks per launch: $(cat "$work/srun.calls") (want 2, 1)"
+echo "ok: srun: $(echo "$out" | grep -m1 'restarting on' | cut -c1-160)"
 
 # --- interrupted: SIGTERM to the supervisor stops the job (every rank) and
 # does not restart it.

@@ -45,6 +45,37 @@ TEST(ElasticFailure, AnErrorThatIsNoRanksIsNotRestarted) {
   EXPECT_FALSE(classify_failure(2, "{\"culprits\": []}", {}, "").rank_failure);  // stuck in the transport
 }
 
+TEST(ElasticFailure, ReadsTheTasksSrunSaysDied) {
+  std::vector<RankDeath> d = parse_rank_deaths("srun: error: nid001: tasks 0,2-3: Killed\n");
+  ASSERT_EQ(d.size(), 3u);
+  EXPECT_EQ(d[0].rank, 0);
+  EXPECT_EQ(d[1].rank, 2);
+  EXPECT_EQ(d[2].rank, 3);
+  EXPECT_EQ(d[2].reason, "rank 3 on nid001: Killed (srun)");
+  d = parse_rank_deaths("srun: error: n7: task 5: Segmentation fault (core dumped)");
+  ASSERT_EQ(d.size(), 1u);
+  EXPECT_EQ(d[0].rank, 5);
+  // Not deaths: a task that exited with a code, the tasks srun itself stopped.
+  EXPECT_TRUE(parse_rank_deaths("srun: error: n7: task 1: Exited with exit code 2").empty());
+  EXPECT_TRUE(parse_rank_deaths("srun: error: n7: tasks 0,2: Terminated").empty());
+  EXPECT_TRUE(parse_rank_deaths("srun: Job step aborted: Waiting up to 32 seconds for job step to finish.").empty());
+  // mpirun's line still reads through the same call.
+  d = parse_rank_deaths("mpirun noticed that process rank 1 with PID 811 on node vm exited on signal 9 (Killed).");
+  ASSERT_EQ(d.size(), 1u);
+  EXPECT_EQ(d[0].rank, 1);
+}
+
+TEST(ElasticFailure, ATimeoutWithNoCulpritIsAHangNotRestarted) {
+  const std::string line = "loom: pipeline send to rank 1: no completion after 5 s; aborting the job";
+  JobFailure f = classify_failure(139, "", {}, "", line);
+  EXPECT_FALSE(f.rank_failure);
+  EXPECT_EQ(f.reason.rfind("hang: pipeline send to rank 1: no completion after 5 s", 0), 0u) << f.reason;
+  // A death or a culprit still decides when there is one.
+  f = classify_failure(137, "", {{1, "rank 1 exited on signal 9 (Killed)"}}, "", line);
+  EXPECT_TRUE(f.rank_failure);
+  EXPECT_EQ(f.ranks, std::vector<int>{1});
+}
+
 RunConfig tiny(int batch) {
   RunConfig cfg = load_run_config(std::string(LOOM_SOURCE_DIR) + "/configs/tiny.toml", {});
   cfg.train.batch_size = batch;

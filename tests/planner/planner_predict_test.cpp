@@ -5,6 +5,7 @@
 #include "config/run_config.h"
 #include "core/check.h"
 #include "model/stage_module.h"
+#include "planner/comm_cost.h"
 #include "planner/predict.h"
 
 namespace loom::planner {
@@ -126,6 +127,71 @@ TEST(PlannerPredict, LocalClusterIsUsable) {
   EXPECT_GT(c.peak_flops_fp32, 0);
   RunPrediction p = predict_loom_run(RunConfig{}, 1, c);
   EXPECT_GT(p.peak_memory_bytes, 150.0 * (1 << 20));
+}
+
+// Two nodes of two ranks joined by a slow link, as `loom bench cluster`
+// emulates them.
+ClusterSpec two_nodes(double inter_bytes_per_s) {
+  ClusterSpec c = test_machine(2, 4);
+  c.nodes = 2;
+  c.inter_bandwidth = inter_bytes_per_s, c.inter_latency = 5e-5;
+  return c;
+}
+
+TEST(PlannerPredict, TheRankOrderDecidesWhichGroupCrossesTheNodes) {
+  RunConfig cfg = small_run();
+  cfg.parallel.tp = 2;
+  const ClusterSpec c = two_nodes(125e6);
+  GroupLinks inside = group_links(c, 2, 2, 1, 1, "tp-dp-pp");
+  EXPECT_FALSE(inside.tp.crosses_nodes);
+  EXPECT_TRUE(inside.dp.crosses_nodes);
+  GroupLinks across = group_links(c, 2, 2, 1, 1, "dp-tp-pp");
+  EXPECT_TRUE(across.tp.crosses_nodes);
+  EXPECT_FALSE(across.dp.crosses_nodes);
+  // Two tp groups leave each node at once: each gets half its link.
+  EXPECT_DOUBLE_EQ(across.tp.bandwidth, 125e6 / 2);
+  // tp's all-reduces in every layer cost more over the slow link than one
+  // gradient reduction: tp across is predicted slower, and by its communication.
+  const RunPrediction p_in = predict_loom_run(cfg, 4, c);
+  cfg.parallel.order = "dp-tp-pp";
+  const RunPrediction p_across = predict_loom_run(cfg, 4, c);
+  EXPECT_GT(p_across.step_seconds, p_in.step_seconds);
+  EXPECT_GT(p_across.comm_seconds, p_in.comm_seconds);
+  EXPECT_DOUBLE_EQ(p_across.compute_seconds, p_in.compute_seconds);
+}
+
+TEST(PlannerPredict, MoreRanksThanCoresStayOnTheirOneNode) {
+  // 4 ranks on a 2-core machine: one node, shared memory for every group.
+  const ClusterSpec c = test_machine(2, 4);
+  GroupLinks l = group_links(c, 4, 1, 1);
+  EXPECT_FALSE(l.dp.crosses_nodes);
+  EXPECT_DOUBLE_EQ(l.dp.bandwidth, c.intra_bandwidth);
+}
+
+TEST(PlannerPredict, AReductionAcrossNodesIsNotHiddenBehindBackward) {
+  // The same bytes over a link as fast as the node's own: inside a node the
+  // buckets overlap backward, across nodes (MPI over TCP, progress only in
+  // MPI calls) none of it is hidden.
+  RunConfig cfg = small_run();
+  ClusterSpec one = test_machine(4, 4);
+  ClusterSpec two = two_nodes(2 * one.intra_bandwidth);  // shared by the 2 rings of each node: the same per ring
+  two.inter_latency = one.intra_latency;
+  cfg.parallel.tp = 2;
+  cfg.parallel.bucket_mb = 0.25f;  // 7 buckets: inside a node all but the last hide
+  const RunPrediction in_node = predict_loom_run(cfg, 4, one), across = predict_loom_run(cfg, 4, two);
+  EXPECT_GT(across.comm_seconds, in_node.comm_seconds);
+  // Across: all of the reduction of the stage's 4 n / 2 bytes (n parameters over tp 2).
+  const double n = double(cfg.model.num_parameters()) / 2;  // about: replicated norms aside
+  EXPECT_GT(across.comm_seconds - in_node.comm_seconds, 0.5 * 4 * n / two.intra_bandwidth);
+}
+
+TEST(PlannerPredict, ARunsClusterIsItsFileOrThisMachineAsManyNodesAsFound) {
+  const ClusterSpec one = cluster_for_run("", 1), three = cluster_for_run("", 3);
+  EXPECT_EQ(one.nodes, 1);
+  EXPECT_EQ(three.nodes, 3);
+  EXPECT_EQ(three.devices_per_node, one.devices_per_node);
+  EXPECT_EQ(cluster_for_run("a100-80gb", 4).name, "a100-80gb");  // a file is taken as it is
+  EXPECT_THROW(cluster_for_run("no-such-cluster", 1), UserError);
 }
 
 }  // namespace

@@ -10,17 +10,17 @@
 
 namespace loom {
 
-std::unique_ptr<ParallelContext> ParallelContext::create_mpi(const ParallelGrid& grid, const MpiOptions& opts) {
-  int rank = 0, world = 1;
+NodeMap discover_nodes(int* ranks_on_node) {
+  int rank = 0, world = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &world);
-  LOOM_CHECK(world == grid.world_size(), "grid of %d ranks for a world of %d", grid.world_size(), world);
-  std::unique_ptr<ParallelContext> ctx(new ParallelContext(grid, rank));
   // The ranks sharing memory with this one are its node; the node is keyed
   // by its lowest world rank and named by its host.
   MPI_Comm node;
   MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node);
-  MPI_Comm_size(node, &ctx->ranks_on_node_);
+  int on_node = 0;
+  MPI_Comm_size(node, &on_node);
+  if (ranks_on_node) *ranks_on_node = on_node;
   int key = rank;
   MPI_Allreduce(MPI_IN_PLACE, &key, 1, MPI_INT, MPI_MIN, node);
   MPI_Comm_free(&node);
@@ -37,7 +37,16 @@ std::unique_ptr<ParallelContext> ParallelContext::create_mpi(const ParallelGrid&
     const char* h = hosts.data() + size_t(r) * MPI_MAX_PROCESSOR_NAME;
     host_of_rank.emplace_back(h, strnlen(h, MPI_MAX_PROCESSOR_NAME));
   }
-  ctx->nodes_ = NodeMap::from_keys(keys, host_of_rank);
+  return NodeMap::from_keys(keys, host_of_rank);
+}
+
+std::unique_ptr<ParallelContext> ParallelContext::create_mpi(const ParallelGrid& grid, const MpiOptions& opts) {
+  int rank = 0, world = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &world);
+  LOOM_CHECK(world == grid.world_size(), "grid of %d ranks for a world of %d", grid.world_size(), world);
+  std::unique_ptr<ParallelContext> ctx(new ParallelContext(grid, rank));
+  ctx->nodes_ = discover_nodes(&ctx->ranks_on_node_);
   for (GroupKind kind : kAllGroupKinds) {
     std::vector<int> members = grid.group(kind, rank);
     // Every group is named by its smallest member, which no other group of

@@ -12,6 +12,11 @@
 
 namespace loom {
 
+// Collective over MPI_COMM_WORLD: which node each rank runs on (MPI's
+// shared-memory split, named by MPI_Get_processor_name); sets *ranks_on_node
+// to this rank's node's count when given.
+NodeMap discover_nodes(int* ranks_on_node = nullptr);
+
 class ParallelContext {
  public:
   // Collective over every world rank: splits one MPI communicator per group.

@@ -1,0 +1,333 @@
+// `loom bench cluster`: the planner's network model against an emulated
+// cluster of 2 nodes x 2 ranks on this machine (scripts/cluster/emulate.sh:
+// network namespaces joined through a bridge by tc-shaped links).
+//
+// The same model runs as three layouts: tp 2 inside each node with dp 2
+// across the nodes (order tp-dp-pp), tp 2 across the nodes with dp 2 inside
+// (dp-tp-pp), and dp 4. First all on one node (plain mpirun, shared memory):
+// the baseline, and the runs that calibrate the emulated devices' compute.
+// Then, for each link speed, the link itself is measured (a 2-rank
+// all-reduce between the nodes, as `loom bench calibrate --mpi` measures a
+// node) and written as a cluster file, and each layout runs across the two
+// nodes. Predicted (planner::predict_loom_run with that file) against
+// measured: step time, communication, and what the link costs (the step's
+// growth over the one-node run of the same layout).
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "cli/bench_util.h"
+#include "cli/commands.h"
+#include "comm/mpi_comm.h"
+#include "config/run_config.h"
+#include "core/check.h"
+#include "elastic/relayout.h"
+#include "core/atomic_file.h"
+#include "kernels/cpu/isa.h"
+#include "parallel/grid/parallel_context.h"
+#include "planner/predict.h"
+#include "train/trainer.h"
+
+namespace loom::cli {
+namespace {
+
+constexpr int kNodes = 2, kRanksPerNode = 2, kRanks = kNodes * kRanksPerNode;
+
+struct Options {
+  std::vector<std::string> rates = {"1gbit", "100mbit"};
+  int steps = 4;
+  std::vector<std::string> sets;  // child only: the layout's --set options
+};
+
+struct BenchLayout {
+  std::string name;
+  std::vector<std::string> sets;  // over model_overrides()
+};
+const std::vector<BenchLayout> kLayouts = {
+    {"tp2 in node, dp2 across", {"parallel.tp=2", "parallel.order=\"tp-dp-pp\""}},
+    {"tp2 across, dp2 in node", {"parallel.tp=2", "parallel.order=\"dp-tp-pp\""}},
+    {"dp4", {"parallel.tp=1"}}};
+
+// A tc rate such as "1gbit" or "100mbit" in bits per second; 0 if it is not one.
+double rate_bits_per_s(const std::string& rate) {
+  size_t digits = 0;
+  while (digits < rate.size() && std::isdigit(static_cast<unsigned char>(rate[digits]))) digits++;
+  if (digits == 0 || digits > 6) return 0;
+  const std::string unit = rate.substr(digits);
+  const double scale = unit == "kbit" ? 1e3 : unit == "mbit" ? 1e6 : unit == "gbit" ? 1e9 : 0;
+  return std::stod(rate.substr(0, digits)) * scale;
+}
+
+Options parse(const Args& args) {
+  Options o;
+  for (size_t i = 1; i < args.size(); i++) {
+    auto value = [&]() {
+      LOOM_USER_CHECK(i + 1 < args.size(), "bench cluster: %s needs a value", args[i].c_str());
+      return args[++i];
+    };
+    const std::string& a = args[i];
+    if (a == "--rates") {
+      o.rates.clear();
+      std::istringstream list(value());
+      for (std::string r; std::getline(list, r, ',');) {
+        LOOM_USER_CHECK(rate_bits_per_s(r) > 0, "bench cluster: --rates takes tc rates like 1gbit,100mbit; got '%s'",
+                        r.c_str());
+        o.rates.push_back(r);
+      }
+      LOOM_USER_CHECK(!o.rates.empty(), "bench cluster: --rates is empty");
+    } else if (a == "--steps") o.steps = int_option(value(), "bench cluster", "--steps", 2, 100);
+    else if (a == "--set") o.sets.push_back(value());
+    else throw UserError(strprintf("bench cluster: unknown option '%s' (--rates R1,R2, --steps N)", a.c_str()));
+  }
+  return o;
+}
+
+// GPT-2 with 4 blocks of d_model 256 over 256 tokens, 8 sequences a step,
+// fp32: enough gradient (3.2 M parameters) and activation traffic that a
+// 1 Gb/s link shows, small enough for 4 ranks on 2 cores; `layout` on top.
+RunConfig bench_config(const std::vector<std::string>& layout, int steps) {
+  std::vector<std::string> sets = {
+      "model.vocab_size=256", "model.n_layer=4", "model.n_head=4", "model.d_model=256", "model.seq_len=256",
+      "train.batch_size=8", "train.steps=" + std::to_string(steps + 1), "train.warmup_steps=2", "train.eval_every=0",
+      "train.log_every=1000", "train.sample_tokens=0", "train.run_dir=\"\"", "runtime.threads=1",
+      "precision.compute=\"fp32\"", "data.format=\"bytes\"",
+      "data.path=\"" + project_root() + "/data/sample/kjv.txt\""};
+  sets.insert(sets.end(), layout.begin(), layout.end());
+  return load_run_config("", sets);
+}
+
+struct Measured {
+  double step_s = 0, tp_s = 0, dp_wait_s = 0;
+  int nodes = 0;
+  std::vector<double> losses;
+  double comm() const { return tp_s + dp_wait_s; }
+};
+
+// OpenMPI yields the core while it waits only when it sees more ranks than
+// slots; the emulated nodes declare many slots, so both launches ask for it.
+constexpr const char* kYield = "--mca mpi_yield_when_idle 1";
+
+std::string shell_quoted(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+Measured run_layout(const std::string& launcher, const BenchLayout& l, int steps) {
+  std::string cmd = launcher + strprintf(" '%s' bench cluster-child --steps %d", self_exe().c_str(), steps);
+  for (const std::string& set : l.sets) cmd += " --set " + shell_quoted(set);
+  const std::string line = run_for_json(cmd + " 2>&1");
+  LOOM_USER_CHECK(!line.empty(), "bench cluster: the run of '%s' failed", l.name.c_str());
+  Measured m;
+  m.step_s = json_number(line, "step_ms") * 1e-3;
+  m.tp_s = json_number(line, "tp_ms") * 1e-3;
+  m.dp_wait_s = json_number(line, "dp_wait_ms") * 1e-3;
+  m.nodes = int(json_number(line, "nodes"));
+  for (int s = 0; s <= steps; s++) m.losses.push_back(json_number(line, strprintf("loss%d", s).c_str()));
+  return m;
+}
+
+// The emulation script; `down` whatever happens.
+struct EmulatedCluster {
+  std::string script = project_root() + "/scripts/cluster/emulate.sh";
+  bool up = false;
+  void start(const std::string& rate) {
+    const CommandResult r = run_command(strprintf("'%s' up %d %s 2>&1", script.c_str(), kNodes, rate.c_str()));
+    LOOM_USER_CHECK(r.status == 0, "bench cluster: emulate.sh up failed:\n%s", r.output.c_str());
+    up = true;
+  }
+  void stop() {
+    if (up) run_command(strprintf("'%s' down 2>&1", script.c_str()));
+    up = false;
+  }
+  std::string launcher(int per_node) const {
+    return strprintf("OMP_NUM_THREADS=1 '%s' run %d %s -x OMP_NUM_THREADS --", script.c_str(), per_node, kYield);
+  }
+  ~EmulatedCluster() { stop(); }
+};
+
+// This machine's devices as the emulation shares them: kRanks ranks on all
+// its cores, kRanksPerNode to a node; `speed` scales the compute rate (the
+// calibration below).
+planner::ClusterSpec emulated(const planner::ClusterSpec& local, int nodes, double speed) {
+  planner::ClusterSpec c = local;
+  const double share = double(local.devices()) / kRanks;  // of one core per rank
+  c.nodes = nodes;
+  c.devices_per_node = kRanks / nodes;
+  c.peak_flops_fp32 *= share * speed, c.peak_flops_bf16 *= share * speed, c.peak_flops_fp16 *= share * speed;
+  c.memory_bandwidth *= share;
+  c.memory_bytes = local.memory_bytes * local.devices() / kRanks;
+  return c;
+}
+
+double percent_off(double predicted, double measured) { return 100.0 * (predicted / measured - 1); }
+
+// "dp 1 tp 1 pp 2 cp 2 zero 1 mb 1"
+std::string layout_name(const planner::Layout& l) {
+  std::string s = strprintf("dp%d tp%d pp%d", l.dp, l.tp, l.pp);
+  if (l.cp > 1) s += strprintf(" cp%d", l.cp);
+  if (l.zero > 0) s += strprintf(" z%d", l.zero);
+  return s + strprintf(" mb%d", l.micro_batch);
+}
+
+}  // namespace
+
+int cmd_bench_cluster(const Args& args) {
+  const Options o = parse(args);
+  EmulatedCluster cluster;
+  {
+    const CommandResult check = run_command(strprintf("'%s' check 2>&1", cluster.script.c_str()));
+    LOOM_USER_CHECK(check.status == 0, "bench cluster: cannot emulate a cluster here: %s", check.output.c_str());
+  }
+  const planner::ClusterSpec local = planner::local_cluster_or_default();
+  std::printf("loom bench cluster: %d emulated nodes x %d ranks (network namespaces, tc-shaped links) on this "
+              "machine's %d cores;\nGPT-2 4 x 256, 256 tokens, batch 8, fp32, %d timed steps after 1 warm-up, 1 "
+              "thread per rank\n%s\nplanner: %s\n\n",
+              kNodes, kRanksPerNode, local.devices(), o.steps, cpu::describe_dispatch().line().c_str(),
+              local.description.c_str());
+  std::fflush(stdout);
+  auto predict = [&](const BenchLayout& l, const planner::ClusterSpec& c) {
+    return planner::predict_loom_run(bench_config(l.sets, o.steps), kRanks, c);
+  };
+
+  // One node: every group on shared memory.
+  const std::string one_node = mpirun_prefix(kRanks, 1) + kYield;
+  std::vector<Measured> base;
+  for (const BenchLayout& l : kLayouts) base.push_back(run_layout(one_node, l, o.steps));
+  // The emulated devices' compute rate, calibrated on these runs: the speed
+  // at which the prediction's compute fills the measured steps beyond what
+  // it predicts for everything else.
+  const MpiFigures intra = measure_all_reduce(mpirun_prefix(2, 1), "64M");
+  auto with_intra = [&](planner::ClusterSpec c) {
+    if (intra.ok) c.intra_bandwidth = intra.bus_bytes_per_s, c.intra_latency = intra.latency_s;
+    return c;
+  };
+  double compute = 0, rest = 0;
+  for (size_t i = 0; i < kLayouts.size(); i++) {
+    const planner::RunPrediction p = predict(kLayouts[i], with_intra(emulated(local, 1, 1.0)));
+    compute += p.compute_seconds, rest += base[i].step_s - (p.step_seconds - p.compute_seconds);
+  }
+  const double speed = compute / std::max(rest, 1e-9);
+  const planner::ClusterSpec node = with_intra(emulated(local, 1, speed));
+  std::printf("one node (shared memory): all-reduce %.2f GB/s bus bandwidth, %.0f us; compute calibrated on the\n"
+              "one-node runs below: %.1f GFLOP/s per rank (%.2f x the planner's %s rate)\n",
+              node.intra_bandwidth * 1e-9, node.intra_latency * 1e6,
+              node.peak_flops_fp32 * node.matmul_efficiency * 1e-9, speed, local.name.c_str());
+
+  std::printf("\n%-8s %-32s | %8s %8s %6s | %8s %8s %6s | %8s %8s %6s\n", "link", "layout", "step s", "pred s",
+              "off", "comm s", "pred s", "off", "link s", "pred s", "off");
+  auto row = [](const std::string& link, const std::string& name, const Measured& m,
+                const planner::RunPrediction& p, const Measured* one, const planner::RunPrediction* one_p) {
+    std::printf("%-8s %-32s | %8.3f %8.3f %+5.0f%% | %8.3f %8.3f %+5.0f%% | ", link.c_str(), name.c_str(), m.step_s,
+                p.step_seconds, percent_off(p.step_seconds, m.step_s), m.comm(), p.comm_seconds,
+                percent_off(p.comm_seconds, m.comm()));
+    if (one) {
+      const double link_m = m.step_s - one->step_s, link_p = p.step_seconds - one_p->step_seconds;
+      std::printf("%8.3f %8.3f %+5.0f%%\n", link_m, link_p, percent_off(link_p, link_m));
+    } else {
+      std::printf("%8s %8s %6s\n", "-", "-", "-");
+    }
+    std::fflush(stdout);
+  };
+  std::vector<planner::RunPrediction> base_pred;
+  for (size_t i = 0; i < kLayouts.size(); i++) {
+    base_pred.push_back(predict(kLayouts[i], node));
+    row("node", kLayouts[i].name, base[i], base_pred.back(), nullptr, nullptr);
+  }
+
+  int rankings_agree = 0, link_within_25 = 0, link_rows = 0, planner_best = 0;
+  for (const std::string& rate : o.rates) {
+    cluster.start(rate);
+    // The link between the nodes as `loom bench calibrate --mpi` measures
+    // it under a job with one rank on each node: a 2-rank all-reduce.
+    const MpiFigures link = measure_all_reduce(cluster.launcher(1), "4M");
+    LOOM_USER_CHECK(link.ok, "bench cluster: measuring the %s link failed", rate.c_str());
+    planner::ClusterSpec two = emulated(local, kNodes, speed);
+    two.intra_bandwidth = node.intra_bandwidth, two.intra_latency = node.intra_latency;
+    two.inter_bandwidth = link.bus_bytes_per_s, two.inter_latency = link.latency_s;
+    two.name = "emulated-2x2-" + rate;
+    two.description = strprintf("%d emulated nodes x %d ranks on one machine's %d cores, %s links (tc tbf); "
+                                "measured by loom bench cluster",
+                                kNodes, kRanksPerNode, local.devices(), rate.c_str());
+    const std::string file = project_root() + "/.cache/cluster-" + two.name + ".toml";
+    std::filesystem::create_directories(project_root() + "/.cache");
+    write_file_atomically(file, two.to_toml());
+    std::printf("\n%s link: all-reduce between the nodes (one rank on each) %.1f MB/s bus bandwidth (%.0f%% of the "
+                "nominal rate), %.0f us; wrote %s\n",
+                rate.c_str(), two.inter_bandwidth * 1e-6, 100 * two.inter_bandwidth * 8 / rate_bits_per_s(rate),
+                link.latency_s * 1e6, file.c_str());
+    std::vector<double> measured, predicted;
+    double worst_dloss = 0;
+    for (size_t i = 0; i < kLayouts.size(); i++) {
+      const Measured m = run_layout(cluster.launcher(kRanksPerNode), kLayouts[i], o.steps);
+      LOOM_USER_CHECK(m.nodes == kNodes, "bench cluster: the run saw %d nodes, not %d", m.nodes, kNodes);
+      const planner::RunPrediction p = predict(kLayouts[i], two);
+      row(rate, kLayouts[i].name, m, p, &base[i], &base_pred[i]);
+      measured.push_back(m.step_s), predicted.push_back(p.step_seconds);
+      const double link_m = m.step_s - base[i].step_s, link_p = p.step_seconds - base_pred[i].step_seconds;
+      link_rows++, link_within_25 += std::abs(link_p / link_m - 1) <= 0.25;
+      for (size_t k = 0; k < m.losses.size(); k++)
+        worst_dloss = std::max(worst_dloss, std::abs(m.losses[k] - base[i].losses[k]));
+    }
+    // What the planner itself proposes for this cluster (loom plan --layout
+    // auto --cluster FILE), run the same way.
+    const RunConfig plain = bench_config({}, o.steps);
+    const planner::Layout chosen = planner::choose_layout(plain, kRanks, two);
+    const BenchLayout proposal{"planner: " + layout_name(chosen), elastic::layout_overrides(plain, chosen)};
+    const Measured pm = run_layout(cluster.launcher(kRanksPerNode), proposal, o.steps);
+    row(rate, proposal.name, pm, predict(proposal, two), nullptr, nullptr);
+    const bool best = pm.step_s <= *std::min_element(measured.begin(), measured.end());
+    planner_best += best;
+    cluster.stop();
+    auto order_of = [](const std::vector<double>& t) {
+      std::vector<size_t> idx(t.size());
+      for (size_t i = 0; i < t.size(); i++) idx[i] = i;
+      std::sort(idx.begin(), idx.end(), [&](size_t a, size_t b) { return t[a] < t[b]; });
+      std::string s;
+      for (size_t i : idx) s += (s.empty() ? "" : " < ") + kLayouts[i].name;
+      return s;
+    };
+    const std::string m_order = order_of(measured), p_order = order_of(predicted);
+    rankings_agree += m_order == p_order;
+    std::printf("%s: measured %s\n%*s  predicted %s (%s)\n%*s  the planner's own choice ran %.2fx the best of "
+                "these (%s); losses within %.1e of the one-node runs\n",
+                rate.c_str(), m_order.c_str(), int(rate.size()), "", p_order.c_str(),
+                m_order == p_order ? "same order" : "DIFFERENT order", int(rate.size()), "",
+                pm.step_s / *std::min_element(measured.begin(), measured.end()), best ? "faster" : "slower",
+                worst_dloss);
+  }
+  std::printf("\nrankings: %zu of %zu link speeds in the measured order; link cost within 25%%: %d of %d rows; the "
+              "planner's choice was the fastest at %d of %zu\n"
+              "step s = mean step time after the first; pred s = planner::predict_loom_run on the cluster file "
+              "(compute calibrated on one node, links measured)\n"
+              "comm s = tensor-parallel waits + gradient-reduction wait after backward, as loom measures them; the "
+              "waits include\n         a peer that is not running (4 ranks share 2 cores), which the prediction "
+              "does not model\n"
+              "link s = step time across the two nodes minus the same layout's on one node: what the link costs\n",
+              size_t(rankings_agree), o.rates.size(), link_within_25, link_rows, planner_best, o.rates.size());
+  return 0;
+}
+
+int cmd_bench_cluster_child(const Args& args, MpiRuntime& mpi) {
+  const Options o = parse(args);
+  LOOM_USER_CHECK(mpi.world_size() == kRanks, "bench cluster-child: run with -np %d", kRanks);
+  const RunConfig cfg = bench_config(o.sets, o.steps);
+  const ParallelConfig& pc = cfg.parallel;
+  auto ctx = ParallelContext::create_mpi(ParallelGrid::for_world(kRanks, pc.dp, pc.tp, pc.pp, pc.order, pc.cp),
+                                         MpiOptions{120});
+  const TrainResult r = train(cfg, *ctx, nullptr);
+  if (mpi.world_rank() == 0) {
+    std::printf("{\"step_ms\": %.2f, \"tp_ms\": %.2f, \"dp_wait_ms\": %.2f, \"nodes\": %d", r.step_ms, r.tp_comm_ms,
+                r.reduce_wait_ms, ctx->nodes().nodes());
+    for (size_t s = 0; s < r.train_losses.size(); s++) std::printf(", \"loss%zu\": %.7f", s, r.train_losses[s]);
+    std::printf("}\n");
+  }
+  return 0;
+}
+
+}  // namespace loom::cli
