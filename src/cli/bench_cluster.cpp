@@ -119,7 +119,7 @@ std::string shell_quoted(const std::string& s) {
 }
 
 Measured run_layout(const std::string& launcher, const BenchLayout& l, int steps) {
-  std::string cmd = launcher + strprintf(" '%s' bench cluster-child --steps %d", self_exe().c_str(), steps);
+  std::string cmd = launcher + " " + shell_quoted(self_exe()) + strprintf(" bench cluster-child --steps %d", steps);
   for (const std::string& set : l.sets) cmd += " --set " + shell_quoted(set);
   const std::string line = run_for_json(cmd + " 2>&1");
   LOOM_USER_CHECK(!line.empty(), "bench cluster: the run of '%s' failed", l.name.c_str());
@@ -129,6 +129,9 @@ Measured run_layout(const std::string& launcher, const BenchLayout& l, int steps
   m.dp_wait_s = json_number(line, "dp_wait_ms") * 1e-3;
   m.nodes = int(json_number(line, "nodes"));
   for (int s = 0; s <= steps; s++) m.losses.push_back(json_number(line, strprintf("loss%d", s).c_str()));
+  LOOM_USER_CHECK(m.step_s > 0 && m.nodes > 0 && *std::min_element(m.losses.begin(), m.losses.end()) >= 0,
+                  "bench cluster: the run of '%s' printed no step time, nodes or losses: %s", l.name.c_str(),
+                  line.c_str());
   return m;
 }
 
@@ -137,16 +140,17 @@ struct EmulatedCluster {
   std::string script = project_root() + "/scripts/cluster/emulate.sh";
   bool up = false;
   void start(const std::string& rate) {
-    const CommandResult r = run_command(strprintf("'%s' up %d %s 2>&1", script.c_str(), kNodes, rate.c_str()));
+    const CommandResult r = run_command(shell_quoted(script) + strprintf(" up %d %s 2>&1", kNodes, rate.c_str()));
     LOOM_USER_CHECK(r.status == 0, "bench cluster: emulate.sh up failed:\n%s", r.output.c_str());
     up = true;
   }
   void stop() {
-    if (up) run_command(strprintf("'%s' down 2>&1", script.c_str()));
+    if (up) run_command(shell_quoted(script) + " down 2>&1");
     up = false;
   }
   std::string launcher(int per_node) const {
-    return strprintf("OMP_NUM_THREADS=1 '%s' run %d %s -x OMP_NUM_THREADS --", script.c_str(), per_node, kYield);
+    return "OMP_NUM_THREADS=1 " + shell_quoted(script) +
+           strprintf(" run %d %s -x OMP_NUM_THREADS --", per_node, kYield);
   }
   ~EmulatedCluster() { stop(); }
 };
@@ -181,7 +185,8 @@ int cmd_bench_cluster(const Args& args) {
   const Options o = parse(args);
   EmulatedCluster cluster;
   {
-    const CommandResult check = run_command(strprintf("'%s' check 2>&1", cluster.script.c_str()));
+    LOOM_USER_CHECK(o.sets.empty(), "bench cluster: --set is for its child runs, not for bench cluster");
+    const CommandResult check = run_command(shell_quoted(cluster.script) + " check 2>&1");
     LOOM_USER_CHECK(check.status == 0, "bench cluster: cannot emulate a cluster here: %s", check.output.c_str());
   }
   const planner::ClusterSpec local = planner::local_cluster_or_default();
@@ -228,7 +233,8 @@ int cmd_bench_cluster(const Args& args) {
                 percent_off(p.comm_seconds, m.comm()));
     if (one) {
       const double link_m = m.step_s - one->step_s, link_p = p.step_seconds - one_p->step_seconds;
-      std::printf("%8.3f %8.3f %+5.0f%%\n", link_m, link_p, percent_off(link_p, link_m));
+      if (link_m > 0) std::printf("%8.3f %8.3f %+5.0f%%\n", link_m, link_p, percent_off(link_p, link_m));
+      else std::printf("%8.3f %8.3f %6s\n", link_m, link_p, "-");  // no slower than one node: noise
     } else {
       std::printf("%8s %8s %6s\n", "-", "-", "-");
     }
@@ -270,7 +276,7 @@ int cmd_bench_cluster(const Args& args) {
       row(rate, kLayouts[i].name, m, p, &base[i], &base_pred[i]);
       measured.push_back(m.step_s), predicted.push_back(p.step_seconds);
       const double link_m = m.step_s - base[i].step_s, link_p = p.step_seconds - base_pred[i].step_seconds;
-      link_rows++, link_within_25 += std::abs(link_p / link_m - 1) <= 0.25;
+      link_rows++, link_within_25 += link_m > 0 && std::abs(link_p / link_m - 1) <= 0.25;
       for (size_t k = 0; k < m.losses.size(); k++)
         worst_dloss = std::max(worst_dloss, std::abs(m.losses[k] - base[i].losses[k]));
     }

@@ -1,6 +1,7 @@
 #include "elastic/job_failure.h"
 
 #include <algorithm>
+#include <charconv>
 #include <nlohmann/json.hpp>
 #include <regex>
 #include <sstream>
@@ -32,12 +33,19 @@ std::vector<RankDeath> parse_rank_deaths(const std::string& line) {
   std::string what = m[3].str();
   while (!what.empty() && (what.back() == '\n' || what.back() == '\r')) what.pop_back();
   if (what.rfind("Exited with exit code", 0) == 0 || what.rfind("Terminated", 0) == 0) return out;
+  // "0,2-3": ranks and ranges; anything malformed or absurd is skipped.
+  auto number = [](const std::string& t, int* v) {
+    const auto [end, ec] = std::from_chars(t.data(), t.data() + t.size(), *v);
+    return ec == std::errc() && end == t.data() + t.size() && *v >= 0 && *v < (1 << 24);
+  };
   std::stringstream list(m[2].str());
   for (std::string item; std::getline(list, item, ',');) {
     const size_t dash = item.find('-');
-    if (item.empty() || dash == 0) continue;
-    const int first = std::stoi(item), last = dash == std::string::npos ? first : std::stoi(item.substr(dash + 1));
-    for (int r = first; r <= last && r - first < 1 << 16; r++)
+    int first = 0, last = 0;
+    if (!number(item.substr(0, dash), &first)) continue;
+    if (dash == std::string::npos) last = first;
+    else if (!number(item.substr(dash + 1), &last) || last < first || last - first > (1 << 16)) continue;
+    for (int r = first; r <= last; r++)
       out.push_back({r, strprintf("rank %d on %s: %s (srun)", r, m[1].str().c_str(), what.c_str())});
   }
   return out;

@@ -53,6 +53,7 @@ struct Attempt {
   std::vector<RankDeath> deaths;
   std::string last_error;                    // the last "loom: ... error: ..." line
   std::string timeout_line;                  // the first "loom: ...; aborting the job" line
+  bool launcher_stopping = false;            // srun said it is ending the step
   std::optional<Clock::time_point> fault_at;  // an injected fault announced itself
   std::optional<Clock::time_point> resumed_at;
   int64_t resumed_step = -1;                 // from "resume: ... (step N, ..." (0: fresh start)
@@ -64,7 +65,14 @@ struct Attempt {
 // What one line of the job's output tells the supervisor.
 void note_line(Attempt& a, const std::string& line, Clock::time_point now,
                const std::function<void(const Attempt&)>& on_resume) {
-  for (RankDeath& d : parse_rank_deaths(line)) a.deaths.push_back(std::move(d));
+  // Once srun stops the step itself it may report the tasks it killed as
+  // "Killed" too: only the deaths before that count.
+  if ((line.rfind("srun: ", 0) == 0 && (line.find("Terminating") != std::string::npos ||
+                                        line.find("step aborted") != std::string::npos)) ||
+      line.find("CANCELLED AT") != std::string::npos)
+    a.launcher_stopping = true;
+  if (!(a.launcher_stopping && line.rfind("srun: ", 0) == 0))
+    for (RankDeath& d : parse_rank_deaths(line)) a.deaths.push_back(std::move(d));
   if (line.rfind("loom: ", 0) == 0 && line.find("aborting the job") != std::string::npos && a.timeout_line.empty())
     a.timeout_line = line.substr(0, line.find_last_not_of('\n') + 1);
   if (line.rfind("loom: fault injection:", 0) == 0 && !a.fault_at) a.fault_at = now;
@@ -242,7 +250,10 @@ int run_elastic(const ElasticOptions& o, FILE* out) {
       std::fprintf(out, "loom elastic: interrupted by signal %d; the job was stopped, not restarted\n", sig);
       return 128 + sig;
     }
-    const JobFailure f = classify_failure(a.exit_code, read_text(run_dir + "/flight/hang.json"), a.deaths,
+    std::vector<RankDeath> deaths;  // ranks of this world only
+    for (const RankDeath& d : a.deaths)
+      if (d.rank < world) deaths.push_back(d);
+    const JobFailure f = classify_failure(a.exit_code, read_text(run_dir + "/flight/hang.json"), deaths,
                                           a.last_error, a.timeout_line);
     obs::RestartRecord r;
     r.attempt = attempt, r.reason = f.reason, r.failed_ranks = f.ranks;

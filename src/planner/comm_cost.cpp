@@ -24,11 +24,10 @@ Link link_of(const ClusterSpec& c, const ParallelGrid& grid, GroupKind kind, int
 
 GroupLinks group_links(const ClusterSpec& cluster, int dp, int tp, int pp, int cp, const std::string& order) {
   ParallelGrid grid(dp, tp, pp, order, cp);
-  // A world smaller than the cluster fills its first nodes; one larger (the
-  // ranks share devices) spreads evenly over all of them.
-  const int world = grid.world_size();
-  const int per_node = world > cluster.devices() ? (world + cluster.nodes - 1) / cluster.nodes
-                                                 : std::max(1, cluster.devices_per_node);
+  // The ranks spread evenly over the nodes, as many on each as fit (a
+  // search's world is whole nodes; a run's is its ranks per node).
+  const int world = grid.world_size(), nodes = std::max(1, cluster.nodes);
+  const int per_node = (world + nodes - 1) / nodes;
   return {link_of(cluster, grid, GroupKind::tp, per_node), link_of(cluster, grid, GroupKind::dp, per_node),
           link_of(cluster, grid, GroupKind::pp, per_node), link_of(cluster, grid, GroupKind::cp, per_node)};
 }

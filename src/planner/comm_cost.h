@@ -26,8 +26,9 @@ struct GroupLinks {
 
 // Links of the tp, dp, pp and cp groups of a dp x tp x pp x cp grid in
 // `order` (parallel.order; cp sits after tp unless named) laid over the
-// cluster's nodes, devices_per_node ranks on each, in rank order; a world
-// with more ranks than devices spreads its ranks evenly over the nodes.
+// cluster's nodes in rank order, ceil(world / nodes) ranks on each (as
+// predict_loom_run counts the cores a rank has): a search's whole nodes, or
+// a run's ranks per node.
 GroupLinks group_links(const ClusterSpec& cluster, int dp, int tp, int pp, int cp = 1,
                        const std::string& order = "tp-dp-pp");
 

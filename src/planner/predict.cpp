@@ -329,7 +329,7 @@ RunPrediction predict_loom_run(const RunConfig& cfg, int world_size, const Clust
     // The buckets (parallel.bucket_mb of fp32 gradients each) fill evenly
     // over that backward, and the link takes them one at a time: the last
     // is never hidden, and a slow link queues the others behind it.
-    const int buckets = std::max(1, int(std::ceil(4 * n / (double(cfg.parallel.bucket_mb) * kMiB))));
+    const double buckets = std::max(1.0, std::ceil(4 * n / (double(cfg.parallel.bucket_mb) * kMiB)));
     const double bucket = grad_bytes / buckets;
     const double reduce = r.zero == 0 ? all_reduce_seconds(bucket, r.data(), links.dp)
                                       : reduce_scatter_seconds(bucket, r.data(), links.dp);
@@ -343,9 +343,10 @@ RunPrediction predict_loom_run(const RunConfig& cfg, int world_size, const Clust
     // its rank is inside an MPI call, and backward makes one between blocks
     // only: loom bench cluster measured little of it hidden, so none is.
     const double hidden = links.dp.crosses_nodes ? 0 : window;
-    double link_free = 0;
-    for (int b = 1; b <= buckets; b++) link_free = std::max(link_free, window - hidden + hidden * b / buckets) + reduce;
-    const double exposed = std::max(0.0, link_free - window) + gather;
+    // Bucket i of b is ready at hidden i / b into that window and the link
+    // ends the last one at the latest of ready_i + (b - i + 1) reduce: i = 1
+    // or i = b, whichever is later.
+    const double exposed = std::max(reduce, buckets * reduce - hidden * (buckets - 1) / buckets) + gather;
     // zero_grads writes 4 B, the norm reads 4 B, AdamW moves about 28 B per parameter it updates.
     const double opt = (4 * n + 32 * n / (r.zero >= 1 ? dp : 1)) / mem_bw;
     const double end = timing.stage_finish[size_t(s)] + exposed + opt;

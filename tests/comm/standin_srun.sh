@@ -17,5 +17,5 @@ while [[ $# -gt 0 ]]; do
 done
 echo "$n" >> "$STANDIN_CALLS"
 "$STANDIN_MPIRUN" --oversubscribe -np "$n" "$@" 2>&1 |
-  sed -u -E 's/.*process rank ([0-9]+) with PID [0-9]+ on node ([^ ]+) exited on signal 9.*/srun: error: \2: task \1: Killed/'
+  sed -u -E 's/.*process rank ([0-9]+) with PID [0-9]+ on node ([^ ]+) exited on signal 9.*/srun: error: \2: task \1: Killed\nsrun: launch\/slurm: _step_signal: Terminating StepId=1.0\nsrun: error: \2: task 0: Killed/'
 exit "${PIPESTATUS[0]}"

@@ -186,10 +186,17 @@ TEST(PlannerPredict, AReductionAcrossNodesIsNotHiddenBehindBackward) {
 }
 
 TEST(PlannerPredict, ARunsClusterIsItsFileOrThisMachineAsManyNodesAsFound) {
+  const ClusterSpec local = local_cluster_or_default();
+  ASSERT_EQ(local.nodes, 1);  // this machine, calibrated or not
   const ClusterSpec one = cluster_for_run("", 1), three = cluster_for_run("", 3);
   EXPECT_EQ(one.nodes, 1);
   EXPECT_EQ(three.nodes, 3);
-  EXPECT_EQ(three.devices_per_node, one.devices_per_node);
+  EXPECT_EQ(three.devices_per_node, local.devices_per_node);  // each node this machine's cores
+  EXPECT_DOUBLE_EQ(three.inter_bandwidth, local.inter_bandwidth);
+  // 2 ranks on each of those 3 nodes: a tp pair stays inside one, dp crosses.
+  const GroupLinks l = group_links(three, 3, 2, 1);
+  EXPECT_FALSE(l.tp.crosses_nodes);
+  EXPECT_TRUE(l.dp.crosses_nodes);
   EXPECT_EQ(cluster_for_run("a100-80gb", 4).name, "a100-80gb");  // a file is taken as it is
   EXPECT_THROW(cluster_for_run("no-such-cluster", 1), UserError);
 }
