@@ -25,6 +25,8 @@ PY_PACKAGES=(
   transformers==4.40.2 tokenizers==0.19.1 safetensors==0.4.3 huggingface-hub==0.23.0
   regex==2024.4.28 tqdm==4.66.4 filelock==3.14.0 fsspec==2024.3.1 packaging==24.0
   sentencepiece==0.2.0   # check_hf_interop.py --tokenizer: the run's SentencePiece model
+  # TensorBoard's own reader for tools/check_tensorboard.py (and `tensorboard --logdir runs`).
+  tensorboard==2.16.2 protobuf==4.25.3 absl-py==2.1.0 six==1.16.0
 )
 
 setup_venv() {
@@ -47,6 +49,7 @@ PY
   [[ -x "$VENV/bin/python" ]] || /usr/bin/python3 -m venv --system-site-packages "$VENV"
   "$VENV/bin/pip" install -q --disable-pip-version-check --no-cache-dir --no-deps "${PY_PACKAGES[@]}"
   "$VENV/bin/python" -c 'import torch, transformers; from transformers import GPT2LMHeadModel, LlamaForCausalLM'
+  "$VENV/bin/python" -c 'from tensorboard.backend.event_processing import event_accumulator'
   echo "setup: $VENV with transformers ${PY_PACKAGES[0]#*==} on torch $("$VENV/bin/python" -c 'import torch; print(torch.__version__)') ($((SECONDS - t0)) s)"
 }
 

@@ -54,6 +54,8 @@ commands:
                           warmup_steps weight_decay beta1 beta2 eps grad_clip eval_every
                           eval_batches log_every seed sample_tokens (0 = none) sample_prompt
                           run_dir ("runs"; "" = none) run_name ("" = start time)
+                          tensorboard (true: TensorBoard scalars in the run directory;
+                          tensorboard --logdir runs)
                           checkpoint_every (0 = never) checkpoint_dir keep_checkpoints
                           async_checkpoint (true: saves are written in the background
                           while training goes on; false: training waits for the disk)

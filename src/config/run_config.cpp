@@ -125,6 +125,7 @@ void read_fields(FieldReader& r, RunConfig& c) {
   r.get("train.checkpoint_dir", &c.train.checkpoint_dir);
   r.get("train.keep_checkpoints", &c.train.keep_checkpoints);
   r.get("train.async_checkpoint", &c.train.async_checkpoint);
+  r.get("train.tensorboard", &c.train.tensorboard);
   r.get("train.guard_window", &c.train.guard_window);
   r.get("train.guard_z", &c.train.guard_z);
   r.get("train.guard_warmup", &c.train.guard_warmup);
@@ -341,7 +342,8 @@ std::string RunConfig::to_toml() const {
     << "\nsample_tokens = " << train.sample_tokens << "\nsample_prompt = \"" << toml_escaped(train.sample_prompt) << "\""
     << "\nseed = " << train.seed << "\ncheckpoint_every = " << train.checkpoint_every << "\ncheckpoint_dir = \""
     << toml_escaped(train.checkpoint_dir) << "\"\nkeep_checkpoints = " << train.keep_checkpoints
-    << "\nasync_checkpoint = " << (train.async_checkpoint ? "true" : "false") << "\nguard_window = "
+    << "\nasync_checkpoint = " << (train.async_checkpoint ? "true" : "false")
+    << "\ntensorboard = " << (train.tensorboard ? "true" : "false") << "\nguard_window = "
     << train.guard_window << "\nguard_z = " << train.guard_z << "\nguard_warmup = " << train.guard_warmup
     << "\nguard_max_skips = " << train.guard_max_skips << "\nrecompute = \"" << train.recompute << "\"" << "\nstraggler_factor = " << train.straggler_factor << "\nstraggler_window = " << train.straggler_window << "\nrun_dir = \"" << toml_escaped(train.run_dir) << "\"\nrun_name = \"" << toml_escaped(train.run_name) << "\""
     << "\n[data]\npath = \"" << toml_escaped(data.path) << "\"\nformat = \"" << data.format

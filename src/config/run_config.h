@@ -43,6 +43,8 @@ struct TrainConfig {
   // Saves copy the state at the step boundary and write it on a thread per
   // rank while training goes on; false: every rank waits until it is on disk.
   bool async_checkpoint = true;
+  // TensorBoard event files in the run directory beside metrics.jsonl.
+  bool tensorboard = true;
   // Loss guard: a non-finite loss, or one guard_z standard deviations above
   // the mean of the last guard_window accepted ones, skips the step;
   // guard_max_skips in a row roll back to the last checkpoint past that data.

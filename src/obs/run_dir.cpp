@@ -1,6 +1,7 @@
 #include "obs/run_dir.h"
 
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <ctime>
 #include <filesystem>
@@ -10,8 +11,34 @@
 #include "core/check.h"
 
 namespace loom::obs {
+namespace {
 
-RunDir::RunDir(std::string path, bool resume) : path_(std::move(path)) {
+// The scalars of one step, under TensorBoard tags grouped by section.
+void write_scalars(TensorBoardWriter& tb, const StepMetrics& m) {
+  const double now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  auto put = [&](const char* tag, double v) { tb.scalar(tag, m.step, v, now); };
+  put("loss/train", m.loss);
+  put("loss/val", m.val_loss);
+  put("optim/lr", m.lr);
+  put("optim/grad_norm", m.grad_norm);
+  put("optim/loss_scale", m.loss_scale);
+  put("perf/tokens_per_s", m.tokens_per_s);
+  put("perf/mfu", m.mfu);
+  put("perf/step_time_s", m.step_time_s);
+  put("time/compute_s", m.time.compute);
+  put("time/comm_exposed_s", m.time.comm_exposed);
+  put("time/bubble_s", m.time.bubble);
+  put("time/optimizer_s", m.time.optimizer);
+  put("time/data_s", m.time.data);
+  if (m.checkpoint_stall_s > 0) put("checkpoint/stall_s", m.checkpoint_stall_s);
+  for (size_t r = 0; r < m.peak_mem_bytes.size(); r++)
+    tb.scalar("memory/peak_mib_rank" + std::to_string(r), m.step, double(m.peak_mem_bytes[r]) / (1 << 20), now);
+  tb.flush();  // like metrics.jsonl: a crash keeps every finished step
+}
+
+}  // namespace
+
+RunDir::RunDir(std::string path, bool resume, bool tensorboard) : path_(std::move(path)) {
   std::error_code ec;
   std::filesystem::create_directories(path_, ec);
   LOOM_USER_CHECK(!ec && std::filesystem::is_directory(path_), "cannot create run directory '%s': %s",
@@ -19,6 +46,7 @@ RunDir::RunDir(std::string path, bool resume) : path_(std::move(path)) {
   std::string metrics = file("metrics.jsonl");
   metrics_ = std::fopen(metrics.c_str(), resume ? "a" : "w");
   LOOM_USER_CHECK(metrics_, "cannot write '%s': %s", metrics.c_str(), std::strerror(errno));
+  if (tensorboard) tensorboard_ = std::make_unique<TensorBoardWriter>(path_);
 }
 
 RunDir::~RunDir() {
@@ -46,6 +74,7 @@ void RunDir::append_step(const StepMetrics& step) {
   // One write and a flush per line: a crash cuts at most the last line.
   std::fwrite(line.data(), 1, line.size(), metrics_);
   std::fflush(metrics_);
+  if (tensorboard_) write_scalars(*tensorboard_, step);
 }
 
 void RunDir::append_resume_mark(int64_t step) {

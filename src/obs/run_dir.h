@@ -7,15 +7,19 @@
 //                   (and a resume mark where a resumed run continues it)
 //   summary.json    RunSummary, written when the run ends ("finished": true)
 //   trace.json      the merged Chrome trace (see chrome_trace.h)
+//   events.out.tfevents.*  TensorBoard scalars of every step (train.tensorboard;
+//                   `tensorboard --logdir runs`), flushed like metrics.jsonl
 //
 // Only rank 0 makes a RunDir. metrics.jsonl is flushed after every line, so
 // a crashed run leaves a readable prefix; the other files appear atomically.
 #pragma once
 
 #include <cstdio>
+#include <memory>
 #include <string>
 
 #include "obs/run_records.h"
+#include "obs/tensorboard_events.h"
 
 namespace loom::obs {
 
@@ -24,7 +28,9 @@ class RunDir {
   // Creates `path` (and its parents). Throws UserError naming the path if it
   // cannot. An existing metrics.jsonl there is replaced (one folder, one
   // run), unless `resume` (a run continued from a checkpoint appends).
-  explicit RunDir(std::string path, bool resume = false);
+  // tensorboard: also write each step's scalars as a TensorBoard event file
+  // (a new file per run; a resumed run adds one).
+  explicit RunDir(std::string path, bool resume = false, bool tensorboard = false);
   ~RunDir();
   RunDir(const RunDir&) = delete;
   RunDir& operator=(const RunDir&) = delete;
@@ -46,6 +52,7 @@ class RunDir {
  private:
   std::string path_;
   FILE* metrics_ = nullptr;
+  std::unique_ptr<TensorBoardWriter> tensorboard_;
 };
 
 }  // namespace loom::obs

@@ -34,7 +34,7 @@ RunRecorder::RunRecorder(const std::string& dir, const RunConfig& cfg, const Par
   trace_->set_origin_now();
   if (!ctx.is_logging_rank()) return;
   dir_ = dir;
-  run_ = std::make_unique<obs::RunDir>(dir, resuming);
+  run_ = std::make_unique<obs::RunDir>(dir, resuming, cfg.train.tensorboard);
   run_->write_config(cfg.to_toml());
   const ParallelGrid& g = ctx.grid();
   obs::RunLayout layout;
