@@ -98,7 +98,7 @@ int cmd_bench_checkpoint(const Args& args) {
     else if (a == "--repeat") repeat = int(parse_positive(value("--repeat"), "--repeat"));
     else if (a == "--dir") dir = value("--dir");
     else if (a == "--stall-model") stall_model = value("--stall-model");
-    else throw UserError(strprintf("bench checkpoint: unknown option '%s'", a.c_str()));
+    else throw UserError(strprintf("bench checkpoint: unknown option '%s' (try loom bench --help)", a.c_str()));
   }
   LOOM_USER_CHECK(ranks >= 1 && ranks <= 1024 && repeat >= 1, "bench checkpoint: --ranks in [1, 1024], --repeat >= 1");
   if (stall_model != "none") stall_bench_model(stall_model);  // an unknown name fails now, listing the known ones

@@ -82,7 +82,7 @@ Options parse(const Args& args) {
       LOOM_USER_CHECK(!o.rates.empty(), "bench cluster: --rates is empty");
     } else if (a == "--steps") o.steps = int_option(value(), "bench cluster", "--steps", 2, 100);
     else if (a == "--set") o.sets.push_back(value());
-    else throw UserError(strprintf("bench cluster: unknown option '%s' (--rates R1,R2, --steps N)", a.c_str()));
+    else throw UserError(strprintf("bench cluster: unknown option '%s' (try loom bench --help)", a.c_str()));
   }
   return o;
 }

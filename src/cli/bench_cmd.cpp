@@ -224,7 +224,7 @@ int cmd_bench(const Args& args) {
     else if (a == "--no-pytorch") pytorch = false;
     else if (a == "--recompute")
       for (auto& r : split(value("--recompute"))) recompute.push_back(parse_recompute(r, "bench: --recompute"));
-    else throw UserError(strprintf("bench: unknown option '%s'", a.c_str()));
+    else throw UserError(strprintf("bench: unknown option '%s' (try loom bench --help)", a.c_str()));
   }
   for (auto& s : shapes) find_shape(s);  // reject unknown names before running anything
   LOOM_USER_CHECK(!threads.empty() && !shapes.empty(), "bench: nothing to run");

@@ -75,7 +75,7 @@ Options parse(const Args& args, size_t first) {
       }
     } else if (args[i] == "--min-bytes") o.min_bytes = parse_size(value());
     else if (args[i] == "--max-bytes") o.max_bytes = parse_size(value());
-    else throw UserError(strprintf("bench comm: unknown option '%s'", args[i].c_str()));
+    else throw UserError(strprintf("bench comm: unknown option '%s' (try loom bench --help)", args[i].c_str()));
   }
   LOOM_USER_CHECK(o.min_bytes >= 4 && o.min_bytes <= o.max_bytes && o.max_bytes <= (size_t(1) << 33),
                   "bench comm: sizes must satisfy 4 <= --min-bytes <= --max-bytes <= 8G");

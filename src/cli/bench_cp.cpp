@@ -42,7 +42,7 @@ Options parse(const Args& args) {
     else if (a == "--steps") o.steps = cli::int_option(value(), "bench cp", "--steps", 2, 1000);
     else if (a == "--layers") o.layers = cli::int_option(value(), "bench cp", "--layers", 1, 64);
     else if (a == "--cp") o.cp = cli::int_option(value(), "bench cp", "--cp", 1, 64);
-    else throw UserError(strprintf("bench cp: unknown option '%s'", a.c_str()));
+    else throw UserError(strprintf("bench cp: unknown option '%s' (try loom bench --help)", a.c_str()));
   }
   LOOM_USER_CHECK(o.T % 4 == 0, "bench cp: --T (%d) must be divisible by 4 (cp = 2 splits it in 4 chunks)", o.T);
   return o;

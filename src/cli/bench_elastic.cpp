@@ -46,7 +46,7 @@ int cmd_bench_elastic(const Args& args) {
     else if (args[i] == "--every") every = int_option(value("--every"), "bench elastic", "--every", 1, 100000);
     else if (args[i] == "--batch") batch = int_option(value("--batch"), "bench elastic", "--batch", 1, 4096);
     else if (args[i] == "--async-checkpoint") async_saves = true;
-    else throw UserError(strprintf("bench elastic: unknown option '%s'", args[i].c_str()));
+    else throw UserError(strprintf("bench elastic: unknown option '%s' (try loom bench --help)", args[i].c_str()));
   }
   LOOM_USER_CHECK(kill_step <= steps, "bench elastic: --kill-step %d is past --steps %d", kill_step, steps);
   const std::string dir = strprintf("/tmp/loom-bench-elastic.%d", int(::getpid()));

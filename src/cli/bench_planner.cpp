@@ -51,7 +51,7 @@ Options parse(const Args& args) {
     if (a == "--quick") o.quick = true;
     else if (a == "--steps") o.steps = int_option(value(), "bench planner", "--steps", 2, 1000);
     else if (a == "--out") o.out = value();
-    else throw UserError(strprintf("bench planner: unknown option '%s' (--quick, --steps N, --out FILE)", a.c_str()));
+    else throw UserError(strprintf("bench planner: unknown option '%s' (try loom bench --help)", a.c_str()));
   }
   if (o.steps == 0) o.steps = o.quick ? 3 : 5;
   return o;

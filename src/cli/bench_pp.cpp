@@ -56,7 +56,7 @@ Options parse(const Args& args) {
       for (std::string x; std::getline(list, x, ',');) o.m.push_back(int_option(x, "--m", 1));
     } else if (a == "--schedule") o.schedule = value();
     else if (a == "--v") o.v = int_option(value(), "--v", 1);
-    else throw UserError(strprintf("bench pp: unknown option '%s'", a.c_str()));
+    else throw UserError(strprintf("bench pp: unknown option '%s' (try loom bench --help)", a.c_str()));
   }
   LOOM_USER_CHECK(!o.m.empty(), "bench pp: nothing to run");
   return o;

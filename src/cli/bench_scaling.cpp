@@ -72,7 +72,7 @@ Options parse(const Args& args) {
       for (std::string z; std::getline(list, z, ',');) o.zero.push_back(positive_int(z, "--zero", 0));
       for (int z : o.zero) LOOM_USER_CHECK(z <= 3, "bench scaling: --zero takes stages 0, 1, 2, 3");
     } else {
-      throw UserError(strprintf("bench scaling: unknown option '%s'", a.c_str()));
+      throw UserError(strprintf("bench scaling: unknown option '%s' (try loom bench --help)", a.c_str()));
     }
   }
   LOOM_USER_CHECK(!o.zero.empty(), "bench scaling: nothing to run");

@@ -50,7 +50,7 @@ Options parse(const Args& args) {
     else if (a == "--repeat") o.repeat = int_option(value(), "--repeat", 1);
     else if (a == "--tp") o.tp = int_option(value(), "--tp", 1);
     else if (a == "--sequence-parallel") o.sequence_parallel = true;
-    else throw UserError(strprintf("bench tp: unknown option '%s'", a.c_str()));
+    else throw UserError(strprintf("bench tp: unknown option '%s' (try loom bench --help)", a.c_str()));
   }
   return o;
 }

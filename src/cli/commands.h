@@ -54,6 +54,9 @@ int cmd_bench_elastic(const Args& args);
 // `loom info`: the CPU, the kernels chosen for it and their measured rates.
 int cmd_info(const Args& args);
 void print_help();
+// One command's section of the usage (its options and examples) and the exit
+// codes; false if `command` has none.
+bool print_command_help(const std::string& command);
 
 // Where bundled files (configs/, data/, tools/) live: $LOOM_HOME, else the
 // source tree this binary was built from.

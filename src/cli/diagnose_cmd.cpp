@@ -13,12 +13,11 @@ int cmd_diagnose(const Args& args) {
   std::string dir;
   bool json = false;
   for (const std::string& a : args) {
-    if (a == "-h" || a == "--help") return print_help(), 0;
     if (a == "--json") {
       json = true;
       continue;
     }
-    LOOM_USER_CHECK(a.rfind("--", 0) != 0, "diagnose: unknown option '%s' (try loom --help)", a.c_str());
+    LOOM_USER_CHECK(a.rfind("--", 0) != 0, "diagnose: unknown option '%s' (try loom diagnose --help)", a.c_str());
     LOOM_USER_CHECK(dir.empty(), "diagnose: one run directory, got '%s' and '%s'", dir.c_str(), a.c_str());
     dir = a;
   }

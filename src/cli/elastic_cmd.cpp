@@ -43,8 +43,7 @@ int cmd_elastic(const Args& args) {
       else if (a == "--resume") o.resume = value("--resume");
       else if (a == "--fault") o.faults.push_back(value("--fault")), parse_fault(o.faults.back());  // checked now
       else if (a == "--") o.mpirun_args.assign(args.begin() + long(i) + 1, args.end()), i = args.size();
-      else if (a == "-h" || a == "--help") return print_help(), 0;
-      else throw UserError(strprintf("elastic: unknown option '%s' (try loom --help)", a.c_str()));
+      else throw UserError(strprintf("elastic: unknown option '%s' (try loom elastic --help)", a.c_str()));
     }
     LOOM_USER_CHECK(np_given, "elastic: --np N (the ranks to start with) is required");
     std::vector<Fault> faults;

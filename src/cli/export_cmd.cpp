@@ -48,8 +48,7 @@ int cmd_export(const Args& args) {
     else if (a == "--format") format = value();
     else if (a == "--dtype") dtype_name = value();
     else if (a == "--tokenizer") tokenizer = value();
-    else if (a == "-h" || a == "--help") return print_help(), 0;
-    else throw UserError(strprintf("export: unknown option '%s' (try loom --help)", a.c_str()));
+    else throw UserError(strprintf("export: unknown option '%s' (try loom export --help)", a.c_str()));
   }
   LOOM_USER_CHECK(!checkpoint.empty(), "export: --checkpoint DIR is required");
   LOOM_USER_CHECK(!out.empty(), "export: --out DIR is required");

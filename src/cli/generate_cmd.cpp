@@ -95,8 +95,7 @@ int cmd_generate(const Args& args) {
     else if (a == "--max-tokens") max_tokens = int(integer(0, 1 << 20));
     else if (a == "--seed") seed = integer(0, int64_t(1) << 53);
     else if (a == "--threads") threads = int(integer(0, 1024));
-    else if (a == "-h" || a == "--help") return print_help(), 0;
-    else throw UserError(strprintf("generate: unknown option '%s' (try loom --help)", a.c_str()));
+    else throw UserError(strprintf("generate: unknown option '%s' (try loom generate --help)", a.c_str()));
   }
   LOOM_USER_CHECK(!checkpoint.empty(), "generate: --checkpoint DIR is required");
   LOOM_USER_CHECK(prompt_given, "generate: --prompt TEXT is required");

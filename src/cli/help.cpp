@@ -1,11 +1,16 @@
 #include <cstdio>
+#include <sstream>
+#include <string>
 
 #include "cli/commands.h"
 
 namespace loom::cli {
+namespace {
 
-void print_help() {
-  std::printf(R"(loom - train GPT-style language models
+// The whole usage, in the order `loom --help` prints it. A command's section
+// starts at a line "  NAME  ..." (two spaces, the name) and runs to the next
+// one; `loom NAME --help` prints that section alone.
+constexpr const char* kUsage = R"(loom - train GPT-style language models
 
 usage: loom <command> [options]
 
@@ -140,6 +145,7 @@ commands:
           restarted. --launcher srun (inside a Slurm allocation, e.g. from an sbatch script)
           launches srun --ntasks=N --kill-on-bad-exit=1 --mpi=pmix instead of mpirun and reads
           srun's "task R: Killed" lines; options after -- go to the launcher.
+          Example: loom elastic --np 4 --config configs/tiny.toml --set train.checkpoint_every=10
   bench   Benchmarks (speed is measured here, never in tests).
             loom bench step [--shapes tiny,small,gpt2-124M] [--model gpt2|llama] [--threads 1,2]
                             [--steps N] [--precision fp32,bf16,fp16] [--torch-autocast] [--no-pytorch]
@@ -216,6 +222,7 @@ commands:
           (tp, dp, pp), overlap achieved, faults (loom elastic's restarts, stragglers, checkpoint
           stalls), predicted vs measured memory and step time.
           A partial or crashed run is reported as far as it goes, naming what is missing.
+          Example: loom report runs/20261202-171500 (then open runs/20261202-171500/report/report.md)
   diagnose  Name the likely causes of a slow or unstable run, with evidence and a change to try.
             loom diagnose RUN_DIR [--json]
           Rules: pipeline-bound (a stage idles >= 20%% of the step in the bubble), communication-
@@ -227,6 +234,7 @@ commands:
           train.straggler_factor x the median rank's). See docs/observability.md.
           Both read metrics.jsonl, summary.json, layout.json and trace.json, whichever exist;
           exit code 2 only when none can be read.
+          Example: loom diagnose runs/20261202-171500 --json
   export  Write a checkpoint (any layout) as Hugging Face files (GPT2LMHeadModel or LlamaForCausalLM).
             loom export --checkpoint DIR --out DIR2 [--format hf] [--dtype f32|bf16|f16] [--tokenizer FILE]
           DIR is a checkpoint folder (runs/x/checkpoints/step_000100) or a root with `latest`;
@@ -235,18 +243,21 @@ commands:
           tied) or LLaMA (model.layers.*, q/k/v and gate/up cut out of loom's fused tensors,
           lm_head unless tied); bos/eos ids from the run's tokenizer (null for byte-level data).
           tools/check_hf_interop.py (make interop) loads both with transformers.
+          Example: loom export --checkpoint checkpoints --out hf-model --dtype bf16
   generate  Sample text from a checkpoint, single process.
             loom generate --checkpoint DIR --prompt TEXT [--temperature 0.8] [--top-k 40]
                           [--max-tokens 100] [--seed 1] [--tokenizer FILE] [--threads N]
           The run's tokenizer (data.format shards: <data.path>/tokenizer.model; bytes: one token
           per byte) unless --tokenizer is given. --temperature 0 is greedy; --top-k 0 keeps every
           token. Stops at end-of-text or after --max-tokens.
+          Example: loom generate --checkpoint checkpoints --prompt "The Lord said" --max-tokens 60
   info    The CPU and what loom chose for it, and the rates measured now.
             loom info [--threads N] [--isa NAME] [--json]
           Prints the line every run logs (cpu: model, instruction sets | isa in use | fp32, bf16
           and fp16 GEMM implementations), then the fp32 FMA peak and a 1024x768x768 layer
           product's GFLOP/s in fp32, bf16 and fp16. Without avx512_bf16 (or capped below it by
           --isa, runtime.isa or LOOM_MAX_CPU_ISA) bf16 products are widened to fp32 in panels.
+          Example: loom info --isa avx2
   plan    Which layout of a model fits a cluster and runs fastest: a ranked table and a memo.
             loom plan --model gpt3-175b --cluster a100-80gb --devices 1024
             loom plan --config configs/NAME.toml [--set k=v] --cluster local
@@ -284,7 +295,47 @@ exit codes: 0 success, 2 bad input (the message names the field or file), 1 inte
 environment: LOOM_HOME  where configs/, data/ and tools/ are (default: the source tree)
              LOOM_MAX_CPU_ISA  cap the kernels' instruction set (avx2, avx512, avx512_bf16, amx),
                                e.g. to run the portable paths on an AVX-512 machine
-)");
+)";
+
+// The text as printf would print it: "%%" is one "%".
+std::string unescaped(const std::string& text) {
+  std::string out;
+  for (size_t i = 0; i < text.size(); i++) {
+    out += text[i];
+    if (text[i] == '%' && i + 1 < text.size() && text[i + 1] == '%') i++;
+  }
+  return out;
+}
+
+// "  train   Train a model." -> "train"; "" for any other line.
+std::string section_name(const std::string& line) {
+  if (line.size() < 3 || line[0] != ' ' || line[1] != ' ' || line[2] == ' ') return "";
+  const size_t end = line.find(' ', 2);
+  return end == std::string::npos ? "" : line.substr(2, end - 2);
+}
+
+}  // namespace
+
+void print_help() { std::fputs(unescaped(kUsage).c_str(), stdout); }
+
+bool print_command_help(const std::string& command) {
+  std::istringstream in(unescaped(kUsage));
+  std::string section, footer, line, current;
+  bool in_footer = false;
+  while (std::getline(in, line)) {
+    if (line.rfind("exit codes:", 0) == 0) in_footer = true;
+    if (in_footer) {
+      footer += line + "\n";
+      continue;
+    }
+    const std::string name = section_name(line);
+    if (!name.empty()) current = name;
+    if (current == command && !line.empty()) section += line + "\n";
+  }
+  if (section.empty()) return false;
+  std::printf("usage: loom %s [options]   (loom --help: every command)\n\n%s\n%s", command.c_str(), section.c_str(),
+              footer.c_str());
+  return true;
 }
 
 }  // namespace loom::cli

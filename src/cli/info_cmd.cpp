@@ -64,13 +64,6 @@ int cmd_info(const Args& args) {
       isa = value("--isa");
     } else if (a == "--json") {
       json_out = true;
-    } else if (a == "-h" || a == "--help") {
-      std::printf(
-          "usage: loom info [--threads N] [--isa auto|avx2|avx512|avx512_bf16|amx] [--json]\n"
-          "  The CPU (model, instruction sets), the kernels loom chooses for it, and the rates measured now:\n"
-          "  the fp32 FMA peak and a 1024x768x768 layer product in fp32, bf16 and fp16.\n"
-          "  --isa caps the instruction set (as runtime.isa or LOOM_MAX_CPU_ISA do).\n");
-      return 0;
     } else {
       throw UserError(strprintf("info: unknown option '%s' (try loom info --help)", a.c_str()));
     }

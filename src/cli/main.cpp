@@ -1,6 +1,7 @@
 // loom: train GPT-style models. See `loom --help`.
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <exception>
 
@@ -43,6 +44,16 @@ int main(int argc, char** argv) {
     }
     std::string cmd = args[0];
     cli::Args rest(args.begin() + 1, args.end());
+    // `loom CMD ... --help`: that command's usage (not as the value of an
+    // option that takes free text), from rank 0 alone under mpirun.
+    for (size_t i = 0; i < rest.size(); i++) {
+      if (rest[i] != "--help" && rest[i] != "-h") continue;
+      if (i > 0 && (rest[i - 1] == "--prompt" || rest[i - 1] == "--set")) continue;
+      const char* rank = std::getenv("OMPI_COMM_WORLD_RANK");
+      if (rank && std::string(rank) != "0") return 0;
+      if (cli::print_command_help(cmd)) return 0;
+      break;  // not a command: said below
+    }
     // LOOM_MAX_CPU_ISA caps every command's kernels; train and info combine
     // it with their own cap (runtime.isa, --isa) and apply it themselves.
     if (cmd != "train" && cmd != "info") cpu::cap_isa(std::nullopt, "LOOM_MAX_CPU_ISA");

@@ -114,7 +114,7 @@ PlanOptions parse(const Args& args) {
                         "plan: --schedule takes 1f1b and/or zero-bubble, got '%s'", name.c_str());
         o.space.zero_bubble.push_back(name == "zero-bubble");
       }
-    } else throw UserError(strprintf("plan: unknown option '%s' (try loom --help)", a.c_str()));
+    } else throw UserError(strprintf("plan: unknown option '%s' (try loom plan --help)", a.c_str()));
   }
   LOOM_USER_CHECK(o.model.empty() || o.config.empty(), "plan: give --model or --config, not both");
   LOOM_USER_CHECK(o.layout.empty() || o.layout == "auto", "plan: --layout takes 'auto', got '%s'", o.layout.c_str());

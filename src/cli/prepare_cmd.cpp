@@ -69,8 +69,7 @@ int cmd_prepare(const Args& args) {
       o.threads = int(v);
     }
     else if (a == "--force") o.force = true;
-    else if (a == "-h" || a == "--help") return print_help(), 0;
-    else throw UserError(strprintf("prepare: unknown option '%s' (try loom --help)", a.c_str()));
+    else throw UserError(strprintf("prepare: unknown option '%s' (try loom prepare --help)", a.c_str()));
   }
   LOOM_USER_CHECK(!(vocab_given && !o.tokenizer.empty()),
                   "prepare: --vocab-size and --tokenizer: a given tokenizer brings its own vocabulary");

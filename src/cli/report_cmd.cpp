@@ -11,8 +11,7 @@ namespace loom::cli {
 int cmd_report(const Args& args) {
   std::string dir;
   for (const std::string& a : args) {
-    if (a == "-h" || a == "--help") return print_help(), 0;
-    LOOM_USER_CHECK(a.rfind("--", 0) != 0, "report: unknown option '%s' (try loom --help)", a.c_str());
+    LOOM_USER_CHECK(a.rfind("--", 0) != 0, "report: unknown option '%s' (try loom report --help)", a.c_str());
     LOOM_USER_CHECK(dir.empty(), "report: one run directory, got '%s' and '%s'", dir.c_str(), a.c_str());
     dir = a;
   }

@@ -87,8 +87,7 @@ int cmd_train(const Args& args, MpiRuntime& mpi) {
       else if (a == "--fault") faults.push_back(parse_fault(value("--fault")));
       else if (a == "--cluster") options.cluster = value("--cluster");
       else if (a.rfind("--set=", 0) == 0) overrides.push_back(a.substr(6));
-      else if (a == "-h" || a == "--help") return rank0 ? (print_help(), 0) : 0;
-      else throw UserError(strprintf("train: unknown option '%s' (try loom --help)", a.c_str()));
+      else throw UserError(strprintf("train: unknown option '%s' (try loom train --help)", a.c_str()));
     }
     if (!config_path.empty()) {
       std::string resolved = resolve_path(config_path);

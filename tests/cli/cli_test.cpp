@@ -22,6 +22,37 @@ TEST(Cli, HelpNamesTheCommands) {
   for (const char* word : {"train", "bench", "--config", "--set"}) EXPECT_NE(r.output.find(word), std::string::npos);
 }
 
+// `loom CMD --help`: that command's section alone (its usage lines and an
+// example), exit 0; an unknown option points at it.
+TEST(Cli, EachCommandHasItsOwnHelp) {
+  const char* commands[] = {"prepare", "train", "elastic", "bench", "report", "diagnose",
+                            "export",  "generate", "info", "plan"};
+  for (const char* cmd : commands) {
+    CliResult r = run(std::string(cmd) + " --help");
+    EXPECT_EQ(r.code, 0) << cmd << "\n" << r.output;
+    EXPECT_EQ(r.output.rfind(std::string("usage: loom ") + cmd, 0), 0u) << cmd << "\n" << r.output;
+    EXPECT_NE(r.output.find(std::string("loom ") + cmd + " "), std::string::npos) << cmd;  // an invocation
+    EXPECT_NE(r.output.find("exit codes:"), std::string::npos) << cmd;
+    for (const char* other : commands) {  // no other command's section
+      if (std::string(other) == cmd) continue;
+      EXPECT_EQ(r.output.find(std::string("\n  ") + other + " "), std::string::npos) << cmd << " shows " << other;
+    }
+    // Also after other options, and as -h.
+    EXPECT_EQ(run(std::string(cmd) + " --threads 2 -h").output, r.output) << cmd;
+  }
+  // An unknown option names itself and the command's help.
+  for (const char* args : {"train --bogus", "export --bogus", "generate --bogus", "plan --bogus", "prepare --bogus",
+                           "elastic --np 2 --bogus", "bench cp --bogus", "diagnose --bogus", "report --bogus"}) {
+    CliResult r = run(args);
+    const std::string cmd = std::string(args).substr(0, std::string(args).find(' '));
+    EXPECT_EQ(r.code, 2) << args << "\n" << r.output;
+    EXPECT_NE(r.output.find("'--bogus'"), std::string::npos) << args << "\n" << r.output;
+    EXPECT_NE(r.output.find("loom " + cmd + " --help"), std::string::npos) << args << "\n" << r.output;
+  }
+  // --help as the text of a prompt is the prompt.
+  EXPECT_NE(run("generate --prompt --help").output.find("--checkpoint"), std::string::npos);
+}
+
 TEST(Cli, BadInputExitsWithCode2AndNamesTheProblem) {
   struct Case {
     std::string args, expect;
