@@ -14,6 +14,24 @@ std::string pct(double share) { return strprintf("%.0f%%", share * 100); }
 
 const char* severity_name(Severity s) { return s == Severity::high ? "high" : "warning"; }
 
+// Advice that reads the run's config.toml (run.config): a lever the run
+// already pulls is not suggested again; the next one is, with the value
+// the run used. Without a config the advice is the generic one.
+bool clips(const RunConfig* c) { return c && c->train.grad_clip > 0; }
+std::string clip_advice(const RunConfig* c) {
+  if (!c) return "clip gradients (train.grad_clip, e.g. 1.0)";
+  return "clip gradients (train.grad_clip is 0: set it to 1.0)";
+}
+std::string lower_lr(const RunConfig* c) {
+  if (!c) return "lower the learning rate";
+  return strprintf("lower the learning rate (train.lr = %g: try %g)", double(c->train.lr), double(c->train.lr) / 2);
+}
+std::string longer_warmup(const RunConfig* c) {
+  if (!c) return "lengthen the warmup";
+  return strprintf("lengthen the warmup (train.warmup_steps = %d: try %d)", c->train.warmup_steps,
+                   std::max(2 * c->train.warmup_steps, 100));
+}
+
 Finding finding(const char* cause, const char* area, Severity severity = Severity::warning, double score = 0) {
   Finding f;
   f.cause = cause, f.area = area, f.severity = severity, f.score = score;
@@ -112,9 +130,21 @@ void communication_bound(const RunData& run, const RunFigures& f, const Diagnose
   std::vector<std::string> changes;
   if (worst == "dp" || worst.empty()) {
     auto o = f.overlap.find("dp");
-    if (o != f.overlap.end() && o->second < t.low_overlap)
-      changes.push_back("little of the gradient reduction overlaps backward: use smaller buckets (parallel.bucket_mb) "
-                        "so reductions start earlier in backward");
+    const RunConfig* c = run.config ? &*run.config : nullptr;
+    if (o != f.overlap.end() && o->second < t.low_overlap) {
+      if (!c)
+        changes.push_back("little of the gradient reduction overlaps backward: use smaller buckets "
+                          "(parallel.bucket_mb) so reductions start earlier in backward");
+      else if (c->parallel.bucket_mb > 1)
+        changes.push_back(strprintf("little of the gradient reduction overlaps backward: use smaller buckets "
+                                    "(parallel.bucket_mb = %g: try %g) so reductions start earlier in backward",
+                                    double(c->parallel.bucket_mb), double(c->parallel.bucket_mb) / 4));
+      else
+        changes.push_back(strprintf("little of the gradient reduction overlaps backward although its buckets are "
+                                    "small already (parallel.bucket_mb = %g): do more compute per reduction "
+                                    "(more micro-batches per step) or reduce over fewer ranks",
+                                    double(c->parallel.bucket_mb)));
+    }
     if (l && l->batch_size > 0 && l->seq_len > 0 && l->dp > 1) {
       long tokens = long(l->batch_size) / l->dp * l->seq_len;
       x.evidence.push_back(strprintf("each of the %d dp ranks computes %ld tokens per step for one full gradient "
@@ -126,8 +156,10 @@ void communication_bound(const RunData& run, const RunFigures& f, const Diagnose
                                     tokens, t.small_batch_tokens));
     }
     if (changes.empty())
-      changes.push_back("raise the per-rank batch (more accumulation per reduction) or overlap the reduction with "
-                        "backward (smaller parallel.bucket_mb)");
+      changes.push_back(c && c->parallel.bucket_mb <= 1
+                            ? "raise the per-rank batch (more accumulation per reduction) or reduce over fewer ranks"
+                            : "raise the per-rank batch (more accumulation per reduction) or overlap the reduction "
+                              "with backward (smaller parallel.bucket_mb)");
   }
   if (worst == "tp") {
     if (l && l->ranks_per_node > 0 && l->tp > l->ranks_per_node)
@@ -251,8 +283,16 @@ void numerics(const RunData& run, const DiagnoseThresholds& t, Diagnosis& d) {
     if (!std::isfinite(m.loss) && !m.skipped) {
       Finding x = finding("non-finite-loss", "numerics", Severity::high, 10);
       x.evidence.push_back(strprintf("the loss is not finite at step %lld", (long long)m.step));
-      x.recommendation = "lower the learning rate or clip gradients; under fp16 turn dynamic loss scaling on or use "
-                         "bf16; check the data at that step";
+      const RunConfig* c = run.config ? &*run.config : nullptr;
+      std::vector<std::string> levers = {lower_lr(c)};
+      if (!clips(c)) levers.push_back(clip_advice(c));
+      if (!c) levers.push_back("under fp16 turn dynamic loss scaling on or use bf16");
+      else if (l && l->dtype == "fp16" && !l->loss_scaling)
+        levers.push_back("turn dynamic loss scaling on (precision.loss_scale = \"dynamic\")");
+      else if (l && l->dtype == "fp16")
+        levers.push_back("compute in bf16 (precision.compute = \"bf16\": fp32's range)");
+      levers.push_back("check the data at that step");
+      for (size_t i = 0; i < levers.size(); i++) x.recommendation += (i ? "; " : "") + levers[i];
       d.findings.push_back(std::move(x));
       break;
     }
@@ -287,16 +327,25 @@ void numerics(const RunData& run, const DiagnoseThresholds& t, Diagnosis& d) {
                                    "overflowing fp16 at every scale",
                                    peak, (long long)peak_step, final_scale, std::log2(peak / std::max(final_scale, 1e-30))));
     if (skipped) x.evidence.push_back(skip_evidence);
-    x.recommendation = "something overflows whatever the scale: lower the learning rate, clip gradients "
-                       "(train.grad_clip), or compute in bf16 (fp32 range, no loss scaling needed)";
+    const RunConfig* c = run.config ? &*run.config : nullptr;
+    x.recommendation = clips(c) ? strprintf("something overflows whatever the scale, though gradients are clipped at "
+                                            "%g: %s, or compute in bf16 (precision.compute = \"bf16\": fp32's range, "
+                                            "no loss scaling needed)",
+                                            double(c->train.grad_clip), lower_lr(c).c_str())
+                                : "something overflows whatever the scale: " + lower_lr(c) + ", " + clip_advice(c) +
+                                      ", or compute in bf16 (fp32 range, no loss scaling needed)";
     d.findings.push_back(std::move(x));
   } else if (many_skips) {
     Finding x = finding("skipped-steps", "numerics", Severity::warning, double(skipped) / double(n) / t.skipped_share);
     if (longest >= size_t(t.skipped_run) * 3) x.severity = Severity::high;
     x.evidence.push_back(skip_evidence);
     if (scaling) x.evidence.push_back(strprintf("loss scale now %.6g (peak %.6g)", final_scale, peak));
-    x.recommendation = "steps are skipped when gradients hold inf/NaN: raise the loss-scale growth interval (grow less "
-                       "often), lower the learning rate, or compute in bf16";
+    const RunConfig* c = run.config ? &*run.config : nullptr;
+    x.recommendation = "steps are skipped when gradients hold inf/NaN: " +
+                       (c ? strprintf("grow the loss scale less often (precision.growth_interval = %d: try %d)",
+                                      c->precision.growth_interval, 4 * c->precision.growth_interval)
+                          : std::string("raise the loss-scale growth interval (grow less often)")) +
+                       ", " + lower_lr(c) + ", or compute in bf16";
     d.findings.push_back(std::move(x));
   } else {
     d.checked.push_back(strprintf("skipped steps: %zu of %zu", skipped, n));
@@ -319,7 +368,8 @@ void numerics(const RunData& run, const DiagnoseThresholds& t, Diagnosis& d) {
     if (zeros) x.evidence.push_back(strprintf("the gradient norm is zero on %zu of %zu steps", zero, with_norm));
     if (stuck) x.evidence.push_back(strprintf("the loss does not fall: %.4g over the first quarter, %.4g over the last",
                                               first, last));
-    x.recommendation = "turn dynamic loss scaling on (it keeps small gradients inside fp16's range) or compute in bf16";
+    x.recommendation = "turn dynamic loss scaling on (precision.loss_scale = \"dynamic\": it keeps small gradients "
+                       "inside fp16's range) or compute in bf16";
     d.findings.push_back(std::move(x));
   }
 
@@ -328,7 +378,11 @@ void numerics(const RunData& run, const DiagnoseThresholds& t, Diagnosis& d) {
     Finding x = finding("grad-norm-spikes", "numerics", idx.size() > 2 ? Severity::high : Severity::warning, double(idx.size()));
     x.evidence.push_back(strprintf("the gradient norm jumped above %.0fx its recent median at%s", t.grad_spike,
                                    step_list(gn, idx, "norm").c_str()));
-    x.recommendation = "clip gradients (train.grad_clip, e.g. 1.0) and lower the learning rate or lengthen the warmup";
+    const RunConfig* c = run.config ? &*run.config : nullptr;
+    x.recommendation = clips(c) ? strprintf("the run already clips gradients at %g (train.grad_clip), which bounds the "
+                                            "update but not the cause: %s or %s",
+                                            double(c->train.grad_clip), lower_lr(c).c_str(), longer_warmup(c).c_str())
+                                : clip_advice(c) + " and " + lower_lr(c) + " or " + longer_warmup(c);
     d.findings.push_back(std::move(x));
   } else {
     d.checked.push_back("gradient norm: no spikes");
@@ -339,8 +393,11 @@ void numerics(const RunData& run, const DiagnoseThresholds& t, Diagnosis& d) {
     Finding x = finding("loss-spikes", "numerics", idx.size() > 2 ? Severity::high : Severity::warning, double(idx.size()));
     x.evidence.push_back(strprintf("the loss jumped above %.2fx its recent median at%s", t.loss_spike,
                                    step_list(loss, idx, "loss").c_str()));
-    x.recommendation = "the learning rate is likely too high for the batch: lower it (or raise the batch), lengthen "
-                       "the warmup, clip gradients";
+    const RunConfig* c = run.config ? &*run.config : nullptr;
+    x.recommendation = "the learning rate is likely too high for the batch: " + lower_lr(c) +
+                       (c ? strprintf(" or raise the batch (train.batch_size = %d)", c->train.batch_size)
+                          : std::string(" (or raise the batch)")) +
+                       ", " + longer_warmup(c) + (clips(c) ? "" : ", " + clip_advice(c));
     d.findings.push_back(std::move(x));
   } else {
     d.checked.push_back("loss: no spikes");
@@ -357,8 +414,13 @@ void numerics(const RunData& run, const DiagnoseThresholds& t, Diagnosis& d) {
                                      first, last));
       const StepMetrics& end = run.steps.back();
       if (std::isfinite(end.lr)) x.evidence.push_back(strprintf("learning rate at the end: %.3g", end.lr));
-      x.recommendation = "the learning rate is too high for this batch size: halve it (or raise the batch, or lengthen "
-                         "the warmup)";
+      const RunConfig* c = run.config ? &*run.config : nullptr;
+      x.recommendation = c ? strprintf("the learning rate is too high for this batch size: halve it (train.lr = %g: "
+                                       "try %g), or raise the batch (train.batch_size = %d), or %s",
+                                       double(c->train.lr), double(c->train.lr) / 2, c->train.batch_size,
+                                       longer_warmup(c).c_str())
+                           : "the learning rate is too high for this batch size: halve it (or raise the batch, or "
+                             "lengthen the warmup)";
       d.findings.push_back(std::move(x));
     } else {
       d.checked.push_back(strprintf("loss trend: %.4g -> %.4g (first vs last quarter)", first, last));

@@ -95,6 +95,13 @@ RunData read_run_dir(const std::string& path) {
   };
 
   run.has_config = present("config.toml");
+  if (run.has_config) {
+    try {
+      run.config = load_run_config(file("config.toml"), {});
+    } catch (const UserError& e) {
+      run.notes.push_back(std::string("config.toml: ") + e.what() + "; the advice does not use it");
+    }
+  }
   if (present("layout.json"))
     if (auto j = read_json(file("layout.json"), run.notes)) run.layout = j->get<RunLayout>();
   if (present("metrics.jsonl")) read_metrics(file("metrics.jsonl"), run);

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "config/run_config.h"
 #include "obs/run_records.h"
 #include "obs/trace_span.h"
 
@@ -15,6 +16,9 @@ namespace loom::obs {
 struct RunData {
   std::string path;
   bool has_config = false;
+  // config.toml as loom reads it (absent, or damaged: see notes); diagnose's
+  // advice reads it so that it never suggests what the run already does.
+  std::optional<RunConfig> config;
   std::optional<RunLayout> layout;
   std::vector<StepMetrics> steps;  // in file order; a resume mark drops the steps after it
   std::vector<RestartRecord> restarts;  // elastic.jsonl (`loom elastic`), when there

@@ -1,6 +1,7 @@
 // `loom diagnose` names the cause each synthetic run was built to show.
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <nlohmann/json.hpp>
 
 #include "cli/run_loom.h"
@@ -197,6 +198,114 @@ TEST(Diagnose, RisingLossBlamesTheLearningRate) {
   ASSERT_FALSE(d.findings.empty());
   EXPECT_EQ(d.findings[0].cause, "loss-rising") << dump(d);
   EXPECT_NE(d.findings[0].recommendation.find("learning rate"), std::string::npos);
+}
+
+// The advice reads the run's config.toml: a lever the run already pulls is
+// not suggested again, the next one is, with the run's own value.
+std::string advice_for(const std::string& name, const std::string& config_toml, const RunLayout& l,
+                       const std::vector<StepMetrics>& steps, const std::string& cause,
+                       const std::optional<RunSummary>& summary = std::nullopt) {
+  const std::string dir = fresh_dir(name);
+  write_run(dir, l, steps, summary);
+  if (config_toml == "-") std::filesystem::remove(dir + "/config.toml");
+  else RunDir(dir, true).write_config(config_toml);
+  const Diagnosis d = diagnose_dir(dir);
+  for (const Finding& f : d.findings)
+    if (f.cause == cause) return f.recommendation;
+  ADD_FAILURE() << name << ": no " << cause << " finding: " << dump(d);
+  return "";
+}
+
+std::vector<StepMetrics> grad_spike_steps() {
+  std::vector<StepMetrics> steps = healthy_steps(60);
+  steps[40].grad_norm = 80;
+  return steps;
+}
+
+TEST(DiagnoseAdvice, GradNormSpikesDoNotSuggestClippingARunThatClips) {
+  const std::string clipped = advice_for("advice_clip_on", "[train]\ngrad_clip = 1.0\nlr = 0.003\nwarmup_steps = 20\n",
+                                         dp_layout(1), grad_spike_steps(), "grad-norm-spikes");
+  EXPECT_EQ(clipped.find("clip gradients (train.grad_clip"), std::string::npos) << clipped;
+  EXPECT_NE(clipped.find("already clips gradients at 1"), std::string::npos) << clipped;
+  EXPECT_NE(clipped.find("train.lr = 0.003: try 0.0015"), std::string::npos) << clipped;
+  EXPECT_NE(clipped.find("train.warmup_steps = 20: try 100"), std::string::npos) << clipped;
+  const std::string unclipped = advice_for("advice_clip_off", "[train]\ngrad_clip = 0.0\n", dp_layout(1),
+                                           grad_spike_steps(), "grad-norm-spikes");
+  EXPECT_NE(unclipped.find("train.grad_clip is 0: set it to 1.0"), std::string::npos) << unclipped;
+  // Without config.toml: the generic advice.
+  const std::string generic = advice_for("advice_clip_none", "-", dp_layout(1), grad_spike_steps(), "grad-norm-spikes");
+  EXPECT_NE(generic.find("clip gradients (train.grad_clip, e.g. 1.0)"), std::string::npos) << generic;
+}
+
+TEST(DiagnoseAdvice, LossSpikesAndRisingLossNameTheRunsLearningRate) {
+  std::vector<StepMetrics> spike = healthy_steps(60);
+  spike[40].loss = 9.5;
+  const std::string a = advice_for("advice_loss_spike", "[train]\nlr = 0.01\nbatch_size = 16\ngrad_clip = 1.0\n",
+                                   dp_layout(1), spike, "loss-spikes");
+  EXPECT_NE(a.find("train.lr = 0.01: try 0.005"), std::string::npos) << a;
+  EXPECT_NE(a.find("train.batch_size = 16"), std::string::npos) << a;
+  EXPECT_EQ(a.find("clip gradients"), std::string::npos) << a;  // it clips already
+  const std::string b = advice_for("advice_loss_spike_noclip", "[train]\ngrad_clip = 0.0\n", dp_layout(1), spike,
+                                   "loss-spikes");
+  EXPECT_NE(b.find("train.grad_clip is 0"), std::string::npos) << b;
+  std::vector<StepMetrics> rising = healthy_steps(40);
+  for (auto& m : rising) m.loss = 3.0 + 0.02 * double(m.step);
+  const std::string r = advice_for("advice_rising", "[train]\nlr = 0.02\n", dp_layout(1), rising, "loss-rising");
+  EXPECT_NE(r.find("train.lr = 0.02: try 0.01"), std::string::npos) << r;
+}
+
+TEST(DiagnoseAdvice, NumericsAdviceFollowsThePrecisionThatRan) {
+  std::vector<StepMetrics> nan_steps = healthy_steps(30);
+  nan_steps[20].loss = NAN;
+  RunLayout scaled = dp_layout(1);
+  scaled.dtype = "fp16", scaled.loss_scaling = true;
+  // fp16 with scaling on and clipping on: the next levers are the rate and bf16.
+  const std::string a = advice_for("advice_nan_scaled", "[train]\ngrad_clip = 1.0\n[precision]\ncompute = \"fp16\"\n",
+                                   scaled, nan_steps, "non-finite-loss");
+  EXPECT_EQ(a.find("clip gradients"), std::string::npos) << a;
+  EXPECT_EQ(a.find("loss scaling on"), std::string::npos) << a;
+  EXPECT_NE(a.find("precision.compute = \"bf16\""), std::string::npos) << a;
+  // fp32, no clipping: clipping, and nothing about fp16.
+  const std::string b = advice_for("advice_nan_fp32", "[train]\ngrad_clip = 0.0\n", dp_layout(1), nan_steps,
+                                   "non-finite-loss");
+  EXPECT_NE(b.find("train.grad_clip is 0"), std::string::npos) << b;
+  EXPECT_EQ(b.find("fp16"), std::string::npos) << b;
+  // Skipped steps: the run's own growth interval.
+  std::vector<StepMetrics> skips = healthy_steps(40);
+  for (auto& m : skips) m.loss_scale = 1024;
+  for (int i : {20, 21, 22, 23}) skips[size_t(i)].skipped = true;
+  const std::string c = advice_for("advice_skips", "[precision]\ncompute = \"fp16\"\ngrowth_interval = 500\n", scaled,
+                                   skips, "skipped-steps");
+  EXPECT_NE(c.find("precision.growth_interval = 500: try 2000"), std::string::npos) << c;
+  // A collapsing scale in a run that clips: not "clip gradients".
+  std::vector<StepMetrics> collapse = healthy_steps(40);
+  double scale = 65536;
+  for (auto& m : collapse) {
+    if (m.step > 10) m.skipped = true, m.grad_norm = INFINITY, scale = std::max(scale / 2, 1.0);
+    m.loss_scale = scale;
+  }
+  const std::string d = advice_for("advice_collapse", "[train]\ngrad_clip = 0.5\n[precision]\ncompute = \"fp16\"\n",
+                                   scaled, collapse, "loss-scale-collapse");
+  EXPECT_NE(d.find("clipped at 0.5"), std::string::npos) << d;
+  EXPECT_EQ(d.find("clip gradients"), std::string::npos) << d;
+}
+
+TEST(DiagnoseAdvice, SmallBucketsAlreadyMeanTheNextLever) {
+  RunLayout l = dp_layout(8);
+  l.batch_size = 16, l.seq_len = 128;
+  std::vector<StepMetrics> steps = healthy_steps(30);
+  for (auto& m : steps) m.time = {0.050, 0.040, 0.0, 0.009, 0.001}, m.step_time_s = 0.100;
+  RunSummary s;
+  s.finished = true;
+  s.exposed_comm_s = {{"dp", 0.040}};
+  s.overlap = {{"dp", 0.05}};
+  const std::string big = advice_for("advice_buckets_big", "[parallel]\nbucket_mb = 16.0\n", l, steps,
+                                     "communication-bound", s);
+  EXPECT_NE(big.find("parallel.bucket_mb = 16: try 4"), std::string::npos) << big;
+  const std::string small = advice_for("advice_buckets_small", "[parallel]\nbucket_mb = 0.5\n", l, steps,
+                                       "communication-bound", s);
+  EXPECT_EQ(small.find("use smaller buckets"), std::string::npos) << small;
+  EXPECT_NE(small.find("small already (parallel.bucket_mb = 0.5)"), std::string::npos) << small;
 }
 
 TEST(Diagnose, CommandPrintsTextAndJson) {
