@@ -60,7 +60,8 @@ commands:
                           eval_batches log_every seed sample_tokens (0 = none) sample_prompt
                           run_dir ("runs"; "" = none) run_name ("" = start time)
                           tensorboard (true: TensorBoard scalars in the run directory;
-                          tensorboard --logdir runs)
+                          tensorboard --logdir runs) trace_flush_every (10: each rank's spans
+                          to trace/rank-R.jsonl every N steps, kept by a killed run; 0 = none)
                           checkpoint_every (0 = never) checkpoint_dir keep_checkpoints
                           async_checkpoint (true: saves are written in the background
                           while training goes on; false: training waits for the disk)

@@ -126,6 +126,7 @@ void read_fields(FieldReader& r, RunConfig& c) {
   r.get("train.keep_checkpoints", &c.train.keep_checkpoints);
   r.get("train.async_checkpoint", &c.train.async_checkpoint);
   r.get("train.tensorboard", &c.train.tensorboard);
+  r.get("train.trace_flush_every", &c.train.trace_flush_every);
   r.get("train.guard_window", &c.train.guard_window);
   r.get("train.guard_z", &c.train.guard_z);
   r.get("train.guard_warmup", &c.train.guard_warmup);
@@ -220,6 +221,7 @@ void RunConfig::validate() const {
   require(t.steps >= 1, "train.steps", ">= 1");
   require(t.checkpoint_every >= 0, "train.checkpoint_every", ">= 0 (0 = never)");
   require(t.keep_checkpoints >= 1, "train.keep_checkpoints", ">= 1");
+  require(t.trace_flush_every >= 0, "train.trace_flush_every", ">= 0 (0 = only trace.json at the end)");
   require(t.checkpoint_every == 0 || !t.checkpoint_dir.empty(), "train.checkpoint_dir", "a folder");
   require(t.guard_window >= 2, "train.guard_window", ">= 2");
   require(t.guard_z >= 0, "train.guard_z", ">= 0 (0 = off)");
@@ -343,7 +345,8 @@ std::string RunConfig::to_toml() const {
     << "\nseed = " << train.seed << "\ncheckpoint_every = " << train.checkpoint_every << "\ncheckpoint_dir = \""
     << toml_escaped(train.checkpoint_dir) << "\"\nkeep_checkpoints = " << train.keep_checkpoints
     << "\nasync_checkpoint = " << (train.async_checkpoint ? "true" : "false")
-    << "\ntensorboard = " << (train.tensorboard ? "true" : "false") << "\nguard_window = "
+    << "\ntensorboard = " << (train.tensorboard ? "true" : "false")
+    << "\ntrace_flush_every = " << train.trace_flush_every << "\nguard_window = "
     << train.guard_window << "\nguard_z = " << train.guard_z << "\nguard_warmup = " << train.guard_warmup
     << "\nguard_max_skips = " << train.guard_max_skips << "\nrecompute = \"" << train.recompute << "\"" << "\nstraggler_factor = " << train.straggler_factor << "\nstraggler_window = " << train.straggler_window << "\nrun_dir = \"" << toml_escaped(train.run_dir) << "\"\nrun_name = \"" << toml_escaped(train.run_name) << "\""
     << "\n[data]\npath = \"" << toml_escaped(data.path) << "\"\nformat = \"" << data.format

@@ -45,6 +45,9 @@ struct TrainConfig {
   bool async_checkpoint = true;
   // TensorBoard event files in the run directory beside metrics.jsonl.
   bool tensorboard = true;
+  // Every rank appends its finished trace spans to <run dir>/trace/rank-R.jsonl
+  // every N steps (0 = only trace.json at the end), so a killed run keeps them.
+  int trace_flush_every = 10;
   // Loss guard: a non-finite loss, or one guard_z standard deviations above
   // the mean of the last guard_window accepted ones, skips the step;
   // guard_max_skips in a row roll back to the last checkpoint past that data.

@@ -7,6 +7,7 @@
 //                   (and a resume mark where a resumed run continues it)
 //   summary.json    RunSummary, written when the run ends ("finished": true)
 //   trace.json      the merged Chrome trace (see chrome_trace.h)
+//   trace/          each rank's spans as the run goes (trace_file.h)
 //   events.out.tfevents.*  TensorBoard scalars of every step (train.tensorboard;
 //                   `tensorboard --logdir runs`), flushed like metrics.jsonl
 //

@@ -7,6 +7,7 @@
 
 #include "core/check.h"
 #include "obs/chrome_trace.h"
+#include "obs/trace_file.h"
 
 namespace loom::obs {
 namespace {
@@ -108,6 +109,14 @@ RunData read_run_dir(const std::string& path) {
   if (fs::is_regular_file(file("elastic.jsonl"))) read_restarts(file("elastic.jsonl"), run);
   if (present("summary.json")) {
     if (auto j = read_json(file("summary.json"), run.notes)) run.summary = j->get<RunSummary>();
+  }
+  if (!std::filesystem::is_regular_file(file("trace.json"))) {
+    // A run that did not end: each rank's spans up to its last flush.
+    run.trace = read_rank_trace_files(file("trace"), &run.notes);
+    if (!run.trace.empty())
+      run.notes.push_back(strprintf("no trace.json: the timeline comes from trace/rank-*.jsonl (%zu ranks, up to "
+                                    "each one's last flush)",
+                                    run.trace.size()));
   }
   if (present("trace.json")) {
     try {

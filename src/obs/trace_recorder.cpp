@@ -91,9 +91,23 @@ void TraceRecorder::instant(const char* name, SpanKind kind, int track) {
   }
 }
 
+std::vector<TraceSpan> TraceRecorder::take_finished() {
+  std::vector<TraceSpan> out;
+  for (; taken_ < spans_.size() && spans_[taken_].end_ns >= 0; taken_++) {
+    const Raw& r = spans_[taken_];
+    TraceSpan s;
+    s.name = r.name, s.kind = r.kind, s.group = r.group, s.track = r.track, s.index = r.index;
+    s.instant = r.instant;
+    s.begin_us = double(r.begin_ns) * 1e-3, s.end_us = double(r.end_ns) * 1e-3;
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
 void TraceRecorder::clear() {
   spans_.clear();
   open_.clear();
+  taken_ = 0;
   dropped_ = 0;
 }
 

@@ -59,6 +59,12 @@ class TraceRecorder {
   // value. Spans still open end now.
   std::vector<uint8_t> serialize() const;
   RankTrace snapshot() const;
+  // The spans ended since the last call, in the order they began, up to the
+  // first one still open (it and those after it come in a later call);
+  // instants included. For writing the trace as it grows (trace_file.h).
+  std::vector<TraceSpan> take_finished();
+  const GridPlace& place() const { return place_; }
+  int rank() const { return rank_; }
 
  private:
   using Clock = std::chrono::steady_clock;
@@ -79,6 +85,7 @@ class TraceRecorder {
   Clock::time_point origin_;
   std::vector<Raw> spans_;
   std::vector<SpanId> open_;  // begun, not yet ended, innermost last
+  size_t taken_ = 0;          // spans before this index were handed out by take_finished()
   uint64_t dropped_ = 0;
   FlightRecorder* flight_ = nullptr;
 };

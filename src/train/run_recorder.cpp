@@ -30,6 +30,10 @@ RunRecorder::RunRecorder(const std::string& dir, const RunConfig& cfg, const Par
   flight_ = std::make_unique<FlightRecorder>(run_path + "/flight", ctx.rank());
   for (GroupKind kind : kAllGroupKinds) ctx.group(kind).set_flight_recorder(flight_.get());
   trace_->set_flight(flight_.get());
+  trace_flush_every_ = cfg.train.trace_flush_every;
+  if (trace_flush_every_ > 0)
+    trace_file_ = std::make_unique<obs::RankTraceFile>(run_path + "/trace", ctx.rank(), ctx.coord().dp,
+                                                       ctx.coord().tp, ctx.coord().pp);
   ctx.world().barrier();
   trace_->set_origin_now();
   if (!ctx.is_logging_rank()) return;
@@ -59,6 +63,7 @@ void RunRecorder::resumed_at(int64_t step) {
 }
 
 void RunRecorder::step(const obs::StepMetrics& metrics) {
+  if (trace_file_ && metrics.step % trace_flush_every_ == 0) trace_file_->append(trace_->take_finished());
   if (!run_) return;
   run_->append_step(metrics);
   char extra[64];
@@ -68,6 +73,7 @@ void RunRecorder::step(const obs::StepMetrics& metrics) {
 
 void RunRecorder::finish(obs::RunSummary summary) {
   if (!active_) return;
+  if (trace_file_) trace_file_->append(trace_->take_finished());
   std::vector<obs::RankTrace> ranks = obs::gather_chrome_trace(ctx_.world(), *trace_, dir_ + "/trace.json");
   if (!run_) return;
   progress_->finish();

@@ -13,6 +13,7 @@
 #include "comm/flight_recorder.h"
 #include "obs/progress.h"
 #include "obs/run_dir.h"
+#include "obs/trace_file.h"
 #include "obs/trace_recorder.h"
 #include "parallel/grid/parallel_context.h"
 
@@ -36,7 +37,9 @@ class RunRecorder {
   // Where a resumed run continues (steps after it are rewritten); only
   // when constructed with resuming.
   void resumed_at(int64_t step);
-  // One step: appended to metrics.jsonl (rank 0), progress advanced.
+  // One step (every rank calls it): its spans appended to the rank's trace
+  // file every train.trace_flush_every steps; metrics.jsonl (rank 0) and
+  // progress.
   void step(const obs::StepMetrics& metrics);
   // Collective: merges the trace, writes summary.json.
   void finish(obs::RunSummary summary);
@@ -50,6 +53,8 @@ class RunRecorder {
   bool resuming_;
   std::unique_ptr<obs::RunDir> run_;
   std::unique_ptr<obs::TraceRecorder> trace_;
+  std::unique_ptr<obs::RankTraceFile> trace_file_;  // every rank's trace/rank-R.jsonl
+  int trace_flush_every_ = 0;
   std::unique_ptr<FlightRecorder> flight_;
   std::unique_ptr<obs::Progress> progress_;
 };
