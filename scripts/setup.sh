@@ -70,6 +70,7 @@ PACKAGES=(
   libopenblas0   # the BLAS that the PyTorch baseline (tools/bench_pytorch.py) runs on
   groff-base perl
   iproute2       # ip / tc: the emulated cluster (scripts/cluster/emulate.sh)
+  librsvg2-bin   # rsvg-convert: loom report's PNG charts (report.md embeds them)
 )
 
 if [[ "${1:-}" == venv ]]; then

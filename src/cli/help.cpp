@@ -218,7 +218,8 @@ commands:
             loom report RUN_DIR
           Writes RUN_DIR/report/: loss.svg, throughput.svg (and mfu.svg, loss_scale.svg when
           recorded), timeline.svg (one step of trace.json: a row per rank, spans coloured by
-          kind), PNG copies when rsvg-convert is on PATH (Debian: librsvg2-bin), and report.md:
+          kind), PNG copies by rsvg-convert (librsvg2-bin; setup.sh installs it), report.html (one
+          page, every chart inline: open it in a browser) and report.md (embeds the PNGs):
           MFU, tokens/s, time split, bubble per pipeline stage, exposed communication per group
           (tp, dp, pp), overlap achieved, faults (loom elastic's restarts, stragglers, checkpoint
           stalls), predicted vs measured memory and step time.

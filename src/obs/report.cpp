@@ -11,6 +11,7 @@
 #include "core/check.h"
 #include "obs/diagnosis.h"
 #include "obs/line_chart.h"
+#include "obs/report_html.h"
 #include "obs/run_figures.h"
 #include "obs/timeline_chart.h"
 
@@ -213,7 +214,7 @@ std::string markdown(const RunData& run, const RunFigures& f, const std::vector<
 
   md += "\n## Charts\n\n";
   for (const std::string& c : charts) {
-    std::string stem = c.substr(0, c.size() - 4);
+    std::string stem = c.substr(0, c.size() - 4);  // loss.svg or loss.png: "loss"
     md += "![" + stem + "](" + c + ")\n";
   }
   if (!png_note.empty()) md += "\n" + png_note + "\n";
@@ -274,6 +275,7 @@ ReportOutput write_report(const RunData& run) {
   if (!run.trace.empty()) save("timeline.svg", render_timeline(run.trace).svg);
 
   std::string converter = find_svg_converter();
+  std::vector<std::string> pictures = charts;  // what report.md shows: the PNGs when there are
   if (charts.empty()) {
   } else if (converter.empty()) {
     out.png_note = "No PNGs: rsvg-convert is not on PATH (Debian package librsvg2-bin).";
@@ -281,14 +283,21 @@ ReportOutput write_report(const RunData& run) {
     int failed = 0;
     for (const std::string& c : std::vector<std::string>(charts)) {
       std::string png = c.substr(0, c.size() - 4) + ".png";
-      if (convert_to_png(converter, out.dir + "/" + c, out.dir + "/" + png)) out.files.push_back(png);
-      else failed++;
+      if (convert_to_png(converter, out.dir + "/" + c, out.dir + "/" + png)) {
+        out.files.push_back(png);
+        std::replace(pictures.begin(), pictures.end(), c, png);
+      } else {
+        failed++;
+      }
     }
     if (failed) out.png_note = strprintf("rsvg-convert failed on %d of %zu charts.", failed, charts.size());
   }
   out.files.insert(out.files.begin(), charts.begin(), charts.end());
-  write_file_atomically(out.dir + "/report.md", markdown(run, f, charts, out.png_note));
-  out.files.insert(out.files.begin(), "report.md");
+  const std::string md = markdown(run, f, pictures, out.png_note);
+  write_file_atomically(out.dir + "/report.md", md);
+  // The same page for a browser, every chart's SVG inline: one file.
+  write_file_atomically(out.dir + "/report.html", report_html(md, "loom report: " + run.path, out.dir));
+  out.files.insert(out.files.begin(), {"report.md", "report.html"});
   return out;
 }
 

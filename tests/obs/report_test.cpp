@@ -2,6 +2,8 @@
 // headline figures, partial and crashed runs.
 #include <gtest/gtest.h>
 
+#include <filesystem>
+
 #include "cli/run_loom.h"
 #include "obs/line_chart.h"
 #include "obs/obs_test_util.h"
@@ -79,11 +81,71 @@ TEST(Report, FullRunWritesChartsAndSummary) {
 
   std::string md = read_text(out.dir + "/report.md");
   for (const char* what : {"MFU", "tokens/s", "| 0 | 46.2% |", "| 1 | 46.2% |", "Overlap achieved", "75.0%",
-                           "Predicted vs measured", "+8.3%", "+10.0%", "![loss](loss.svg)",
-                           "![timeline](timeline.svg)", "pipeline-bound"})
+                           "Predicted vs measured", "+8.3%", "+10.0%", "pipeline-bound"})
     EXPECT_TRUE(has(md, what)) << what << "\n" << md;
-  if (find_svg_converter().empty()) EXPECT_TRUE(has(md, "rsvg-convert is not on PATH"));
-  else EXPECT_TRUE(std::filesystem::exists(out.dir + "/loss.png"));
+  // report.md shows the PNGs when rsvg-convert made them, else the SVGs.
+  if (find_svg_converter().empty()) {
+    EXPECT_TRUE(has(md, "rsvg-convert is not on PATH"));
+    EXPECT_TRUE(has(md, "![loss](loss.svg)") && has(md, "![timeline](timeline.svg)")) << md;
+  } else {
+    EXPECT_TRUE(std::filesystem::exists(out.dir + "/loss.png"));
+    EXPECT_TRUE(has(md, "![loss](loss.png)") && has(md, "![timeline](timeline.png)")) << md;
+  }
+}
+
+// report.html: one page with every chart inline, nothing it must fetch, tags
+// that nest (Python's HTML parser), and, where a browser is installed, a
+// page that renders headless.
+TEST(Report, HtmlIsOneSelfContainedPage) {
+  std::string dir = fresh_dir("html");
+  RunLayout l;
+  l.world_size = 2, l.pp = 2, l.schedule = "1f1b", l.micro_batches = 1;
+  RunSummary s;
+  s.finished = true, s.predicted_step_s = 0.060, s.measured_step_s = 0.065;
+  std::vector<StepMetrics> steps = healthy_steps(30);
+  write_run(dir, l, steps, s, pipeline_trace_pp2_m1(3));
+  ReportOutput out = write_report(read_run_dir(dir));
+  const std::string html = read_text(out.dir + "/report.html");
+  size_t charts = 0;
+  for (const auto& e : std::filesystem::directory_iterator(out.dir)) charts += e.path().extension() == ".svg";
+  size_t inline_svgs = 0;
+  for (size_t at = 0; (at = html.find("<svg", at)) != std::string::npos; at++) inline_svgs++;
+  EXPECT_EQ(inline_svgs, charts);
+  EXPECT_GE(charts, 4u);
+  EXPECT_FALSE(has(html, " src=")) << "an external file";
+  EXPECT_FALSE(has(html, "<link")) << "an external file";
+  for (const char* what : {"<h2>Throughput</h2>", "<table>", "<th>stage</th>", "Predicted vs measured", "timeline"})
+    EXPECT_TRUE(has(html, what)) << what;
+  // Every element the converter writes is closed, in order.
+  const std::string check = R"(/usr/bin/python3 -c '
+import sys
+from html.parser import HTMLParser
+void = {"meta", "br", "img", "path", "line", "rect", "polyline", "circle", "text", "title", "g", "tspan", "polygon"}
+class P(HTMLParser):
+    def __init__(s): super().__init__(); s.stack = []; s.bad = []
+    def handle_starttag(s, t, a):
+        if t not in void: s.stack.append(t)
+    def handle_endtag(s, t):
+        if t in void: return
+        if not s.stack or s.stack[-1] != t: s.bad.append(t)
+        else: s.stack.pop()
+p = P(); p.feed(open(sys.argv[1]).read())
+sys.exit(1 if p.bad or p.stack else 0)' ')" + out.dir + "/report.html'";
+  EXPECT_EQ(std::system(check.c_str()), 0) << "report.html has unbalanced tags";
+
+  std::string browser;
+  for (const char* b : {"chromium", "chromium-browser", "google-chrome"})
+    if (std::system((std::string("command -v ") + b + " > /dev/null 2>&1").c_str()) == 0) {
+      browser = b;
+      break;
+    }
+  if (browser.empty()) GTEST_SKIP() << "no headless browser (chromium) installed: the page was not rendered";
+  const std::string shot = out.dir + "/rendered.png";
+  const std::string render = "timeout 60 " + browser + " --headless --no-sandbox --disable-gpu --window-size=1100,3000 "
+                             "--screenshot='" + shot + "' 'file://" + out.dir + "/report.html' > /dev/null 2>&1";
+  EXPECT_EQ(std::system(render.c_str()), 0) << render;
+  ASSERT_TRUE(std::filesystem::exists(shot));
+  EXPECT_GT(std::filesystem::file_size(shot), 20000u) << "a blank page?";
 }
 
 TEST(Report, CrashedRunReportsWhatIsThereAndWhatIsMissing) {
