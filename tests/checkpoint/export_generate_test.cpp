@@ -154,6 +154,20 @@ TEST(GenerateCli, GreedyFollowsTheModelsArgmaxAndSamplingIsSeeded) {
   EXPECT_EQ(a.output, b.output);
   EXPECT_NE(a.output, c.output);
   EXPECT_EQ(a.output.size(), want.size());
+
+  // Raw bytes: a sampled NUL is printed like any other byte. Near-uniform
+  // sampling of 300 bytes draws a 0 with probability 1 - (255/256)^300 = 69%;
+  // the first seed whose output holds one checks the whole output's length.
+  bool saw_nul = false;
+  for (int seed = 1; seed <= 8 && !saw_nul; seed++) {
+    auto r = run_loom_cmd("generate --checkpoint '" + dir + "/plain' --prompt '" + prompt +
+                          "' --max-tokens 300 --temperature 1.5 --top-k 0 --seed " + std::to_string(seed) +
+                          " 2>/dev/null");
+    ASSERT_EQ(r.code, 0);
+    EXPECT_EQ(r.output.size(), prompt.size() + 300 + 1) << "seed " << seed << ": bytes lost or added";
+    saw_nul = r.output.find('\0') != std::string::npos;
+  }
+  EXPECT_TRUE(saw_nul) << "no NUL in 8 x 300 sampled bytes";
 }
 
 TEST(GenerateCli, BadInputExitsTwo) {
