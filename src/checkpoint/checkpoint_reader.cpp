@@ -67,7 +67,7 @@ void verify_checkpoint(const std::string& dir, bool check_hashes) {
 ResumeChoice resolve_resume(const std::string& spec, const std::string& root) {
   ResumeChoice choice;
   if (spec.empty() || spec == "none") return choice;
-  if (spec != "auto") {
+  if (spec != "auto" && spec != "auto-or-fresh") {
     std::string dir = spec;
     while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
     if (!exists(dir + "/manifest.json") && exists(dir + "/latest")) {
@@ -95,6 +95,18 @@ ResumeChoice resolve_resume(const std::string& spec, const std::string& root) {
       return choice;
     }
     choice.warnings.push_back(strprintf("skipping damaged checkpoint %s: %s", it->path.c_str(), problem.c_str()));
+  }
+  // Checkpoints there, none usable: starting afresh would throw the run away
+  // without a word, so only auto-or-fresh does it.
+  bool damaged = false;
+  for (const std::string& w : choice.warnings) damaged = damaged || w.rfind("skipping damaged", 0) == 0;
+  if (damaged && spec == "auto") {
+    std::string list;
+    for (const std::string& w : choice.warnings)
+      if (w.rfind("skipping damaged", 0) == 0) list += "\n  " + w.substr(9);
+    throw UserError(strprintf("--resume auto: every checkpoint under %s is damaged:%s\n(--resume auto-or-fresh "
+                              "starts afresh instead)",
+                              root.c_str(), list.c_str()));
   }
   return choice;
 }

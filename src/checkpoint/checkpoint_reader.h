@@ -29,7 +29,9 @@ struct ResumeChoice {
 
 // spec "auto": under `root`, the checkpoint `latest` names if it is good,
 // else the newest good one with an earlier step (without a readable `latest`:
-// the newest good one); none: an empty dir. Checkpoints with a later step
+// the newest good one); none there at all: an empty dir; some there but every
+// one damaged: UserError naming each and why. "auto-or-fresh": the same, but
+// all damaged is an empty dir (a fresh start) with the warnings. Checkpoints with a later step
 // than `latest` are an abandoned history (or a save that died before
 // updating `latest`) and are not taken.
 // spec "none" or "": no resume. Any other spec is a checkpoint folder (or a

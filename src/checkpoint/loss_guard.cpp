@@ -45,11 +45,21 @@ nlohmann::json LossGuard::state() const {
 
 void LossGuard::restore(const nlohmann::json& state) {
   if (state.is_null() || state.empty()) return;
-  const auto accepted = state.at("accepted").get<std::vector<double>>();
+  std::vector<double> accepted;
+  try {
+    accepted = state.at("accepted").get<std::vector<double>>();
+    sum_ = state.at("sum").get<double>();
+    skips_in_row_ = state.at("skips_in_row").get<int>();
+    total_skips_ = state.at("total_skips").get<int64_t>();
+  } catch (const nlohmann::json::exception&) {
+    throw UserError("checkpoint manifest: the loss guard's state (extra.loss_guard: accepted, sum, skips_in_row, "
+                    "total_skips) is missing a field or has the wrong type: " + state.dump().substr(0, 80));
+  }
+  LOOM_USER_CHECK(skips_in_row_ >= 0 && total_skips_ >= skips_in_row_ && std::isfinite(sum_),
+                  "checkpoint manifest: the loss guard's state is inconsistent (skips_in_row %d, total_skips %lld, "
+                  "sum %g)",
+                  skips_in_row_, (long long)total_skips_, sum_);
   accepted_.assign(accepted.begin(), accepted.end());
-  sum_ = state.at("sum").get<double>();
-  skips_in_row_ = state.at("skips_in_row").get<int>();
-  total_skips_ = state.at("total_skips").get<int64_t>();
 }
 
 LossVerdict LossGuard::observe(double loss) {

@@ -87,8 +87,26 @@ CheckpointManifest parse_manifest(const std::string& text, const std::string& pa
   m.data.step = f.get<int64_t>(data, "step", "data.");
   m.data.consumed_samples = f.get<int64_t>(data, "consumed_samples", "data.");
   m.seed = f.get<int64_t>(f.at(j, "rng"), "seed", "rng.");
+  // Ranges and cross-checks: a manifest is trusted only once they hold.
+  auto require = [&](bool ok, const char* field, const char* rule) {
+    LOOM_USER_CHECK(ok, "checkpoint manifest '%s': field '%s' must be %s", path.c_str(), field, rule);
+  };
+  constexpr int64_t kMaxStep = int64_t(1) << 40;
+  require(m.step >= 0 && m.step <= kMaxStep, "step", "in [0, 2^40]");
+  require(m.layout.dp >= 1 && m.layout.tp >= 1 && m.layout.pp >= 1, "layout", "dp, tp, pp >= 1");
+  require(m.layout.zero >= 0 && m.layout.zero <= 3, "layout.zero", "0, 1, 2 or 3");
+  require(int64_t(m.layout.world_size) == int64_t(m.layout.dp) * m.layout.tp * m.layout.pp, "layout.world_size",
+          "dp x tp x pp");
+  require(m.data.step >= 0 && m.data.step <= m.step, "data.step", "in [0, step]");
+  require(m.data.consumed_samples >= 0, "data.consumed_samples", ">= 0");
   m.loss_scaler = f.at(j, "loss_scaler");
   m.extra = j.contains("extra") ? j["extra"] : nlohmann::json::object();
+  require(m.extra.is_object(), "extra", "an object");
+  for (const char* count : {"adam_steps", "data_skip"})
+    if (m.extra.contains(count))
+      require(m.extra[count].is_number_integer() && m.extra[count].get<int64_t>() >= 0,
+              count == std::string("adam_steps") ? "extra.adam_steps" : "extra.data_skip", "an integer >= 0");
+  if (m.extra.contains("loss_guard")) require(m.extra["loss_guard"].is_object(), "extra.loss_guard", "an object");
   const nlohmann::json& files = f.at(j, "files");
   LOOM_USER_CHECK(files.is_array() && !files.empty(), "checkpoint manifest '%s': 'files' is not a non-empty list",
                   path.c_str());

@@ -95,7 +95,7 @@ int cmd_bench_calibrate(const Args& args) {
   for (size_t i = 1; i < args.size(); i++) {
     if (args[i] == "--out" && i + 1 < args.size()) out = args[++i];
     else if (args[i] == "--mpi") mpi = true;
-    else throw UserError(strprintf("bench calibrate: unknown option '%s' (try loom bench --help)", args[i].c_str()));
+    else throw UserError(strprintf("bench calibrate: unknown option '%s' (--out FILE, --mpi; try loom bench --help)", args[i].c_str()));
   }
   planner::ClusterSpec c = planner::measure_local_cluster_quickly();
   const int cores = c.devices_per_node;

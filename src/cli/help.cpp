@@ -37,7 +37,9 @@ commands:
             --config FILE     TOML run configuration (see configs/)
             --set KEY=VALUE   override one field, e.g. --set train.steps=100 --set runtime.threads=2
             --resume auto|DIR continue from the newest good checkpoint under train.checkpoint_dir
-                              (auto; a damaged one is named and the previous one used), or from DIR,
+                              (auto; a damaged one is named and the previous one used; when every
+                              one is damaged, exit 2 naming each, unless --resume auto-or-fresh,
+                              which then starts afresh), or from DIR,
                               under any layout (dp, tp, pp, ZeRO may differ from the run that saved)
             --layout auto     let the planner (loom plan) choose dp, tp, pp, cp, ZeRO, micro-batch, recompute
             --cluster NAME    the cluster the run's own prediction (and --layout auto) is made for:
@@ -183,6 +185,10 @@ commands:
           across the nodes at each link speed (the link measured and written as the cluster file
           .cache/cluster-emulated-2x2-RATE.toml, for loom plan --cluster): measured against
           predicted step time, communication and link cost, and the two rankings.
+            loom bench calibrate [--mpi] [--out FILE]
+          Measures this machine (fp32 peak per core, memcpy bandwidth, a loom training step's share
+          of peak; with --mpi, 2-rank MPI all-reduce bandwidth and latency) and writes the cluster
+          file loom plan reads as --cluster local (default .cache/cluster-local.toml).
             loom bench scaling [--ranks 2] [--zero 0,1,2,3] [--steps 8] [--micro-batch 4]
                                [--bucket-mb 4] [--repeat 1]
           Weak scaling of data parallelism on the "small" shape, 1 thread per rank: 1 rank
@@ -288,10 +294,6 @@ commands:
           No layout fits: exit 2, with the memory per device missing, why (model states against
                  the devices) and the fewest devices of that cluster that fit, with their plan.
                  See docs/planner.md.
-            loom bench calibrate [--mpi] [--out FILE]
-          Measures this machine (fp32 peak per core, memcpy bandwidth, a loom training step's share
-          of peak; with --mpi, 2-rank MPI all-reduce bandwidth and latency) and writes the cluster
-          file loom plan reads as --cluster local (default .cache/cluster-local.toml).
 
 exit codes: 0 success, 2 bad input (the message names the field or file), 1 internal error
 environment: LOOM_HOME  where configs/, data/ and tools/ are (default: the source tree)

@@ -46,11 +46,11 @@ int main(int argc, char** argv) {
     cli::Args rest(args.begin() + 1, args.end());
     // `loom CMD ... --help`: that command's usage (not as the value of an
     // option that takes free text), from rank 0 alone under mpirun.
-    for (size_t i = 0; i < rest.size(); i++) {
+    for (size_t i = 0; i < rest.size() && rest[i] != "--"; i++) {  // after --: a launcher's options
       if (rest[i] != "--help" && rest[i] != "-h") continue;
       if (i > 0 && (rest[i - 1] == "--prompt" || rest[i - 1] == "--set")) continue;
-      const char* rank = std::getenv("OMPI_COMM_WORLD_RANK");
-      if (rank && std::string(rank) != "0") return 0;
+      for (const char* var : {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID"})
+        if (const char* rank = std::getenv(var); rank && std::string(rank) != "0") return 0;
       if (cli::print_command_help(cmd)) return 0;
       break;  // not a command: said below
     }

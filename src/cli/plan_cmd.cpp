@@ -86,7 +86,11 @@ PlanOptions parse(const Args& args) {
     else if (a == "--vocab") o.vocab = parse_int(a, value());
     else if (a == "--top") o.top = parse_int(a, value());
     else if (a == "--inter-node-gbit") o.inter_node_gbit = parse_number(a, value());
-    else if (a == "--tokens") o.tokens = parse_number(a, value());
+    else if (a == "--tokens") {
+      o.tokens = parse_number(a, value());
+      // 1e15 tokens is far beyond any training run (GPT-4-class runs are ~1e13).
+      LOOM_USER_CHECK(o.tokens <= 1e15, "plan: --tokens %g is absurd (at most 1e15)", o.tokens);
+    }
     else if (a == "--deadline-days") o.deadline_days = parse_number(a, value());
     else if (a == "--layout") o.layout = value();
     else if (a == "--ranks") o.ranks = parse_int(a, value());

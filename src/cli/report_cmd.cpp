@@ -22,7 +22,7 @@ int cmd_report(const Args& args) {
   obs::RunData run = obs::read_run_dir(dir);
   // A run that did not end has no trace.json: merge the ranks' trace files.
   const std::string merged = dir + "/trace.json";
-  if (!std::filesystem::exists(merged) && !run.trace.empty()) {
+  if (run.trace_from_rank_files) {
     write_file_atomically(merged, obs::chrome_trace_json(run.trace));
     std::printf("wrote %s from trace/rank-*.jsonl\n", merged.c_str());
     std::erase(run.missing, std::string("trace.json"));

@@ -1,6 +1,7 @@
 #include <sys/stat.h>
 
 #include <cstdio>
+#include <filesystem>
 
 #include "cli/commands.h"
 #include "comm/mpi_comm.h"
@@ -105,10 +106,21 @@ int cmd_train(const Args& args, MpiRuntime& mpi) {
     LOOM_USER_CHECK(exists(cfg.data.path), "data %s '%s' (data.path) not found%s",
                     cfg.data.format == "shards" ? "folder" : "file", cfg.data.path.c_str(),
                     cfg.data.format == "shards" ? " (scripts/setup.sh or `loom prepare` makes it)" : "");
+    // bytes: a regular file (not a folder, and not a device such as /dev/zero
+    // that never ends); shards: a folder.
+    LOOM_USER_CHECK(cfg.data.format == "shards" ? std::filesystem::is_directory(cfg.data.path)
+                                                : std::filesystem::is_regular_file(cfg.data.path),
+                    "data.path '%s' is not a %s (data.format = \"%s\")", cfg.data.path.c_str(),
+                    cfg.data.format == "shards" ? "folder of shards" : "regular file", cfg.data.format.c_str());
     grid = std::make_unique<ParallelGrid>(ParallelGrid::for_world(mpi.world_size(), cfg.parallel.dp, cfg.parallel.tp,
                                                                   cfg.parallel.pp, cfg.parallel.order,
                                                                   cfg.parallel.cp));
     check_layout(cfg, *grid);
+    // Refuse a run that cannot fit before allocating it (allocating first
+    // would page for minutes, or be killed). Collective: every rank is here.
+    int ranks_on_node = 1;
+    discover_nodes(&ranks_on_node);
+    planner::check_fits_this_machine(cfg, mpi.world_size(), ranks_on_node);
     options.faults = FaultPlan(faults);
     options.faults.check_ranks(mpi.world_size());
     if (rank0)

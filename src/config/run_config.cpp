@@ -1,5 +1,7 @@
 #include "config/run_config.h"
 
+#include <filesystem>
+
 #include <cmath>
 #include <cstdlib>
 #include <optional>
@@ -192,6 +194,11 @@ RunConfig load_run_config(const std::string& path, const std::vector<std::string
   toml::table root;
   std::string origin = path.empty() ? "--set" : path;
   if (!path.empty()) {
+    // A directory, /dev/null or a FIFO is not a config (toml would read it as
+    // empty, or block): refused by name.
+    std::error_code ec;
+    LOOM_USER_CHECK(std::filesystem::is_regular_file(path, ec),
+                    "config file '%s' is not a regular file (a directory, device or pipe?)", path.c_str());
     try {
       root = toml::parse_file(path);
     } catch (const toml::parse_error& e) {
@@ -221,6 +228,9 @@ void RunConfig::validate() const {
   require(t.steps >= 1, "train.steps", ">= 1");
   require(t.checkpoint_every >= 0, "train.checkpoint_every", ">= 0 (0 = never)");
   require(t.keep_checkpoints >= 1, "train.keep_checkpoints", ">= 1");
+  // A name inside run_dir, not a path: it may not climb out of it.
+  require(t.run_name.find('/') == std::string::npos && t.run_name != "." && t.run_name != "..", "train.run_name",
+          "a name without '/' (and not '.' or '..'): runs go to run_dir/run_name");
   require(t.trace_flush_every >= 0, "train.trace_flush_every", ">= 0 (0 = only trace.json at the end)");
   require(t.checkpoint_every == 0 || !t.checkpoint_dir.empty(), "train.checkpoint_dir", "a folder");
   require(t.guard_window >= 2, "train.guard_window", ">= 2");

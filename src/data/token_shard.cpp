@@ -96,11 +96,19 @@ ShardFile::ShardFile(const std::string& path) : path_(path) {
                   h.token_bytes, h.vocab_size);
   LOOM_USER_CHECK(h.eos_id < h.vocab_size, "token shard '%s' has a bad header: end-of-text id %u >= vocabulary %u",
                   path.c_str(), h.eos_id, h.vocab_size);
-  uint64_t body = bytes - sizeof(ShardHeader), expected = h.token_count * h.token_bytes;
+  // The count is checked by division first: a huge token_count times the
+  // token size must not wrap around to the body's size.
+  const uint64_t body = bytes - sizeof(ShardHeader);
+  LOOM_USER_CHECK(h.token_count <= body / h.token_bytes,
+                  "token shard '%s' is truncated: its header promises %llu tokens of %u bytes but the body has %llu "
+                  "bytes",
+                  path.c_str(), (unsigned long long)h.token_count, h.token_bytes, (unsigned long long)body);
+  const uint64_t expected = h.token_count * h.token_bytes;
   LOOM_USER_CHECK(body == expected,
-                  "token shard '%s' is %s: its header promises %llu tokens (%llu bytes) but the body has %llu bytes",
-                  path.c_str(), body < expected ? "truncated" : "longer than its header says",
-                  (unsigned long long)h.token_count, (unsigned long long)expected, (unsigned long long)body);
+                  "token shard '%s' is longer than its header says: it promises %llu tokens (%llu bytes) but the body "
+                  "has %llu bytes",
+                  path.c_str(), (unsigned long long)h.token_count, (unsigned long long)expected,
+                  (unsigned long long)body);
 }
 
 ShardFile::~ShardFile() {

@@ -110,15 +110,26 @@ RunData read_run_dir(const std::string& path) {
   if (present("summary.json")) {
     if (auto j = read_json(file("summary.json"), run.notes)) run.summary = j->get<RunSummary>();
   }
-  if (!std::filesystem::is_regular_file(file("trace.json"))) {
+  // trace.json unless the ranks' files are newer (a run that crashed after
+  // `loom report` merged an earlier state of them).
+  bool from_rank_files = !std::filesystem::is_regular_file(file("trace.json"));
+  if (!from_rank_files && std::filesystem::is_directory(file("trace"))) {
+    std::error_code ec;
+    const auto merged = std::filesystem::last_write_time(file("trace.json"), ec);
+    for (const auto& e : std::filesystem::directory_iterator(file("trace"), ec))
+      if (e.is_regular_file() && e.last_write_time() > merged) from_rank_files = true;
+  }
+  if (from_rank_files) {
+    if (!std::filesystem::is_regular_file(file("trace.json"))) run.missing.push_back("trace.json");
     // A run that did not end: each rank's spans up to its last flush.
     run.trace = read_rank_trace_files(file("trace"), &run.notes);
+    run.trace_from_rank_files = !run.trace.empty();
     if (!run.trace.empty())
-      run.notes.push_back(strprintf("no trace.json: the timeline comes from trace/rank-*.jsonl (%zu ranks, up to "
-                                    "each one's last flush)",
+      run.notes.push_back(strprintf("the timeline comes from trace/rank-*.jsonl (%zu ranks, up to each one's last "
+                                    "flush): trace.json is missing or older",
                                     run.trace.size()));
   }
-  if (present("trace.json")) {
+  if (!from_rank_files && present("trace.json")) {
     try {
       run.trace = read_chrome_trace(file("trace.json"), &run.notes);
     } catch (const UserError& e) {

@@ -23,7 +23,8 @@ struct RunData {
   std::vector<StepMetrics> steps;  // in file order; a resume mark drops the steps after it
   std::vector<RestartRecord> restarts;  // elastic.jsonl (`loom elastic`), when there
   std::optional<RunSummary> summary;
-  std::vector<RankTrace> trace;  // empty when there is no trace.json
+  std::vector<RankTrace> trace;  // empty when there is no trace.json (nor trace/rank-*.jsonl)
+  bool trace_from_rank_files = false;  // read from trace/ (no trace.json, or an older one)
   std::vector<std::string> missing;  // files not there
   std::vector<std::string> notes;    // files there but damaged, and how
   bool anything() const { return layout || !steps.empty() || summary || !trace.empty(); }

@@ -103,7 +103,9 @@ uint32_t masked_crc32c(const void* data, size_t bytes) {
 TensorBoardWriter::TensorBoardWriter(const std::string& dir) {
   char host[256] = "localhost";
   ::gethostname(host, sizeof host - 1);
-  path_ = dir + "/events.out.tfevents." + std::to_string(std::time(nullptr)) + "." + host + ".loom";
+  // The pid too: a restart within the same second must not replace the file.
+  path_ = dir + "/events.out.tfevents." + std::to_string(std::time(nullptr)) + "." + host + "." +
+          std::to_string(::getpid()) + ".loom";
   file_ = std::fopen(path_.c_str(), "wb");
   LOOM_USER_CHECK(file_, "cannot write '%s': %s", path_.c_str(), std::strerror(errno));
   std::string event;

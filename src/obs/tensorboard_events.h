@@ -26,7 +26,7 @@ uint32_t masked_crc32c(const void* data, size_t bytes);
 
 class TensorBoardWriter {
  public:
-  // Opens DIR/events.out.tfevents.<unix time>.<host>.loom (TensorBoard finds
+  // Opens DIR/events.out.tfevents.<unix time>.<host>.<pid>.loom (TensorBoard finds
   // files by "tfevents" in the name) and writes the file_version event.
   // Throws UserError naming the file if it cannot.
   explicit TensorBoardWriter(const std::string& dir);

@@ -68,6 +68,7 @@ std::vector<RankTrace> read_rank_trace_files(const std::string& dir, std::vector
         bad++;
         continue;
       }
+      try {
       const std::string ph = e.value("ph", "");
       r.rank = e.value("pid", r.rank);
       if (ph == "M") {
@@ -87,6 +88,9 @@ std::vector<RankTrace> read_rank_trace_files(const std::string& dir, std::vector
         s.index = a->value(s.kind == SpanKind::step ? "step" : "mb", -1);
       }
       r.spans.push_back(std::move(s));
+      } catch (const json::exception&) {  // valid JSON, wrong types: as unreadable
+        bad++;
+      }
     }
     if (bad && notes) notes->push_back(strprintf("%s: %zu unreadable lines skipped (cut off by a crash?)", file.c_str(), bad));
     if (r.rank < 0) continue;

@@ -22,13 +22,7 @@ double bf16_speedup_of_this_cpu() {
   return cpu::native_bf16_products() ? 1.8 : 0.9;
 }
 
-ClusterSpec measure_local_cluster_quickly() {
-  ClusterSpec c;
-  c.name = "local";
-  const int cores = std::max(1u, std::thread::hardware_concurrency());
-  c.description = strprintf("this machine, one device per core (%d cores), measured quickly", cores);
-  c.nodes = 1;
-  c.devices_per_node = cores;
+double machine_memory_bytes() {
   double mem_kib = 0;
   std::ifstream meminfo("/proc/meminfo");
   for (std::string key; meminfo >> key;) {
@@ -37,7 +31,45 @@ ClusterSpec measure_local_cluster_quickly() {
     if (key == "MemTotal:") mem_kib = value;
     meminfo.ignore(256, '\n');
   }
-  c.memory_bytes = (mem_kib > 0 ? mem_kib * 1024 : 4.0 * (1ull << 30)) / cores;
+  return mem_kib * 1024;
+}
+
+void check_fits_this_machine(const RunConfig& cfg, int world_size, int ranks_on_node) {
+  const double total = machine_memory_bytes();
+  if (total <= 0) return;  // no /proc/meminfo: nothing to judge by
+  // Memory figures only: the time model's rates do not matter here, and no
+  // overhead is added, so only a run that cannot fit at all is refused.
+  ClusterSpec c;
+  c.name = "this machine";
+  c.devices_per_node = std::max(1, ranks_on_node);
+  c.memory_bytes = total / c.devices_per_node;
+  c.peak_flops_fp32 = 1e9, c.memory_bandwidth = 1e9, c.intra_bandwidth = 1e9, c.inter_bandwidth = 1e9;
+  RunPrediction p;
+  try {
+    p = predict_loom_run(cfg, world_size, c);
+  } catch (const UserError&) {
+    return;  // a layout the prediction cannot model: the engine's own checks judge it
+  }
+  const double need = p.peak_memory_bytes - p.overhead_bytes, have = total / std::max(1, ranks_on_node);
+  constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+  LOOM_USER_CHECK(need <= have,
+                  "this run needs %.1f GiB per rank (parameters %.1f, gradients %.1f, AdamW %.1f, activations %.1f "
+                  "GiB) but this machine has %.1f GiB for each of its %d ranks (MemTotal): shrink the model or "
+                  "train.batch_size / train.micro_batch_size, or use more ranks, parallel.zero, train.recompute "
+                  "(loom plan --layout auto --config ... finds a layout that fits)",
+                  need / kGiB, p.params_bytes / kGiB, p.grads_bytes / kGiB, p.optimizer_bytes / kGiB,
+                  p.activation_bytes / kGiB, have / kGiB, std::max(1, ranks_on_node));
+}
+
+ClusterSpec measure_local_cluster_quickly() {
+  ClusterSpec c;
+  c.name = "local";
+  const int cores = std::max(1u, std::thread::hardware_concurrency());
+  c.description = strprintf("this machine, one device per core (%d cores), measured quickly", cores);
+  c.nodes = 1;
+  c.devices_per_node = cores;
+  const double mem = machine_memory_bytes();
+  c.memory_bytes = (mem > 0 ? mem : 4.0 * (1ull << 30)) / cores;
   c.peak_flops_fp32 = measure_peak_gflops(cores) * 1e9 / cores;
   c.peak_flops_bf16 = c.peak_flops_fp32 * bf16_speedup_of_this_cpu();
   // Uncalibrated guesses, replaced by `loom bench calibrate`: loom's steps

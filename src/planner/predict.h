@@ -60,6 +60,12 @@ ClusterSpec local_cluster_or_default();
 // [inter_node] link (calibrate it on the cluster: `loom bench calibrate --mpi`
 // under the job's mpirun).
 ClusterSpec cluster_for_run(const std::string& name_or_path, int nodes);
+// This machine's physical memory (MemTotal), 0 if unknown.
+double machine_memory_bytes();
+// UserError (before anything is allocated) when the run's predicted memory
+// per rank, without the process overhead, is more than this machine's
+// memory shared by the ranks_on_node ranks running on it, naming the figures.
+void check_fits_this_machine(const RunConfig& cfg, int world_size, int ranks_on_node);
 // The same, measured now (no file read); `calibrate` adds measured
 // efficiency and bandwidths on top of it.
 ClusterSpec measure_local_cluster_quickly();

@@ -4,9 +4,11 @@
 
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 
 #include "comm/broadcast_text.h"
 #include "obs/chrome_trace.h"
+#include "core/check.h"
 #include "obs/trace_analysis.h"
 
 namespace loom {
@@ -24,16 +26,27 @@ RunRecorder::RunRecorder(const std::string& dir, const RunConfig& cfg, const Par
   // Flight records: every rank's beside rank 0's run directory (its path
   // travels from rank 0; a stale hang.json from an earlier run goes first).
   const std::string run_path = broadcast_text(ctx.world(), ctx.is_logging_rank() ? dir : std::string());
-  if (ctx.is_logging_rank())
-    for (const char* stale : {"/flight/hang.json", "/flight/hang.claim"}) std::remove((run_path + stale).c_str());
+  if (ctx.is_logging_rank()) {
+    for (const char* stale : {"/flight/hang.json", "/flight/hang.claim", "/trace.json"})
+      std::remove((run_path + stale).c_str());
+    std::error_code ec;
+    std::filesystem::remove_all(run_path + "/trace", ec);  // an earlier attempt's ranks (this run starts its own)
+  }
   ctx.world().barrier();
   flight_ = std::make_unique<FlightRecorder>(run_path + "/flight", ctx.rank());
   for (GroupKind kind : kAllGroupKinds) ctx.group(kind).set_flight_recorder(flight_.get());
   trace_->set_flight(flight_.get());
   trace_flush_every_ = cfg.train.trace_flush_every;
-  if (trace_flush_every_ > 0)
-    trace_file_ = std::make_unique<obs::RankTraceFile>(run_path + "/trace", ctx.rank(), ctx.coord().dp,
-                                                       ctx.coord().tp, ctx.coord().pp);
+  if (trace_flush_every_ > 0) {
+    // A rank that cannot write its file goes on without it (throwing here
+    // would leave the others at the barrier below).
+    try {
+      trace_file_ = std::make_unique<obs::RankTraceFile>(run_path + "/trace", ctx.rank(), ctx.coord().dp,
+                                                         ctx.coord().tp, ctx.coord().pp);
+    } catch (const UserError& e) {
+      std::fprintf(stderr, "loom: rank %d: warning: %s; its spans reach only trace.json\n", ctx.rank(), e.what());
+    }
+  }
   ctx.world().barrier();
   trace_->set_origin_now();
   if (!ctx.is_logging_rank()) return;
@@ -49,6 +62,8 @@ RunRecorder::RunRecorder(const std::string& dir, const RunConfig& cfg, const Par
   layout.micro_batch_size = cfg.train.batch_size / g.dp() / micro_batches;
   layout.seq_len = cfg.model.seq_len, layout.batch_size = cfg.train.batch_size;
   layout.ranks_per_node = ctx.nodes().max_ranks_per_node(), layout.nodes = ctx.nodes().nodes();
+  layout.dtype = cfg.precision.compute;  // what ran: diagnose's numerics rules read it
+  layout.loss_scaling = cfg.precision.loss_scale_mode() != LossScaleMode::off;
   run_->write_layout(layout);
   progress_ = std::make_unique<obs::Progress>("train", cfg.train.steps);
 }

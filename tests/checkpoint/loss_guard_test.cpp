@@ -77,6 +77,22 @@ TEST(CheckpointLossGuard, AFlatCurveUsesTheStdFloorAndZeroThresholdTurnsSpikesOf
   EXPECT_EQ(off.observe(std::nan("")), LossVerdict::Skip);
 }
 
+// A saved state of the wrong shape is a user error naming it, not a JSON
+// library's exception.
+TEST(CheckpointLossGuard, AMalformedSavedStateIsNamed) {
+  LossGuard g(config());
+  for (const char* bad : {R"({"accepted": "history", "sum": 0, "skips_in_row": 0, "total_skips": 0})",
+                          R"({"accepted": [1.0], "sum": 1.0})",
+                          R"({"accepted": [1.0], "sum": 1.0, "skips_in_row": -2, "total_skips": 0})"}) {
+    try {
+      g.restore(nlohmann::json::parse(bad));
+      ADD_FAILURE() << "accepted: " << bad;
+    } catch (const loom::UserError& e) {
+      EXPECT_NE(std::string(e.what()).find("loss guard"), std::string::npos) << e.what();
+    }
+  }
+}
+
 // A guard restored from its saved state judges the next losses exactly as
 // the one that kept running (so a resumed run skips the same steps).
 TEST(CheckpointLossGuard, RestoredStateJudgesLikeTheOriginal) {

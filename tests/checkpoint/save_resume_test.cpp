@@ -223,9 +223,12 @@ TEST(CheckpointResume, CorruptTruncatedOrHalfWrittenCheckpointsAreSkippedAndName
   EXPECT_EQ(resolve_resume(root + "/step_000001", root).dir, root + "/step_000001");
   // A root given as the path follows its `latest` strictly.
   EXPECT_NE(error_of([&] { resolve_resume(root, ""); }).find("step_000004"), std::string::npos);
-  // Nothing good at all: no resume, with every problem reported.
+  // Nothing good at all: auto refuses naming every problem; auto-or-fresh
+  // starts afresh with every problem reported.
   flip_byte(root + "/step_000001/rank_00000.safetensors", 1);
-  c = resolve_resume("auto", root);
+  EXPECT_NE(error_of([&] { resolve_resume("auto", root); }).find("step_000001/rank_00000.safetensors' is corrupt"),
+            std::string::npos);
+  c = resolve_resume("auto-or-fresh", root);
   EXPECT_EQ(c.dir, "");
   EXPECT_EQ(c.warnings.size(), 4u);
 }
@@ -247,6 +250,56 @@ TEST(CheckpointResume, BadManifestsAndMissingShardsAreNamed) {
   EXPECT_NE(error_of([&] { resolve_resume(root + "/step_000777", ""); }).find("does not exist"), std::string::npos);
   EXPECT_EQ(resolve_resume("none", root).dir, "");
   EXPECT_EQ(resolve_resume("auto", ckpt_dir("resume-empty")).dir, "");
+}
+
+// Every checkpoint damaged: auto refuses, naming each and why; auto-or-fresh
+// starts afresh, with the same names as warnings.
+TEST(CheckpointResume, OnlyDamagedCheckpointsAreRefusedUnlessFreshIsAskedFor) {
+  std::string root = ckpt_dir("resume-all-damaged");
+  for (int64_t step : {1, 2}) save_step(root, step, 10);
+  for (const char* step : {"/step_000001", "/step_000002"}) spit(root + step + "/manifest.json", "{");
+  const std::string err = error_of([&] { resolve_resume("auto", root); });
+  EXPECT_NE(err.find("every checkpoint under"), std::string::npos) << err;
+  EXPECT_NE(err.find("step_000001"), std::string::npos) << err;
+  EXPECT_NE(err.find("step_000002"), std::string::npos) << err;
+  EXPECT_NE(err.find("auto-or-fresh"), std::string::npos) << err;
+  ResumeChoice fresh = resolve_resume("auto-or-fresh", root);
+  EXPECT_EQ(fresh.dir, "");
+  EXPECT_EQ(fresh.warnings.size(), 2u);
+}
+
+// Fields out of range or contradicting each other: the manifest is refused
+// naming the field, before anything is loaded.
+TEST(CheckpointResume, AManifestOutOfRangeIsRefusedNamingTheField) {
+  std::string root = ckpt_dir("resume-ranges");
+  std::string dir = save_step(root, 1);
+  const nlohmann::json good = nlohmann::json::parse(slurp(dir + "/manifest.json"));
+  struct Case {
+    const char* pointer;
+    nlohmann::json value;
+    const char* field;
+  } cases[] = {
+      {"/step", -1, "'step'"},
+      {"/step", int64_t(1) << 50, "'step'"},
+      {"/layout/dp", 0, "'layout'"},
+      {"/layout/zero", 7, "'layout.zero'"},
+      {"/layout/world_size", 5, "'layout.world_size'"},
+      {"/data/step", 2, "'data.step'"},
+      {"/data/consumed_samples", -4, "'data.consumed_samples'"},
+      {"/extra/adam_steps", -1, "'extra.adam_steps'"},
+      {"/extra/data_skip", "lots", "'extra.data_skip'"},
+      {"/extra/loss_guard", "history", "'extra.loss_guard'"},
+  };
+  for (const Case& c : cases) {
+    nlohmann::json bad = good;
+    bad[nlohmann::json::json_pointer(c.pointer)] = c.value;
+    spit(dir + "/manifest.json", bad.dump());
+    const std::string err = error_of([&] { resolve_resume(dir, ""); });
+    EXPECT_NE(err.find(c.field), std::string::npos) << c.pointer << ": " << err;
+    EXPECT_NE(err.find("manifest.json"), std::string::npos) << c.pointer << ": " << err;
+  }
+  spit(dir + "/manifest.json", good.dump());
+  EXPECT_EQ(resolve_resume(dir, "").dir, dir);
 }
 
 TEST(CheckpointResume, ADifferentModelIsRefusedNamingTheField) {

@@ -49,8 +49,17 @@ TEST(Cli, EachCommandHasItsOwnHelp) {
     EXPECT_NE(r.output.find("'--bogus'"), std::string::npos) << args << "\n" << r.output;
     EXPECT_NE(r.output.find("loom " + cmd + " --help"), std::string::npos) << args << "\n" << r.output;
   }
-  // --help as the text of a prompt is the prompt.
-  EXPECT_NE(run("generate --prompt --help").output.find("--checkpoint"), std::string::npos);
+  // --help as the text of a prompt is the prompt (generate then wants its
+  // checkpoint), and after elastic's -- it is the launcher's.
+  CliResult prompt = run("generate --prompt --help");
+  EXPECT_EQ(prompt.code, 2) << prompt.output;
+  EXPECT_NE(prompt.output.rfind("usage:", 0), 0u) << prompt.output;
+  CliResult launcher = run("elastic --np 2 -- --help");
+  EXPECT_EQ(launcher.code, 2) << launcher.output;  // no checkpoints set: refused before launching
+  EXPECT_NE(launcher.output.rfind("usage:", 0), 0u) << launcher.output;
+  // bench calibrate's usage is in bench's help.
+  EXPECT_NE(run("bench --help").output.find("loom bench calibrate"), std::string::npos);
+  EXPECT_EQ(run("plan --help").output.find("loom bench calibrate ["), std::string::npos);
 }
 
 TEST(Cli, BadInputExitsWithCode2AndNamesTheProblem) {
@@ -80,6 +89,18 @@ TEST(Cli, BadInputExitsWithCode2AndNamesTheProblem) {
       {"info --isa avx9", "--isa"},
       {"info --bogus", "--bogus"},
       {"info --threads -1", "--threads"},
+      // Not regular files where one is expected, and names that leave their folder.
+      {"train --config /tmp", "is not a regular file"},
+      {"train --config /dev/null", "/dev/null"},
+      {"train --set data.format=\"bytes\" --set data.path=\"/tmp\"", "data.path"},
+      {"train --set data.format=\"bytes\" --set data.path=\"/dev/zero\"", "data.path"},
+      {"train --set train.run_name=\"../elsewhere\"", "train.run_name"},
+      {"train --set train.run_name=\"..\"", "train.run_name"},
+      {"plan --tokens 1e30", "--tokens"},
+      {"plan --config /tmp", "is not a regular file"},
+      // A model that cannot fit this machine: refused before allocating, with the figures.
+      {"train --set model.d_model=8192 --set model.n_head=64 --set model.n_layer=64 --set data.format=\"bytes\""
+       " --set model.vocab_size=256 --set data.path=\"data/sample/kjv.txt\"", "GiB per rank"},
   };
   for (const auto& c : cases) {
     CliResult r = run(c.args);

@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <cstddef>
+#include <cstring>
+
 #include <filesystem>
 #include <numeric>
 
@@ -70,6 +73,22 @@ TEST(TokenShard, TruncatedBodyAndHeaderAreNamed) {
   EXPECT_NE(e.find("truncated"), std::string::npos) << e;
   std::filesystem::resize_file(path, 30);
   e = user_error([&] { loom::ShardFile s(path); });
+  EXPECT_NE(e.find("truncated"), std::string::npos) << e;
+}
+
+// A token count so large that count x 2 bytes wraps around to the body's
+// size: refused as truncated, not mapped and read past its end.
+TEST(TokenShard, ACountThatWrapsAroundIsRefused) {
+  std::string dir = loom::test::fresh_dir("shard_wrap");
+  std::string path = dir + "/w.bin";
+  auto ids = ramp(500, 500);
+  loom::write_shard(path, header_for(500), ids.data(), ids.size());
+  std::string bytes = loom::test::read_text(path);
+  const uint64_t wrapping = (uint64_t(1) << 63) + 500;  // x 2 = 1000 (mod 2^64): the body's bytes
+  std::memcpy(bytes.data() + offsetof(loom::ShardHeader, token_count), &wrapping, sizeof wrapping);
+  loom::test::write_text(path, bytes);
+  std::string e = user_error([&] { loom::ShardFile s(path); });
+  EXPECT_NE(e.find(path), std::string::npos) << e;
   EXPECT_NE(e.find("truncated"), std::string::npos) << e;
 }
 

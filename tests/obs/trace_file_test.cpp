@@ -89,6 +89,8 @@ TEST(TraceFile, AKilledRunKeepsItsTimelineAndReportMergesIt) {
   EXPECT_NE(report.output.find("trace.json from trace/rank-*.jsonl"), std::string::npos) << report.output;
   EXPECT_TRUE(std::filesystem::exists(dir + "/trace.json"));
   EXPECT_TRUE(std::filesystem::exists(dir + "/report/timeline.svg"));
+  // Reread: the merged trace.json is now the timeline.
+  EXPECT_FALSE(read_run_dir(dir).trace_from_rank_files);
 }
 
 }  // namespace
