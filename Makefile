@@ -2,7 +2,7 @@
 BUILD ?= build
 JOBS ?= $(shell nproc)
 
-.PHONY: setup venv build run test interop bench clean
+.PHONY: setup venv build run test interop bench sanitize clean
 setup:
 	scripts/setup.sh
 venv:
@@ -21,5 +21,17 @@ interop: build venv
 	  $(BUILD)/tests/loom_tests --gtest_filter='HfInterop.*:HfExport*'
 bench: build
 	$(BUILD)/loom bench step
+# AddressSanitizer + UndefinedBehaviorSanitizer build in build-sanitize/, then
+# the single-process tests (every test but tests/comm's MPI ones), the
+# bad-input fuzz test among them; the first report stops the run.
+SANITIZE_FLAGS = -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+sanitize:
+	cmake -S . -B build-sanitize -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	  -DCMAKE_CXX_FLAGS="$(SANITIZE_FLAGS)" -DCMAKE_C_FLAGS="$(SANITIZE_FLAGS)" \
+	  -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined" >/dev/null
+	cmake --build build-sanitize -j $(JOBS) --target loom loom_tests
+	ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+	  OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=2 \
+	  build-sanitize/tests/loom_tests $(SANITIZE_TESTS)
 clean:
 	rm -rf $(BUILD)

@@ -1,0 +1,261 @@
+// Bounded, deterministic mutation tests of loom's readers: configs (files
+// and --set), token shards, checkpoint manifests, safetensors files and
+// `loom plan`'s arguments. Each mutant must be accepted or refused with a
+// UserError (exit 2 at the command line): never another exception (an
+// internal error), a signal or a hang. Seeded, so a failure names the case
+// that reproduces it; a few hundred cases in seconds.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <sstream>
+
+#include "checkpoint/manifest.h"
+#include "checkpoint/safetensors.h"
+#include "cli/run_loom.h"
+#include "config/run_config.h"
+#include "core/check.h"
+#include "data/token_shard.h"
+
+namespace loom {
+namespace {
+
+std::string fuzz_dir(const std::string& name) {
+  const std::string dir = std::string(LOOM_BINARY_DIR) + "/test-data/fuzz-" + name;
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+std::string read_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+void write_bytes(const std::string& path, const std::string& bytes) {
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+}
+
+// The engine's raw output only (its sequence is the same everywhere).
+struct Rng {
+  std::mt19937_64 engine;
+  explicit Rng(uint64_t seed) : engine(seed) {}
+  size_t below(size_t n) { return n ? size_t(engine() % n) : 0; }
+  template <class T>
+  const T& pick(const std::vector<T>& v) { return v[below(v.size())]; }
+};
+
+// Runs `body`; a UserError is a refusal (fine), any other exception fails
+// the case, naming it.
+void expect_accepted_or_refused(const std::string& what, const std::function<void()>& body, int* refused) {
+  try {
+    body();
+  } catch (const UserError&) {
+    ++*refused;
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << what << ": not a user error: " << e.what();
+  }
+}
+
+const std::vector<std::string> kValues = {"-1", "0", "1", "1e308", "-1e308", "nan", "inf", "\"x\"", "\"\"",
+                                          "[1, 2]", "true", "{}", "99999999999999999999", "0.5", "-0.0",
+                                          "\"../../etc\"", "\"/dev/zero\"", "2147483648", "[]"};
+
+std::string mutate_text(Rng& rng, std::string text, const std::vector<std::string>& values) {
+  switch (rng.below(5)) {
+    case 0:  // a byte changed
+      if (!text.empty()) text[rng.below(text.size())] = char(rng.below(256));
+      break;
+    case 1:  // cut short
+      text.resize(rng.below(text.size() + 1));
+      break;
+    case 2: {  // a value replaced
+      size_t eq = text.find('=', rng.below(text.size() + 1));
+      if (eq != std::string::npos) {
+        size_t end = text.find('\n', eq);
+        text = text.substr(0, eq + 1) + " " + rng.pick(values) + (end == std::string::npos ? "" : text.substr(end));
+      }
+      break;
+    }
+    case 3: {  // a line repeated
+      size_t at = text.find('\n', rng.below(text.size() + 1));
+      if (at != std::string::npos) {
+        size_t prev = text.rfind('\n', at ? at - 1 : 0);
+        text.insert(at + 1, text.substr(prev == std::string::npos ? 0 : prev + 1, at - prev));
+      }
+      break;
+    }
+    default:  // a stray line
+      text.insert(rng.below(text.size() + 1), "\n" + rng.pick(values) + " = " + rng.pick(values) + "\n");
+  }
+  return text;
+}
+
+TEST(Fuzz, ConfigFilesAndOverrides) {
+  const std::string dir = fuzz_dir("config");
+  const std::string base = read_bytes(LOOM_SOURCE_DIR "/configs/tiny.toml");
+  ASSERT_FALSE(base.empty());
+  const std::vector<std::string> keys = {
+      "model.n_layer", "model.d_model", "model.n_head", "model.seq_len", "model.vocab_size", "model.family",
+      "model.n_kv_head", "model.attention", "train.batch_size", "train.micro_batch_size", "train.lr", "train.steps",
+      "train.run_name", "train.grad_clip", "train.trace_flush_every", "train.checkpoint_every", "parallel.tp",
+      "parallel.pp", "parallel.cp", "parallel.zero", "parallel.order", "parallel.bucket_mb", "precision.compute",
+      "precision.loss_scale", "runtime.threads", "runtime.comm_timeout_s", "data.format", "data.val_fraction"};
+  Rng rng(20261204);
+  int refused = 0, cases = 0;
+  for (int i = 0; i < 200; i++, cases++) {
+    const std::string path = dir + "/c.toml";
+    write_bytes(path, mutate_text(rng, base, kValues));
+    expect_accepted_or_refused("config mutant " + std::to_string(i),
+                               [&] { load_run_config(path, {}); }, &refused);
+  }
+  for (int i = 0; i < 150; i++, cases++) {
+    const std::string set = rng.pick(keys) + "=" + rng.pick(kValues);
+    expect_accepted_or_refused("--set " + set, [&] { load_run_config("", {set}); }, &refused);
+  }
+  EXPECT_GT(refused, cases / 4) << "the mutants should mostly be refused";
+}
+
+TEST(Fuzz, TokenShards) {
+  const std::string dir = fuzz_dir("shard");
+  std::vector<int32_t> ids(3000);
+  for (size_t i = 0; i < ids.size(); i++) ids[i] = int32_t((i * 7919) % 500);
+  ShardHeader h{};
+  h.vocab_size = 500, h.eos_id = 1, h.document_count = 3;
+  write_shard(dir + "/good.bin", h, ids.data(), ids.size());
+  const std::string good = read_bytes(dir + "/good.bin");
+  Rng rng(7);
+  int refused = 0;
+  for (int i = 0; i < 200; i++) {
+    std::string bytes = good;
+    const size_t kind = rng.below(4);
+    if (kind == 0) {  // header bytes changed
+      for (size_t k = 0, n = 1 + rng.below(4); k < n; k++) bytes[rng.below(64)] = char(rng.below(256));
+    } else if (kind == 1) {  // a header field set to an extreme
+      // (2^63 + 3000) x 2 bytes wraps around to the 6000-byte body.
+      const uint64_t extreme[] = {0, 1, ~uint64_t(0), uint64_t(1) << 63, (uint64_t(1) << 63) + 3000, 0xFFFFFFFFull};
+      const size_t field[] = {8, 12, 16, 24, 32, 36};
+      const size_t at = field[rng.below(6)];
+      const uint64_t v = extreme[rng.below(6)];
+      std::memcpy(bytes.data() + at, &v, at == 8 || at == 12 || at == 32 || at == 36 ? 4 : 8);
+    } else if (kind == 2) {  // cut short or grown
+      bytes.resize(rng.below(2) ? rng.below(bytes.size()) : bytes.size() + rng.below(100));
+    } else {  // body bytes changed: ids beyond the vocabulary
+      for (size_t k = 0; k < 8; k++) bytes[64 + rng.below(bytes.size() - 64)] = char(0xFF);
+    }
+    const std::string path = dir + "/m.bin";
+    write_bytes(path, bytes);
+    expect_accepted_or_refused("shard mutant " + std::to_string(i), [&] {
+      ShardFile s(path);
+      s.check_ids_below(500);
+      std::vector<int32_t> out(size_t(std::min<uint64_t>(s.size(), 4096)));
+      s.read(0, out.size(), out.data());
+    }, &refused);
+  }
+  EXPECT_GT(refused, 100);
+}
+
+TEST(Fuzz, CheckpointManifests) {
+  const nlohmann::json good = {
+      {"format", "loom-checkpoint"}, {"version", kCheckpointFormatVersion}, {"step", 4}, {"config", "[train]\n"},
+      {"model", {{"n_layer", 2}, {"d_model", 32}}},
+      {"layout", {{"dp", 2}, {"tp", 1}, {"pp", 1}, {"zero", 1}, {"order", "tp-dp-pp"}, {"world_size", 2}}},
+      {"data", {{"step", 4}, {"consumed_samples", 32}}}, {"rng", {{"seed", 1337}}}, {"loss_scaler", nlohmann::json::object()},
+      {"extra", {{"adam_steps", 4}, {"data_skip", 0}, {"loss_guard", nlohmann::json::object()}}},
+      {"files", {{{"name", "rank_00000.safetensors"}, {"bytes", 100}, {"sha256", "ab"}}}},
+      {"tensors", nlohmann::json::object()}};
+  ASSERT_NO_THROW(parse_manifest(good.dump(), "good"));
+  const std::vector<nlohmann::json> values = {-1, 0, int64_t(1) << 62, 1e300, "x", nullptr, nlohmann::json::array(),
+                                              nlohmann::json::object(), true, -3.5, "../x"};
+  const std::vector<std::string> pointers = {
+      "/step", "/version", "/format", "/config", "/model", "/model/n_layer", "/layout", "/layout/dp", "/layout/tp",
+      "/layout/zero", "/layout/world_size", "/layout/order", "/data", "/data/step", "/data/consumed_samples", "/rng",
+      "/rng/seed", "/extra", "/extra/adam_steps", "/extra/data_skip", "/extra/loss_guard", "/files",
+      "/files/0/name", "/files/0/bytes", "/files/0/sha256", "/tensors", "/loss_scaler"};
+  Rng rng(11);
+  int refused = 0;
+  for (int i = 0; i < 250; i++) {
+    std::string text;
+    if (rng.below(4) == 0) {
+      text = mutate_text(rng, good.dump(2), {"-1", "null", "\"x\"", "[]", "{}", "1e400"});
+    } else {
+      nlohmann::json m = good;
+      const std::string ptr = rng.pick(pointers);
+      if (rng.below(4) == 0) {
+        const size_t slash = ptr.rfind('/');
+        nlohmann::json& parent = m[nlohmann::json::json_pointer(slash ? ptr.substr(0, slash) : "")];
+        if (parent.is_object()) parent.erase(ptr.substr(slash + 1));
+      } else {
+        m[nlohmann::json::json_pointer(ptr)] = rng.pick(values);
+      }
+      text = m.dump();
+    }
+    expect_accepted_or_refused("manifest mutant " + std::to_string(i), [&] { parse_manifest(text, "fuzz"); },
+                               &refused);
+  }
+  EXPECT_GT(refused, 150);
+}
+
+TEST(Fuzz, SafetensorsFiles) {
+  const std::string dir = fuzz_dir("safetensors");
+  std::vector<float> a(60, 1.5f), b(24, -2.f);
+  write_safetensors(dir + "/good.safetensors",
+                    {{"a", StDType::F32, {6, 10}, a.data()}, {"b", StDType::F32, {24}, b.data()}}, {{"k", "v"}});
+  const std::string good = read_bytes(dir + "/good.safetensors");
+  uint64_t header_len = 0;
+  std::memcpy(&header_len, good.data(), 8);
+  ASSERT_LT(header_len, good.size());
+  Rng rng(3);
+  int refused = 0;
+  for (int i = 0; i < 200; i++) {
+    std::string bytes = good;
+    const size_t kind = rng.below(3);
+    if (kind == 0) {  // header JSON bytes changed
+      for (size_t k = 0, n = 1 + rng.below(3); k < n; k++) bytes[8 + rng.below(size_t(header_len))] = char(rng.below(128));
+    } else if (kind == 1) {  // the header length
+      const uint64_t v = rng.pick(std::vector<uint64_t>{0, 1, header_len - 1, header_len + 1, ~uint64_t(0),
+                                                        uint64_t(1) << 40, good.size()});
+      std::memcpy(bytes.data(), &v, 8);
+    } else {
+      bytes.resize(rng.below(bytes.size()));
+    }
+    const std::string path = dir + "/m.safetensors";
+    write_bytes(path, bytes);
+    expect_accepted_or_refused("safetensors mutant " + std::to_string(i), [&] {
+      SafetensorsFile f = SafetensorsFile::open(path);
+      for (const auto& [name, t] : f.tensors()) {
+        const int64_t n = shape_numel(t.shape);
+        std::vector<float> out(size_t(std::min<int64_t>(n, 4096)));
+        f.read_floats(t, 0, int64_t(out.size()), out.data());
+      }
+    }, &refused);
+  }
+  EXPECT_GT(refused, 100);
+}
+
+// The command line: exit 0 or 2, never a signal, an internal error or a hang.
+TEST(Fuzz, PlannerArguments) {
+  const std::vector<std::string> flags = {"--model", "--cluster", "--devices", "--dp", "--tp", "--pp", "--cp",
+                                          "--micro-batch", "--zero", "--seq", "--batch", "--tokens", "--layers",
+                                          "--d-model", "--heads", "--top", "--precision", "--recompute", "--v"};
+  const std::vector<std::string> values = {"0", "-1", "1", "3", "1e30", "nan", "x", "gpt3-175b", "a100-80gb",
+                                           "99999999", "1,2,x", "", "4096", "bf16", "full", "/dev/null"};
+  Rng rng(5);
+  for (int i = 0; i < 40; i++) {
+    std::string args = "plan";
+    for (size_t k = 0, n = 1 + rng.below(3); k < n; k++)
+      args += " " + rng.pick(flags) + " '" + rng.pick(values) + "'";
+    const auto r = loom::test::run_loom(args, "timeout 60");
+    EXPECT_TRUE(r.code == 0 || r.code == 2) << args << " -> exit " << r.code << "\n" << r.output;
+    EXPECT_EQ(r.output.find("internal error"), std::string::npos) << args << "\n" << r.output;
+  }
+}
+
+}  // namespace
+}  // namespace loom
