@@ -60,6 +60,9 @@ echo "$out" | grep -E '^loom( elastic)?:' | cut -c1-200
 [[ $rc != 124 ]] || { echo "FAIL: the job with a cut link hung (killed after 120 s)"; exit 1; }
 [[ $rc != 0 ]] || { echo "FAIL: the job with a cut link exited 0"; exit 1; }
 echo "$out" | grep -q 'no completion after 5 s; aborting the job' || { echo "FAIL: no rank named the timeout"; exit 1; }
-echo "$out" | grep -q 'attempt 1 failed (hang: .*no completion after 5 s.*no rank to leave out' ||
+# Named a hang either way: with a culprit when the cut node's rank was caught
+# behind in an earlier collective (its flight record says so), else as a
+# timeout with no culprit.
+echo "$out" | grep -qE 'attempt 1 failed \(hang( in .*never entered|: .*no completion after 5 s.*no rank to leave out)' ||
   { echo "FAIL: loom elastic did not name the cut link's timeout as a hang"; exit 1; }
 echo "ok: the cut link ended the job in ${elapsed} s (exit $rc) with the timeout named, as a hang"
