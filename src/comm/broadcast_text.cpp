@@ -12,7 +12,8 @@ std::string broadcast_text(Communicator& group, const std::string& text, int roo
   float length = float(text.size());
   group.broadcast(&length, 1, DType::f32, root);
   std::vector<uint16_t> words((size_t(length) + 1) / 2, 0);
-  if (group.rank() == root) std::memcpy(words.data(), text.data(), text.size());
+  // (An empty text has no words: memcpy may not be given their null pointer.)
+  if (group.rank() == root && !text.empty()) std::memcpy(words.data(), text.data(), text.size());
   if (!words.empty()) group.broadcast(words.data(), words.size(), DType::bf16, root);
   return std::string(reinterpret_cast<const char*>(words.data()), size_t(length));
 }
