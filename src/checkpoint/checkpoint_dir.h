@@ -1,6 +1,6 @@
 // Names and file-system steps shared by the checkpoint writer and reader.
 //
-//   <root>/step_000123/        a complete checkpoint (manifest.json + rank files)
+//   <root>/step_000123/        a complete checkpoint (manifest.json, manifest.json.sha256, rank files)
 //   <root>/.tmp_step_000123/   one being written (ignored by readers, removed by the next save)
 //   <root>/.old_step_000123/   a replaced one on its way out
 //   <root>/latest              "step_000123\n", rewritten atomically after each save

@@ -6,6 +6,7 @@
 
 #include "checkpoint/checkpoint_dir.h"
 #include "checkpoint/sha256.h"
+#include "checkpoint/tensor_index.h"
 #include "core/check.h"
 
 namespace loom {
@@ -119,6 +120,10 @@ Checkpoint Checkpoint::open(const std::string& dir, bool check_hashes) {
   std::vector<std::string> paths;
   for (const FileRecord& f : c.manifest_.files) paths.push_back(dir + "/" + f.name);
   c.tensors_ = std::make_unique<ShardedTensors>(paths);
+  // Trusted only once the manifest's index agrees with the files and the
+  // pieces cover every element, before any tensor is read.
+  check_tensor_index(c.manifest_.tensors, tensor_index(dir, c.manifest_.files), dir + "/manifest.json");
+  c.tensors_->check_complete();
   return c;
 }
 

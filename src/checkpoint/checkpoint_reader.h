@@ -45,7 +45,9 @@ ResumeChoice resolve_resume(const std::string& spec, const std::string& root);
 class Checkpoint {
  public:
   // Reads the manifest and maps the files it lists. check_hashes: verify
-  // first (resolve_resume already did).
+  // first (resolve_resume already did). Throws UserError naming the tensor
+  // when the manifest's index of pieces disagrees with the files, or the
+  // pieces leave an element of a tensor uncovered.
   static Checkpoint open(const std::string& dir, bool check_hashes = false);
 
   const std::string& dir() const { return dir_; }

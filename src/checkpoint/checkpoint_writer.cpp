@@ -11,6 +11,7 @@
 
 #include "checkpoint/checkpoint_dir.h"
 #include "checkpoint/sharded_tensors.h"
+#include "checkpoint/tensor_index.h"
 #include "core/atomic_file.h"
 #include "core/check.h"
 
@@ -39,25 +40,6 @@ FileRecord read_hash_note(const std::string& dir, const std::string& name) {
   LOOM_USER_CHECK(uint64_t(st.st_size) == r.bytes, "checkpoint file '%s/%s' is %lld bytes, its writer wrote %llu",
                   dir.c_str(), name.c_str(), (long long)st.st_size, (unsigned long long)r.bytes);
   return r;
-}
-
-// name -> {global_shape, pieces: [{file, key, offset, shape[, flat_range]}]}
-nlohmann::json tensor_index(const std::string& dir, const std::vector<FileRecord>& files) {
-  nlohmann::json index = nlohmann::json::object();
-  for (const auto& f : files) {
-    SafetensorsFile file = SafetensorsFile::open(dir + "/" + f.name);
-    for (const PiecePlace& p : pieces_in_file(file)) {
-      nlohmann::json& t = index[p.name];
-      if (t.is_null()) t = {{"global_shape", p.global_shape}, {"pieces", nlohmann::json::array()}};
-      nlohmann::json j = place_to_json(p);
-      j.erase("name");
-      j.erase("global_shape");
-      j["file"] = f.name;
-      j["key"] = piece_key(p);
-      t["pieces"].push_back(std::move(j));
-    }
-  }
-  return index;
 }
 
 // Names in a folder, read before anything in it is removed.
@@ -112,7 +94,7 @@ CommitResult CheckpointWriter::commit(CheckpointManifest manifest, const std::ve
                   (long long)manifest.step, final_.c_str());
 
   // 1. Every expected file is whole; the pieces cover every tensor.
-  std::set<std::string> expected = {"manifest.json"};
+  std::set<std::string> expected = {"manifest.json", kManifestHashFile};
   manifest.files.clear();
   for (int r : writer_ranks) {
     FileRecord rec = read_hash_note(staging_, rank_file_name(r));
@@ -129,8 +111,10 @@ CommitResult CheckpointWriter::commit(CheckpointManifest manifest, const std::ve
   for (const std::string& name : entries_of(staging_))
     if (!expected.count(name)) remove_tree(staging_ + "/" + name);
 
-  // 3. The manifest, then the folder under its final name, then `latest`.
-  write_file_atomically(staging_ + "/manifest.json", manifest_to_text(manifest));
+  // 3. The manifest (never one a reader would refuse), then the folder under
+  //    its final name, then `latest`.
+  parse_manifest(manifest_to_text(manifest), staging_ + "/manifest.json");
+  write_manifest(staging_, manifest);
   fsync_dir(staging_);
   CommitResult result;
   result.dir = final_;

@@ -3,6 +3,9 @@
 #include <fstream>
 #include <iterator>
 
+#include "checkpoint/checkpoint_dir.h"
+#include "checkpoint/sha256.h"
+#include "core/atomic_file.h"
 #include "core/check.h"
 
 namespace loom {
@@ -69,9 +72,9 @@ CheckpointManifest parse_manifest(const std::string& text, const std::string& pa
                   "checkpoint manifest '%s': format is not \"loom-checkpoint\"", path.c_str());
   CheckpointManifest m;
   m.version = f.get<int>(j, "version");
-  LOOM_USER_CHECK(m.version == kCheckpointFormatVersion,
-                  "checkpoint manifest '%s': format version %d, this loom reads version %d", path.c_str(), m.version,
-                  kCheckpointFormatVersion);
+  LOOM_USER_CHECK(m.version >= kOldestCheckpointFormatVersion && m.version <= kCheckpointFormatVersion,
+                  "checkpoint manifest '%s': format version %d, this loom reads versions %d to %d", path.c_str(),
+                  m.version, kOldestCheckpointFormatVersion, kCheckpointFormatVersion);
   m.step = f.get<int64_t>(j, "step");
   m.config_toml = f.get<std::string>(j, "config");
   m.model = f.get<std::map<std::string, int64_t>>(j, "model");
@@ -113,22 +116,66 @@ CheckpointManifest parse_manifest(const std::string& text, const std::string& pa
   for (const auto& e : files) {
     FileRecord r{f.get<std::string>(e, "name", "files[]."), f.get<uint64_t>(e, "bytes", "files[]."),
                  f.get<std::string>(e, "sha256", "files[].")};
-    LOOM_USER_CHECK(!r.name.empty() && r.name.find('/') == std::string::npos && r.name[0] != '.',
-                    "checkpoint manifest '%s': file name '%s' is not a plain name", path.c_str(), r.name.c_str());
+    // Rank files only, each once, of ranks the layout has.
+    const std::string digits = r.name.size() > 17 ? r.name.substr(5, r.name.size() - 17) : "";
+    const bool numeric = !digits.empty() && digits.size() <= 9 && digits.find_first_not_of("0123456789") == std::string::npos;
+    const int rank = numeric ? std::stoi(digits) : -1;
+    LOOM_USER_CHECK(rank >= 0 && rank < m.layout.world_size && r.name == rank_file_name(rank), "checkpoint manifest '%s': file '%s' is not rank_NNNNN.safetensors of a rank below "
+                    "layout.world_size = %d", path.c_str(), r.name.substr(0, 80).c_str(), m.layout.world_size);
+    for (const FileRecord& seen : m.files)
+      LOOM_USER_CHECK(seen.name != r.name, "checkpoint manifest '%s': file '%s' is listed twice", path.c_str(),
+                      r.name.c_str());
+    LOOM_USER_CHECK(r.sha256.size() == 64 && r.sha256.find_first_not_of("0123456789abcdef") == std::string::npos,
+                    "checkpoint manifest '%s': files[].sha256 of '%s' is not 64 hex digits", path.c_str(),
+                    r.name.c_str());
     m.files.push_back(std::move(r));
   }
   m.tensors = f.at(j, "tensors");
   return m;
 }
 
-CheckpointManifest read_manifest(const std::string& dir) {
-  std::string path = dir + "/manifest.json";
+namespace {
+
+std::string read_whole(const std::string& path, const std::string& dir, bool* found) {
   std::ifstream in(path, std::ios::binary);
-  LOOM_USER_CHECK(in.good(), "checkpoint '%s' has no readable manifest.json (missing or half-written checkpoint)",
-                  dir.c_str());
+  *found = in.good();
+  if (!*found) return "";
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  LOOM_USER_CHECK(!in.bad(), "cannot read '%s'", path.c_str());
-  return parse_manifest(text, path);
+  LOOM_USER_CHECK(!in.bad(), "cannot read '%s' (checkpoint '%s')", path.c_str(), dir.c_str());
+  return text;
+}
+
+}  // namespace
+
+CheckpointManifest read_manifest(const std::string& dir) {
+  const std::string path = dir + "/manifest.json", hash_path = dir + "/" + kManifestHashFile;
+  bool found = false;
+  const std::string text = read_whole(path, dir, &found);
+  LOOM_USER_CHECK(found, "checkpoint '%s' has no readable manifest.json (missing or half-written checkpoint)",
+                  dir.c_str());
+  const std::string note = read_whole(hash_path, dir, &found);
+  if (found) {
+    // "<64 hex digits>  manifest.json\n"
+    const std::string recorded = note.substr(0, note.find_first_of(" \t\n"));
+    LOOM_USER_CHECK(recorded.size() == 64 && recorded.find_first_not_of("0123456789abcdef") == std::string::npos,
+                    "checkpoint '%s': '%s' does not hold a sha256 (64 hex digits)", dir.c_str(), hash_path.c_str());
+    const std::string actual = sha256_hex(text.data(), text.size());
+    LOOM_USER_CHECK(actual == recorded,
+                    "checkpoint manifest '%s' was changed after it was written: its sha256 is %s, '%s' records %s",
+                    path.c_str(), actual.c_str(), kManifestHashFile, recorded.c_str());
+  }
+  CheckpointManifest m = parse_manifest(text, path);
+  LOOM_USER_CHECK(found || m.version < 2,
+                  "checkpoint '%s' has no %s: a version %d manifest is trusted only with its hash (a damaged or "
+                  "hand-assembled checkpoint)",
+                  dir.c_str(), kManifestHashFile, m.version);
+  return m;
+}
+
+void write_manifest(const std::string& dir, const CheckpointManifest& m) {
+  const std::string text = manifest_to_text(m);
+  write_file_atomically(dir + "/" + kManifestHashFile, sha256_hex(text.data(), text.size()) + "  manifest.json\n");
+  write_file_atomically(dir + "/manifest.json", text);
 }
 
 void check_model_matches(const CheckpointManifest& m, const std::map<std::string, int64_t>& expected,

@@ -1,5 +1,7 @@
 // manifest.json of a checkpoint directory: what the run was, where it
-// stood, and the size and sha256 of every file.
+// stood, and the size and sha256 of every file. manifest.json.sha256 beside
+// it ("<hex>  manifest.json", as sha256sum writes it) covers the manifest
+// itself, so an edited manifest is caught like an edited rank file.
 //
 //   {"format": "loom-checkpoint", "version": 1, "step": 123,
 //    "config": "<the run's TOML>", "model": {"n_layer": 6, ...},
@@ -20,7 +22,10 @@
 
 namespace loom {
 
-inline constexpr int kCheckpointFormatVersion = 1;
+// 2: manifest.json.sha256 is required. 1 (loom before it): still read, without it.
+inline constexpr int kCheckpointFormatVersion = 2;
+inline constexpr int kOldestCheckpointFormatVersion = 1;
+inline constexpr const char* kManifestHashFile = "manifest.json.sha256";
 
 struct CheckpointLayout {
   int dp = 1, tp = 1, pp = 1, zero = 0;
@@ -58,8 +63,11 @@ std::string manifest_to_text(const CheckpointManifest& m);
 // Throws UserError naming `path` (the manifest's file) if the text does not
 // parse or lacks a field.
 CheckpointManifest parse_manifest(const std::string& text, const std::string& path);
-// Reads and parses <dir>/manifest.json.
+// Reads <dir>/manifest.json, checks it against manifest.json.sha256 (which
+// format version 2 requires) and parses it. Throws UserError naming the file.
 CheckpointManifest read_manifest(const std::string& dir);
+// Writes <dir>/manifest.json.sha256 then <dir>/manifest.json, each atomically.
+void write_manifest(const std::string& dir, const CheckpointManifest& m);
 
 // The model fields a resumed run must match, e.g. {"n_layer", 6}: throws
 // UserError naming the first field that differs (or is missing) and `path`.

@@ -137,6 +137,7 @@ int cmd_bench_checkpoint(const Args& args) {
     CheckpointManifest m;
     m.step = 100 + r;
     m.config_toml = "# bench\n";
+    m.layout.tp = m.layout.world_size = ranks;  // rows split over the ranks
     std::string saved = w.commit(m, writers, 1).dir;
     t_save.push_back(seconds_since(t0));
 

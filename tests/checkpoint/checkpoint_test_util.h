@@ -17,6 +17,7 @@
 
 #include "checkpoint/manifest.h"
 #include "checkpoint/layout_pieces.h"
+#include "checkpoint/sha256.h"
 #include "checkpoint/tensor_piece.h"
 #include "model/stage_module.h"
 
@@ -47,6 +48,13 @@ inline std::string slurp(const std::string& path) {
 
 inline void spit(const std::string& path, const std::string& bytes) {
   std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+}
+
+// A hand-edited manifest.json with manifest.json.sha256 updated to match, as
+// someone re-hashing their edit would: what the manifest's own checks see.
+inline void spit_manifest(const std::string& dir, const std::string& text) {
+  spit(dir + "/manifest.json", text);
+  spit(dir + "/" + kManifestHashFile, sha256_hex(text.data(), text.size()) + "  manifest.json\n");
 }
 
 struct CommandResult {

@@ -8,6 +8,8 @@
 #include <set>
 #include <thread>
 
+#include <nlohmann/json.hpp>
+
 #include "checkpoint/checkpoint_dir.h"
 #include "checkpoint/checkpoint_reader.h"
 #include "checkpoint/checkpoint_writer.h"
@@ -22,6 +24,7 @@ namespace fs = std::filesystem;
 using test::ckpt_dir;
 using test::slurp;
 using test::spit;
+using test::spit_manifest;
 using test::test_manifest;
 
 // One tensor "w" [4, 3] filled with `value`, and "b" [3].
@@ -83,7 +86,7 @@ TEST(CheckpointSave, ManifestRoundTripsAndKeepsTheLastK) {
   // Only the manifest and the rank file are left in the folder; no temporary folders in the root.
   std::set<std::string> names;
   for (const auto& e : fs::directory_iterator(c.dir)) names.insert(e.path().filename().string());
-  EXPECT_EQ(names, (std::set<std::string>{"manifest.json", "rank_00000.safetensors"}));
+  EXPECT_EQ(names, (std::set<std::string>{"manifest.json", "manifest.json.sha256", "rank_00000.safetensors"}));
   for (const auto& e : fs::directory_iterator(root)) EXPECT_NE(e.path().filename().string()[0], '.') << e.path();
 }
 
@@ -159,7 +162,7 @@ TEST(CheckpointSave, LeftoversOfAnInterruptedSaveOfTheSameStepAreDropped) {
   std::string dir = save_step(root, 5);
   std::set<std::string> names;
   for (const auto& e : fs::directory_iterator(dir)) names.insert(e.path().filename().string());
-  EXPECT_EQ(names, (std::set<std::string>{"manifest.json", "rank_00000.safetensors"}));
+  EXPECT_EQ(names, (std::set<std::string>{"manifest.json", "manifest.json.sha256", "rank_00000.safetensors"}));
   EXPECT_EQ(checkpoint_problem(dir), "");
 }
 
@@ -237,13 +240,13 @@ TEST(CheckpointResume, BadManifestsAndMissingShardsAreNamed) {
   std::string root = ckpt_dir("resume-manifest");
   std::string dir = save_step(root, 1);
   const std::string manifest = slurp(dir + "/manifest.json");
-  spit(dir + "/manifest.json", "{\"format\": \"loom-checkpoint\", ");
+  spit_manifest(dir, "{\"format\": \"loom-checkpoint\", ");
   std::string err = error_of([&] { resolve_resume(dir, ""); });
   EXPECT_NE(err.find(dir + "/manifest.json"), std::string::npos) << err;
   EXPECT_NE(err.find("does not parse"), std::string::npos) << err;
-  spit(dir + "/manifest.json", "{\"format\": \"loom-checkpoint\", \"version\": 1}");
+  spit_manifest(dir, "{\"format\": \"loom-checkpoint\", \"version\": 1}");
   EXPECT_NE(error_of([&] { resolve_resume(dir, ""); }).find("missing field 'step'"), std::string::npos);
-  spit(dir + "/manifest.json", manifest);
+  spit_manifest(dir, manifest);
   fs::remove(dir + "/rank_00000.safetensors");
   err = error_of([&] { resolve_resume(dir, ""); });
   EXPECT_NE(err.find("rank_00000.safetensors' is missing"), std::string::npos) << err;
@@ -289,17 +292,100 @@ TEST(CheckpointResume, AManifestOutOfRangeIsRefusedNamingTheField) {
       {"/extra/adam_steps", -1, "'extra.adam_steps'"},
       {"/extra/data_skip", "lots", "'extra.data_skip'"},
       {"/extra/loss_guard", "history", "'extra.loss_guard'"},
+      {"/files/0/name", "rank_00004.safetensors", "layout.world_size = 4"},
+      {"/files/0/name", "../rank_00000.safetensors", "is not rank_NNNNN.safetensors"},
+      {"/files/0/sha256", "abc", "files[].sha256"},
+      {"/version", 3, "format version 3"},
   };
   for (const Case& c : cases) {
     nlohmann::json bad = good;
     bad[nlohmann::json::json_pointer(c.pointer)] = c.value;
-    spit(dir + "/manifest.json", bad.dump());
+    spit_manifest(dir, bad.dump());
     const std::string err = error_of([&] { resolve_resume(dir, ""); });
     EXPECT_NE(err.find(c.field), std::string::npos) << c.pointer << ": " << err;
     EXPECT_NE(err.find("manifest.json"), std::string::npos) << c.pointer << ": " << err;
   }
-  spit(dir + "/manifest.json", good.dump());
+  spit_manifest(dir, good.dump());
   EXPECT_EQ(resolve_resume(dir, "").dir, dir);
+}
+
+// The manifest is covered by its own hash, as the rank files are by theirs:
+// an edit is caught, and so is a missing hash; `sha256sum -c` reads the note.
+TEST(CheckpointResume, AnEditedManifestIsCaughtByItsHash) {
+  std::string root = ckpt_dir("resume-manifest-hash");
+  std::string dir = save_step(root, 2);
+  const std::string good = slurp(dir + "/manifest.json");
+  EXPECT_EQ(test::run_command("cd '" + dir + "' && sha256sum -c --quiet manifest.json.sha256 2>&1").code, 0);
+  std::string edited = good;
+  const size_t at = edited.find("\"consumed_samples\": 16");
+  ASSERT_NE(at, std::string::npos) << good;
+  edited.replace(at, 22, "\"consumed_samples\": 17");
+  spit(dir + "/manifest.json", edited);
+  std::string err = error_of([&] { resolve_resume(dir, ""); });
+  EXPECT_NE(err.find("manifest.json' was changed after it was written"), std::string::npos) << err;
+  EXPECT_NE(error_of([&] { Checkpoint::open(dir); }).find("was changed after"), std::string::npos);
+  // auto skips it as damaged and says why.
+  save_step(root, 1);
+  spit(root + "/latest", "step_000002\n");
+  ResumeChoice c = resolve_resume("auto", root);
+  EXPECT_EQ(c.dir, root + "/step_000001");
+  ASSERT_EQ(c.warnings.size(), 1u);
+  EXPECT_NE(c.warnings[0].find("was changed after it was written"), std::string::npos) << c.warnings[0];
+  // No hash at all: a version-2 manifest is not trusted; one of version 1
+  // (written by loom before the hash) still is.
+  spit(dir + "/manifest.json", good);
+  fs::remove(dir + "/manifest.json.sha256");
+  err = error_of([&] { resolve_resume(dir, ""); });
+  EXPECT_NE(err.find("has no manifest.json.sha256"), std::string::npos) << err;
+  nlohmann::json v1 = nlohmann::json::parse(good);
+  v1["version"] = 1;
+  spit(dir + "/manifest.json", v1.dump());
+  EXPECT_EQ(resolve_resume(dir, "").dir, dir);
+  spit(dir + "/manifest.json.sha256", "not a hash\n");
+  EXPECT_NE(error_of([&] { resolve_resume(dir, ""); }).find("does not hold a sha256"), std::string::npos);
+}
+
+// Two rank files, rows split: the manifest's index of pieces must agree with
+// the files, and the files must cover every element, before the run trusts it.
+TEST(CheckpointResume, AManifestWhoseTensorIndexDisagreesWithTheFilesIsRefused) {
+  std::string root = ckpt_dir("resume-index");
+  std::vector<float> w(24, 0.5f);
+  CheckpointWriter writer(root, 3);
+  for (int r = 0; r < 2; r++)
+    writer.write_rank_file(r, {{"w", {4, 6}, {2 * r, 0}, {2, 6}, 0, -1, w.data() + 12 * r}});
+  CheckpointManifest m = test_manifest(3);
+  m.layout = {1, 2, 1, 0, "tp-dp-pp", 2};
+  const std::string dir = writer.commit(m, {0, 1}, 2).dir;
+  EXPECT_EQ(Checkpoint::open(dir, true).tensors().read_global("w"), w);
+  const nlohmann::json good = nlohmann::json::parse(slurp(dir + "/manifest.json"));
+  struct Case {
+    std::function<void(nlohmann::json&)> edit;
+    const char* says;
+  } cases[] = {
+      {[](nlohmann::json& j) { j["tensors"]["v"] = j["tensors"]["w"]; }, "lists tensor 'v', which no rank file holds"},
+      {[](nlohmann::json& j) { j["tensors"].erase("w"); }, "does not list tensor 'w'"},
+      {[](nlohmann::json& j) { j["tensors"]["w"]["global_shape"] = {4, 7}; }, "has global shape [4,7] there"},
+      {[](nlohmann::json& j) { j["tensors"]["w"]["pieces"][1]["offset"] = {1, 0}; }, "piece 1 is"},
+      {[](nlohmann::json& j) { j["tensors"]["w"]["pieces"].erase(1); }, "lacks the piece"},
+      {[](nlohmann::json& j) { j["tensors"] = "w"; }, "'tensors' must be an object"},
+      {[](nlohmann::json& j) { j["tensors"]["w"] = 5; }, "needs 'global_shape'"},
+      // A file left out, and its pieces with it: the index agrees, but half
+      // of "w" is held by no file.
+      {[](nlohmann::json& j) {
+         j["files"].erase(1);
+         j["tensors"]["w"]["pieces"].erase(1);
+       },
+       "no piece holds element [2,0]"},
+  };
+  for (const Case& c : cases) {
+    nlohmann::json bad = good;
+    c.edit(bad);
+    spit_manifest(dir, bad.dump(1));
+    const std::string err = error_of([&] { Checkpoint::open(dir, true); });
+    EXPECT_NE(err.find(c.says), std::string::npos) << c.says << ": " << err;
+  }
+  spit_manifest(dir, good.dump(1));
+  EXPECT_EQ(Checkpoint::open(dir, true).tensors().read_global("w"), w);
 }
 
 TEST(CheckpointResume, ADifferentModelIsRefusedNamingTheField) {

@@ -14,7 +14,10 @@
 #include <random>
 #include <sstream>
 
+#include "checkpoint/checkpoint_reader.h"
+#include "checkpoint/checkpoint_writer.h"
 #include "checkpoint/manifest.h"
+#include "checkpoint/sha256.h"
 #include "checkpoint/safetensors.h"
 #include "cli/run_loom.h"
 #include "config/run_config.h"
@@ -168,7 +171,7 @@ TEST(Fuzz, CheckpointManifests) {
       {"layout", {{"dp", 2}, {"tp", 1}, {"pp", 1}, {"zero", 1}, {"order", "tp-dp-pp"}, {"world_size", 2}}},
       {"data", {{"step", 4}, {"consumed_samples", 32}}}, {"rng", {{"seed", 1337}}}, {"loss_scaler", nlohmann::json::object()},
       {"extra", {{"adam_steps", 4}, {"data_skip", 0}, {"loss_guard", nlohmann::json::object()}}},
-      {"files", {{{"name", "rank_00000.safetensors"}, {"bytes", 100}, {"sha256", "ab"}}}},
+      {"files", {{{"name", "rank_00000.safetensors"}, {"bytes", 100}, {"sha256", std::string(64, 'a')}}}},
       {"tensors", nlohmann::json::object()}};
   ASSERT_NO_THROW(parse_manifest(good.dump(), "good"));
   const std::vector<nlohmann::json> values = {-1, 0, int64_t(1) << 62, 1e300, "x", nullptr, nlohmann::json::array(),
@@ -200,6 +203,57 @@ TEST(Fuzz, CheckpointManifests) {
                                &refused);
   }
   EXPECT_GT(refused, 150);
+}
+
+// A whole checkpoint folder: its manifest edited (and re-hashed, so the
+// manifest's own checks are what is tested) or a rank file's bytes changed,
+// then resumed from and every tensor read.
+TEST(Fuzz, CheckpointFolders) {
+  const std::string root = fuzz_dir("ckpt");
+  std::vector<float> w(24), b(6);
+  for (size_t i = 0; i < w.size(); i++) w[i] = float(i);
+  CheckpointWriter writer(root, 5);
+  for (int r = 0; r < 2; r++)
+    writer.write_rank_file(r, {{"w", {4, 6}, {2 * r, 0}, {2, 6}, 0, -1, w.data() + 12 * r},
+                               {"b", {6}, {}, {}, 3 * r, 3 * r + 3, b.data() + 3 * r}});
+  CheckpointManifest m;
+  m.step = 5, m.data = {5, 40}, m.config_toml = "[train]\n";
+  m.layout = {2, 1, 1, 1, "tp-dp-pp", 2};
+  const std::string dir = writer.commit(m, {0, 1}, 1).dir;
+  const std::string manifest = read_bytes(dir + "/manifest.json"), rank1 = read_bytes(dir + "/rank_00001.safetensors");
+  const std::vector<std::string> pointers = {
+      "/files/0/name", "/files/1/bytes", "/files/1/sha256", "/tensors/w/global_shape", "/tensors/w/global_shape/0",
+      "/tensors/w/pieces/0/offset", "/tensors/w/pieces/1/shape/1", "/tensors/w/pieces/1/file", "/tensors/w/pieces/0/key",
+      "/tensors/b/pieces/1/flat_range", "/tensors/b/pieces/1/flat_range/0", "/tensors/b", "/tensors", "/layout/dp",
+      "/layout/world_size", "/files"};
+  const std::vector<nlohmann::json> values = {-1, 0, 1, 3, int64_t(1) << 62, "x", nullptr, nlohmann::json::array(),
+                                              nlohmann::json::object(), "rank_00001.safetensors", "w@0,0"};
+  Rng rng(17);
+  int refused = 0;
+  for (int i = 0; i < 150; i++) {
+    write_bytes(dir + "/rank_00001.safetensors", rank1);
+    nlohmann::json j = nlohmann::json::parse(manifest);
+    if (rng.below(3) == 0) {  // the rank file's bytes, the manifest recording them (a consistent forgery)
+      std::string bytes = rank1;
+      for (size_t k = 0, n = 1 + rng.below(3); k < n; k++) bytes[rng.below(bytes.size())] = char(rng.below(256));
+      write_bytes(dir + "/rank_00001.safetensors", bytes);
+      j["files"][1]["sha256"] = sha256_hex(bytes.data(), bytes.size());
+    } else {
+      const std::string ptr = rng.pick(pointers);
+      try {
+        j[nlohmann::json::json_pointer(ptr)] = rng.pick(values);
+      } catch (const nlohmann::json::exception&) {  // a path through a value just replaced: leave it
+      }
+    }
+    const std::string text = j.dump(1) + "\n";
+    write_bytes(dir + "/manifest.json", text);
+    write_bytes(dir + "/" + kManifestHashFile, sha256_hex(text.data(), text.size()) + "  manifest.json\n");
+    expect_accepted_or_refused("checkpoint mutant " + std::to_string(i), [&] {
+      Checkpoint c = Checkpoint::open(resolve_resume(dir, "").dir);
+      for (const std::string& name : c.tensors().names()) c.tensors().read_global(name);
+    }, &refused);
+  }
+  EXPECT_GT(refused, 90);
 }
 
 TEST(Fuzz, SafetensorsFiles) {
