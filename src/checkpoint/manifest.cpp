@@ -130,6 +130,13 @@ CheckpointManifest parse_manifest(const std::string& text, const std::string& pa
                     r.name.c_str());
     m.files.push_back(std::move(r));
   }
+  // The layout says who writes: every rank under ZeRO, else one data-parallel
+  // replica (tp x pp ranks).
+  const int64_t writers = m.layout.zero > 0 ? int64_t(m.layout.world_size) : int64_t(m.layout.tp) * m.layout.pp;
+  LOOM_USER_CHECK(int64_t(m.files.size()) == writers,
+                  "checkpoint manifest '%s': its layout (dp %d x tp %d x pp %d, ZeRO-%d) writes %lld rank files, "
+                  "'files' lists %zu", path.c_str(), m.layout.dp, m.layout.tp, m.layout.pp, m.layout.zero,
+                  (long long)writers, m.files.size());
   m.tensors = f.at(j, "tensors");
   return m;
 }

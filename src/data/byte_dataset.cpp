@@ -5,11 +5,13 @@
 #include <iterator>
 
 #include "core/check.h"
+#include "core/regular_file.h"
 #include "core/rng.h"
 
 namespace loom {
 
 ByteDataset::ByteDataset(const std::string& path, float val_fraction, int seq_len) : path_(path) {
+  require_regular_file(path, "data file (data.path)");
   std::ifstream in(path, std::ios::binary);
   LOOM_USER_CHECK(in.good(), "data file '%s' (data.path) cannot be opened", path.c_str());
   bytes_.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());

@@ -6,6 +6,7 @@
 #include <numeric>
 
 #include "core/check.h"
+#include "core/regular_file.h"
 #include "data/content_hash.h"
 
 namespace loom {
@@ -88,6 +89,7 @@ Corpus read_corpus(const std::string& path) {
     }
     LOOM_USER_CHECK(!c.documents.empty(), "input folder '%s' holds no text (no non-empty files)", path.c_str());
   } else {
+    require_regular_file(path, "input");
     std::string text = read_file(path, path);
     LOOM_USER_CHECK(!text.empty(), "input file '%s' is empty", path.c_str());
     std::string base = fs::path(path).filename().string();

@@ -6,6 +6,7 @@
 
 #include "core/atomic_file.h"
 #include "core/check.h"
+#include "core/regular_file.h"
 #include "data/content_hash.h"
 
 namespace loom {
@@ -47,8 +48,9 @@ class ManifestReader {
     LOOM_USER_CHECK(shards != nullptr, "dataset manifest '%s': missing '%s.shards'", path_.c_str(), name.c_str());
     for (const auto& node : *shards) {
       auto v = node.value<std::string>();
-      LOOM_USER_CHECK(v && !v->empty() && v->find('/') == std::string::npos,
-                      "dataset manifest '%s': '%s.shards' must list file names", path_.c_str(), name.c_str());
+      LOOM_USER_CHECK(v && !v->empty() && v->find('/') == std::string::npos && (*v)[0] != '.',
+                      "dataset manifest '%s': '%s.shards' must list file names in the same folder", path_.c_str(),
+                      name.c_str());
       s.shards.push_back(*v);
     }
     s.tokens = count((name + ".tokens").c_str());
@@ -87,6 +89,7 @@ DatasetManifest read_dataset_manifest(const std::string& dir) {
   LOOM_USER_CHECK(std::filesystem::exists(path),
                   "'%s' not found: '%s' is not a prepared dataset (run `loom prepare --out %s`)", path.c_str(),
                   dir.c_str(), dir.c_str());
+  require_regular_file(path, "dataset manifest");
   toml::table t;
   try {
     t = toml::parse_file(path);
@@ -102,8 +105,13 @@ DatasetManifest read_dataset_manifest(const std::string& dir) {
   LOOM_USER_CHECK(!m.tokenizer.empty() && m.tokenizer.find('/') == std::string::npos,
                   "dataset manifest '%s': 'tokenizer' must be a file name in the same folder", path.c_str());
   m.tokenizer_hash = r.hash("tokenizer_hash");
-  m.vocab_size = uint32_t(r.count("vocab_size"));
-  m.eos_id = uint32_t(r.count("eos_id"));
+  const uint64_t vocab = r.count("vocab_size"), eos = r.count("eos_id");
+  LOOM_USER_CHECK(vocab >= 1 && vocab < (uint64_t(1) << 31), "dataset manifest '%s': 'vocab_size' (%llu) must be in "
+                  "[1, 2^31)", path.c_str(), (unsigned long long)vocab);
+  LOOM_USER_CHECK(eos < vocab, "dataset manifest '%s': 'eos_id' (%llu) must be below vocab_size (%llu)", path.c_str(),
+                  (unsigned long long)eos, (unsigned long long)vocab);
+  m.vocab_size = uint32_t(vocab);
+  m.eos_id = uint32_t(eos);
   m.dataset_id = r.hash("dataset_id");
   m.tokenizer_stamp = r.hash("tokenizer_stamp");
   m.input = r.get<std::string>("input");

@@ -6,6 +6,7 @@
 #include <iterator>
 
 #include "core/check.h"
+#include "core/regular_file.h"
 #include "data/content_hash.h"
 
 namespace loom {
@@ -17,6 +18,7 @@ TokenLoader::TokenLoader(const std::string& dir, int batch_size, int seq_len, in
                   dir.c_str());
   manifest_ = read_dataset_manifest(dir);
   const std::string tok_path = dir + "/" + manifest_.tokenizer;
+  require_regular_file(tok_path, "tokenizer model");
   std::ifstream in(tok_path, std::ios::binary);
   LOOM_USER_CHECK(in.good(), "tokenizer model '%s' (named by %s/%s) cannot be opened", tok_path.c_str(), dir.c_str(),
                   kManifestName);

@@ -12,6 +12,7 @@
 
 #include "core/atomic_file.h"
 #include "core/check.h"
+#include "core/regular_file.h"
 
 namespace loom {
 namespace {
@@ -68,6 +69,7 @@ void write_shard(const std::string& path, ShardHeader header, const int32_t* tok
 }
 
 ShardFile::ShardFile(const std::string& path) : path_(path) {
+  require_regular_file(path, "token shard");
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   LOOM_USER_CHECK(fd >= 0, "token shard '%s' cannot be opened: %s", path.c_str(), std::strerror(errno));
   struct stat st {};

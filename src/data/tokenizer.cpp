@@ -8,6 +8,7 @@
 #include <unordered_map>
 
 #include "core/check.h"
+#include "core/regular_file.h"
 #include "data/content_hash.h"
 
 namespace loom {
@@ -49,6 +50,7 @@ Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
 Tokenizer::~Tokenizer() = default;
 
 Tokenizer Tokenizer::load(const std::string& path) {
+  require_regular_file(path, "tokenizer model");
   std::ifstream in(path, std::ios::binary);
   LOOM_USER_CHECK(in.good(), "tokenizer model '%s' cannot be opened", path.c_str());
   std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());

@@ -124,7 +124,21 @@ std::vector<RankTrace> gather_chrome_trace(Communicator& world, const TraceRecor
   return ranks;
 }
 
+namespace {
+std::vector<RankTrace> read_chrome_trace_events(const std::string& path, std::vector<std::string>* notes);
+}  // namespace
+
 std::vector<RankTrace> read_chrome_trace(const std::string& path, std::vector<std::string>* notes) {
+  try {
+    return read_chrome_trace_events(path, notes);
+  } catch (const json::exception& e) {
+    throw UserError(strprintf("'%s': an event has a field of the wrong type (%s)", path.c_str(), e.what()));
+  }
+}
+
+namespace {
+
+std::vector<RankTrace> read_chrome_trace_events(const std::string& path, std::vector<std::string>* notes) {
   std::ifstream in(path);
   LOOM_USER_CHECK(in.good(), "cannot read '%s'", path.c_str());
   json doc = json::parse(in, nullptr, /*allow_exceptions=*/false);
@@ -192,4 +206,5 @@ std::vector<RankTrace> read_chrome_trace(const std::string& path, std::vector<st
   return out;
 }
 
+}  // namespace
 }  // namespace loom::obs

@@ -103,13 +103,20 @@ RunData read_run_dir(const std::string& path) {
       run.notes.push_back(std::string("config.toml: ") + e.what() + "; the advice does not use it");
     }
   }
-  if (present("layout.json"))
-    if (auto j = read_json(file("layout.json"), run.notes)) run.layout = j->get<RunLayout>();
+  // A field of the wrong type makes the whole file a note, like a cut one.
+  auto typed = [&](const char* name, auto& out) {
+    if (auto j = read_json(file(name), run.notes)) {
+      try {
+        out = j->get<typename std::decay_t<decltype(out)>::value_type>();
+      } catch (const json::exception& e) {
+        run.notes.push_back(strprintf("%s: a field has the wrong type (%s); ignored", file(name).c_str(), e.what()));
+      }
+    }
+  };
+  if (present("layout.json")) typed("layout.json", run.layout);
   if (present("metrics.jsonl")) read_metrics(file("metrics.jsonl"), run);
   if (fs::is_regular_file(file("elastic.jsonl"))) read_restarts(file("elastic.jsonl"), run);
-  if (present("summary.json")) {
-    if (auto j = read_json(file("summary.json"), run.notes)) run.summary = j->get<RunSummary>();
-  }
+  if (present("summary.json")) typed("summary.json", run.summary);
   // trace.json unless the ranks' files are newer (a run that crashed after
   // `loom report` merged an earlier state of them).
   bool from_rank_files = !std::filesystem::is_regular_file(file("trace.json"));

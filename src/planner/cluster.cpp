@@ -9,6 +9,7 @@
 #include <toml++/toml.h>
 
 #include "core/check.h"
+#include "core/regular_file.h"
 
 namespace loom::planner {
 namespace {
@@ -84,6 +85,15 @@ void ClusterSpec::validate(const std::string& origin) const {
   need(intra_bandwidth > 0, "intra_node.bandwidth_gbps", "must be > 0 (devices in a node must be able to talk)");
   need(inter_bandwidth > 0, "inter_node.bandwidth_gbit", "must be > 0 (nodes must be able to talk)");
   need(intra_latency >= 0 && inter_latency >= 0, "latency_us", "must be >= 0");
+  need(int64_t(nodes) * devices_per_node <= (int64_t(1) << 24), "nodes x devices_per_node", "must be at most 2^24");
+  // A finite figure can overflow once scaled to bytes or FLOP/s (1e300 GiB).
+  const std::pair<double, const char*> figures[] = {
+      {memory_bytes, "device.memory_gib"},         {peak_flops_fp32, "device.peak_tflops_fp32"},
+      {peak_flops_bf16, "device.peak_tflops_bf16"}, {peak_flops_fp16, "device.peak_tflops_fp16"},
+      {memory_bandwidth, "device.memory_gbps"},     {overhead_bytes, "device.overhead_gib"},
+      {intra_bandwidth, "intra_node.bandwidth_gbps"}, {inter_bandwidth, "inter_node.bandwidth_gbit"},
+      {intra_latency, "intra_node.latency_us"},     {inter_latency, "inter_node.latency_us"}};
+  for (const auto& [v, field] : figures) need(std::isfinite(v) && v < 1e30, field, "must be finite and below 1e30 once in bytes, FLOP/s or seconds");
 }
 
 ClusterSpec parse_cluster_toml(const std::string& text, const std::string& origin) {
@@ -119,8 +129,9 @@ ClusterSpec parse_cluster_toml(const std::string& text, const std::string& origi
 std::string ClusterSpec::to_toml() const {
   std::ostringstream o;
   o.precision(6);
-  o << "name = \"" << name << "\"\n"
-    << "description = \"" << description << "\"\n"
+  // toml++ quotes and escapes the strings (a name may hold quotes or newlines).
+  o << "name = " << toml::value<std::string>(name) << "\n"
+    << "description = " << toml::value<std::string>(description) << "\n"
     << "nodes = " << nodes << "\n"
     << "devices_per_node = " << devices_per_node << "\n\n[device]\n"
     << "memory_gib = " << memory_bytes / kGiB << "\n"
@@ -152,6 +163,7 @@ ClusterSpec with_devices(ClusterSpec c, int devices) {
 }
 
 ClusterSpec load_cluster_file(const std::string& path) {
+  require_regular_file(path, "cluster file");
   std::ifstream in(path);
   LOOM_USER_CHECK(in.good(), "cannot read cluster file '%s'", path.c_str());
   std::stringstream text;

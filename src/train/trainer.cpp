@@ -283,6 +283,10 @@ TrainResult train(const RunConfig& cfg, const ParallelContext& ctx, FILE* log, c
   const int pp = ctx.grid().pp();
   std::vector<double> bubble_sum(size_t(pp), 0.0);  // per stage, over the timed steps
   PassTimes pass_times(replica.pipeline());
+  // Resume first: a checkpoint that cannot be used stops the run before its
+  // run directory is written.
+  TrainCheckpoints checkpoints(cfg, ctx);
+  TrainPosition position = checkpoints.resume(options.resume, replica, log);
   RunRecorder recorder(options.run_dir, cfg, ctx, accumulation, !options.resume.empty());
   replica.set_trace(recorder.trace());
   obs::TraceRecorder* trace = recorder.trace();
@@ -296,8 +300,6 @@ TrainResult train(const RunConfig& cfg, const ParallelContext& ctx, FILE* log, c
   double data_seconds = 0, step_seconds = 0;  // reading batches, within whole steps
   int timed_steps = 0, window_steps = 0;
   obs::StragglerMonitor stragglers(ctx.grid().world_size(), cfg.train.straggler_factor, cfg.train.straggler_window);
-  TrainCheckpoints checkpoints(cfg, ctx);
-  TrainPosition position = checkpoints.resume(options.resume, replica, log);
   recorder.resumed_at(position.next_step);
   LossGuard guard(LossGuardConfig{cfg.train.guard_window, cfg.train.guard_z, cfg.train.guard_warmup,
                                   cfg.train.guard_max_skips});

@@ -73,12 +73,14 @@ inline CommandResult run_command(const std::string& cmd) {
 
 inline CommandResult run_loom_cmd(const std::string& args) { return run_command(std::string("'") + LOOM_EXE + "' " + args); }
 
-inline CheckpointManifest test_manifest(int64_t step) {
+// One writing rank unless `layout` says otherwise (the manifest's layout must
+// account for the files: every rank under ZeRO, else tp x pp).
+inline CheckpointManifest test_manifest(int64_t step, CheckpointLayout layout = {1, 1, 1, 0, "tp-dp-pp", 1}) {
   CheckpointManifest m;
   m.step = step;
   m.config_toml = "[model]\nn_layer = 2\n";
   m.model = {{"n_layer", 2}, {"d_model", 32}};
-  m.layout = {2, 2, 1, 1, "tp-dp-pp", 4};
+  m.layout = layout;
   m.data = {step, step * 8};
   m.seed = 1337;
   m.loss_scaler = {{"scale", 65536.0}, {"good_steps", 12}};

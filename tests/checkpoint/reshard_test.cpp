@@ -51,7 +51,7 @@ TEST(CheckpointReshard, TensorParallelAndZeroShardsReloadIntoOtherLayouts) {
       writers.push_back(rank);
     }
   }
-  Checkpoint ckpt = Checkpoint::open(w.commit(test::test_manifest(9), writers, 1).dir, true);
+  Checkpoint ckpt = Checkpoint::open(w.commit(test::test_manifest(9, {dp, tp, 1, 1, "tp-dp-pp", dp * tp}), writers, 1).dir, true);
   // Some ZeRO shard really cut a tensor.
   bool cut = false;
   for (const auto& [name, t] : ckpt.manifest().tensors.items())

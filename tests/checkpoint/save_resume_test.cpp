@@ -70,9 +70,9 @@ TEST(CheckpointSave, ManifestRoundTripsAndKeepsTheLastK) {
   EXPECT_EQ(m.step, 40);
   EXPECT_EQ(m.config_toml, want.config_toml);
   EXPECT_EQ(m.model, want.model);
-  EXPECT_EQ(m.layout.tp, 2);
-  EXPECT_EQ(m.layout.zero, 1);
-  EXPECT_EQ(m.layout.world_size, 4);
+  EXPECT_EQ(m.layout.dp, 1);
+  EXPECT_EQ(m.layout.zero, 0);
+  EXPECT_EQ(m.layout.world_size, 1);
   EXPECT_EQ(m.data.consumed_samples, 320);
   EXPECT_EQ(m.seed, 1337);
   EXPECT_EQ(m.loss_scaler, want.loss_scaler);
@@ -105,9 +105,11 @@ TEST(CheckpointSave, ManyRanksWriteThenTheLeadCommits) {
   std::vector<FileRecord> records(tp);
   for (int r = 0; r < tp; r++) writers.emplace_back([&, r] { records[r] = w.write_rank_file(r, rank_pieces[r].pieces); });
   for (auto& t : writers) t.join();
-  CommitResult done = w.commit(test_manifest(7), {0, 1, 2, 3}, 2);
+  CommitResult done = w.commit(test_manifest(7, {1, 4, 1, 0, "tp-dp-pp", 4}), {0, 1, 2, 3}, 2);
   Checkpoint ckpt = Checkpoint::open(done.dir, true);
   ASSERT_EQ(ckpt.manifest().files.size(), 4u);
+  EXPECT_EQ(ckpt.manifest().layout.tp, 4);
+  EXPECT_EQ(ckpt.manifest().layout.world_size, 4);
   for (int r = 0; r < tp; r++) {
     EXPECT_EQ(ckpt.manifest().files[r].sha256, records[r].sha256);
     EXPECT_EQ(ckpt.manifest().files[r].bytes, records[r].bytes);
@@ -292,9 +294,12 @@ TEST(CheckpointResume, AManifestOutOfRangeIsRefusedNamingTheField) {
       {"/extra/adam_steps", -1, "'extra.adam_steps'"},
       {"/extra/data_skip", "lots", "'extra.data_skip'"},
       {"/extra/loss_guard", "history", "'extra.loss_guard'"},
-      {"/files/0/name", "rank_00004.safetensors", "layout.world_size = 4"},
+      {"/files/0/name", "rank_00001.safetensors", "below layout.world_size = 1"},
       {"/files/0/name", "../rank_00000.safetensors", "is not rank_NNNNN.safetensors"},
       {"/files/0/sha256", "abc", "files[].sha256"},
+      // ZeRO over 2 ranks: both write, but one file is listed.
+      {"/layout", {{"dp", 2}, {"tp", 1}, {"pp", 1}, {"zero", 1}, {"order", "tp-dp-pp"}, {"world_size", 2}},
+       "writes 2 rank files, 'files' lists 1"},
       {"/version", 3, "format version 3"},
   };
   for (const Case& c : cases) {
@@ -369,10 +374,13 @@ TEST(CheckpointResume, AManifestWhoseTensorIndexDisagreesWithTheFilesIsRefused) 
       {[](nlohmann::json& j) { j["tensors"]["w"]["pieces"].erase(1); }, "lacks the piece"},
       {[](nlohmann::json& j) { j["tensors"] = "w"; }, "'tensors' must be an object"},
       {[](nlohmann::json& j) { j["tensors"]["w"] = 5; }, "needs 'global_shape'"},
-      // A file left out, and its pieces with it: the index agrees, but half
-      // of "w" is held by no file.
+      // A file left out: the layout no longer accounts for the files.
+      {[](nlohmann::json& j) { j["files"].erase(1); }, "writes 2 rank files, 'files' lists 1"},
+      // ... and with the layout and index edited to match: the index agrees,
+      // but half of "w" is held by no file.
       {[](nlohmann::json& j) {
          j["files"].erase(1);
+         j["layout"] = {{"dp", 1}, {"tp", 1}, {"pp", 1}, {"zero", 0}, {"order", "tp-dp-pp"}, {"world_size", 1}};
          j["tensors"]["w"]["pieces"].erase(1);
        },
        "no piece holds element [2,0]"},

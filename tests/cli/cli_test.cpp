@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -98,15 +99,41 @@ TEST(Cli, BadInputExitsWithCode2AndNamesTheProblem) {
       {"train --set train.run_name=\"..\"", "train.run_name"},
       {"plan --tokens 1e30", "--tokens"},
       {"plan --config /tmp", "is not a regular file"},
+      // Every command's files: missing, a folder, a device.
+      {"prepare --input /dev/zero --out build/test-data/never", "input '/dev/zero' is not a regular file"},
+      {"prepare --input /no/such/corpus --out build/test-data/never", "/no/such/corpus"},
+      {"prepare --input " LOOM_SOURCE_DIR "/data/sample/kjv.txt --tokenizer /tmp --out build/test-data/never",
+       "tokenizer model '/tmp'"},
+      {"plan --cluster /dev/zero", "cluster file '/dev/zero'"},
+      {"plan --cluster /no/such/cluster.toml", "/no/such/cluster.toml"},
+      {"train --cluster /dev/null", "cluster file '/dev/null'"},
+      {"train --resume /no/such/checkpoint --set data.format=\"bytes\" --set model.vocab_size=256 --set data.path="
+       "\"data/sample/kjv.txt\"", "/no/such/checkpoint"},
+      {"train --resume /tmp --set data.format=\"bytes\" --set model.vocab_size=256 --set data.path="
+       "\"data/sample/kjv.txt\"", "checkpoint '/tmp' has no readable manifest.json"},
+      {"train --set data.path=\"/tmp\"", "dataset.toml"},
+      {"generate --checkpoint /no/such/checkpoint --prompt x", "/no/such/checkpoint"},
+      {"generate --checkpoint /tmp --prompt x", "/tmp"},
+      {"export --checkpoint /no/such/checkpoint --out build/test-data/never", "/no/such/checkpoint"},
+      {"diagnose /no/such/run", "/no/such/run"},
+      {"report /no/such/run", "/no/such/run"},
+      {"diagnose /dev/null", "/dev/null"},
       // A model that cannot fit this machine: refused before allocating, with the figures.
       {"train --set model.d_model=8192 --set model.n_head=64 --set model.n_layer=64 --set data.format=\"bytes\""
        " --set model.vocab_size=256 --set data.path=\"data/sample/kjv.txt\"", "GiB per rank"},
   };
+  // Nothing written: a train run that is refused leaves no run directory.
+  const std::string runs = std::string(LOOM_BINARY_DIR) + "/test-data/bad-input-runs";
+  std::filesystem::remove_all(runs);
   for (const auto& c : cases) {
-    CliResult r = run(c.args);
+    const bool train = c.args.rfind("train ", 0) == 0 && c.args.find("--bogus") == std::string::npos;
+    CliResult r = run(train ? c.args + " --set train.run_dir=\"" + runs + "\"" : c.args);
+    EXPECT_FALSE(std::filesystem::exists(runs)) << "a run directory was written for: " << c.args;
+    std::filesystem::remove_all(runs);
     EXPECT_EQ(r.code, 2) << c.args << "\n" << r.output;
     EXPECT_NE(r.output.find(c.expect), std::string::npos) << c.args << "\n" << r.output;
-    EXPECT_EQ(r.output.find("step "), std::string::npos) << "training started for: " << c.args;
+    EXPECT_EQ(r.output.find("\nstep "), std::string::npos) << "training started for: " << c.args;
+    EXPECT_EQ(r.output.find("internal error"), std::string::npos) << c.args << "\n" << r.output;
   }
 }
 

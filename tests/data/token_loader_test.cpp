@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
 #include <set>
 
 #include "core/check.h"
@@ -165,6 +166,39 @@ TEST(TokenLoader, ModelVocabularyMustHoldTheTokenizers) {
   std::string e = user_error([&] { loom::TokenLoader l(prepared(), 4, 32, 300); });
   EXPECT_NE(e.find("model.vocab_size"), std::string::npos) << e;
   EXPECT_NO_THROW(loom::TokenLoader(prepared(), 4, 32, 512));  // a padded vocabulary is fine
+}
+
+// dataset.toml's fields out of range, or naming files outside its folder.
+TEST(TokenLoader, ADatasetManifestOutOfRangeIsNamed) {
+  const std::string dir = copy_of_prepared("loader_manifest_ranges");
+  const std::string path = dir + "/dataset.toml", good = loom::test::read_text(path);
+  struct Case {
+    std::string from, to, says;
+  } cases[] = {
+      {"vocab_size = 400", "vocab_size = 4294967696", "'vocab_size' (4294967696) must be in [1, 2^31)"},
+      {"vocab_size = 400", "vocab_size = 0", "'vocab_size' (0) must be in"},
+      {"eos_id = ", "eos_id = 4000 #", "'eos_id' (4000) must be below vocab_size"},
+      {"'train_000000.bin'", "'..'", "'train.shards' must list file names"},
+      {"'train_000001.bin'", "'.hidden'", "'train.shards' must list file names"},
+      {"tokens = ", "tokens = -5 #", "is negative"},
+  };
+  for (const Case& c : cases) {
+    std::string text = good;
+    const size_t at = text.find(c.from);
+    ASSERT_NE(at, std::string::npos) << c.from << " in\n" << good;
+    text.replace(at, c.from.size(), c.to);
+    std::ofstream(path, std::ios::trunc) << text;
+    const std::string e = user_error([&] { loom::TokenLoader l(dir, 4, 32, 400); });
+    EXPECT_NE(e.find(c.says), std::string::npos) << c.to << ": " << e;
+    EXPECT_NE(e.find(path), std::string::npos) << e;
+  }
+  std::ofstream(path, std::ios::trunc) << good;
+  EXPECT_NO_THROW(loom::TokenLoader(dir, 4, 32, 400));
+  // Not a regular file where one is expected.
+  std::filesystem::remove(path);
+  std::filesystem::create_directory(path);
+  EXPECT_NE(user_error([&] { loom::TokenLoader l(dir, 4, 32, 400); }).find("is not a regular file (a folder)"),
+            std::string::npos);
 }
 
 TEST(TokenLoader, MissingFolderOrManifestIsNamed) {

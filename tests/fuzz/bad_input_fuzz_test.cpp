@@ -22,83 +22,24 @@
 #include "cli/run_loom.h"
 #include "config/run_config.h"
 #include "core/check.h"
+#include "data/dataset_manifest.h"
+#include "data/prepare.h"
+#include "data/token_loader.h"
 #include "data/token_shard.h"
+#include "fuzz/fuzz_util.h"
+#include "planner/cluster.h"
+#include "../data/data_test_util.h"
 
 namespace loom {
 namespace {
 
-std::string fuzz_dir(const std::string& name) {
-  const std::string dir = std::string(LOOM_BINARY_DIR) + "/test-data/fuzz-" + name;
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
-  return dir;
-}
-
-std::string read_bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-void write_bytes(const std::string& path, const std::string& bytes) {
-  std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
-}
-
-// The engine's raw output only (its sequence is the same everywhere).
-struct Rng {
-  std::mt19937_64 engine;
-  explicit Rng(uint64_t seed) : engine(seed) {}
-  size_t below(size_t n) { return n ? size_t(engine() % n) : 0; }
-  template <class T>
-  const T& pick(const std::vector<T>& v) { return v[below(v.size())]; }
-};
-
-// Runs `body`; a UserError is a refusal (fine), any other exception fails
-// the case, naming it.
-void expect_accepted_or_refused(const std::string& what, const std::function<void()>& body, int* refused) {
-  try {
-    body();
-  } catch (const UserError&) {
-    ++*refused;
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << what << ": not a user error: " << e.what();
-  }
-}
-
-const std::vector<std::string> kValues = {"-1", "0", "1", "1e308", "-1e308", "nan", "inf", "\"x\"", "\"\"",
-                                          "[1, 2]", "true", "{}", "99999999999999999999", "0.5", "-0.0",
-                                          "\"../../etc\"", "\"/dev/zero\"", "2147483648", "[]"};
-
-std::string mutate_text(Rng& rng, std::string text, const std::vector<std::string>& values) {
-  switch (rng.below(5)) {
-    case 0:  // a byte changed
-      if (!text.empty()) text[rng.below(text.size())] = char(rng.below(256));
-      break;
-    case 1:  // cut short
-      text.resize(rng.below(text.size() + 1));
-      break;
-    case 2: {  // a value replaced
-      size_t eq = text.find('=', rng.below(text.size() + 1));
-      if (eq != std::string::npos) {
-        size_t end = text.find('\n', eq);
-        text = text.substr(0, eq + 1) + " " + rng.pick(values) + (end == std::string::npos ? "" : text.substr(end));
-      }
-      break;
-    }
-    case 3: {  // a line repeated
-      size_t at = text.find('\n', rng.below(text.size() + 1));
-      if (at != std::string::npos) {
-        size_t prev = text.rfind('\n', at ? at - 1 : 0);
-        text.insert(at + 1, text.substr(prev == std::string::npos ? 0 : prev + 1, at - prev));
-      }
-      break;
-    }
-    default:  // a stray line
-      text.insert(rng.below(text.size() + 1), "\n" + rng.pick(values) + " = " + rng.pick(values) + "\n");
-  }
-  return text;
-}
+using test::expect_accepted_or_refused;
+using test::fuzz_dir;
+using test::kValues;
+using test::mutate_text;
+using test::read_bytes;
+using test::Rng;
+using test::write_bytes;
 
 TEST(Fuzz, ConfigFilesAndOverrides) {
   const std::string dir = fuzz_dir("config");
@@ -168,7 +109,7 @@ TEST(Fuzz, CheckpointManifests) {
   const nlohmann::json good = {
       {"format", "loom-checkpoint"}, {"version", kCheckpointFormatVersion}, {"step", 4}, {"config", "[train]\n"},
       {"model", {{"n_layer", 2}, {"d_model", 32}}},
-      {"layout", {{"dp", 2}, {"tp", 1}, {"pp", 1}, {"zero", 1}, {"order", "tp-dp-pp"}, {"world_size", 2}}},
+      {"layout", {{"dp", 1}, {"tp", 1}, {"pp", 1}, {"zero", 1}, {"order", "tp-dp-pp"}, {"world_size", 1}}},
       {"data", {{"step", 4}, {"consumed_samples", 32}}}, {"rng", {{"seed", 1337}}}, {"loss_scaler", nlohmann::json::object()},
       {"extra", {{"adam_steps", 4}, {"data_skip", 0}, {"loss_guard", nlohmann::json::object()}}},
       {"files", {{{"name", "rank_00000.safetensors"}, {"bytes", 100}, {"sha256", std::string(64, 'a')}}}},
@@ -291,6 +232,56 @@ TEST(Fuzz, SafetensorsFiles) {
     }, &refused);
   }
   EXPECT_GT(refused, 100);
+}
+
+// A prepared dataset's dataset.toml, mutated, then opened by the loader the
+// trainer uses (which reads the tokenizer and every shard it names).
+TEST(Fuzz, DatasetManifests) {
+  const std::string in = fuzz_dir("dataset-in"), out = fuzz_dir("dataset");
+  loom::test::write_sample_docs(in, 6, 6000);
+  prepare_dataset(loom::test::small_prepare(in, out), nullptr);
+  const std::string good = read_bytes(out + "/" + kManifestName);
+  ASSERT_NO_THROW(TokenLoader(out, 2, 16, 400));
+  const std::vector<std::string> values = {"-1", "0", "1", "400", "4294967297", "\"..\"", "\".\"", "[\"..\"]",
+                                           "[\"tokenizer.model\"]", "\"0123456789abcdef\"", "\"/dev/zero\"", "[]",
+                                           "nan", "1e300", "\"\"", "[1]", "{}", "9223372036854775807"};
+  Rng rng(23);
+  int refused = 0;
+  for (int i = 0; i < 150; i++) {
+    write_bytes(out + "/" + kManifestName, mutate_text(rng, good, values));
+    expect_accepted_or_refused("dataset.toml mutant " + std::to_string(i), [&] { TokenLoader(out, 2, 16, 400); },
+                               &refused);
+  }
+  write_bytes(out + "/" + kManifestName, good);
+  EXPECT_GT(refused, 75);
+}
+
+// Cluster files, as `loom plan --cluster FILE` and `loom train --cluster`
+// read them, then planned for: every figure the planner divides by or
+// multiplies must be refused if absurd, not turned into inf or NaN.
+TEST(Fuzz, ClusterFiles) {
+  const std::string dir = fuzz_dir("cluster");
+  const std::string good = read_bytes(LOOM_SOURCE_DIR "/configs/clusters/a100-80gb.toml");
+  ASSERT_FALSE(good.empty());
+  const std::vector<std::string> values = {"-1", "0", "1", "1e300", "1e-300", "nan", "inf", "\"x\"", "[1]",
+                                           "16777216", "2147483648", "0.5", "true", "\"a\\\"b\""};
+  Rng rng(29);
+  int refused = 0;
+  for (int i = 0; i < 150; i++) {
+    const std::string path = dir + "/c" + std::to_string(i % 4) + ".toml";
+    write_bytes(path, mutate_text(rng, good, values));
+    expect_accepted_or_refused("cluster mutant " + std::to_string(i), [&] {
+      const planner::ClusterSpec c = planner::load_cluster(path, LOOM_SOURCE_DIR);
+      // What the file says is written back as a cluster file the reader accepts.
+      planner::parse_cluster_toml(c.to_toml(), "round trip");
+    }, &refused);
+  }
+  EXPECT_GT(refused, 75);
+  for (const char* special : {"/dev/null", "/dev/zero"}) {
+    int refused_special = 0;
+    expect_accepted_or_refused(special, [&] { planner::load_cluster(special, LOOM_SOURCE_DIR); }, &refused_special);
+    EXPECT_EQ(refused_special, 1) << special;
+  }
 }
 
 // The command line: exit 0 or 2, never a signal, an internal error or a hang.

@@ -58,6 +58,17 @@ TEST(PlannerBadInput, ClusterFilesThatCannotTrain) {
   expect_user_error(replaced(kGoodCluster, "latency_us = 5", "latncy_us = 5"), "intra_node.latncy_us");
   expect_user_error(replaced(kGoodCluster, "memory_gib = 16", "memory_gib = \"lots\""), "device.memory_gib");
   expect_user_error("nodes = [", "test.toml");
+  // Finite in the file, but not once scaled; products that overflow.
+  expect_user_error(replaced(kGoodCluster, "memory_gib = 16", "memory_gib = 1e300"), "device.memory_gib");
+  expect_user_error(replaced(kGoodCluster, "bandwidth_gbit = 100", "bandwidth_gbit = 1e299"),
+                    "inter_node.bandwidth_gbit");
+  expect_user_error(replaced(replaced(kGoodCluster, "nodes = 2", "nodes = 16777216"), "devices_per_node = 4",
+                             "devices_per_node = 16777216"),
+                    "nodes x devices_per_node");
+  // A name with quotes and a newline survives the round trip.
+  ClusterSpec odd = parse_cluster_toml(replaced(kGoodCluster, "name = \"t\"", "name = \"a\\\"b\\nc\""), "odd");
+  EXPECT_EQ(odd.name, "a\"b\nc");
+  EXPECT_EQ(parse_cluster_toml(odd.to_toml(), "odd again").name, odd.name);
   // The round trip through to_toml keeps every figure.
   ClusterSpec again = parse_cluster_toml(c.to_toml(), "again");
   EXPECT_DOUBLE_EQ(again.memory_bytes, c.memory_bytes);
