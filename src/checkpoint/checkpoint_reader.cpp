@@ -57,6 +57,16 @@ std::string checkpoint_problem(const std::string& dir, bool check_hashes) {
                          got.c_str(), f.sha256.c_str());
     }
   }
+  // The manifest's index of pieces agrees with the files, and the pieces
+  // cover every element (the places only: no tensor data is read).
+  try {
+    std::vector<std::string> paths;
+    for (const FileRecord& f : m.files) paths.push_back(dir + "/" + f.name);
+    check_tensor_index(m.tensors, tensor_index(dir, m.files), dir + "/manifest.json");
+    ShardedTensors(paths).check_complete();
+  } catch (const UserError& e) {
+    return e.what();
+  }
   return "";
 }
 
@@ -120,10 +130,6 @@ Checkpoint Checkpoint::open(const std::string& dir, bool check_hashes) {
   std::vector<std::string> paths;
   for (const FileRecord& f : c.manifest_.files) paths.push_back(dir + "/" + f.name);
   c.tensors_ = std::make_unique<ShardedTensors>(paths);
-  // Trusted only once the manifest's index agrees with the files and the
-  // pieces cover every element, before any tensor is read.
-  check_tensor_index(c.manifest_.tensors, tensor_index(dir, c.manifest_.files), dir + "/manifest.json");
-  c.tensors_->check_complete();
   return c;
 }
 

@@ -15,9 +15,10 @@
 
 namespace loom {
 
-// "" if `dir` is a complete checkpoint: its manifest parses and every file
-// it lists exists with its recorded size (and sha256 when check_hashes);
-// else what is wrong, naming the file.
+// "" if `dir` is a complete checkpoint: its manifest matches its hash, parses
+// and passes its checks; every file it lists exists with its recorded size
+// (and sha256 when check_hashes); the manifest's index of pieces is what the
+// files hold and covers every element. Else what is wrong, naming the file.
 std::string checkpoint_problem(const std::string& dir, bool check_hashes = true);
 // The same, throwing UserError with that message.
 void verify_checkpoint(const std::string& dir, bool check_hashes = true);
@@ -45,9 +46,7 @@ ResumeChoice resolve_resume(const std::string& spec, const std::string& root);
 class Checkpoint {
  public:
   // Reads the manifest and maps the files it lists. check_hashes: verify
-  // first (resolve_resume already did). Throws UserError naming the tensor
-  // when the manifest's index of pieces disagrees with the files, or the
-  // pieces leave an element of a tensor uncovered.
+  // first (checkpoint_problem; resolve_resume already did, on one rank).
   static Checkpoint open(const std::string& dir, bool check_hashes = false);
 
   const std::string& dir() const { return dir_; }

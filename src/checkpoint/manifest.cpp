@@ -1,12 +1,16 @@
 #include "checkpoint/manifest.h"
 
+#include <sys/stat.h>
+
 #include <fstream>
 #include <iterator>
+#include <set>
 
 #include "checkpoint/checkpoint_dir.h"
 #include "checkpoint/sha256.h"
 #include "core/atomic_file.h"
 #include "core/check.h"
+#include "core/regular_file.h"
 
 namespace loom {
 
@@ -52,6 +56,20 @@ class ManifestFields {
     }
   }
 
+  // An integer in [lo, hi]: a float, a string or a number out of range is
+  // named (get<int> would truncate 4294967298 to 2, or 1.5 to 1).
+  int64_t integer(const nlohmann::json& obj, const char* field, const char* parent, int64_t lo, int64_t hi) const {
+    const nlohmann::json& v = at(obj, field, parent);
+    bool ok = v.is_number_integer();
+    if (ok && v.is_number_unsigned()) ok = v.get<uint64_t>() <= uint64_t(hi);
+    if (ok) ok = v.get<int64_t>() >= lo && v.get<int64_t>() <= hi;
+    if (!ok)
+      throw UserError(strprintf("checkpoint manifest '%s': field '%s%s' must be an integer in [%lld, %lld], not %s",
+                                path_.c_str(), parent, field, (long long)lo, (long long)hi,
+                                v.dump().substr(0, 60).c_str()));
+    return v.get<int64_t>();
+  }
+
  private:
   const nlohmann::json& root_;
   std::string path_;
@@ -71,37 +89,33 @@ CheckpointManifest parse_manifest(const std::string& text, const std::string& pa
   LOOM_USER_CHECK(f.get<std::string>(j, "format") == "loom-checkpoint",
                   "checkpoint manifest '%s': format is not \"loom-checkpoint\"", path.c_str());
   CheckpointManifest m;
-  m.version = f.get<int>(j, "version");
+  m.version = int(f.integer(j, "version", "", 0, 1 << 30));
   LOOM_USER_CHECK(m.version >= kOldestCheckpointFormatVersion && m.version <= kCheckpointFormatVersion,
                   "checkpoint manifest '%s': format version %d, this loom reads versions %d to %d", path.c_str(),
                   m.version, kOldestCheckpointFormatVersion, kCheckpointFormatVersion);
-  m.step = f.get<int64_t>(j, "step");
+  constexpr int64_t kMaxStep = int64_t(1) << 40, kMaxRanks = int64_t(1) << 24;
+  m.step = f.integer(j, "step", "", 0, kMaxStep);
   m.config_toml = f.get<std::string>(j, "config");
   m.model = f.get<std::map<std::string, int64_t>>(j, "model");
   if (j.contains("model_real")) m.model_real = f.get<std::map<std::string, double>>(j, "model_real");
   const nlohmann::json& lay = f.at(j, "layout");
-  m.layout.dp = f.get<int>(lay, "dp", "layout.");
-  m.layout.tp = f.get<int>(lay, "tp", "layout.");
-  m.layout.pp = f.get<int>(lay, "pp", "layout.");
-  m.layout.zero = f.get<int>(lay, "zero", "layout.");
+  m.layout.dp = int(f.integer(lay, "dp", "layout.", 1, kMaxRanks));
+  m.layout.tp = int(f.integer(lay, "tp", "layout.", 1, kMaxRanks));
+  m.layout.pp = int(f.integer(lay, "pp", "layout.", 1, kMaxRanks));
+  m.layout.zero = int(f.integer(lay, "zero", "layout.", 0, 3));
   m.layout.order = f.get<std::string>(lay, "order", "layout.");
-  m.layout.world_size = f.get<int>(lay, "world_size", "layout.");
+  m.layout.world_size = int(f.integer(lay, "world_size", "layout.", 1, kMaxRanks));
   const nlohmann::json& data = f.at(j, "data");
-  m.data.step = f.get<int64_t>(data, "step", "data.");
-  m.data.consumed_samples = f.get<int64_t>(data, "consumed_samples", "data.");
+  m.data.step = f.integer(data, "step", "data.", 0, kMaxStep);
+  m.data.consumed_samples = f.integer(data, "consumed_samples", "data.", 0, int64_t(1) << 62);
   m.seed = f.get<int64_t>(f.at(j, "rng"), "seed", "rng.");
   // Ranges and cross-checks: a manifest is trusted only once they hold.
   auto require = [&](bool ok, const char* field, const char* rule) {
     LOOM_USER_CHECK(ok, "checkpoint manifest '%s': field '%s' must be %s", path.c_str(), field, rule);
   };
-  constexpr int64_t kMaxStep = int64_t(1) << 40;
-  require(m.step >= 0 && m.step <= kMaxStep, "step", "in [0, 2^40]");
-  require(m.layout.dp >= 1 && m.layout.tp >= 1 && m.layout.pp >= 1, "layout", "dp, tp, pp >= 1");
-  require(m.layout.zero >= 0 && m.layout.zero <= 3, "layout.zero", "0, 1, 2 or 3");
   require(int64_t(m.layout.world_size) == int64_t(m.layout.dp) * m.layout.tp * m.layout.pp, "layout.world_size",
           "dp x tp x pp");
-  require(m.data.step >= 0 && m.data.step <= m.step, "data.step", "in [0, step]");
-  require(m.data.consumed_samples >= 0, "data.consumed_samples", ">= 0");
+  require(m.data.step <= m.step, "data.step", "in [0, step]");
   m.loss_scaler = f.at(j, "loss_scaler");
   m.extra = j.contains("extra") ? j["extra"] : nlohmann::json::object();
   require(m.extra.is_object(), "extra", "an object");
@@ -113,6 +127,14 @@ CheckpointManifest parse_manifest(const std::string& text, const std::string& pa
   const nlohmann::json& files = f.at(j, "files");
   LOOM_USER_CHECK(files.is_array() && !files.empty(), "checkpoint manifest '%s': 'files' is not a non-empty list",
                   path.c_str());
+  // The layout says who writes: every rank under ZeRO, else one data-parallel
+  // replica (tp x pp ranks).
+  const int64_t writers = m.layout.zero > 0 ? int64_t(m.layout.world_size) : int64_t(m.layout.tp) * m.layout.pp;
+  LOOM_USER_CHECK(int64_t(files.size()) == writers,
+                  "checkpoint manifest '%s': its layout (dp %d x tp %d x pp %d, ZeRO-%d) writes %lld rank files, "
+                  "'files' lists %zu", path.c_str(), m.layout.dp, m.layout.tp, m.layout.pp, m.layout.zero,
+                  (long long)writers, files.size());
+  std::set<std::string> names;
   for (const auto& e : files) {
     FileRecord r{f.get<std::string>(e, "name", "files[]."), f.get<uint64_t>(e, "bytes", "files[]."),
                  f.get<std::string>(e, "sha256", "files[].")};
@@ -122,28 +144,26 @@ CheckpointManifest parse_manifest(const std::string& text, const std::string& pa
     const int rank = numeric ? std::stoi(digits) : -1;
     LOOM_USER_CHECK(rank >= 0 && rank < m.layout.world_size && r.name == rank_file_name(rank), "checkpoint manifest '%s': file '%s' is not rank_NNNNN.safetensors of a rank below "
                     "layout.world_size = %d", path.c_str(), r.name.substr(0, 80).c_str(), m.layout.world_size);
-    for (const FileRecord& seen : m.files)
-      LOOM_USER_CHECK(seen.name != r.name, "checkpoint manifest '%s': file '%s' is listed twice", path.c_str(),
-                      r.name.c_str());
+    LOOM_USER_CHECK(names.insert(r.name).second, "checkpoint manifest '%s': file '%s' is listed twice", path.c_str(),
+                    r.name.c_str());
     LOOM_USER_CHECK(r.sha256.size() == 64 && r.sha256.find_first_not_of("0123456789abcdef") == std::string::npos,
                     "checkpoint manifest '%s': files[].sha256 of '%s' is not 64 hex digits", path.c_str(),
                     r.name.c_str());
     m.files.push_back(std::move(r));
   }
-  // The layout says who writes: every rank under ZeRO, else one data-parallel
-  // replica (tp x pp ranks).
-  const int64_t writers = m.layout.zero > 0 ? int64_t(m.layout.world_size) : int64_t(m.layout.tp) * m.layout.pp;
-  LOOM_USER_CHECK(int64_t(m.files.size()) == writers,
-                  "checkpoint manifest '%s': its layout (dp %d x tp %d x pp %d, ZeRO-%d) writes %lld rank files, "
-                  "'files' lists %zu", path.c_str(), m.layout.dp, m.layout.tp, m.layout.pp, m.layout.zero,
-                  (long long)writers, m.files.size());
   m.tensors = f.at(j, "tensors");
   return m;
 }
 
 namespace {
 
+// The whole file; *found = false when there is none. A folder, device or
+// pipe under the name is refused (reading one throws, or never ends).
 std::string read_whole(const std::string& path, const std::string& dir, bool* found) {
+  struct stat st {};
+  *found = ::stat(path.c_str(), &st) == 0;
+  if (!*found) return "";
+  require_regular_file(path, strprintf("checkpoint '%s':", dir.c_str()));
   std::ifstream in(path, std::ios::binary);
   *found = in.good();
   if (!*found) return "";

@@ -1,5 +1,7 @@
 #include "checkpoint/tensor_piece.h"
 
+#include <algorithm>
+
 #include "core/check.h"
 #include "core/dtype.h"
 
@@ -14,6 +16,19 @@ void check_place(const PiecePlace& p, const std::string& origin) {
   LOOM_USER_CHECK(p.offset.size() == p.global_shape.size() && p.shape.size() == p.global_shape.size(),
                   "%s: piece of '%s' has offset %s and shape %s for a global shape %s", o, n,
                   dims_text(p.offset).c_str(), dims_text(p.shape).c_str(), dims_text(p.global_shape).c_str());
+  // Bounded before any sum or product is formed (a file's figures could
+  // otherwise overflow them): at most 8 dimensions of < 2^40, 2^48 elements.
+  constexpr int64_t kMaxDim = int64_t(1) << 40, kMaxElements = int64_t(1) << 48;
+  LOOM_USER_CHECK(p.global_shape.size() <= 8, "%s: piece of '%s' has %zu dimensions (at most 8)", o, n,
+                  p.global_shape.size());
+  int64_t elements = 1;
+  for (size_t d = 0; d < p.global_shape.size(); d++) {
+    LOOM_USER_CHECK(p.global_shape[d] < kMaxDim && p.offset[d] < kMaxDim && p.shape[d] < kMaxDim &&
+                        (p.global_shape[d] <= 0 || elements <= kMaxElements / p.global_shape[d]),
+                    "%s: tensor '%s' has global shape %s: too large (dimensions below 2^40, 2^48 elements)", o, n,
+                    dims_text(p.global_shape).c_str());
+    elements *= std::max<int64_t>(p.global_shape[d], 0);  // a negative one is named below
+  }
   for (size_t d = 0; d < p.global_shape.size(); d++)
     LOOM_USER_CHECK(p.global_shape[d] >= 0 && p.offset[d] >= 0 && p.shape[d] >= 0 &&
                         p.offset[d] + p.shape[d] <= p.global_shape[d],

@@ -1,6 +1,7 @@
 // loom: train GPT-style models. See `loom --help`.
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <cstdlib>
 #include <memory>
 #include <exception>
@@ -22,6 +23,9 @@ int run_distributed(int* argc, char*** argv, int (*command)(const loom::cli::Arg
   try {
     return command(args, mpi);
   } catch (const loom::UserError& e) {
+    std::fprintf(stderr, "loom: rank %d: error: %s\n", mpi.world_rank(), e.what());
+    code = 2;
+  } catch (const std::filesystem::filesystem_error& e) {  // names the path: the machine's or the user's, not loom's
     std::fprintf(stderr, "loom: rank %d: error: %s\n", mpi.world_rank(), e.what());
     code = 2;
   } catch (const std::exception& e) {
@@ -100,6 +104,9 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "loom: unknown command '%s' (try loom --help)\n", cmd.c_str());
     return 2;
   } catch (const UserError& e) {
+    std::fprintf(stderr, "loom: error: %s\n", e.what());
+    return 2;
+  } catch (const std::filesystem::filesystem_error& e) {  // a loop, a name too long, no permission: names the path
     std::fprintf(stderr, "loom: error: %s\n", e.what());
     return 2;
   } catch (const std::exception& e) {

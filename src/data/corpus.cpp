@@ -77,10 +77,10 @@ Corpus read_corpus(const std::string& path) {
     for (; it != end; it.increment(ec)) {
       LOOM_USER_CHECK(!ec, "input folder '%s' cannot be read: %s", path.c_str(), ec.message().c_str());
       if (hidden(it->path())) {
-        if (it->is_directory()) it.disable_recursion_pending();
+        if (it->is_directory(ec)) it.disable_recursion_pending();
         continue;
       }
-      if (it->is_regular_file()) files.push_back(it->path());
+      if (it->is_regular_file(ec)) files.push_back(it->path());  // a broken link or a loop: skipped
     }
     std::sort(files.begin(), files.end());
     for (const auto& f : files) {

@@ -86,7 +86,8 @@ void write_dataset_manifest(const std::string& dir, const DatasetManifest& m) {
 
 DatasetManifest read_dataset_manifest(const std::string& dir) {
   std::string path = dir + "/" + kManifestName;
-  LOOM_USER_CHECK(std::filesystem::exists(path),
+  std::error_code ec;
+  LOOM_USER_CHECK(std::filesystem::exists(path, ec),
                   "'%s' not found: '%s' is not a prepared dataset (run `loom prepare --out %s`)", path.c_str(),
                   dir.c_str(), dir.c_str());
   require_regular_file(path, "dataset manifest");

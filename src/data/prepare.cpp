@@ -85,10 +85,13 @@ std::vector<std::string_view> sample_lines(const Corpus& c, double sample_mb, ui
 
 // The current outputs are exactly what these stamps describe.
 bool outputs_match(const std::string& out, uint64_t dataset_id, uint64_t tokenizer_stamp, DatasetManifest* found) {
-  if (!fs::exists(out + "/" + kManifestName)) return false;
+  std::error_code missing;
+  if (!fs::exists(out + "/" + kManifestName, missing)) return false;
   try {
     DatasetManifest m = read_dataset_manifest(out);
     if (m.dataset_id != dataset_id || m.tokenizer_stamp != tokenizer_stamp) return false;
+    std::error_code ec;  // not a file (a folder would throw when read): redo it
+    if (!fs::is_regular_file(out + "/" + m.tokenizer, ec)) return false;
     std::ifstream in(out + "/" + m.tokenizer, std::ios::binary);
     std::string model((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     if (!in.good() && !in.eof()) return false;

@@ -13,7 +13,8 @@ namespace loom {
 
 TokenLoader::TokenLoader(const std::string& dir, int batch_size, int seq_len, int model_vocab)
     : dir_(dir), T_(seq_len) {
-  LOOM_USER_CHECK(std::filesystem::is_directory(dir),
+  std::error_code ec;
+  LOOM_USER_CHECK(std::filesystem::is_directory(dir, ec),
                   "data folder '%s' (data.path) does not exist; `loom prepare --out %s` makes it", dir.c_str(),
                   dir.c_str());
   manifest_ = read_dataset_manifest(dir);

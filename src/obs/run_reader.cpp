@@ -85,12 +85,13 @@ void read_restarts(const std::string& file, RunData& run) {
 
 RunData read_run_dir(const std::string& path) {
   namespace fs = std::filesystem;
-  LOOM_USER_CHECK(fs::is_directory(path), "'%s' is not a run directory (no such folder)", path.c_str());
+  std::error_code ec;  // the error_code forms: a loop or an unreadable entry is "not there", never a throw
+  LOOM_USER_CHECK(fs::is_directory(path, ec), "'%s' is not a run directory (no such folder)", path.c_str());
   RunData run;
   run.path = path;
   auto file = [&](const char* name) { return path + "/" + name; };
   auto present = [&](const char* name) {
-    bool there = fs::is_regular_file(file(name));
+    bool there = fs::is_regular_file(file(name), ec);
     if (!there) run.missing.push_back(name);
     return there;
   };
@@ -115,19 +116,18 @@ RunData read_run_dir(const std::string& path) {
   };
   if (present("layout.json")) typed("layout.json", run.layout);
   if (present("metrics.jsonl")) read_metrics(file("metrics.jsonl"), run);
-  if (fs::is_regular_file(file("elastic.jsonl"))) read_restarts(file("elastic.jsonl"), run);
+  if (fs::is_regular_file(file("elastic.jsonl"), ec)) read_restarts(file("elastic.jsonl"), run);
   if (present("summary.json")) typed("summary.json", run.summary);
   // trace.json unless the ranks' files are newer (a run that crashed after
   // `loom report` merged an earlier state of them).
-  bool from_rank_files = !std::filesystem::is_regular_file(file("trace.json"));
-  if (!from_rank_files && std::filesystem::is_directory(file("trace"))) {
-    std::error_code ec;
+  bool from_rank_files = !std::filesystem::is_regular_file(file("trace.json"), ec);
+  if (!from_rank_files && std::filesystem::is_directory(file("trace"), ec)) {
     const auto merged = std::filesystem::last_write_time(file("trace.json"), ec);
     for (const auto& e : std::filesystem::directory_iterator(file("trace"), ec))
-      if (e.is_regular_file() && e.last_write_time() > merged) from_rank_files = true;
+      if (e.is_regular_file(ec) && e.last_write_time(ec) > merged) from_rank_files = true;
   }
   if (from_rank_files) {
-    if (!std::filesystem::is_regular_file(file("trace.json"))) run.missing.push_back("trace.json");
+    if (!std::filesystem::is_regular_file(file("trace.json"), ec)) run.missing.push_back("trace.json");
     // A run that did not end: each rank's spans up to its last flush.
     run.trace = read_rank_trace_files(file("trace"), &run.notes);
     run.trace_from_rank_files = !run.trace.empty();

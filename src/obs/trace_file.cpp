@@ -55,7 +55,7 @@ std::vector<RankTrace> read_rank_trace_files(const std::string& dir, std::vector
   std::vector<std::string> files;
   for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
     const std::string name = e.path().filename().string();
-    if (name.rfind("rank-", 0) == 0 && e.path().extension() == ".jsonl" && e.is_regular_file()) files.push_back(e.path());
+    if (name.rfind("rank-", 0) == 0 && e.path().extension() == ".jsonl" && e.is_regular_file(ec)) files.push_back(e.path());
   }
   for (const std::string& file : files) {
     std::ifstream in(file);

@@ -93,7 +93,17 @@ void ClusterSpec::validate(const std::string& origin) const {
       {memory_bandwidth, "device.memory_gbps"},     {overhead_bytes, "device.overhead_gib"},
       {intra_bandwidth, "intra_node.bandwidth_gbps"}, {inter_bandwidth, "inter_node.bandwidth_gbit"},
       {intra_latency, "intra_node.latency_us"},     {inter_latency, "inter_node.latency_us"}};
-  for (const auto& [v, field] : figures) need(std::isfinite(v) && v < 1e30, field, "must be finite and below 1e30 once in bytes, FLOP/s or seconds");
+  for (const auto& [v, field] : figures)
+    need(std::isfinite(v) && v < 1e30, field, "must be finite and below 1e30 once in bytes, FLOP/s or seconds");
+  // The planner divides by these: a positive figure must be a real one, not
+  // 1e-300 (which turns every time into inf).
+  const std::pair<double, const char*> divisors[] = {
+      {memory_bytes, "device.memory_gib"},         {peak_flops_fp32, "device.peak_tflops_fp32"},
+      {peak_flops_bf16, "device.peak_tflops_bf16"}, {peak_flops_fp16, "device.peak_tflops_fp16"},
+      {memory_bandwidth, "device.memory_gbps"},     {intra_bandwidth, "intra_node.bandwidth_gbps"},
+      {inter_bandwidth, "inter_node.bandwidth_gbit"}};
+  for (const auto& [v, field] : divisors) need(v == 0 || v >= 1, field, "must be 0 or at least 1 byte, FLOP/s or byte/s");
+  need(matmul_efficiency >= 1e-3, "device.matmul_efficiency", "must be at least 0.001");
 }
 
 ClusterSpec parse_cluster_toml(const std::string& text, const std::string& origin) {
@@ -194,7 +204,8 @@ ClusterSpec load_cluster(const std::string& name_or_path, const std::string& roo
   namespace fs = std::filesystem;
   if (name_or_path == "local") {
     const std::string path = local_cluster_path(root);
-    LOOM_USER_CHECK(fs::exists(path), "cluster preset 'local' needs a calibration: run 'loom bench calibrate' "
+    std::error_code ec;
+    LOOM_USER_CHECK(fs::exists(path, ec), "cluster preset 'local' needs a calibration: run 'loom bench calibrate' "
                                       "first (it writes %s)", path.c_str());
     return load_cluster_file(path);
   }
@@ -202,7 +213,8 @@ ClusterSpec load_cluster(const std::string& name_or_path, const std::string& roo
                                fs::path(name_or_path).extension() == ".toml";
   if (looks_like_path) return load_cluster_file(name_or_path);
   const std::string preset = root + "/configs/clusters/" + name_or_path + ".toml";
-  LOOM_USER_CHECK(fs::exists(preset), "unknown cluster preset '%s' (known: %s; or a path to a .toml file)",
+  std::error_code ec;
+  LOOM_USER_CHECK(fs::exists(preset, ec), "unknown cluster preset '%s' (known: %s; or a path to a .toml file)",
                   name_or_path.c_str(), cluster_preset_names(root).c_str());
   return load_cluster_file(preset);
 }

@@ -286,9 +286,13 @@ TEST(CheckpointResume, AManifestOutOfRangeIsRefusedNamingTheField) {
   } cases[] = {
       {"/step", -1, "'step'"},
       {"/step", int64_t(1) << 50, "'step'"},
-      {"/layout/dp", 0, "'layout'"},
+      {"/layout/dp", 0, "'layout.dp'"},
       {"/layout/zero", 7, "'layout.zero'"},
       {"/layout/world_size", 5, "'layout.world_size'"},
+      // Not truncated into range: 2^32 + 2 is not 2, 1.5 is not 1; no product overflows.
+      {"/layout/dp", uint64_t(1) << 32 | 2, "'layout.dp' must be an integer in [1, 16777216]"},
+      {"/layout/tp", 2147483647, "'layout.tp' must be an integer"},
+      {"/version", 1.5, "'version' must be an integer"},
       {"/data/step", 2, "'data.step'"},
       {"/data/consumed_samples", -4, "'data.consumed_samples'"},
       {"/extra/adam_steps", -1, "'extra.adam_steps'"},
@@ -348,6 +352,24 @@ TEST(CheckpointResume, AnEditedManifestIsCaughtByItsHash) {
   EXPECT_EQ(resolve_resume(dir, "").dir, dir);
   spit(dir + "/manifest.json.sha256", "not a hash\n");
   EXPECT_NE(error_of([&] { resolve_resume(dir, ""); }).find("does not hold a sha256"), std::string::npos);
+}
+
+// A folder (or device, or pipe) under the manifest's names is named, and
+// auto skips that checkpoint as damaged.
+TEST(CheckpointResume, AManifestThatIsNotAFileIsNamed) {
+  std::string root = ckpt_dir("resume-manifest-folder");
+  save_step(root, 1);
+  std::string dir = save_step(root, 2);
+  fs::remove(dir + "/manifest.json.sha256");
+  fs::create_directory(dir + "/manifest.json.sha256");
+  std::string err = error_of([&] { resolve_resume(dir, ""); });
+  EXPECT_NE(err.find("manifest.json.sha256' is not a regular file (a folder)"), std::string::npos) << err;
+  ResumeChoice c = resolve_resume("auto", root);
+  EXPECT_EQ(c.dir, root + "/step_000001");
+  fs::remove(dir + "/manifest.json");
+  fs::create_directory(dir + "/manifest.json");
+  err = error_of([&] { resolve_resume(dir, ""); });
+  EXPECT_NE(err.find("manifest.json' is not a regular file (a folder)"), std::string::npos) << err;
 }
 
 // Two rank files, rows split: the manifest's index of pieces must agree with

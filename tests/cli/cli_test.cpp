@@ -106,6 +106,7 @@ TEST(Cli, BadInputExitsWithCode2AndNamesTheProblem) {
        "tokenizer model '/tmp'"},
       {"plan --cluster /dev/zero", "cluster file '/dev/zero'"},
       {"plan --cluster /no/such/cluster.toml", "/no/such/cluster.toml"},
+      {"plan --cluster " + std::string(300, 'x'), "unknown cluster preset"},  // a name too long for the file system
       {"train --cluster /dev/null", "cluster file '/dev/null'"},
       {"train --resume /no/such/checkpoint --set data.format=\"bytes\" --set model.vocab_size=256 --set data.path="
        "\"data/sample/kjv.txt\"", "/no/such/checkpoint"},
@@ -113,7 +114,7 @@ TEST(Cli, BadInputExitsWithCode2AndNamesTheProblem) {
        "\"data/sample/kjv.txt\"", "checkpoint '/tmp' has no readable manifest.json"},
       {"train --set data.path=\"/tmp\"", "dataset.toml"},
       {"generate --checkpoint /no/such/checkpoint --prompt x", "/no/such/checkpoint"},
-      {"generate --checkpoint /tmp --prompt x", "/tmp"},
+      {"generate --checkpoint /tmp --prompt x", "checkpoint '/tmp' has no readable manifest.json"},
       {"export --checkpoint /no/such/checkpoint --out build/test-data/never", "/no/such/checkpoint"},
       {"diagnose /no/such/run", "/no/such/run"},
       {"report /no/such/run", "/no/such/run"},

@@ -6,11 +6,13 @@
 // that reproduces it; a few hundred cases in seconds.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <random>
 #include <sstream>
 
@@ -28,6 +30,8 @@
 #include "data/token_shard.h"
 #include "fuzz/fuzz_util.h"
 #include "planner/cluster.h"
+#include "planner/model_presets.h"
+#include "planner/search.h"
 #include "../data/data_test_util.h"
 
 namespace loom {
@@ -116,7 +120,8 @@ TEST(Fuzz, CheckpointManifests) {
       {"tensors", nlohmann::json::object()}};
   ASSERT_NO_THROW(parse_manifest(good.dump(), "good"));
   const std::vector<nlohmann::json> values = {-1, 0, int64_t(1) << 62, 1e300, "x", nullptr, nlohmann::json::array(),
-                                              nlohmann::json::object(), true, -3.5, "../x"};
+                                              nlohmann::json::object(), true, -3.5, "../x", 2147483647,
+                                              uint64_t(1) << 32 | 2, 1.5, ~uint64_t(0)};
   const std::vector<std::string> pointers = {
       "/step", "/version", "/format", "/config", "/model", "/model/n_layer", "/layout", "/layout/dp", "/layout/tp",
       "/layout/zero", "/layout/world_size", "/layout/order", "/data", "/data/step", "/data/consumed_samples", "/rng",
@@ -270,11 +275,20 @@ TEST(Fuzz, ClusterFiles) {
   for (int i = 0; i < 150; i++) {
     const std::string path = dir + "/c" + std::to_string(i % 4) + ".toml";
     write_bytes(path, mutate_text(rng, good, values));
-    expect_accepted_or_refused("cluster mutant " + std::to_string(i), [&] {
-      const planner::ClusterSpec c = planner::load_cluster(path, LOOM_SOURCE_DIR);
-      // What the file says is written back as a cluster file the reader accepts.
-      planner::parse_cluster_toml(c.to_toml(), "round trip");
-    }, &refused);
+    std::optional<planner::ClusterSpec> c;
+    expect_accepted_or_refused("cluster mutant " + std::to_string(i),
+                               [&] { c = planner::load_cluster(path, LOOM_SOURCE_DIR); }, &refused);
+    if (!c) continue;
+    // What loom accepts it writes back as a file it accepts, and plans for
+    // with finite figures.
+    EXPECT_NO_THROW(planner::parse_cluster_toml(c->to_toml(), "round trip")) << "cluster mutant " << i;
+    if (c->devices() > 64) continue;  // a large cluster's search is slow, not different
+    const planner::ModelPreset& gpt2 = planner::model_preset("gpt2-124m");
+    planner::SearchSpace space;
+    space.precision = {ComputePrecision::fp32};
+    const planner::SearchResult r = planner::search_layouts({gpt2.model, gpt2.global_batch}, *c, space, 1);
+    for (const planner::Candidate& k : r.top)
+      EXPECT_TRUE(std::isfinite(k.time.step) && k.time.step > 0) << "cluster mutant " << i << ": " << k.time.step;
   }
   EXPECT_GT(refused, 75);
   for (const char* special : {"/dev/null", "/dev/zero"}) {

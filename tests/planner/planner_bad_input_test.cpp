@@ -65,6 +65,8 @@ TEST(PlannerBadInput, ClusterFilesThatCannotTrain) {
   expect_user_error(replaced(replaced(kGoodCluster, "nodes = 2", "nodes = 16777216"), "devices_per_node = 4",
                              "devices_per_node = 16777216"),
                     "nodes x devices_per_node");
+  expect_user_error(replaced(kGoodCluster, "bandwidth_gbit = 100", "bandwidth_gbit = 1e-300"),
+                    "inter_node.bandwidth_gbit");
   // A name with quotes and a newline survives the round trip.
   ClusterSpec odd = parse_cluster_toml(replaced(kGoodCluster, "name = \"t\"", "name = \"a\\\"b\\nc\""), "odd");
   EXPECT_EQ(odd.name, "a\"b\nc");
