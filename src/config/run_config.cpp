@@ -1,6 +1,5 @@
 #include "config/run_config.h"
 
-#include <filesystem>
 
 #include <cmath>
 #include <cstdlib>
@@ -10,6 +9,7 @@
 #include <toml++/toml.h>
 
 #include "core/check.h"
+#include "core/regular_file.h"
 #include "core/cpu_info.h"
 
 namespace loom {
@@ -196,9 +196,7 @@ RunConfig load_run_config(const std::string& path, const std::vector<std::string
   if (!path.empty()) {
     // A directory, /dev/null or a FIFO is not a config (toml would read it as
     // empty, or block): refused by name.
-    std::error_code ec;
-    LOOM_USER_CHECK(std::filesystem::is_regular_file(path, ec),
-                    "config file '%s' is not a regular file (a directory, device or pipe?)", path.c_str());
+    require_regular_file(path, "config file");
     try {
       root = toml::parse_file(path);
     } catch (const toml::parse_error& e) {
