@@ -1,6 +1,5 @@
 #include "config/run_config.h"
 
-
 #include <cmath>
 #include <cstdlib>
 #include <optional>
