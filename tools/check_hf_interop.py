@@ -97,6 +97,22 @@ class Codec:
         return bytes(ids) if self.sp is None else self.sp.decode(ids).encode("utf-8")
 
 
+def version_tuple(text):
+    parts = []
+    for piece in text.split(".")[:2]:
+        digits = "".join(ch for ch in piece if ch.isdigit())
+        parts.append(int(digits or 0))
+    return tuple(parts)
+
+
+def rope_theta(config):
+    """transformers 5.x keeps rope_theta in config.rope_parameters; 4.x on the config itself."""
+    theta = getattr(config, "rope_theta", None)
+    if theta is None:
+        theta = (getattr(config, "rope_parameters", None) or {}).get("rope_theta")
+    return theta
+
+
 def main():
     args = sys.argv[1:]
     atol = float((take(args, "--atol", 1) or ["1e-4"])[0])
@@ -111,7 +127,10 @@ def main():
     family = cfg.get("model_type")
     if family not in CLASSES:
         fail(f"config.json: model_type {family!r} is neither of {sorted(CLASSES)}")
-    model, info = AutoModelForCausalLM.from_pretrained(out_dir, torch_dtype=torch.float32, output_loading_info=True)
+    # transformers 4.56 renamed from_pretrained's torch_dtype to dtype (5.x drops the old name).
+    dtype_arg = "dtype" if version_tuple(transformers.__version__) >= (4, 56) else "torch_dtype"
+    model, info = AutoModelForCausalLM.from_pretrained(out_dir, output_loading_info=True,
+                                                       **{dtype_arg: torch.float32})
     model.eval()
     if type(model).__name__ != CLASSES[family]:
         fail(f"transformers built {type(model).__name__}, expected {CLASSES[family]}")
@@ -126,7 +145,7 @@ def main():
     shape = (f"n_layer={c.n_layer} n_head={c.n_head} n_embd={c.n_embd} n_positions={c.n_positions}"
              if family == "gpt2" else
              f"layers={c.num_hidden_layers} heads={c.num_attention_heads} kv_heads={c.num_key_value_heads} "
-             f"hidden={c.hidden_size} intermediate={c.intermediate_size} rope_theta={c.rope_theta} "
+             f"hidden={c.hidden_size} intermediate={c.intermediate_size} rope_theta={rope_theta(c)} "
              f"rms_norm_eps={c.rms_norm_eps}")
     print(f"ok transformers {transformers.__version__} (torch {torch.__version__}) loads {type(model).__name__}: "
           f"{shape} vocab={V} tied={tied} bos={c.bos_token_id} eos={c.eos_token_id}, "

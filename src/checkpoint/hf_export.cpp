@@ -240,7 +240,10 @@ HfExportResult export_hf(const Checkpoint& ckpt, const std::string& out_dir, con
   nlohmann::ordered_json config = cfg.is_llama() ? llama_config(cfg) : gpt2_config(cfg);
   config["bos_token_id"] = token_id(opt.tokens.bos);
   config["eos_token_id"] = token_id(opt.tokens.eos);
-  config["torch_dtype"] = opt.dtype == StDType::F32 ? "float32" : opt.dtype == StDType::BF16 ? "bfloat16" : "float16";
+  // transformers 4.56+ reads `dtype` (5.x deprecates `torch_dtype`); older versions read only `torch_dtype`.
+  const char* dtype = opt.dtype == StDType::F32 ? "float32" : opt.dtype == StDType::BF16 ? "bfloat16" : "float16";
+  config["dtype"] = dtype;
+  config["torch_dtype"] = dtype;
   config["loom_checkpoint_step"] = ckpt.manifest().step;
   write_file_atomically(r.config_path, config.dump(2) + "\n");
   return r;

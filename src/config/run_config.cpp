@@ -1,5 +1,7 @@
 #include "config/run_config.h"
 
+#include <algorithm>
+
 #include <cmath>
 #include <cstdlib>
 #include <optional>
@@ -8,6 +10,7 @@
 #include <toml++/toml.h>
 
 #include "core/check.h"
+#include "model/split_rules.h"
 #include "core/regular_file.h"
 #include "core/cpu_info.h"
 
@@ -54,6 +57,7 @@ class FieldReader {
     }
   }
 
+  bool has(const std::string& key) const { return bool(root_.at_path(key)); }
   // Every key in the tree that no get() asked for.
   void reject_unknown() const { walk(root_, ""); }
 
@@ -145,6 +149,8 @@ void read_fields(FieldReader& r, RunConfig& c) {
   r.get("parallel.sequence_parallel", &c.parallel.sequence_parallel);
   r.get("parallel.schedule", &c.parallel.schedule);
   r.get("parallel.virtual_stages", &c.parallel.virtual_stages);
+  // ZB-V is two chunks per stage: the schedule implies them unless the count is given.
+  if (c.parallel.schedule == "zb-v" && !r.has("parallel.virtual_stages")) c.parallel.virtual_stages = 2;
   r.get("parallel.pp_layers", &c.parallel.pp_layers);
   r.get("parallel.order", &c.parallel.order);
   r.get("parallel.zero", &c.parallel.zero);
@@ -228,6 +234,10 @@ void RunConfig::validate() const {
   // A name inside run_dir, not a path: it may not climb out of it.
   require(t.run_name.find('/') == std::string::npos && t.run_name != "." && t.run_name != "..", "train.run_name",
           "a name without '/' (and not '.' or '..'): runs go to run_dir/run_name");
+  require(std::none_of(t.run_name.begin(), t.run_name.end(),
+                       [](char ch) { return (unsigned char)ch < 0x20 || ch == 0x7f; }),
+          "train.run_name", "a name without newlines, tabs or other control characters (it names a folder and "
+          "appears in logs and reports)");
   require(t.trace_flush_every >= 0, "train.trace_flush_every", ">= 0 (0 = only trace.json at the end)");
   require(t.checkpoint_every == 0 || !t.checkpoint_dir.empty(), "train.checkpoint_dir", "a folder");
   require(t.guard_window >= 2, "train.guard_window", ">= 2");
@@ -266,12 +276,8 @@ void RunConfig::validate() const {
   require(parallel.tp >= 1, "parallel.tp", ">= 1");
   require(parallel.pp >= 1, "parallel.pp", ">= 1");
   require(parallel.cp >= 1 && parallel.cp <= 4096, "parallel.cp", "in [1, 4096]");
-  // Each rank takes two of the sequence's 2 cp chunks (causal balance).
-  require(parallel.cp == 1 || model.seq_len % (2 * parallel.cp) == 0, "model.seq_len",
-          strprintf("divisible by 2 x parallel.cp = %d (each of the cp ranks holds two equal chunks)",
-                    2 * parallel.cp).c_str());
-  require(parallel.cp == 1 || model.attention != AttentionKind::materialized, "model.attention",
-          "\"tiled\" or \"auto\" with parallel.cp > 1 (ring attention runs the tiled kernels)");
+  const std::string cp_problem = cp_split_problem(model, parallel.cp);  // the rule every layout check shares
+  LOOM_USER_CHECK(cp_problem.empty(), "config field %s", cp_problem.c_str());
   require(parallel.zero >= 0 && parallel.zero <= 3, "parallel.zero", "0, 1, 2 or 3");
   require(parallel.schedule == "1f1b" || parallel.schedule == "gpipe" || parallel.schedule == "interleaved" ||
               parallel.schedule == "zb-h1" || parallel.schedule == "zb-v",

@@ -2,6 +2,7 @@
 
 #include <filesystem>
 #include <sstream>
+#include <set>
 #include <toml++/toml.h>
 
 #include "core/atomic_file.h"
@@ -27,6 +28,7 @@ class ManifestReader {
 
   template <class T>
   T get(const char* key) const {
+    used_.insert(key);
     auto v = t_.at_path(key).value<T>();
     LOOM_USER_CHECK(v.has_value(), "dataset manifest '%s': missing or malformed '%s'", path_.c_str(), key);
     return *v;
@@ -44,6 +46,7 @@ class ManifestReader {
   }
   SplitManifest split(const std::string& name) const {
     SplitManifest s;
+    used_.insert(name + ".shards");
     const toml::array* shards = t_.at_path(name + ".shards").as_array();
     LOOM_USER_CHECK(shards != nullptr, "dataset manifest '%s': missing '%s.shards'", path_.c_str(), name.c_str());
     for (const auto& node : *shards) {
@@ -57,10 +60,21 @@ class ManifestReader {
     s.documents = count((name + ".documents").c_str());
     return s;
   }
+  // As config files do: a key no reader asked for is a mistake to name, not to ignore.
+  void reject_unknown() const { walk(t_, ""); }
 
  private:
+  void walk(const toml::table& t, const std::string& prefix) const {
+    for (auto&& [k, v] : t) {
+      const std::string key = prefix.empty() ? std::string(k.str()) : prefix + "." + std::string(k.str());
+      if (const toml::table* sub = v.as_table()) walk(*sub, key);
+      else
+        LOOM_USER_CHECK(used_.count(key), "dataset manifest '%s': unknown key '%s'", path_.c_str(), key.c_str());
+    }
+  }
   const toml::table& t_;
   std::string path_;
+  mutable std::set<std::string> used_;
 };
 
 }  // namespace
@@ -119,6 +133,7 @@ DatasetManifest read_dataset_manifest(const std::string& dir) {
   m.input_bytes = r.count("input_bytes");
   m.train = r.split("train");
   m.val = r.split("val");
+  r.reject_unknown();
   return m;
 }
 

@@ -111,6 +111,14 @@ ShardFile::ShardFile(const std::string& path) : path_(path) {
                   "has %llu bytes",
                   path.c_str(), (unsigned long long)h.token_count, (unsigned long long)expected,
                   (unsigned long long)body);
+  // Every document ends with an end-of-text id: at most one per token, and
+  // tokens without a document cannot be.
+  LOOM_USER_CHECK(h.document_count <= h.token_count && (h.token_count == 0) == (h.document_count == 0),
+                  "token shard '%s' has a bad header: %llu documents in %llu tokens", path.c_str(),
+                  (unsigned long long)h.document_count, (unsigned long long)h.token_count);
+  LOOM_USER_CHECK(h.reserved == 0,
+                  "token shard '%s' has a bad header: its reserved bytes are not zero (a newer format, or damage)",
+                  path.c_str());
 }
 
 ShardFile::~ShardFile() {

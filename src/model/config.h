@@ -53,11 +53,6 @@ struct ModelConfig {
     return cp > 1 || attention == AttentionKind::tiled ||
            (attention == AttentionKind::auto_ && T >= kTiledAttentionFrom);
   }
-  // Whether a sequence splits over cp context-parallel ranks: two equal
-  // chunks each, on the tiled attention (the ring runs it).
-  bool splits_for_cp(int cp) const {
-    return cp == 1 || (cp > 1 && seq_len % (2 * cp) == 0 && attention != AttentionKind::materialized);
-  }
   bool is_llama() const { return family == ModelFamily::llama; }
   // Output rows of the fused query/key/value projection: (n_head + 2 n_kv_head) x head_dim.
   int64_t qkv_rows() const { return int64_t(n_head + 2 * kv_heads()) * head_dim(); }

@@ -81,6 +81,9 @@ struct StageBuffers {
   Communicator* cp_group = nullptr;
 };
 
+// Targets >= 0 among targets[n]: the ones a loss counts.
+int64_t count_valid_targets(const int32_t* targets, int64_t n);
+
 class StageModule {
  public:
   virtual ~StageModule() = default;
@@ -122,11 +125,14 @@ class StageModule {
   // stage_input, for the previous chunk.
   virtual float* stage_grad(int slot) = 0;
   // Backward of the micro-batch in `slot`; gradients are *added* to grads().
-  // With the head: computes the logits, the loss (returned: the mean over
-  // counted targets; a target < 0 is ignored) and its gradient scaled by
-  // loss_scale first; otherwise returns 0.
-  virtual float backward_stage(int slot, const int32_t* tokens, const int32_t* targets, int B, int T,
-                               float loss_scale) = 0;
+  // With the head: computes the logits, the losses of the counted targets
+  // (a target < 0 is ignored) and their gradient, each counted target's loss
+  // weighted by target_weight (the train loop passes the loss scaler's scale
+  // over the number of valid targets in the whole global batch, so the
+  // gradients are those of the batch's mean loss in every layout); returns
+  // the *sum* of the counted targets' losses (0 without the head).
+  virtual double backward_stage(int slot, const int32_t* tokens, const int32_t* targets, int B, int T,
+                                float target_weight) = 0;
   // Zero-bubble schedules split backward_stage in two, with bitwise the same
   // gradients: backward_input (the loss with the head, the gradient of
   // stage_input in stage_grad; the norms', the head's and the embedding's
@@ -134,13 +140,16 @@ class StageModule {
   // the blocks' matrix products). The slot's activations are kept until then; what the
   // weight pass reads lives in buffers the input pass is done with, so the
   // split costs no memory. Not with train.recompute = "full".
-  virtual float backward_input(int slot, const int32_t* tokens, const int32_t* targets, int B, int T,
-                               float loss_scale) = 0;
+  virtual double backward_input(int slot, const int32_t* tokens, const int32_t* targets, int B, int T,
+                                float target_weight) = 0;
   virtual void backward_weight(int slot, int B, int T) = 0;
-  // With the head, forward only: the mean loss of the micro-batch in `slot`.
-  virtual float stage_loss(int slot, const int32_t* targets, int B, int T) = 0;
+  // With the head, forward only: the sum of the counted targets' losses of
+  // the micro-batch in `slot`.
+  virtual double stage_loss(int slot, const int32_t* targets, int B, int T) = 0;
 
   // --- The whole model (embedding and head on this rank), slot 0. ---
+  // The mean loss over the batch's valid targets (0 when none is); backward
+  // scales that mean's gradient by loss_scale.
   float forward(const int32_t* tokens, const int32_t* targets, int B, int T);
   float forward_backward(const int32_t* tokens, const int32_t* targets, int B, int T, float loss_scale = 1.f);
 

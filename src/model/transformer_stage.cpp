@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "core/check.h"
+#include "model/split_rules.h"
 #include "parallel/tp/linear.h"
 
 namespace loom {
@@ -14,16 +15,11 @@ T* as(void* p) {
   return static_cast<T*>(p);
 }
 
-int count_targets(const int32_t* targets, int n) {
-  int valid = 0;
-  for (int i = 0; i < n; i++) valid += targets[i] >= 0;
-  return valid;
-}
-
-float mean_loss(const float* losses, int n, int valid) {
+// An ignored target's loss is 0.
+double loss_sum(const float* losses, int n) {
   double sum = 0;
   for (int i = 0; i < n; i++) sum += losses[i];
-  return valid > 0 ? float(sum / valid) : 0.f;
+  return sum;
 }
 
 void check_targets(const int32_t* targets, int n, int V) {
@@ -59,16 +55,11 @@ TransformerStage::TransformerStage(const ModelConfig& cfg, ParamLayout layout, S
                  shard.layers_end(cfg) <= cfg.n_layer && buffers.slots >= 1,
              "bad model chunk: layers [%d, %d) of %d, %d slots", shard.first_layer, shard.layers_end(cfg),
              cfg.n_layer, buffers.slots);
-  LOOM_USER_CHECK(cfg.n_head % tp.size() == 0, "model.n_head (%d) must be divisible by parallel.tp (%d)",
-                  cfg.n_head, tp.size());
-  LOOM_USER_CHECK(cfg.kv_heads() % tp.size() == 0, "model.n_kv_head (%d) must be divisible by parallel.tp (%d)",
-                  cfg.kv_heads(), tp.size());
-  LOOM_USER_CHECK(cfg.ffn() % tp.size() == 0, "the MLP width (%d) must be divisible by parallel.tp (%d)", cfg.ffn(),
-                  tp.size());
-  LOOM_USER_CHECK(!tp.sequence_parallel() || (int64_t(B) * T) % tp.size() == 0,
-                  "sequence parallelism splits the micro-batch's %d x %d tokens over parallel.tp = %d ranks: "
-                  "they must divide evenly",
-                  B, T, tp.size());
+  // The rules every layout check shares (model/split_rules.h).
+  const std::string tp_problem = tp_split_problem(cfg, tp.size());
+  LOOM_USER_CHECK(tp_problem.empty(), "%s", tp_problem.c_str());
+  const std::string sp_problem = tp.sequence_parallel() ? sequence_parallel_problem(B, T, tp.size()) : "";
+  LOOM_USER_CHECK(sp_problem.empty(), "%s", sp_problem.c_str());
   vocab_ = {shard.vocab_begin(cfg), int(shard.vocab_per_rank(cfg)), int(shard.vocab_valid(cfg))};
   access_.layout = &layout_;
   const SequenceSplit& split = buffers.split;
@@ -237,7 +228,7 @@ void TransformerStage::head_logits(const A* x, int rows) {
                               cfg_.d_model, vocab_.rows);
 }
 
-float TransformerStage::stage_loss(int slot, const int32_t* targets, int B, int T) {
+double TransformerStage::stage_loss(int slot, const int32_t* targets, int B, int T) {
   LOOM_CHECK(layout_.shard.head, "the loss is computed on the chunk with the head");
   const int N = B * T;
   check_targets(targets, N, cfg_.vocab_size);
@@ -254,21 +245,21 @@ float TransformerStage::stage_loss(int slot, const int32_t* targets, int B, int 
   });
   logits_whole_ = chunk == N;
   done(unit_head_);
-  return mean_loss(losses_, N, count_targets(targets, N));
+  return loss_sum(losses_, N);
 }
 
-float TransformerStage::backward_stage(int slot, const int32_t* tokens, const int32_t* targets, int B, int T,
-                                       float loss_scale) {
-  return backward_pass(slot, tokens, targets, B, T, loss_scale, false);
+double TransformerStage::backward_stage(int slot, const int32_t* tokens, const int32_t* targets, int B, int T,
+                                        float target_weight) {
+  return backward_pass(slot, tokens, targets, B, T, target_weight, false);
 }
 
-float TransformerStage::backward_input(int slot, const int32_t* tokens, const int32_t* targets, int B, int T,
-                                       float loss_scale) {
+double TransformerStage::backward_input(int slot, const int32_t* tokens, const int32_t* targets, int B, int T,
+                                        float target_weight) {
   // Full recomputation keeps only each block's output: nothing to keep the
   // weight pass's operands in (config validation refuses the pair first).
   LOOM_USER_CHECK(recompute_ != Recompute::full,
                   "train.recompute = \"full\" cannot run a zero-bubble schedule's split backward");
-  return backward_pass(slot, tokens, targets, B, T, loss_scale, true);
+  return backward_pass(slot, tokens, targets, B, T, target_weight, true);
 }
 
 void TransformerStage::backward_weight(int slot, int B, int T) { backward_blocks_weight(slot, B, T); }
@@ -283,16 +274,15 @@ void TransformerStage::embedding_backward(int slot, const int32_t* tokens, int B
   grad_ready(shared_.embed);
 }
 
-float TransformerStage::backward_pass(int slot, const int32_t* tokens, const int32_t* targets, int B, int T,
-                                      float loss_scale, bool split) {
+double TransformerStage::backward_pass(int slot, const int32_t* tokens, const int32_t* targets, int B, int T,
+                                       float target_weight, bool split) {
   const int N = B * T, C = cfg_.d_model, R = int(tp_.local_rows(N));
   const bool sp = tp_.sequence_parallel();
   Slot& s = slots_[size_t(slot)];
-  float loss = 0;
+  double loss = 0;
   if (layout_.shard.head) {
     check_targets(targets, N, cfg_.vocab_size);
-    const int valid = count_targets(targets, N);
-    const float dloss = valid > 0 ? loss_scale / float(valid) : 0.f;
+    const float dloss = target_weight;
     use(unit_norm_head_, unit_block_.empty() ? no_unit_ : unit_block_.back());
     const int chunk = head_chunk_rows(N);
     with_compute_type([&](auto a) {
@@ -311,7 +301,7 @@ float TransformerStage::backward_pass(int slot, const int32_t* tokens, const int
       }
     });
     logits_whole_ = chunk == N;
-    loss = mean_loss(losses_, N, valid);
+    loss = loss_sum(losses_, N);
     // An untied head's gradient is final here; a tied one waits for the embedding's.
     if (shared_.head != shared_.embed) grad_ready(shared_.head);
     std::memset(s.dres, 0, size_t(R) * C * sizeof(float));
@@ -329,15 +319,26 @@ float TransformerStage::backward_pass(int slot, const int32_t* tokens, const int
 
 void StageModule::zero_grads() { std::memset(grads(), 0, size_t(layout().total) * sizeof(float)); }
 
+int64_t count_valid_targets(const int32_t* targets, int64_t n) {
+  int64_t valid = 0;
+  for (int64_t i = 0; i < n; i++) valid += targets[i] >= 0;
+  return valid;
+}
+
 float StageModule::forward(const int32_t* tokens, const int32_t* targets, int B, int T) {
   forward_stage(0, tokens, B, T);
-  return stage_loss(0, targets, B, T);
+  const int64_t valid = count_valid_targets(targets, int64_t(B) * T);
+  const double sum = stage_loss(0, targets, B, T);
+  return valid > 0 ? float(sum / double(valid)) : 0.f;
 }
 
 float StageModule::forward_backward(const int32_t* tokens, const int32_t* targets, int B, int T, float loss_scale) {
   LOOM_CHECK(layout().shard.embedding && layout().shard.head, "forward_backward needs the whole model");
   forward_stage(0, tokens, B, T);
-  return backward_stage(0, tokens, targets, B, T, loss_scale);
+  const int64_t valid = count_valid_targets(targets, int64_t(B) * T);
+  const float weight = valid > 0 ? loss_scale / float(valid) : 0.f;
+  const double sum = backward_stage(0, tokens, targets, B, T, weight);
+  return valid > 0 ? float(sum / double(valid)) : 0.f;
 }
 
 }  // namespace loom

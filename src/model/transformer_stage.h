@@ -67,12 +67,12 @@ class TransformerStage : public StageModule {
   const float* stage_output(int slot) const override { return slots_[size_t(slot)].output; }
   float* stage_grad(int slot) override { return slots_[size_t(slot)].dres; }
   void forward_stage(int slot, const int32_t* tokens, int B, int T) override;
-  float backward_stage(int slot, const int32_t* tokens, const int32_t* targets, int B, int T,
-                       float loss_scale) override;
-  float backward_input(int slot, const int32_t* tokens, const int32_t* targets, int B, int T,
-                       float loss_scale) override;
+  double backward_stage(int slot, const int32_t* tokens, const int32_t* targets, int B, int T,
+                        float target_weight) override;
+  double backward_input(int slot, const int32_t* tokens, const int32_t* targets, int B, int T,
+                        float target_weight) override;
   void backward_weight(int slot, int B, int T) override;
-  float stage_loss(int slot, const int32_t* targets, int B, int T) override;
+  double stage_loss(int slot, const int32_t* targets, int B, int T) override;
   void set_grad_ready_hook(std::function<void(int)> hook) override { grad_ready_ = std::move(hook); }
   const float* logits() const override;
   const tp::VocabSlice& vocab_slice() const override { return vocab_; }
@@ -178,7 +178,7 @@ class TransformerStage : public StageModule {
     void* head_in;    // A, [R, C]: the final norm's output (head chunk)
     float* dres;      // [R, C]: gradient of the residual stream, updated in place
   };
-  float backward_pass(int slot, const int32_t* tokens, const int32_t* targets, int B, int T, float loss_scale,
+  double backward_pass(int slot, const int32_t* tokens, const int32_t* targets, int B, int T, float target_weight,
                       bool split);
   void embedding_backward(int slot, const int32_t* tokens, int B, int T);
   static constexpr int64_t kHeadChunkElems = int64_t(1) << 23;  // 32 MiB of fp32 logits

@@ -3,6 +3,7 @@
 #include <string>
 
 #include "core/check.h"
+#include "model/split_rules.h"
 #include "planner/layout.h"
 #include "planner/predict.h"
 
@@ -24,10 +25,10 @@ Layout choose_layout(const RunConfig& cfg, int world_size, const ClusterSpec& cl
   const Layout base = layout_of(cfg, world_size);  // chunks, sequence parallelism, precision
   Layout best = base;
   for (int tp = 1; tp <= world_size; tp++) {
-    if (world_size % tp || !tp_divides(m, tp)) continue;
+    if (world_size % tp || !tp_split_problem(m, tp).empty()) continue;
     for (int cp = 1; cp <= world_size / tp; cp++) {
       // Context parallelism: two equal chunks per rank, on the tiled attention.
-      if ((world_size / tp) % cp || !m.splits_for_cp(cp)) continue;
+      if ((world_size / tp) % cp || !cp_split_problem(m, cp).empty()) continue;
       for (int pp = 1; pp <= std::min(m.n_layer, world_size / (tp * cp)); pp++) {
         if ((world_size / (tp * cp)) % pp) continue;
         const int dp = world_size / (tp * cp * pp);

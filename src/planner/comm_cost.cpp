@@ -28,7 +28,7 @@ GroupLinks group_links(const ClusterSpec& cluster, int dp, int tp, int pp, int c
   // search's world is whole nodes; a run's is its ranks per node).
   const int world = grid.world_size(), nodes = std::max(1, cluster.nodes);
   const int per_node = (world + nodes - 1) / nodes;
-  return {link_of(cluster, grid, GroupKind::tp, per_node), link_of(cluster, grid, GroupKind::dp, per_node),
+  return {link_of(cluster, grid, GroupKind::tp, per_node), link_of(cluster, grid, GroupKind::data, per_node),
           link_of(cluster, grid, GroupKind::pp, per_node), link_of(cluster, grid, GroupKind::cp, per_node)};
 }
 

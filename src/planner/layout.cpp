@@ -50,10 +50,6 @@ RunConfig with_layout(RunConfig cfg, const Layout& l) {
   return cfg;
 }
 
-bool tp_divides(const ModelConfig& m, int tp) {
-  return m.n_head % tp == 0 && m.kv_heads() % tp == 0 && m.ffn() % tp == 0;
-}
-
 int layers_on_stage(int n_layer, int pp, int stage) {
   return n_layer / pp + (stage < n_layer % pp ? 1 : 0);
 }

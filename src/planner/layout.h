@@ -64,11 +64,6 @@ Layout layout_of(const RunConfig& cfg, int world_size);
 // (dp x micro_batch x micro_batches), recompute, and precision.compute.
 RunConfig with_layout(RunConfig cfg, const Layout& l);
 
-// Whether tensor parallelism over tp ranks splits the model evenly: the
-// query heads, the key/value heads (LLaMA's grouped-query attention) and
-// the MLP width, as the trainer requires.
-bool tp_divides(const ModelConfig& m, int tp);
-
 // Layers of pipeline stage `stage` (first stages take the remainder).
 int layers_on_stage(int n_layer, int pp, int stage);
 

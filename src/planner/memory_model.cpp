@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "model/param_layout.h"
+
 namespace loom::planner {
 namespace {
 
@@ -36,24 +38,33 @@ double layer_activation_bytes(const ModelConfig& m, double s, double b, int t, b
   return sp ? (whole + split) / t : whole + split / t;
 }
 
+// Counted from the family's own parameter layout (model/<family>/), so the
+// planner holds what the engine allocates: one block, the embedding side and
+// the head side of the whole model, each tensor by its global shape.
 ParameterCounts parameter_counts(const ModelConfig& m) {
-  const double h = m.d_model, F = m.ffn(), qkv = double(m.qkv_rows()), V = m.vocab_size;
-  ParameterCounts p;
-  p.embedding = V * h;
-  if (m.is_llama()) {
-    p.layer_matrices = qkv * h + h * h + 3 * F * h;  // q/k/v, o_proj, gate/up/down
-    p.layer_split = p.layer_matrices;                 // no biases
-    p.layer_replicated = 2 * h;                       // two RMSNorm weights
-    p.final_norm = h;
-  } else {
-    p.layer_matrices = qkv * h + h * h + 2 * F * h;  // qkv, projection, fc, fc projection
-    p.layer_split = p.layer_matrices + qkv + F;       // + the column-split biases (qkv, fc)
-    p.layer_replicated = 4 * h + 2 * h;               // two layernorms, the row-parallel biases
-    p.positions = double(m.seq_len) * h;
-    p.final_norm = 2 * h;
+  auto numel = [](const ParamSpec& p) {
+    double n = 1;
+    for (int64_t d : p.shape) n *= double(d);
+    return n;
+  };
+  ParameterCounts c;
+  ModelShard block;  // block 0 alone
+  block.end_layer = std::min(1, m.n_layer), block.embedding = false, block.head = false;
+  for (const ParamSpec& p : ParamLayout::for_model(m, block).params) {
+    (p.split.dim >= 0 ? c.layer_split : c.layer_replicated) += numel(p);
+    if (p.shape.size() == 2) c.layer_matrices += numel(p);
   }
-  p.head = m.tied() ? 0 : V * h;
-  return p;
+  ModelShard embedding;  // the first stage's tables
+  embedding.end_layer = 0, embedding.head = false;
+  for (const ParamSpec& p : ParamLayout::for_model(m, embedding).params)
+    (p.split.dim >= 0 ? c.embedding : c.positions) += numel(p);  // vocabulary-parallel table; position table
+  ModelShard head;  // the last stage's final norm and head (a tied head is the token table's copy)
+  head.end_layer = 0, head.embedding = false;
+  for (const ParamSpec& p : ParamLayout::for_model(m, head).params) {
+    if (p.split.dim < 0) c.final_norm += numel(p);
+    else if (!p.tied_across_stages) c.head += numel(p);
+  }
+  return c;
 }
 
 int head_stage(const Layout& l) {

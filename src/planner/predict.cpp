@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "config/layout_rules.h"
 #include "config/pipeline_plan.h"
 #include "core/check.h"
 #include "model/param_layout.h"
@@ -31,34 +32,10 @@ struct LoomRun {
 LoomRun loom_run(const RunConfig& cfg, int world) {
   LOOM_USER_CHECK(world >= 1, "world size must be at least 1 (got %d)", world);
   const ParallelConfig& p = cfg.parallel;
-  const ModelConfig& m = cfg.model;
-  LOOM_USER_CHECK(p.tp >= 1 && p.pp >= 1 && p.cp >= 1 && world % (p.tp * p.pp * p.cp) == 0,
-                  "world size %d is not a multiple of parallel.tp x parallel.pp x parallel.cp = %d", world,
-                  p.tp * p.pp * p.cp);
-  LOOM_USER_CHECK(p.cp == 1 || m.seq_len % (2 * p.cp) == 0, "model.seq_len %d is not divisible by 2 x parallel.cp",
-                  m.seq_len);
-  LOOM_USER_CHECK(m.n_head % p.tp == 0, "model.n_head %d is not divisible by parallel.tp %d", m.n_head, p.tp);
-  LOOM_USER_CHECK(m.kv_heads() % p.tp == 0, "model.n_kv_head %d is not divisible by parallel.tp %d", m.kv_heads(),
-                  p.tp);
-  LOOM_USER_CHECK(m.ffn() % p.tp == 0, "the MLP width %d (model.ffn_hidden) is not divisible by parallel.tp %d",
-                  m.ffn(), p.tp);
-  LOOM_USER_CHECK(p.pp <= m.n_layer, "parallel.pp %d is more than model.n_layer %d", p.pp, m.n_layer);
-  LOOM_USER_CHECK(p.virtual_stages == 1 || p.pp > 1,
-                  "parallel.virtual_stages = %d interleaves pipeline stages: it needs parallel.pp > 1",
-                  p.virtual_stages);
+  check_layout(cfg, LayoutSizes{world, p.dp, p.tp, p.pp, p.cp});  // the engine's own rules
   const int dp = p.dp > 0 ? p.dp : world / (p.tp * p.pp * p.cp);
-  LOOM_USER_CHECK(dp * p.tp * p.pp * p.cp == world, "world size %d is not dp x tp x pp x cp = %d x %d x %d x %d", world,
-                  dp, p.tp, p.pp, p.cp);
-  LOOM_USER_CHECK(cfg.train.batch_size % dp == 0, "train.batch_size %d is not divisible by dp %d",
-                  cfg.train.batch_size, dp);
   const int rows = cfg.train.batch_size / dp;
   const int micro = cfg.train.micro_batch_size > 0 ? cfg.train.micro_batch_size : rows;
-  LOOM_USER_CHECK(rows % micro == 0, "train.micro_batch_size %d does not divide the %d rows of a replica", micro,
-                  rows);
-  LOOM_USER_CHECK(!p.sequence_parallel || p.tp == 1 || (int64_t(micro) * m.seq_len / p.cp) % p.tp == 0,
-                  "parallel.sequence_parallel splits each micro-batch's %d x %d tokens over parallel.tp = %d ranks: "
-                  "they must divide evenly",
-                  micro, m.seq_len / p.cp, p.tp);
   return {dp,
           p.tp,
           p.pp,

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <memory>
 
+#include "model/split_rules.h"
 #include "core/check.h"
 
 namespace loom::planner {
@@ -65,10 +66,10 @@ SearchResult search_layouts(const Workload& w, const ClusterSpec& c, const Searc
   double closest_excess = 0;
 
   for (int tp : divisors(devices, devices)) {
-    if (!tp_divides(m, tp) || !allowed(space.tp, tp)) continue;
+    if (!tp_split_problem(m, tp).empty() || !allowed(space.tp, tp)) continue;
     for (int cp : divisors(devices / tp, w.seq_len() / 2)) {
       // Each cp rank holds two equal chunks of every sequence.
-      if (!allowed(space.cp, cp) || !m.splits_for_cp(cp)) continue;
+      if (!allowed(space.cp, cp) || !cp_split_problem(m, cp).empty()) continue;
       for (int pp : divisors(devices / (tp * cp), m.n_layer)) {
         const int dp = devices / (tp * cp * pp);
         if (!allowed(space.pp, pp) || !allowed(space.dp, dp) || w.global_batch % dp != 0) continue;

@@ -6,6 +6,7 @@
 #include <set>
 
 #include "checkpoint/layout_pieces.h"
+#include "comm/rank_sum.h"
 #include "core/check.h"
 #include "precision/found_inf.h"
 #include "precision/non_finite.h"
@@ -74,7 +75,7 @@ class Replica::Stage : public pp::StageModel {
     StageModule& chunk_;
   };
   StageModule& chunk(int c) const { return *r_.chunks_[size_t(c)]; }
-  float loss_scale() const { return r_.loss_scale_ * r_.scaler_.scale(); }
+  float loss_scale() const { return r_.target_weight_; }
   int B() const { return r_.micro_batch_; }
   const int32_t* tok(int mb) const { return tokens_->data() + size_t(mb) * B() * T_; }
   const int32_t* tgt(int mb) const { return targets_->data() + size_t(mb) * B() * T_; }
@@ -194,9 +195,6 @@ Replica::Replica(const RunConfig& cfg, const ParallelContext& ctx, int micro_bat
       micro_batch_(micro_batch),
       micro_batches_(micro_batches),
       sharded_masters_(zero_ == 3 || (zero_ >= 1 && cfg.precision.compute_precision() != ComputePrecision::fp32)),
-      // The data group sums gradients over the dp x cp ranks; a cp rank's
-      // loss is its own tokens' mean, the sequence's mean averaged over cp.
-      loss_scale_(1.0f / float(ctx.dp().size() * micro_batches)),
       split_{ctx.grid().cp(), ctx.coord().cp},
       compute_(cfg.precision.compute_precision()),
       scaler_(cfg.precision.scaler_options()),
@@ -221,7 +219,7 @@ Replica::Replica(const RunConfig& cfg, const ParallelContext& ctx, int micro_bat
     params_.reserve(size_t(plan_.padded_total()) * sizeof(float));
     params_.allocate();
   } else if (zero_ < 3) {
-    read_params_ = std::make_unique<GradBuffer>(plan_.padded_total(), false);  // small pages: only what is read
+    read_params_ = std::make_unique<PagedBuffer>(plan_.padded_total(), false);  // small pages: only what is read
   }
   if (lowp && zero_ < 3) {
     weights16_.reserve(size_t(plan_.padded_total()) * 2);
@@ -301,12 +299,17 @@ float Replica::forward_backward(const std::vector<int32_t>& tokens, const std::v
   } else {
     stage.set_batch(&tokens, &targets, T);
   }
+  // The whole batch's valid targets: this rank's rows (its chunks under cp;
+  // tp and pp ranks hold the same rows), summed over the data group.
+  const std::vector<int32_t>& mine = split_.active() ? local_targets_ : targets;
+  step_targets_ = int64_t(sum_over_ranks(ctx_.dp(), double(count_valid_targets(mine.data(), int64_t(mine.size())))));
+  target_weight_ = step_targets_ > 0 ? scaler_.scale() / float(step_targets_) : 0.f;
   reducer_->begin();
   executor_->run(schedule_, stage);
   if (gather_) gather_->settle();
   sync_tied_embedding();
   // The loss lives on the last stage; every stage reports it.
-  float loss = float(stage.loss_sum() / micro_batches_);
+  float loss = step_targets_ > 0 ? float(stage.loss_sum() / double(step_targets_)) : 0.f;
   if (ctx_.grid().pp() > 1) ctx_.pp().all_reduce(&loss, 1, DType::f32, ReduceOp::Sum);
   return loss;
 }
@@ -338,7 +341,7 @@ void Replica::sync_tied_embedding() {
   }
 }
 
-float Replica::evaluate(const int32_t* tokens, const int32_t* targets, int T) {
+Replica::LossSum Replica::evaluate(const int32_t* tokens, const int32_t* targets, int T) {
   if (split_.active()) {
     local_tokens_.resize(size_t(micro_batch_) * split_.local_len(T)), local_targets_.resize(local_tokens_.size());
     split_.take(local_tokens_.data(), tokens, micro_batch_, T);
@@ -349,7 +352,7 @@ float Replica::evaluate(const int32_t* tokens, const int32_t* targets, int T) {
   const int pp = ctx_.grid().pp(), stage = ctx_.coord().pp;
   const size_t n = size_t(chunks_[0]->local_rows(int64_t(micro_batch_) * T)) * size_t(chunks_[0]->config().d_model);
   const pp::ChunkMap map = pipeline_.map();
-  float loss = 0;
+  double loss = 0;
   // A stage's chunks are in increasing virtual-stage order either way.
   for (int c = 0; c < pipeline_.v; c++) {
     StageModule& chunk = *chunks_[size_t(c)];
@@ -367,8 +370,8 @@ float Replica::evaluate(const int32_t* tokens, const int32_t* targets, int T) {
       ctx_.pp().send(chunk.stage_output(0), n, DType::f32, to, 1);
   }
   if (gather_) gather_->settle();
-  if (pp > 1) ctx_.pp().all_reduce(&loss, 1, DType::f32, ReduceOp::Sum);
-  return loss;
+  if (pp > 1) loss = sum_over_ranks(ctx_.pp(), loss);
+  return {loss, count_valid_targets(targets, int64_t(micro_batch_) * T)};
 }
 
 double Replica::reduce() {

@@ -24,7 +24,7 @@
 #include "parallel/cp/sequence_split.h"
 #include "obs/trace_recorder.h"
 #include "parallel/dp/bucket_plan.h"
-#include "parallel/dp/grad_buffer.h"
+#include "core/paged_buffer.h"
 #include "parallel/dp/grad_reducer.h"
 #include "parallel/cp/sequence_split.h"
 #include "parallel/grid/parallel_context.h"
@@ -58,11 +58,25 @@ class Replica {
   const PipelinePlan& pipeline() const { return pipeline_; }
 
   // One step's forward and backward over micro_batches micro-batches:
-  // tokens/targets hold them one after another (micro_batch x T each). The
-  // mean loss, the same on every rank of the replica.
+  // tokens/targets hold them one after another (micro_batch x T each; a
+  // target < 0 is not counted). The loss and its gradients are normalised by
+  // the valid targets of the whole global batch, counted first and summed
+  // over the data group (dp x cp), so a mask weighs every token alike in any
+  // layout. Returns this replica's share of the batch's mean loss (its
+  // losses' sum over the global count; the same on every rank of the
+  // replica): the sum of the shares over the data group is the mean.
   float forward_backward(const std::vector<int32_t>& tokens, const std::vector<int32_t>& targets, int T);
-  // Forward only, one micro-batch: its mean loss on every rank of the replica.
-  float evaluate(const int32_t* tokens, const int32_t* targets, int T);
+  // Valid targets in the last forward_backward's global batch: 0 means the
+  // step has no loss and its gradients are zero (the train loop skips it).
+  int64_t step_targets() const { return step_targets_; }
+  // Forward only, one micro-batch: the sum of its counted targets' losses
+  // and their count (this rank's part of the sequences under cp), the same
+  // on every rank of the replica.
+  struct LossSum {
+    double sum = 0;
+    int64_t targets = 0;
+  };
+  LossSum evaluate(const int32_t* tokens, const int32_t* targets, int T);
   // Waits for the reductions (and sums the tied embedding's two copies over
   // the first and last stage, and with sequence parallelism the norms'
   // partial gradients over the tp group); returns the L2 norm of the whole
@@ -136,7 +150,10 @@ class Replica {
   const ParallelContext& ctx_;
   int zero_, micro_batch_, micro_batches_;
   bool sharded_masters_;  // ZeRO 3, or ZeRO 1 / 2 in bf16 / fp16
-  float loss_scale_;  // 1 / (dp x micro-batches): the mean over the replicas' micro-batches
+  // Per step: valid targets in the global batch, and the weight of each
+  // one's loss in backward (the loss scaler's scale over that count).
+  int64_t step_targets_ = 0;
+  float target_weight_ = 0;
   SequenceSplit split_;  // context parallelism: this rank's chunks of each sequence
   std::vector<int32_t> local_tokens_, local_targets_;  // a step's batch cut to them (cp > 1)
   ComputePrecision compute_;
@@ -151,11 +168,11 @@ class Replica {
   FlatLayout flat_;
   std::vector<std::pair<int, int>> segments_;  // ZeRO-3
   BucketPlan plan_;
-  GradBuffer grads_;
+  PagedBuffer grads_;
   Arena params_;  // the whole fp32 parameters (not with sharded masters)
   // ZeRO 1 / 2 in bf16 / fp16: the fp32 values the model reads, laid out as
   // the flat buffer; pages of product-only matrices are never touched.
-  std::unique_ptr<GradBuffer> read_params_;
+  std::unique_ptr<PagedBuffer> read_params_;
   Arena weights16_;  // bf16 / fp16 below ZeRO 3: the compute weights, laid out as params_
   std::unique_ptr<ParamGather> gather_;  // ZeRO 3
   std::vector<std::unique_ptr<ChunkParams>> chunk_sources_;

@@ -10,6 +10,7 @@
 #include <thread>
 #include <cmath>
 
+#include "comm/rank_sum.h"
 #include "core/check.h"
 #include "data/text_codec.h"
 #include "data/token_source.h"
@@ -45,17 +46,18 @@ double seconds_since(Clock::time_point t0) { return std::chrono::duration<double
 float evaluate(Replica& replica, const TokenSource& data, int batches, int B, RowRange rows, int micro, int T,
                const ParallelContext& ctx) {
   std::vector<int32_t> tokens(size_t(micro) * T), targets(tokens.size());
-  double sum = 0;
+  // The mean over every valid target of the validation batches, as training's.
+  double sum = 0, count = 0;
   for (int first = rows.begin; first < rows.end; first += micro) {
     ValidationIterator it(data, B, T, RowRange{first, first + micro});
     for (int i = 0; i < batches; i++) {
       it.next(tokens.data(), targets.data());
-      sum += replica.evaluate(tokens.data(), targets.data(), T);
+      const Replica::LossSum part = replica.evaluate(tokens.data(), targets.data(), T);
+      sum += part.sum, count += double(part.targets);
     }
   }
-  float loss = float(sum / (batches * (rows.size() / micro)));
-  ctx.dp().all_reduce(&loss, 1, DType::f32, ReduceOp::Avg);
-  return loss;
+  sum = sum_over_ranks(ctx.dp(), sum), count = sum_over_ranks(ctx.dp(), count);
+  return count > 0 ? float(sum / count) : NAN;
 }
 
 // Each rank's peak resident memory and busy seconds this step, to every rank,
@@ -82,56 +84,6 @@ RankStats gather_rank_stats(const ParallelContext& ctx, double busy_s) {
 }
 
 }  // namespace
-
-void check_layout(const RunConfig& cfg, const ParallelGrid& grid) {
-  const int tp = grid.tp();
-  LOOM_USER_CHECK(cfg.model.n_head % tp == 0,
-                  "parallel.tp = %d must divide model.n_head (%d): tensor parallelism splits the attention heads "
-                  "(and the MLP's %d hidden features) over the tp ranks",
-                  tp, cfg.model.n_head, cfg.model.ffn());
-  // Each tp rank keeps whole key/value heads with the query heads that read
-  // them; replicating kv heads (tp > n_kv_head) would need their gradients
-  // summed over the copies, which loom does not do.
-  LOOM_USER_CHECK(cfg.model.kv_heads() % tp == 0,
-                  "parallel.tp = %d must divide model.n_kv_head (%d): tensor parallelism gives each rank whole "
-                  "key/value heads (it does not replicate them); use a tp that divides %d",
-                  tp, cfg.model.kv_heads(), cfg.model.kv_heads());
-  LOOM_USER_CHECK(cfg.model.ffn() % tp == 0,
-                  "parallel.tp = %d must divide the MLP width (model.ffn_hidden = %d)", tp, cfg.model.ffn());
-  LOOM_USER_CHECK(cfg.train.batch_size % grid.dp() == 0,
-                  "config field 'train.batch_size' (%d) must be divisible by the data-parallel size %d",
-                  cfg.train.batch_size, grid.dp());
-  const int micro = cfg.train.micro_batch_size;
-  const int rows = micro > 0 ? micro : cfg.train.batch_size / grid.dp();
-  LOOM_USER_CHECK(grid.cp() == cfg.parallel.cp, "parallel.cp = %d but the grid has cp = %d", cfg.parallel.cp,
-                  grid.cp());
-  const int local_seq = cfg.model.seq_len / grid.cp();  // a rank's tokens of each sequence
-  LOOM_USER_CHECK(!cfg.parallel.sequence_parallel || tp == 1 || (int64_t(rows) * local_seq) % tp == 0,
-                  "parallel.sequence_parallel splits each micro-batch's %d x %d tokens over parallel.tp = %d ranks: "
-                  "they must divide evenly (change train.micro_batch_size or model.seq_len)",
-                  rows, local_seq, tp);
-  LOOM_USER_CHECK(micro == 0 || cfg.train.batch_size % (grid.dp() * micro) == 0,
-                  "config field 'train.batch_size' (%d) must be divisible by parallel.dp (%d) x "
-                  "train.micro_batch_size (%d) = %d: the global batch is replicas x micro-batch x accumulation steps",
-                  cfg.train.batch_size, grid.dp(), micro, grid.dp() * micro);
-  // Pipeline: enough blocks for the chunks, and micro-batches for the schedule.
-  const int pp = grid.pp(), v = cfg.parallel.virtual_stages;
-  LOOM_USER_CHECK(v == 1 || pp > 1, "parallel.virtual_stages = %d interleaves pipeline stages: it needs parallel.pp > 1",
-                  v);
-  plan_pipeline(cfg, pp);  // checks model.n_layer >= pp x v and parallel.pp_layers
-  const int micro_batches = cfg.train.batch_size / grid.dp() / std::max(1, rows);
-  LOOM_USER_CHECK(cfg.parallel.schedule != "interleaved" || micro_batches % pp == 0,
-                  "the interleaved schedule needs the micro-batches per step (%d = train.batch_size / (parallel.dp x "
-                  "train.micro_batch_size)) to be a multiple of parallel.pp (%d)",
-                  micro_batches, pp);
-  // Fewer micro-batches than stages leave nothing to fill the bubble with.
-  const bool zero_bubble = cfg.parallel.schedule == "zb-h1" || cfg.parallel.schedule == "zb-v";
-  LOOM_USER_CHECK(!zero_bubble || pp == 1 || micro_batches >= pp,
-                  "parallel.schedule = \"%s\" needs at least parallel.pp = %d micro-batches per step; got %d = "
-                  "train.batch_size / (parallel.dp x train.micro_batch_size): raise train.batch_size or lower "
-                  "train.micro_batch_size",
-                  cfg.parallel.schedule.c_str(), pp, micro_batches);
-}
 
 namespace {
 
@@ -322,12 +274,15 @@ TrainResult train(const RunConfig& cfg, const ParallelContext& ctx, FILE* log, c
       const RowRange micro_rows{rows.begin + k * micro, rows.begin + (k + 1) * micro};
       const size_t at = size_t(k) * micro * T;
       data->train_batch(uint64_t(cfg.train.seed), step + position.data_skip, B, T, micro_rows, tokens.data() + at, targets.data() + at);
+      if (options.target_mask)
+        for (int r = 0; r < micro; r++)
+          for (int t = 0; t < T; t++)
+            if (options.target_mask(step + position.data_skip, micro_rows.begin + r, t))
+              targets[at + size_t(r) * T + size_t(t)] = -1;
     }
     if (trace) trace->end();
     const double step_data_s = seconds_since(t_data);
     data_seconds += step_data_s;
-    // Every micro-batch has the same rows, so the mean of their mean losses
-    // (and gradients) is the global batch's.
     const float scale_used = replica.scaler().scale();
     result.loss_scales.push_back(scale_used);
     if ((options.inf_rank < 0 || ctx.rank() == options.inf_rank) && std::count(options.inf_steps.begin(), options.inf_steps.end(), step))
@@ -351,7 +306,12 @@ TrainResult train(const RunConfig& cfg, const ParallelContext& ctx, FILE* log, c
       obs::ScopedSpan wait(trace, "gradient reduction", obs::SpanKind::wait, obs::CommGroup::dp);
       norm = replica.reduce();
     }
-    if (ctx.dp().size() > 1) ctx.dp().all_reduce(&loss, 1, DType::f32, ReduceOp::Avg);  // replicas and cp ranks
+    // Each replica (and cp rank) holds its share of the batch's mean loss.
+    loss = float(sum_over_ranks(ctx.dp(), double(loss)));
+    // A batch with no valid target has no loss and zero gradients: nothing
+    // is updated, in every layout alike.
+    const bool empty = replica.step_targets() == 0;
+    if (empty) loss = NAN, result.empty_steps++;
     if (step == first_step && options.keep_first_step_grads) result.first_step_grads = replica.gather_grads();
     float clip = cpu::clip_scale(norm, cfg.train.grad_clip);
     float lr = schedule.at(step);
@@ -365,12 +325,15 @@ TrainResult train(const RunConfig& cfg, const ParallelContext& ctx, FILE* log, c
     const bool overflow = replica.overflowed();
     const LossScalerOptions& scaling = replica.scaler().options();
     const bool scaler_skip = overflow && scaling.mode == LossScaleMode::dynamic && scale_used > scaling.min_scale;
-    const LossVerdict verdict = scaler_skip ? LossVerdict::Skip : guard.observe(overflow ? NAN : loss);
+    const LossVerdict verdict =
+        scaler_skip || empty ? LossVerdict::Skip : guard.observe(overflow ? NAN : loss);
     if (overflow) result.overflow_steps++;
     auto t_update = Clock::now();
     if (verdict == LossVerdict::Ok) {
       obs::ScopedSpan optimizer(trace, "optimizer", obs::SpanKind::optimizer);
       replica.update(lr, clip);
+    } else if (empty) {
+      if (log) std::fprintf(log, "step %5d/%d | skipped: no valid target in the batch\n", step + 1, cfg.train.steps);
     } else if (scaler_skip) {
       if (log)
         std::fprintf(log, "step %5d/%d | skipped: inf/NaN in the gradients; loss scale %g -> %g\n", step + 1,
@@ -566,6 +529,8 @@ TrainResult train(const RunConfig& cfg, const ParallelContext& ctx, FILE* log, c
       std::fprintf(log, "sample: skipped (%s)\n", e.what());
     }
   }
+  if (log && result.empty_steps > 0)
+    std::fprintf(log, "%d steps had no valid target in their batch: nothing was updated\n", result.empty_steps);
   if (log && replica.scaler().mode() != LossScaleMode::off)
     std::fprintf(log, "loss scaling: %d steps skipped for inf/NaN gradients; final scale %g\n", result.overflow_steps,
                  double(replica.scaler().scale()));

@@ -4,9 +4,11 @@
 #pragma once
 
 #include <cstdio>
+#include <functional>
 #include <string>
 #include <vector>
 
+#include "config/layout_rules.h"
 #include "config/run_config.h"
 #include "fault/fault_plan.h"
 #include "parallel/grid/parallel_context.h"
@@ -17,6 +19,7 @@ struct TrainResult {
   std::vector<float> train_losses;  // one per step run (from the resumed step on)
   double peak_rss_bytes = 0;        // the largest peak resident set of any rank
   int skipped_steps = 0;            // steps the loss guard skipped
+  int empty_steps = 0;              // steps whose global batch had no valid target: nothing updated, loss NaN
   int overflow_steps = 0;           // steps whose gradients held inf/NaN on some rank (mixed precision): skipped
                                     // by the loss scaler, or (when it cannot back off) by the loss guard
   std::vector<float> loss_scales;   // the loss scale each step ran with
@@ -72,6 +75,10 @@ struct TrainOptions {
   // rank if negative) finds an inf in its gradients.
   std::vector<int> inf_steps;
   int inf_rank = 0;
+  // Tests: targets to leave out of the loss, by (data step, global batch
+  // row, position): the same tokens in every layout (masks as instruction
+  // data and padding make them).
+  std::function<bool(int64_t step, int row, int t)> target_mask;
   // Fault injection for tests and demos (loom train --fault): ranks that
   // die, hang or run slow at given steps.
   FaultPlan faults;
@@ -85,9 +92,6 @@ struct TrainOptions {
 // Throws UserError for problems the user can fix (missing data file, ...).
 TrainResult train(const RunConfig& cfg, const ParallelContext& ctx, FILE* log, const TrainOptions& options = {});
 
-// Throws UserError if the config cannot run on this grid (batch not divisible
-// by dp x micro-batch; tp or pp > 1, which later issues add).
-void check_layout(const RunConfig& cfg, const ParallelGrid& grid);
 
 // Applies runtime.threads (0 = all cores) and returns the thread count used.
 int set_threads(int requested);

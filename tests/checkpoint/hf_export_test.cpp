@@ -183,6 +183,7 @@ TEST(HfExportLlama, HfNamesFusedProjectionsCutByRowsAndConfig) {
   EXPECT_EQ(c["tie_word_embeddings"], false);
   EXPECT_EQ(c["attention_bias"], false);
   EXPECT_EQ(c["torch_dtype"], "float32");
+  EXPECT_EQ(c["dtype"], "float32");  // transformers 4.56+ and 5.x read this key
   // The run's tokenizer: end-of-text (1) both ends documents and starts them.
   EXPECT_EQ(c["bos_token_id"], 1);
   EXPECT_EQ(c["eos_token_id"], 1);
@@ -202,6 +203,7 @@ TEST(HfExportLlama, TiedHeadIsNotStored) {
   const nlohmann::json c = config_json(dir + "/hf");
   EXPECT_EQ(c["tie_word_embeddings"], true);
   EXPECT_EQ(c["torch_dtype"], "bfloat16");
+  EXPECT_EQ(c["dtype"], "bfloat16");
   EXPECT_TRUE(c["bos_token_id"].is_null());  // byte-level data: no special tokens
   EXPECT_TRUE(c["eos_token_id"].is_null());
 }

@@ -50,10 +50,11 @@ expect_bad 2 "\"zb-h1\" needs at least parallel.pp = 2 micro-batches per step; g
   --set parallel.schedule=zb-h1 --set train.batch_size=2 --set train.micro_batch_size=2
 expect_bad 2 "'train.recompute' must be \"none\" or \"selective\" with a zero-bubble parallel.schedule" \
   --set parallel.pp=2 --set parallel.schedule=zb-h1 --set train.recompute=full
+# ZB-V implies its two chunks per stage (issue 35); any other count given is refused.
 expect_bad 2 "'parallel.virtual_stages' must be 2 with parallel.schedule = \"zb-v\"" --set parallel.pp=2 \
-  --set parallel.schedule=zb-v
+  --set parallel.schedule=zb-v --set parallel.virtual_stages=3
 expect_bad 2 "model.n_layer (2) must be at least the number of pipeline chunks (parallel.pp x parallel.virtual_stages = 4)" \
-  --set parallel.pp=2 --set parallel.schedule=zb-v --set parallel.virtual_stages=2
+  --set parallel.pp=2 --set parallel.schedule=zb-v
 out=$(run 2 --set parallel.pp=2 --set train.micro_batch_size=1); rc=$?
 [[ $rc -eq 0 ]] || fail "pp 2: exit $rc: $out"
 [[ $(echo "$out" | grep -c "^pipeline: 2 stages x 1 chunks, blocks 1+1, schedule 1f1b, 4 micro-batches per step") -eq 1 ]] ||

@@ -33,7 +33,8 @@ end=$EPOCHREALTIME
 stopped=$(echo "$out" | grep "fault injection: rank 2 stopped" | head -1 | cut -d' ' -f1)
 [[ -n "$stopped" ]] || fail "hang: the fault did not fire: $out"
 echo "$out" | grep -q "rank 2 never entered #" || fail "hang: rank 2 not named: $out"
-echo "$out" | grep -q "flight recorder: all_reduce" || fail "hang: the operation not named: $out"
+# A step's first collective on the data group: the count of its valid targets (an all-gather).
+echo "$out" | grep -q "flight recorder: all_gather" || fail "hang: the operation not named: $out"
 took=$(python3 -c "print(round($end - $stopped, 1))")
 python3 -c "import sys; sys.exit(0 if $end - $stopped <= $timeout + 10 else 1)" ||
   fail "hang: the job ended $took s after the stop (limit comm_timeout + 10 = $((timeout + 10)) s)"

@@ -181,6 +181,9 @@ TEST(TokenLoader, ADatasetManifestOutOfRangeIsNamed) {
       {"'train_000000.bin'", "'..'", "'train.shards' must list file names"},
       {"'train_000001.bin'", "'.hidden'", "'train.shards' must list file names"},
       {"tokens = ", "tokens = -5 #", "is negative"},
+      // Unknown keys are refused, as in config files: a misspelt key is not silently ignored.
+      {"eos_id = ", "eos_idd = 3\neos_id = ", "unknown key 'eos_idd'"},
+      {"[train]", "[train]\nshard = 'x'", "unknown key 'train.shard'"},
   };
   for (const Case& c : cases) {
     std::string text = good;

@@ -92,6 +92,36 @@ TEST(TokenShard, ACountThatWrapsAroundIsRefused) {
   EXPECT_NE(e.find("truncated"), std::string::npos) << e;
 }
 
+// Header fields that no shard loom writes can have: more documents than
+// tokens (each ends with an end-of-text id), tokens with no document, and
+// reserved bytes that are not zero.
+TEST(TokenShard, ImpossibleHeaderFieldsAreNamed) {
+  std::string dir = loom::test::fresh_dir("shard_header_fields");
+  std::string path = dir + "/h.bin";
+  auto ids = ramp(500, 500);
+  loom::write_shard(path, header_for(500), ids.data(), ids.size());
+  const std::string good = loom::test::read_text(path);
+  EXPECT_NO_THROW(loom::ShardFile s(path));
+  struct Case {
+    size_t offset;
+    uint64_t value;
+    const char* says;
+  } cases[] = {
+      {offsetof(loom::ShardHeader, document_count), 501, "501 documents in 500 tokens"},
+      {offsetof(loom::ShardHeader, document_count), 0, "0 documents in 500 tokens"},
+      {offsetof(loom::ShardHeader, document_count), ~uint64_t(0), "documents in 500 tokens"},
+      {offsetof(loom::ShardHeader, reserved), 1, "reserved bytes are not zero"},
+  };
+  for (const Case& c : cases) {
+    std::string bytes = good;
+    std::memcpy(bytes.data() + c.offset, &c.value, sizeof c.value);
+    loom::test::write_text(path, bytes);
+    std::string e = user_error([&] { loom::ShardFile s(path); });
+    EXPECT_NE(e.find(path), std::string::npos) << e;
+    EXPECT_NE(e.find(c.says), std::string::npos) << e;
+  }
+}
+
 TEST(TokenShard, TokenIdAtOrAboveVocabIsNamed) {
   std::string dir = loom::test::fresh_dir("shard_vocab");
   std::string path = dir + "/v.bin";

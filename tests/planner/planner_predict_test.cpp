@@ -2,6 +2,7 @@
 // layout chooser `loom train --layout auto` relies on.
 #include <gtest/gtest.h>
 
+#include "config/layout_rules.h"
 #include "config/run_config.h"
 #include "core/check.h"
 #include "model/stage_module.h"
@@ -85,6 +86,42 @@ TEST(PlannerPredict, ChooseLayoutFollowsLoomsRules) {
     EXPECT_EQ(p.recompute, Recompute::none);
     EXPECT_EQ(with_layout(cfg, p).train.batch_size, cfg.train.batch_size);
   }
+}
+
+// One source for the layout rules (config/layout_rules.h): whatever
+// --layout auto proposes, the engine's own check accepts, for models whose
+// heads, key/value heads and MLP width allow different tensor-parallel sizes.
+TEST(PlannerPredict, ChosenLayoutsPassTheEnginesLayoutCheck) {
+  std::vector<RunConfig> runs;
+  runs.push_back(small_run());  // 4 heads
+  RunConfig llama = small_run();
+  llama.model = ModelConfig{1000, 4, 8, 64, 32};
+  llama.model.family = ModelFamily::llama, llama.model.n_kv_head = 2, llama.model.ffn_hidden = 160;
+  runs.push_back(llama);  // 8 heads, 2 key/value heads: tp 4 and 8 split no key/value head
+  RunConfig six = small_run();
+  six.model = ModelConfig{512, 3, 6, 96, 64};
+  six.train.batch_size = 12;
+  runs.push_back(six);  // 6 heads: tp 4 does not divide them
+  int checked = 0;
+  for (const RunConfig& cfg : runs)
+    for (int world = 1; world <= 8; world++) {
+      Layout p;
+      try {
+        p = choose_layout(cfg, world, test_machine(8, 4));
+      } catch (const UserError&) {
+        continue;  // nothing fits: nothing proposed
+      }
+      EXPECT_EQ(layout_problem(with_layout(cfg, p), LayoutSizes{world, p.dp, p.tp, p.pp, p.cp}), "")
+          << p.describe() << " on " << world << " ranks";
+      EXPECT_EQ(p.dp * p.tp * p.pp * p.cp, world);
+      checked++;
+    }
+  EXPECT_GE(checked, 12);
+  // And the check refuses what the rules forbid, in the planner's prediction too.
+  RunConfig bad = llama;
+  bad.parallel.tp = 4;  // 2 key/value heads
+  EXPECT_NE(layout_problem(bad, LayoutSizes{4, 0, 4, 1, 1}).find("model.n_kv_head"), std::string::npos);
+  EXPECT_THROW(predict_loom_run(bad, 4, test_machine(8, 4)), UserError);
 }
 
 // planner::Layout and a run's config: one conversion each way.

@@ -49,6 +49,27 @@ TEST(Config, UnknownFieldIsNamed) {
   EXPECT_NE(error_of("", {"model.depth=3"}).find("'model.depth'"), std::string::npos);
 }
 
+// A run name becomes a folder name and appears in logs and reports.
+TEST(Config, RunNameWithControlCharactersIsRefused) {
+  for (const char* name : {"a\\nb", "tab\\there", "bell\\u0007", "del\\u007f"}) {
+    const std::string e = error_of("", {std::string("train.run_name=\"") + name + "\""});
+    EXPECT_NE(e.find("train.run_name"), std::string::npos) << name << ": " << e;
+    EXPECT_NE(e.find("control characters"), std::string::npos) << name << ": " << e;
+  }
+  EXPECT_EQ(error_of("", {"train.run_name=\"ok-name_1 (x)\""}), "");
+}
+
+// ZB-V is two chunks per stage: the schedule alone implies them.
+TEST(Config, ZbvImpliesTwoChunksPerStage) {
+  EXPECT_EQ(loom::load_run_config("", {"parallel.schedule=\"zb-v\""}).parallel.virtual_stages, 2);
+  EXPECT_EQ(loom::load_run_config("", {"parallel.schedule=\"zb-v\"", "parallel.virtual_stages=2"})
+                .parallel.virtual_stages,
+            2);
+  EXPECT_NE(error_of("", {"parallel.schedule=\"zb-v\"", "parallel.virtual_stages=3"}).find("parallel.virtual_stages"),
+            std::string::npos);
+  EXPECT_EQ(loom::load_run_config("", {"parallel.schedule=\"1f1b\""}).parallel.virtual_stages, 1);
+}
+
 TEST(Config, WrongTypeIsNamed) {
   std::string p = write_temp("wrongtype.toml", "[model]\nn_layer = \"four\"\n");
   EXPECT_NE(error_of(p).find("'model.n_layer'"), std::string::npos) << error_of(p);

@@ -13,7 +13,7 @@
 #include "model/stage_module.h"
 #include "optim/adamw.h"
 #include "parallel/dp/bucket_plan.h"
-#include "parallel/dp/grad_buffer.h"
+#include "core/paged_buffer.h"
 #include "parallel/dp/grad_reducer.h"
 
 namespace {
@@ -159,9 +159,9 @@ TEST(StageModule, GradReadyHookReportsEachFinalGradientOnceInLayoutOrder) {
   }
 }
 
-TEST(GradBuffer, ReleasedPagesReadAsZeroAndLeaveMemory) {
+TEST(PagedBuffer, ReleasedPagesReadAsZeroAndLeaveMemory) {
   for (bool huge : {false, true}) {
-    loom::GradBuffer buf(3 << 20, huge);  // 12 MiB
+    loom::PagedBuffer buf(3 << 20, huge);  // 12 MiB
     const int64_t page = buf.page_floats();
     EXPECT_EQ(buf.resident_bytes(), 0u);
     std::fill(buf.data(), buf.data() + buf.size(), 1.f);
@@ -184,7 +184,7 @@ TEST(GradBuffer, ReleasedPagesReadAsZeroAndLeaveMemory) {
 TEST(GradReducer, OneRankReduceScatterReleasesReducedPages) {
   const loom::FlatLayout layout = loom::ParamLayout::for_model(tiny_model()).flat();
   loom::BucketPlan plan(layout, 20e3, 1);
-  loom::GradBuffer grads(plan.padded_total(), /*huge_pages=*/false);
+  loom::PagedBuffer grads(plan.padded_total(), /*huge_pages=*/false);
   ASSERT_EQ(grads.page_floats(), 1024);
   loom::SelfComm self("dp");
   loom::GradReducer reducer(plan, self, grads, loom::GradReducer::Mode::ReduceScatter, true);

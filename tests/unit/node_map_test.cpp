@@ -28,7 +28,7 @@ TEST(NodeMap, TensorParallelGroupsStayInsideANodeUnderTheDefaultOrder) {
   const NodeMap m = NodeMap::from_keys({0, 0, 0, 0, 4, 4, 4, 4}, {"n0", "n0", "n0", "n0", "n1", "n1", "n1", "n1"});
   const ParallelGrid inner(2, 4, 1, "tp-dp-pp");
   EXPECT_TRUE(m.groups_across_nodes(inner, GroupKind::tp).empty());
-  EXPECT_EQ(m.groups_across_nodes(inner, GroupKind::dp).size(), 4u);  // replicas are one per node
+  EXPECT_EQ(m.groups_across_nodes(inner, GroupKind::data).size(), 4u);  // replicas are one per node
   const std::vector<std::string> ok = m.placement_lines(inner);
   ASSERT_EQ(ok.size(), 2u);
   EXPECT_TRUE(contains(ok[0], "2 nodes (n0: ranks 0-3, n1: ranks 4-7)")) << ok[0];

@@ -37,7 +37,7 @@ TEST(ParallelGrid, EveryFactorizationAndOrderIsConsistent) {
             }
             for (int r = 0; r < world; r++) EXPECT_EQ(seen[size_t(r)], 1) << "rank " << r << " in group kind " << int(kind);
             size_t want = kind == loom::GroupKind::tp      ? size_t(tp)
-                          : kind == loom::GroupKind::dp    ? size_t(g.dp())
+                          : kind == loom::GroupKind::data    ? size_t(g.dp())
                           : kind == loom::GroupKind::pp    ? size_t(pp)
                           : kind == loom::GroupKind::model ? size_t(tp * pp)
                           : kind == loom::GroupKind::world ? size_t(world)
@@ -50,7 +50,7 @@ TEST(ParallelGrid, EveryFactorizationAndOrderIsConsistent) {
           for (int r = 0; r < world; r++) {
             auto c = g.coord(r);
             for (int m : g.group(loom::GroupKind::tp, r)) EXPECT_TRUE(g.coord(m).dp == c.dp && g.coord(m).pp == c.pp);
-            for (int m : g.group(loom::GroupKind::dp, r)) EXPECT_TRUE(g.coord(m).tp == c.tp && g.coord(m).pp == c.pp);
+            for (int m : g.group(loom::GroupKind::data, r)) EXPECT_TRUE(g.coord(m).tp == c.tp && g.coord(m).pp == c.pp);
             for (int m : g.group(loom::GroupKind::pp, r)) EXPECT_TRUE(g.coord(m).tp == c.tp && g.coord(m).dp == c.dp);
             for (int m : g.group(loom::GroupKind::model, r)) EXPECT_EQ(g.coord(m).dp, c.dp);
             auto emb = g.group(loom::GroupKind::embedding, r);
@@ -71,7 +71,7 @@ TEST(ParallelGrid, EveryFactorizationAndOrderIsConsistent) {
 TEST(ParallelGrid, TensorParallelInnermostKeepsTpRanksAdjacent) {
   auto g = loom::ParallelGrid::for_world(8, 0, 2, 2, "tp-dp-pp");
   EXPECT_EQ(g.group(loom::GroupKind::tp, 5), (std::vector<int>{4, 5}));
-  EXPECT_EQ(g.group(loom::GroupKind::dp, 0), (std::vector<int>{0, 2}));
+  EXPECT_EQ(g.group(loom::GroupKind::data, 0), (std::vector<int>{0, 2}));
   EXPECT_EQ(g.group(loom::GroupKind::pp, 0), (std::vector<int>{0, 4}));
 }
 
@@ -104,7 +104,7 @@ TEST(ParallelGrid, ContextParallelAxis) {
   EXPECT_EQ(g.coord(2).cp, 1);  // tp innermost, then cp
   EXPECT_EQ(g.coord(2).tp, 0);
   EXPECT_EQ(g.group(loom::GroupKind::cp, 0), (std::vector<int>{0, 2}));
-  EXPECT_EQ(g.group(loom::GroupKind::dp, 0), (std::vector<int>{0, 4, 2, 6}));  // dp varies fastest, then cp
+  EXPECT_EQ(g.group(loom::GroupKind::data, 0), (std::vector<int>{0, 4, 2, 6}));  // dp varies fastest, then cp
   EXPECT_EQ(g.group(loom::GroupKind::tp, 2), (std::vector<int>{2, 3}));
   for (loom::GroupKind k : loom::kAllGroupKinds)
     for (const auto& members : g.groups(k))

@@ -12,7 +12,7 @@ namespace {
 double seconds(std::chrono::steady_clock::duration d) { return std::chrono::duration<double>(d).count(); }
 }  // namespace
 
-GradReducer::GradReducer(const BucketPlan& plan, Communicator& dp, GradBuffer& grads, Mode mode,
+GradReducer::GradReducer(const BucketPlan& plan, Communicator& dp, PagedBuffer& grads, Mode mode,
                          bool release_reduced, DType wire)
     : plan_(plan), dp_(dp), grads_(grads), mode_(mode), release_reduced_(release_reduced), wire_(wire) {
   LOOM_CHECK(wire == DType::f32 || wire == DType::bf16, "gradient reduction in %s", dtype_name(wire));

@@ -28,7 +28,7 @@
 #include "comm/communicator.h"
 #include "core/arena.h"
 #include "parallel/dp/bucket_plan.h"
-#include "parallel/dp/grad_buffer.h"
+#include "core/paged_buffer.h"
 
 namespace loom {
 
@@ -57,7 +57,7 @@ class GradReducer {
   // half the bytes; each partial sum is added in fp32 and rounded back to
   // bf16, so precision falls with the rank count), and widens the result
   // back into fp32. docs/precision.md gives the risk.
-  GradReducer(const BucketPlan& plan, Communicator& dp, GradBuffer& grads, Mode mode, bool release_reduced,
+  GradReducer(const BucketPlan& plan, Communicator& dp, PagedBuffer& grads, Mode mode, bool release_reduced,
               DType wire = DType::f32);
 
   // Before the backward whose gradients are to be reduced.
@@ -85,7 +85,7 @@ class GradReducer {
 
   const BucketPlan& plan_;
   Communicator& dp_;
-  GradBuffer& grads_;
+  PagedBuffer& grads_;
   Mode mode_;
   bool release_reduced_;
   DType wire_;

@@ -35,7 +35,7 @@ class ParallelContext {
 
   Communicator& group(GroupKind kind) const { return *comms_[size_t(kind)]; }
   Communicator& tp() const { return group(GroupKind::tp); }
-  Communicator& dp() const { return group(GroupKind::dp); }
+  Communicator& dp() const { return group(GroupKind::data); }
   Communicator& pp() const { return group(GroupKind::pp); }
   Communicator& cp() const { return group(GroupKind::cp); }
   Communicator& world() const { return group(GroupKind::world); }

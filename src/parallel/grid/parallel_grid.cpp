@@ -10,7 +10,7 @@ namespace loom {
 const char* group_kind_name(GroupKind k) {
   switch (k) {
     case GroupKind::tp: return "tp";
-    case GroupKind::dp: return "dp";
+    case GroupKind::data: return "dp";
     case GroupKind::pp: return "pp";
     case GroupKind::model: return "model";
     case GroupKind::embedding: return "embedding";
@@ -53,28 +53,30 @@ ParallelGrid::ParallelGrid(int dp, int tp, int pp, const std::string& order, int
   std::copy(axes.begin(), axes.end(), inner_to_outer_.begin());
 }
 
+std::string world_problem(int world, int dp, int tp, int pp, int cp) {
+  if (tp < 1) return strprintf("parallel.tp must be >= 1 (got %d)", tp);
+  if (pp < 1) return strprintf("parallel.pp must be >= 1 (got %d)", pp);
+  if (cp < 1) return strprintf("parallel.cp must be >= 1 (got %d)", cp);
+  if (dp < 0) return strprintf("parallel.dp must be >= 1, or 0 to infer it (got %d)", dp);
+  if (dp == 0 && world % (tp * pp * cp) != 0)
+    return cp > 1 ? strprintf("the world size %d is not a multiple of parallel.tp (%d) x parallel.pp (%d) x "
+                              "parallel.cp (%d)",
+                              world, tp, pp, cp)
+                  : strprintf("the world size %d is not a multiple of parallel.tp (%d) x parallel.pp (%d)", world,
+                              tp, pp);
+  if (dp > 0 && dp * tp * pp * cp != world)
+    return cp > 1 ? strprintf("the world size %d is not parallel.dp (%d) x parallel.tp (%d) x parallel.pp (%d) x "
+                              "parallel.cp (%d) = %d",
+                              world, dp, tp, pp, cp, dp * tp * pp * cp)
+                  : strprintf("the world size %d is not parallel.dp (%d) x parallel.tp (%d) x parallel.pp (%d) = %d",
+                              world, dp, tp, pp, dp * tp * pp);
+  return "";
+}
+
 ParallelGrid ParallelGrid::for_world(int world, int dp, int tp, int pp, const std::string& order, int cp) {
-  LOOM_USER_CHECK(tp >= 1, "parallel.tp must be >= 1 (got %d)", tp);
-  LOOM_USER_CHECK(pp >= 1, "parallel.pp must be >= 1 (got %d)", pp);
-  LOOM_USER_CHECK(cp >= 1, "parallel.cp must be >= 1 (got %d)", cp);
-  LOOM_USER_CHECK(dp >= 0, "parallel.dp must be >= 1, or 0 to infer it (got %d)", dp);
-  if (dp == 0) {
-    if (cp > 1)
-      LOOM_USER_CHECK(world % (tp * pp * cp) == 0,
-                      "the world size %d is not a multiple of parallel.tp (%d) x parallel.pp (%d) x parallel.cp (%d)",
-                      world, tp, pp, cp);
-    LOOM_USER_CHECK(world % (tp * pp) == 0,
-                    "the world size %d is not a multiple of parallel.tp (%d) x parallel.pp (%d)", world, tp, pp);
-    dp = world / (tp * pp * cp);
-  }
-  if (cp > 1)
-    LOOM_USER_CHECK(dp * tp * pp * cp == world,
-                    "the world size %d is not parallel.dp (%d) x parallel.tp (%d) x parallel.pp (%d) x parallel.cp "
-                    "(%d) = %d",
-                    world, dp, tp, pp, cp, dp * tp * pp * cp);
-  LOOM_USER_CHECK(dp * tp * pp * cp == world,
-                  "the world size %d is not parallel.dp (%d) x parallel.tp (%d) x parallel.pp (%d) = %d", world, dp,
-                  tp, pp, dp * tp * pp);
+  const std::string problem = world_problem(world, dp, tp, pp, cp);
+  LOOM_USER_CHECK(problem.empty(), "%s", problem.c_str());
+  if (dp == 0) dp = world / (tp * pp * cp);
   return ParallelGrid(dp, tp, pp, order, cp);
 }
 
@@ -119,7 +121,7 @@ std::vector<int> ParallelGrid::group(GroupKind kind, int rank) const {
   };
   switch (kind) {
     case GroupKind::tp: along({Axis::tp}); break;
-    case GroupKind::dp: along({Axis::dp, Axis::cp}); break;
+    case GroupKind::data: along({Axis::dp, Axis::cp}); break;
     case GroupKind::pp: along({Axis::pp}); break;
     case GroupKind::cp: along({Axis::cp}); break;
     case GroupKind::model: along({Axis::tp, Axis::pp}); break;

@@ -28,7 +28,7 @@ struct GridCoord {
 // The groups parallel features communicate in.
 enum class GroupKind {
   tp,         // same (dp, pp, cp): tensor-parallel layers
-  dp,         // same (tp, pp): gradient reduction, ZeRO shards; the dp x cp ranks holding
+  data,       // same (tp, pp): gradient reduction, ZeRO shards; the dp x cp ranks holding
               // the same parameters (context-parallel ranks sum their gradients too)
   pp,         // same (dp, tp, cp): pipeline sends and receives
   model,      // same (dp, cp): every rank holding one replica's parameters (tp x pp)
@@ -37,9 +37,14 @@ enum class GroupKind {
   cp,         // same (dp, tp, pp): a sequence's ranks (ring attention)
 };
 const char* group_kind_name(GroupKind k);
-constexpr std::array<GroupKind, 7> kAllGroupKinds = {GroupKind::tp,        GroupKind::dp,    GroupKind::pp,
+constexpr std::array<GroupKind, 7> kAllGroupKinds = {GroupKind::tp,        GroupKind::data,    GroupKind::pp,
                                                      GroupKind::model,     GroupKind::embedding,
                                                      GroupKind::world,     GroupKind::cp};
+
+// Why world ranks cannot be laid out as dp x tp x pp x cp (dp 0: inferred
+// as world / (tp x pp x cp)), "" when they can: the world's side of the
+// layout rules (config/layout_rules.h gathers them all).
+std::string world_problem(int world, int dp, int tp, int pp, int cp = 1);
 
 class ParallelGrid {
  public:

@@ -41,7 +41,7 @@ ParamGather::ParamGather(const FlatLayout& layout, const std::vector<std::pair<i
         return std::max<int64_t>(total, 1);
       }()) {
   LOOM_CHECK(plan.shards() == dp.size(), "ZeRO-3 plan of %d shards for %d ranks", plan.shards(), dp.size());
-  if (compute != DType::f32) copy_ = std::make_unique<GradBuffer>(windows_.size());
+  if (compute != DType::f32) copy_ = std::make_unique<PagedBuffer>(windows_.size());
   const auto& buckets = plan.buckets();
   int64_t window = 0;
   for (auto [first, end] : segments) {

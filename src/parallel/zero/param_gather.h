@@ -20,7 +20,7 @@
 
 #include "comm/communicator.h"
 #include "parallel/dp/bucket_plan.h"
-#include "parallel/dp/grad_buffer.h"
+#include "core/paged_buffer.h"
 
 namespace loom {
 
@@ -70,8 +70,8 @@ class ParamGather {
   DType compute_;
   std::vector<Segment> segs_;
   std::vector<int> segment_of_;  // per tensor
-  GradBuffer windows_;           // fp32 values
-  std::unique_ptr<GradBuffer> copy_;  // bf16 / fp16: the same windows, 16-bit
+  PagedBuffer windows_;           // fp32 values
+  std::unique_ptr<PagedBuffer> copy_;  // bf16 / fp16: the same windows, 16-bit
   std::vector<float*> params_at_;
   std::vector<void*> weights_at_;
   size_t gathered_ = 0, peak_bytes_ = 0;  // bytes of present or in-flight segments

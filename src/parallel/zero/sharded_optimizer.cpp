@@ -5,6 +5,7 @@
 #include <cstring>
 #include <vector>
 
+#include "comm/rank_sum.h"
 #include "core/check.h"
 #include "kernels/cpu/cast.h"
 
@@ -15,22 +16,6 @@ namespace {
 std::vector<FlatRange> owned_ranges(const FlatLayout& layout, const BucketPlan& plan, int rank, bool sharded) {
   if (!sharded) return {{0, layout.total}};
   return plan.shard_ranges(rank);
-}
-
-// The sum over ranks of one double per rank, exact and the same on every
-// rank: the doubles travel bit for bit (as four 16-bit words: all_gather
-// moves 16-bit data untouched) and are added in rank order.
-double sum_over_ranks(Communicator& comm, double local) {
-  std::vector<uint16_t> all(size_t(comm.size()) * 4);
-  std::memcpy(all.data() + size_t(comm.rank()) * 4, &local, sizeof local);
-  comm.all_gather(all.data() + size_t(comm.rank()) * 4, all.data(), 4, DType::bf16);
-  double sum = 0;
-  for (int r = 0; r < comm.size(); r++) {
-    double x;
-    std::memcpy(&x, all.data() + size_t(r) * 4, sizeof x);
-    sum += x;
-  }
-  return sum;
 }
 
 }  // namespace

@@ -1,7 +1,8 @@
-// The flat fp32 gradient buffer of data parallelism, in pages of its own
-// (mmap), so that a range whose reduced gradients now live elsewhere (a
-// ZeRO-2 shard) can be handed back to the OS: it then takes no memory and
-// reads as zeros until backward writes it again.
+// A flat fp32 buffer in pages of its own (mmap), whose ranges can be handed
+// back to the OS: they then take no memory and read as zeros until written
+// again. Data parallelism's gradient buffer (a ZeRO-2 rank hands back what
+// its shard now holds), ZeRO-3's gathered-parameter windows and the fp32
+// values a sharded-master model reads all live in one.
 //
 // Pages are 2 MiB transparent huge pages where the kernel allows them: on
 // virtual machines a 4 KiB page handed back costs a fault of ~10 us when
@@ -16,13 +17,13 @@
 
 namespace loom {
 
-class GradBuffer {
+class PagedBuffer {
  public:
   // Zero-filled. huge_pages = false: 4 KiB pages only.
-  explicit GradBuffer(int64_t floats, bool huge_pages = true);
-  ~GradBuffer();
-  GradBuffer(const GradBuffer&) = delete;
-  GradBuffer& operator=(const GradBuffer&) = delete;
+  explicit PagedBuffer(int64_t floats, bool huge_pages = true);
+  ~PagedBuffer();
+  PagedBuffer(const PagedBuffer&) = delete;
+  PagedBuffer& operator=(const PagedBuffer&) = delete;
 
   float* data() const { return data_; }
   int64_t size() const { return floats_; }

@@ -1,4 +1,4 @@
-#include "parallel/dp/grad_buffer.h"
+#include "core/paged_buffer.h"
 
 #include <sys/mman.h>
 #include <unistd.h>
@@ -17,7 +17,7 @@ constexpr size_t kHugePage = size_t(2) << 20;
 size_t small_page() { return size_t(sysconf(_SC_PAGESIZE)); }
 }  // namespace
 
-GradBuffer::GradBuffer(int64_t floats, bool huge_pages) : floats_(floats) {
+PagedBuffer::PagedBuffer(int64_t floats, bool huge_pages) : floats_(floats) {
   // Huge pages need 2 MiB alignment: map one extra and start on a boundary.
   // MADV_HUGEPAGE is only advice; where it is refused, 4 KiB pages remain.
   page_bytes_ = small_page();
@@ -34,13 +34,13 @@ GradBuffer::GradBuffer(int64_t floats, bool huge_pages) : floats_(floats) {
   if (huge_pages && madvise(data_, bytes_, MADV_HUGEPAGE) == 0) page_bytes_ = kHugePage;
 }
 
-GradBuffer::~GradBuffer() {
+PagedBuffer::~PagedBuffer() {
   if (mapping_) munmap(mapping_, mapping_bytes_);
 }
 
-void GradBuffer::zero() { std::memset(data_, 0, size_t(floats_) * sizeof(float)); }
+void PagedBuffer::zero() { std::memset(data_, 0, size_t(floats_) * sizeof(float)); }
 
-void GradBuffer::release(FlatRange r) {
+void PagedBuffer::release(FlatRange r) {
   const size_t begin = size_t(r.begin) * sizeof(float);
   const size_t end = r.end >= floats_ ? bytes_ : size_t(r.end) * sizeof(float);  // the tail page goes with the end
   LOOM_CHECK(begin % page_bytes_ == 0 && end % page_bytes_ == 0 && begin <= end,
@@ -50,7 +50,7 @@ void GradBuffer::release(FlatRange r) {
                std::strerror(errno));
 }
 
-size_t GradBuffer::resident_bytes() const {
+size_t PagedBuffer::resident_bytes() const {
   const size_t page = small_page();
   std::vector<unsigned char> in_core(bytes_ / page);
   LOOM_CHECK(mincore(data_, bytes_, in_core.data()) == 0, "mincore failed: %s", std::strerror(errno));
