@@ -7,8 +7,9 @@
 // single-process LLaMA run (DESIGN.md invariant 1): first-step gradients
 // within 1e-5 relative per global tensor, 20 losses within rtol 1e-4. Mixed
 // precision: bf16 and fp16 in 3D (bf16 also under ZB-H1) against single-process bf16 / fp16, held to
-// half of the 16-bit type's own effect on the first-step gradients and 3/4 of
-// its own loss drift (each measured in the same run; see the test).
+// half of the 16-bit type's own effect on the first-step gradients, and the
+// losses to the drift that reordering sums in one process gives (each
+// measured in the same run; see the test).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -133,11 +134,36 @@ INSTANTIATE_TEST_SUITE_P(Matrix, LlamaLayouts, testing::ValuesIn(layouts()), lay
 // only the order of fp32 sums, never where a value is rounded, so its effect
 // on the first-step gradients stays below half of the 16-bit type's own
 // (single process, 16-bit against fp32, measured here; see
-// mixed_precision_test.cpp) — the sharp check. Over 20 steps at this
-// learning rate those rounding flips grow like any perturbation: the losses'
-// largest relative drift from single-process 16-bit must stay below 3/4 of
-// the 16-bit type's own drift from fp32 (measured: bf16 1.6e-3 against
-// 5.9e-3, fp16 2.2e-3 against 4.8e-3).
+// mixed_precision_test.cpp) — the sharp check. Over 20 steps any reordering
+// of sums flips some 16-bit roundings, and AdamW turns the sign of a
+// near-zero gradient into a full-size step, so a trajectory's losses move by
+// an amount set by the trajectory, not by the layout: the single process
+// itself, with its batch merely split into 2, 4 or 8 micro-batches (the same
+// sums in another order), drifts from its unsplit run by as much as a layout
+// does (measured on an Intel Xeon with avx512_bf16: bf16 2.5e-3 with 4
+// micro-batches, 2x2x2 1F1B 2.8e-3, bf16 vs fp32 2.2e-3; fp16 1.7e-3, 1.7e-3,
+// 4.9e-3; the 16-bit type's own drift from fp32 differs by CPU, 5.9e-3 on a
+// Zen 5). So the losses' largest relative drift from single-process 16-bit
+// must stay within 1.5x the larger of that reordering noise and the 16-bit
+// type's own drift: a layout bug after the first step (stale 16-bit weights,
+// a wrong optimizer shard, a skipped scaler update) moves them far more.
+// The largest relative loss drift of single-process runs whose batch is split
+// into 2, 4 or 8 micro-batches from the unsplit run, at one precision.
+double reorder_noise(const std::string& precision) {
+  static std::map<std::string, double> noise;
+  if (auto it = noise.find(precision); it != noise.end()) return it->second;
+  const auto& unsplit = single_process(precision);
+  auto single = loom::ParallelContext::create_single();
+  double worst = 0;
+  for (int m : {2, 4, 8}) {
+    const loom::TrainResult split =
+        loom::train(tiny_llama(Layout{1, 1, "1f1b", m, 1, false, 0}, 1, precision), *single, nullptr, {});
+    for (size_t s = 0; s < unsplit.train_losses.size(); s++)
+      worst = std::max(worst, std::abs(double(split.train_losses[s]) / unsplit.train_losses[s] - 1));
+  }
+  return noise[precision] = worst;
+}
+
 class LlamaMixedPrecision : public testing::TestWithParam<std::tuple<const char*, const char*>> {};
 
 TEST_P(LlamaMixedPrecision, In3DMatchesSingleProcess) {
@@ -162,10 +188,13 @@ TEST_P(LlamaMixedPrecision, In3DMatchesSingleProcess) {
     drift = std::max(drift, std::abs(double(got.train_losses[s]) / lowp.train_losses[s] - 1));
     own = std::max(own, std::abs(double(lowp.train_losses[s]) / fp32.train_losses[s] - 1));
   }
-  EXPECT_LE(drift, 0.75 * own) << "the layout moves the losses as much as " << precision << " itself does";
+  const double noise = reorder_noise(precision);
+  EXPECT_LE(drift, 1.5 * std::max(own, noise))
+      << "the layout moves the losses more than reordering sums in one process (" << noise << ") or " << precision
+      << " itself (" << own << ") does";
   if (ctx.rank() == 0)
-    std::printf("%s 2x2x2 %s vs single: loss drift %.2e (%s vs fp32: %.2e)\n", precision.c_str(), l.schedule, drift,
-                precision.c_str(), own);
+    std::printf("%s 2x2x2 %s vs single: loss drift %.2e (split into micro-batches: %.2e, %s vs fp32: %.2e)\n",
+                precision.c_str(), l.schedule, drift, noise, precision.c_str(), own);
 }
 
 INSTANTIATE_TEST_SUITE_P(PrecisionsAndSchedules, LlamaMixedPrecision,
