@@ -12,6 +12,7 @@
 #include <sstream>
 #include <vector>
 
+#include "cli/bench_freeze.h"
 #include "cli/bench_step_table.h"
 #include "cli/bench_util.h"
 #include "cli/commands.h"
@@ -203,6 +204,8 @@ int cmd_bench(const Args& args) {
   int steps = 0;
   bool pytorch = true, autocast = false, per_run_table = false;
   std::vector<Recompute> recompute;  // --recompute: the recomputation table instead
+  std::vector<std::string> freeze;   // --freeze: the frozen-tensors table instead
+  bool replica_child = false;        // step-child --replica: the trainer's Replica step
   for (size_t i = 1; i < args.size(); i++) {
     auto value = [&](const char* flag) {
       LOOM_USER_CHECK(i + 1 < args.size(), "bench: %s needs a value", flag);
@@ -222,6 +225,10 @@ int cmd_bench(const Args& args) {
     else if (a == "--precision") precisions = parse_precisions(value("--precision")), per_run_table = true;
     else if (a == "--torch-autocast") autocast = per_run_table = true;
     else if (a == "--no-pytorch") pytorch = false;
+    else if (a == "--freeze") {
+      freeze = split(value("--freeze"));
+      LOOM_USER_CHECK(!freeze.empty(), "bench: --freeze needs tensor name patterns, e.g. 'wte.weight,h.[0-5].*'");
+    } else if (a == "--replica" && child) replica_child = true;
     else if (a == "--recompute")
       for (auto& r : split(value("--recompute"))) recompute.push_back(parse_recompute(r, "bench: --recompute"));
     else throw UserError(strprintf("bench: unknown option '%s' (try loom bench --help)", a.c_str()));
@@ -229,10 +236,29 @@ int cmd_bench(const Args& args) {
   for (auto& s : shapes) find_shape(s);  // reject unknown names before running anything
   LOOM_USER_CHECK(!threads.empty() && !shapes.empty(), "bench: nothing to run");
   LOOM_USER_CHECK(!(autocast && !pytorch), "bench: --torch-autocast runs PyTorch; it cannot go with --no-pytorch");
+  if (child && replica_child)
+    return run_replica_step_child(find_shape(shapes.at(0)).model, find_shape(shapes.at(0)).B, threads.at(0),
+                                  steps > 0 ? steps : find_shape(shapes.at(0)).default_steps, precisions.at(0), freeze);
   if (child) {
     const BenchShape& s = find_shape(shapes.at(0));
     return run_child(s, threads.at(0), steps > 0 ? steps : s.default_steps, precisions.at(0),
                      recompute.empty() ? Recompute::none : recompute.at(0));
+  }
+  if (!freeze.empty()) {
+    std::printf("loom bench step --freeze: the trainer's step (one process, parameter groups) with every tensor "
+                "trained, then with the patterns frozen; median step after 1 warm-up, each run in its own "
+                "process; time x / RSS x: frozen against all trained, this run\n%s\n\n",
+                cpu::describe_dispatch().line().c_str());
+    for (const auto& name : shapes)
+      for (int t : threads)
+        for (ComputePrecision p : precisions) {
+          const int n = steps > 0 ? steps : find_shape(name).default_steps;
+          print_freeze_table(name, find_shape(name).model,
+                             strprintf("'%s' bench step-child --shape %s --threads %d --steps %d", self_exe().c_str(),
+                                       name.c_str(), t, n),
+                             t, n, p, freeze);
+        }
+    return 0;
   }
   if (!recompute.empty()) {
     std::printf("loom bench step --recompute: median step after 1 warm-up, each mode in its own process; "

@@ -72,6 +72,9 @@ commands:
                           "full": each block from its input; bitwise the same results)
                           straggler_factor (1.2; 0 = off) straggler_window (10 steps): name a
                           rank whose compute per step stays above factor x the median rank's
+                          freeze (["wte.weight", "h.[0-5].*"]: shell patterns of global tensor
+                          names kept fixed, with no gradients or AdamW state; the run log
+                          and the plan show the bytes saved)
                   [data] path format (shards | bytes) val_fraction
                   [parallel] dp (0 = infer) tp pp order ("tp-dp-pp": innermost first; cp
                              right after tp unless named, e.g. "tp-cp-dp-pp")
@@ -162,6 +165,9 @@ commands:
           --precision runs loom once per compute precision (default fp32) and prints a row
           per run with activation MiB and tokens/s against loom fp32; --torch-autocast also
           runs PyTorch under bf16 autocast, and loom bf16 is compared with it.
+          --freeze 'wte.weight,h.[0-5].*' (train.freeze's patterns): the trainer's own step in
+          one process with every tensor trained, then with those frozen: tok/s, peak RSS and the
+          parameter, gradient and AdamW MiB the engine holds, with the ratios of the two runs.
             loom bench comm [--ranks 2,4,8] [--min-bytes 4K] [--max-bytes 256M]
           all_reduce, reduce_scatter and all_gather bus bandwidth (as nccl-tests define it)
           over message sizes, each rank count under mpirun, beside memcpy bandwidth.

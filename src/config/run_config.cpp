@@ -10,6 +10,7 @@
 #include <toml++/toml.h>
 
 #include "core/check.h"
+#include "model/param_groups.h"
 #include "model/split_rules.h"
 #include "core/regular_file.h"
 #include "core/cpu_info.h"
@@ -28,7 +29,15 @@ class FieldReader {
     used_.insert(key);
     toml::node_view<const toml::node> node = root_.at_path(key);
     if (!node) return;
-    if constexpr (std::is_same_v<T, std::vector<int>>) {
+    if constexpr (std::is_same_v<T, std::vector<std::string>>) {
+      const toml::array* arr = node.as_array();
+      if (!arr) fail(key, "an array of strings");
+      out->clear();
+      for (const toml::node& e : *arr) {
+        if (!e.is_string()) fail(key, "an array of strings");
+        out->push_back(*e.value<std::string>());
+      }
+    } else if constexpr (std::is_same_v<T, std::vector<int>>) {
       const toml::array* arr = node.as_array();
       if (!arr) fail(key, "an array of integers");
       out->clear();
@@ -123,6 +132,7 @@ void read_fields(FieldReader& r, RunConfig& c) {
   r.get("train.log_every", &c.train.log_every);
   r.get("train.sample_tokens", &c.train.sample_tokens);
   r.get("train.sample_prompt", &c.train.sample_prompt);
+  r.get("train.freeze", &c.train.freeze);
   r.get("train.seed", &c.train.seed);
   r.get("train.run_dir", &c.train.run_dir);
   r.get("train.run_name", &c.train.run_name);
@@ -238,6 +248,10 @@ void RunConfig::validate() const {
                        [](char ch) { return (unsigned char)ch < 0x20 || ch == 0x7f; }),
           "train.run_name", "a name without newlines, tabs or other control characters (it names a folder and "
           "appears in logs and reports)");
+  if (!t.freeze.empty()) {
+    const std::string problem = freeze_problem(model, t.freeze);
+    LOOM_USER_CHECK(problem.empty(), "config field 'train.freeze': %s", problem.c_str());
+  }
   require(t.trace_flush_every >= 0, "train.trace_flush_every", ">= 0 (0 = only trace.json at the end)");
   require(t.checkpoint_every == 0 || !t.checkpoint_dir.empty(), "train.checkpoint_dir", "a folder");
   require(t.guard_window >= 2, "train.guard_window", ">= 2");
@@ -355,7 +369,12 @@ std::string RunConfig::to_toml() const {
     << "\neps = " << train.eps << "\ngrad_clip = " << train.grad_clip << "\neval_every = " << train.eval_every
     << "\neval_batches = " << train.eval_batches << "\nlog_every = " << train.log_every
     << "\nsample_tokens = " << train.sample_tokens << "\nsample_prompt = \"" << toml_escaped(train.sample_prompt) << "\""
-    << "\nseed = " << train.seed << "\ncheckpoint_every = " << train.checkpoint_every << "\ncheckpoint_dir = \""
+    << "\nseed = " << train.seed << "\nfreeze = [" << [&] {
+         std::string list;
+         for (const std::string& f : train.freeze) list += (list.empty() ? "\"" : ", \"") + toml_escaped(f) + "\"";
+         return list;
+       }() << "]"
+    << "\ncheckpoint_every = " << train.checkpoint_every << "\ncheckpoint_dir = \""
     << toml_escaped(train.checkpoint_dir) << "\"\nkeep_checkpoints = " << train.keep_checkpoints
     << "\nasync_checkpoint = " << (train.async_checkpoint ? "true" : "false")
     << "\ntensorboard = " << (train.tensorboard ? "true" : "false")

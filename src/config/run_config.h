@@ -63,6 +63,10 @@ struct TrainConfig {
   // diagnose). 0 = off.
   float straggler_factor = 1.2f;
   int straggler_window = 10;
+  // Shell-style patterns of global tensor names (e.g. "wte.weight",
+  // "h.[0-5].*"): those tensors are frozen (model/param_groups.h): no
+  // gradients, no optimizer state, their values never change.
+  std::vector<std::string> freeze;
   Recompute recompute_mode() const { return parse_recompute(recompute); }
 };
 

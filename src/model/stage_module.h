@@ -31,10 +31,12 @@ namespace loom {
 
 class Communicator;
 
-// ZeRO-3: parameters that live sharded elsewhere and are present only while
-// in use. The module announces the tensors (its layout's indices) it is
-// about to read, with those it reads after them (to gather ahead), and
-// releases them when done; meanwhile they are at the addresses below.
+// Parameters that live in buffers of their own, tensor by tensor (the
+// parameter groups of train/; under ZeRO-3 sharded elsewhere and present
+// only while in use). The module announces the tensors (its layout's
+// indices) it is about to read, with those it reads after them (to gather
+// ahead), and releases them when done; meanwhile they are at the addresses
+// below.
 class ParamSource {
  public:
   virtual ~ParamSource() = default;
@@ -43,6 +45,9 @@ class ParamSource {
   // Per layout tensor: its fp32 values, and (bf16 / fp16) its 16-bit copy.
   virtual const std::vector<float*>& tensor_params() const = 0;
   virtual const std::vector<void*>& tensor_weights() const = 0;
+  // Per layout tensor: where its gradient is added (nullptr: a frozen
+  // tensor, whose gradient is never computed); nullptr: StageBuffers::grads.
+  virtual const std::vector<float*>* tensor_grads() const { return nullptr; }
 };
 
 // Where a model's buffers come from; nullptr: the model allocates its own.
@@ -62,8 +67,9 @@ struct StageBuffers {
   // Plan the activations but allocate nothing (no parameters either): the
   // module answers activation_bytes() only. planned_activation_bytes() uses it.
   bool plan_only = false;
-  // ZeRO-3: parameters come from here (params and weights16 are then unused
-  // and nothing is allocated for them).
+  // Parameters (and, when it gives them, gradients) come from here, tensor
+  // by tensor (params and weights16 are then unused and nothing is
+  // allocated for them).
   ParamSource* source = nullptr;
   // plan_only: size 16-bit attention's per-thread scratch for this many
   // threads (0: this process's OpenMP threads, as a real module does).
@@ -105,7 +111,8 @@ class StageModule {
   // (AdamW's WeightCopy). nullptr in fp32.
   virtual void* compute_weights() = 0;
   float* param(int i) { return params() + layout().params[size_t(i)].offset; }
-  float* grad(int i) { return grads() + layout().params[size_t(i)].offset; }
+  // Where tensor i's gradient is added (nullptr: frozen).
+  virtual float* grad(int i) { return grads() + layout().params[size_t(i)].offset; }
   int64_t params_size() const { return layout().total; }
   void zero_grads();
 

@@ -105,7 +105,9 @@ TransformerStage::TransformerStage(const ModelConfig& cfg, ParamLayout layout, S
     params_.allocate();
     access_.params = params_.at<float>(0);
   }
-  if (buffers.grads) {
+  if (source_ && source_->tensor_grads()) {
+    access_.grads_at = source_->tensor_grads();
+  } else if (buffers.grads) {
     access_.grads = buffers.grads;
   } else {
     grads_.reserve(size_t(layout_.total) * 4);
@@ -173,6 +175,7 @@ const float* TransformerStage::logits() const {
 }
 
 void TransformerStage::init_parameters(uint64_t seed) {
+  LOOM_CHECK(!source_, "parameters from a ParamSource are filled by their owner");
   layout_.init_parameters(params(), seed);
   refresh_compute_weights();
 }

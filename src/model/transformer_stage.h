@@ -22,7 +22,9 @@
 namespace loom {
 
 // Reads a shard's parameters: fp32 masters, the compute copy, gradients.
-// ZeRO-3: each tensor's own address (ParamSource) instead of base + offset.
+// Parameter groups (a ParamSource): each tensor's own address instead of
+// base + offset; a frozen tensor's gradient address is nullptr (none is
+// computed).
 struct ParamAccess {
   const ParamLayout* layout;
   float* params;
@@ -30,10 +32,13 @@ struct ParamAccess {
   float* grads;
   const std::vector<float*>* params_at = nullptr;
   const std::vector<void*>* weights_at = nullptr;
+  const std::vector<float*>* grads_at = nullptr;
   float* param(int i) const {
     return params_at ? (*params_at)[size_t(i)] : params + layout->params[size_t(i)].offset;
   }
-  float* grad(int i) const { return grads + layout->params[size_t(i)].offset; }
+  float* grad(int i) const {
+    return grads_at ? (*grads_at)[size_t(i)] : grads + layout->params[size_t(i)].offset;
+  }
   template <class A>
   const A* weight(int i) const {
     if constexpr (std::is_same_v<A, float>)
@@ -61,6 +66,7 @@ class TransformerStage : public StageModule {
   void refresh_compute_weights() override;
   float* params() override { return access_.params; }
   float* grads() override { return access_.grads; }
+  float* grad(int i) override { return access_.grad(i); }
   void* compute_weights() override { return access_.weights16; }
   int64_t local_rows(int64_t rows) const override { return tp_.local_rows(rows); }
   float* stage_input(int slot) override { return slots_[size_t(slot)].input; }

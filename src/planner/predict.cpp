@@ -6,6 +6,7 @@
 #include "config/layout_rules.h"
 #include "config/pipeline_plan.h"
 #include "core/check.h"
+#include "model/param_groups.h"
 #include "model/param_layout.h"
 #include "model/stage_module.h"
 #include "planner/comm_cost.h"
@@ -55,6 +56,8 @@ LoomRun loom_run(const RunConfig& cfg, int world) {
 struct StagePlan {
   std::vector<double> chunk_params;  // floats per chunk
   double params = 0;                 // floats, every chunk
+  double frozen = 0;                 // floats of them in the frozen group (train.freeze)
+  std::vector<double> chunk_frozen_products;  // per chunk: frozen product-only floats (no weight gradient)
   double read_fp32 = 0;              // floats the model reads in fp32 (not products_only), in whole pages
   double gathered = 0;               // ZeRO-3: most floats gathered at once (see zero3_gathered)
   double activations = 0;            // bytes
@@ -87,15 +90,29 @@ StagePlan stage_plan(const RunConfig& cfg, const LoomRun& r, int stage, int thre
   StagePlan s;
   const std::vector<ModelShard> chunks = chunk_shards(cfg, r.plan, stage, 0, r.tp);
   s.chunk_params.resize(chunks.size());
-  // The stage's buffers hold chunk v-1 first (train/replica.cpp's
-  // chunk_offsets); the fp32 values read are the pages their tensors touch.
+  s.chunk_frozen_products.resize(chunks.size());
+  // The trained group's buffers hold the stage's trained tensors, chunk v-1
+  // first (train/replica.cpp, train/param_group.cpp), each 64-byte aligned;
+  // the fp32 values read are the pages their tensors touch. Frozen tensors
+  // (train.freeze) live in a group of their own.
+  const std::vector<ParamGroupSpec> groups = param_groups(cfg.model, cfg.train.freeze);
   int64_t base = 0, pages = 0, last_page = -1;
   for (int c = int(chunks.size()) - 1; c >= 0; c--) {
     const ParamLayout lay = ParamLayout::for_model(cfg.model, chunks[size_t(c)]);
-    for (const ParamSpec& p : lay.params) {
+    const std::vector<int> group = group_of_tensors(groups, lay);
+    for (size_t i = 0; i < lay.params.size(); i++) {
+      const ParamSpec& p = lay.params[i];
+      const int64_t aligned = (p.numel + 15) / 16 * 16;
+      if (groups[size_t(group[i])].frozen) {
+        s.frozen += double(aligned);
+        if (p.products_only) s.chunk_frozen_products[size_t(c)] += double(p.numel);
+        continue;
+      }
+      const int64_t at = base;
+      base += aligned;
       if (p.products_only || p.numel == 0) continue;
-      const int64_t first = std::max((base + p.offset) / kPage, last_page + 1);
-      const int64_t last = (base + p.offset + p.numel - 1) / kPage;
+      const int64_t first = std::max(at / kPage, last_page + 1);
+      const int64_t last = (at + p.numel - 1) / kPage;
       if (first <= last) pages += last - first + 1, last_page = last;
     }
     s.chunk_params[size_t(c)] = double(lay.total);
@@ -106,7 +123,6 @@ StagePlan stage_plan(const RunConfig& cfg, const LoomRun& r, int stage, int thre
                                                        cfg.model.seq_len / r.cp,
                                                        r.plan.slots[size_t(stage)][size_t(c)], r.compute,
                                                        r.recompute, threads, r.cp));
-    base += lay.total;
   }
   if (r.plan.shares_slots())  // the chunks share their activation sets (train/replica.cpp)
     s.activations = double(planned_shared_activation_bytes(cfg.model, chunks, r.micro, cfg.model.seq_len / r.cp,
@@ -137,12 +153,16 @@ struct StageFigures {
 //               buckets in flight outside backward); bf16 reduction adds
 //               its 16-bit copies;
 //   AdamW       two fp32 moments, 8n, / dp under ZeRO >= 1.
+//   frozen      (train.freeze) parameters only: fp32 4n (+ the 16-bit copy
+//               2n), under ZeRO 3 a shard 4n / dp gathered as the rest is;
+//               no gradients, masters or moments.
 StageFigures stage_memory(const RunConfig& cfg, const LoomRun& r, const StagePlan& s) {
-  const double n = s.params, dp = r.data();
+  const double n = s.params - s.frozen, nf = s.frozen, dp = r.data();
   StageFigures f;
   if (r.zero == 0) f.params = 4 * n + (r.lowp() ? 2 * n : 0);
   else if (r.zero <= 2) f.params = r.lowp() ? 4 * n / dp + 2 * n + 4 * s.read_fp32 : 4 * n;
   else f.params = 4 * n / dp + (r.lowp() ? 6 : 4) * s.gathered;
+  f.params += r.zero == 3 ? 4 * nf / dp : 4 * nf + (r.lowp() ? 2 * nf : 0);
   if (r.zero == 0) f.grads = 4 * n;
   else if (r.zero == 1 || r.accumulation > 1) f.grads = 4 * n + 4 * n / dp;
   else f.grads = std::min(4 * n, 4 * n / dp + 2 * double(cfg.parallel.bucket_mb) * kMiB);
@@ -156,6 +176,7 @@ StageFigures stage_memory(const RunConfig& cfg, const LoomRun& r, const StagePla
   if (cfg.train.checkpoint_every > 0 && cfg.train.async_checkpoint) {
     const bool sharded_masters = r.zero == 3 || (r.zero >= 1 && r.lowp());
     f.checkpoint = sharded_masters ? 12 * n / dp : 4 * n + f.optimizer;
+    f.checkpoint += r.zero == 3 ? 4 * nf / dp : 4 * nf;  // dp rank 0 (ZeRO-3: every rank its shard)
   }
   return f;
 }
@@ -268,7 +289,11 @@ RunPrediction predict_loom_run(const RunConfig& cfg, int world_size, const Clust
     PassCost& k = pass[size_t(vs)];
     const double layers = r.plan.layers[size_t(vs)];
     k.f_compute = layers * f_block + (vs == n_vs - 1 ? f_head : 0);
-    k.b_compute = 2 * k.f_compute + layers * redo;
+    // Frozen matrices (train.freeze) take no weight-gradient product.
+    const StagePlan& owner = stages[size_t(r.plan.map().stage_of(vs))];
+    const double w_frozen =
+        tokens * 2 * owner.chunk_frozen_products[size_t(r.plan.map().chunk_of(vs))] / rate;
+    k.b_compute = 2 * k.f_compute + layers * redo - w_frozen;
     k.f_tp = 2 * layers * tp_ar;
     k.b_tp = tp_per_block_b * layers * tp_ar;
     k.f_cp = layers * ring.forward, k.b_cp = layers * ring.backward;
@@ -289,7 +314,7 @@ RunPrediction predict_loom_run(const RunConfig& cfg, int world_size, const Clust
     d.backward.push_back(k.backward());
     // A split backward (zero-bubble schedules): W is the blocks' weight
     // products, as many FLOPs as their forward products; B is the rest.
-    const double w = layers * tokens * 2 * pc.layer_matrices / r.tp / rate;
+    const double w = layers * tokens * 2 * pc.layer_matrices / r.tp / rate - w_frozen;
     d.backward_weight.push_back(w);
     d.backward_input.push_back(k.backward() - w);
   }
@@ -297,7 +322,8 @@ RunPrediction predict_loom_run(const RunConfig& cfg, int world_size, const Clust
   const PipelineTiming timing = simulate_pipeline(r.plan.actions, r.plan.map(), d);
 
   for (int s = 0; s < r.pp; s++) {
-    const double n = stages[size_t(s)].params, dp = r.data();
+    // Only the trained parameters are reduced, gathered and updated.
+    const double n = stages[size_t(s)].params - stages[size_t(s)].frozen, dp = r.data();
     const double grad_bytes = (cfg.precision.grad_reduce == "bf16" && r.data() > 1 ? 2 : 4) * n;
     // Gradients: all-reduced (ZeRO 0) or reduce-scattered, bucket by bucket
     // while the last micro-batch's backward computes (ZeRO-3's gathers use

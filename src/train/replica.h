@@ -1,9 +1,10 @@
 // Replica: this rank's part of one data-parallel replica as the train loop
 // drives it — its pipeline stage (one or, interleaved, several model chunks,
-// each a tensor-parallel shard), the stage's one gradient buffer, the
-// bucketed reducer, the (ZeRO-sharded) optimizer and the pipeline executor,
-// wired together. parallel/ knows nothing of the model: this is where the
-// model's gradient hook meets the reducer and the chunks meet the executor.
+// each a tensor-parallel shard), the stage's parameter groups (each with its
+// buffers, bucketed reducer and (ZeRO-sharded) optimizer, or frozen:
+// train/param_group.h) and the pipeline executor, wired together. parallel/
+// knows nothing of the model: this is where the model's gradient hook meets
+// the groups' reducers and the chunks meet the executor.
 //
 // A step: forward_backward() runs every micro-batch through the pipeline
 // schedule (gradients accumulate; only each chunk's last micro-batch starts
@@ -21,18 +22,16 @@
 #include "checkpoint/checkpoint_reader.h"
 #include "checkpoint/tensor_piece.h"
 #include "model/stage_module.h"
-#include "parallel/cp/sequence_split.h"
 #include "obs/trace_recorder.h"
-#include "parallel/dp/bucket_plan.h"
-#include "core/paged_buffer.h"
-#include "parallel/dp/grad_reducer.h"
 #include "parallel/cp/sequence_split.h"
+#include "parallel/dp/grad_reducer.h"
 #include "parallel/grid/parallel_context.h"
 #include "parallel/pp/executor.h"
 #include "parallel/pp/schedule.h"
-#include "parallel/zero/param_gather.h"
-#include "parallel/zero/sharded_optimizer.h"
 #include "precision/loss_scaler.h"
+#include "train/chunk_params.h"
+#include "train/param_group.h"
+#include "train/stage_adapter.h"
 
 namespace loom {
 
@@ -53,7 +52,14 @@ class Replica {
   ~Replica();
 
   void init_parameters(uint64_t seed);
-  const BucketPlan& plan() const { return plan_; }
+  // The stage's parameter groups (the trained one over the data group first).
+  const std::vector<std::unique_ptr<ParamGroup>>& groups() const { return groups_; }
+  // Gradient buckets over every trained group, and the largest one's floats.
+  int buckets() const;
+  int64_t largest_bucket() const;
+  // Floats of every trained group's gradient buffer / of the frozen groups' parameters.
+  int64_t grad_floats() const;
+  int64_t frozen_floats() const;
   int zero_stage() const { return zero_; }
   const PipelinePlan& pipeline() const { return pipeline_; }
 
@@ -101,24 +107,28 @@ class Replica {
   // This stage's whole mean gradient after reduce(), in stage-buffer order
   // (tests), and where each chunk's tensors sit in it.
   std::vector<float> gather_grads() const;
+  // The stage's fp32 parameters, laid out as gather_grads() (every rank of a
+  // sharded group's communicator calls it: it gathers).
+  std::vector<float> gather_params();
   struct ChunkPlace {
     const ParamLayout* layout;
     int64_t offset;  // of the chunk's tensors in the stage buffer
   };
   std::vector<ChunkPlace> chunk_places() const;
 
-  size_t optimizer_state_bytes() const { return optimizer_->state_bytes(); }
-  // Gradient memory this rank holds now: the full buffer's resident pages
-  // plus the shard buffer.
-  size_t grad_bytes_resident() const { return grads_.resident_bytes() + reducer_->shard_bytes(); }
-  // Parameter memory: the whole fp32 buffer; with sharded masters the
-  // master shard plus the fp32 values the model reads (resident pages), and
-  // under ZeRO-3 the most gathered at once (fp32 and 16-bit).
+  size_t optimizer_state_bytes() const;
+  // Gradient memory this rank holds now: each trained group's full
+  // buffer's resident pages plus its shard buffer.
+  size_t grad_bytes_resident() const;
+  // Parameter memory, over the groups: a whole fp32 buffer; with sharded
+  // masters the master shard plus the fp32 values the model reads (resident
+  // pages), and under ZeRO-3 the most gathered at once (fp32 and 16-bit).
   size_t param_bytes() const;
   bool sharded_masters() const { return sharded_masters_; }
   size_t activation_bytes() const;
   size_t compute_weight_bytes() const;  // the 16-bit weight copies (bf16 / fp16; 0 in fp32)
-  const ReduceTimes& reduce_times() const { return reducer_->times(); }
+  // The trained group's over the data group (zeros when this stage trains nothing).
+  const ReduceTimes& reduce_times() const;
   double tp_comm_seconds() const;
   // Checkpoints (src/checkpoint/): this rank's pieces of the global
   // tensors — its stage's parameters (written by dp rank 0) and the AdamW
@@ -126,34 +136,30 @@ class Replica {
   // reverse, from a checkpoint of any layout. load() also restores the
   // AdamW step count.
   bool writes_checkpoint() const;
-  // The whole model's fp32 parameters (the layout of the full model) when
-  // this rank holds all of it (tp = pp = 1), else nullptr.
+  // The whole model's fp32 parameters (the layout of the full model) after
+  // gather_whole_params(), when this rank holds all of it (tp = pp = 1, not
+  // ZeRO-3), else nullptr.
   const float* whole_model_params() const;
-  // With sharded masters: gathers them whole first (every dp rank calls it).
+  // Assembles them from the groups (a sharded group is gathered: every dp
+  // rank calls it).
   void gather_whole_params();
   std::vector<CheckpointPiece> checkpoint_pieces();
-  int adam_steps() { return optimizer_->adamw().steps_taken(); }
+  int adam_steps() const;
   void load(const Checkpoint& checkpoint, int adam_steps);
 
   const pp::StageTimeline& timeline() const { return executor_->timeline(); }
   // Forward and backward spans of each micro-batch go here (nullptr: none).
-  void set_trace(obs::TraceRecorder* trace) { trace_ = trace; }
+  void set_trace(obs::TraceRecorder* trace) { stage_->set_trace(trace); }
 
  private:
-  class Stage;
-  class ChunkParams;
-  void sync_tied_embedding();
   static std::vector<CheckpointPiece> without_repeats(std::vector<CheckpointPiece> pieces);
-  float* params_base() const;
-  void reduce_sequence_partial_grads();
 
   const ParallelContext& ctx_;
   int zero_, micro_batch_, micro_batches_;
   bool sharded_masters_;  // ZeRO 3, or ZeRO 1 / 2 in bf16 / fp16
-  // Per step: valid targets in the global batch, and the weight of each
-  // one's loss in backward (the loss scaler's scale over that count).
+  // Per step: valid targets in the global batch (each one's loss weighs the
+  // loss scaler's scale over that count in backward).
   int64_t step_targets_ = 0;
-  float target_weight_ = 0;
   SequenceSplit split_;  // context parallelism: this rank's chunks of each sequence
   std::vector<int32_t> local_tokens_, local_targets_;  // a step's batch cut to them (cp > 1)
   ComputePrecision compute_;
@@ -164,26 +170,16 @@ class Replica {
   pp::StageSchedule schedule_;
   std::vector<ModelShard> shards_;     // chunk c holds virtual stage c x pp + stage
   std::vector<int64_t> chunk_offset_;  // floats into the stage buffers (chunk v-1 first: backward order)
-  std::vector<int> chunk_tensor_;      // its first tensor in the stage's flat layout
-  FlatLayout flat_;
-  std::vector<std::pair<int, int>> segments_;  // ZeRO-3
-  BucketPlan plan_;
-  PagedBuffer grads_;
-  Arena params_;  // the whole fp32 parameters (not with sharded masters)
-  // ZeRO 1 / 2 in bf16 / fp16: the fp32 values the model reads, laid out as
-  // the flat buffer; pages of product-only matrices are never touched.
-  std::unique_ptr<PagedBuffer> read_params_;
-  Arena weights16_;  // bf16 / fp16 below ZeRO 3: the compute weights, laid out as params_
-  std::unique_ptr<ParamGather> gather_;  // ZeRO 3
+  std::vector<ParamLayout> layouts_;  // per chunk (the groups' members point into them)
+  std::vector<std::unique_ptr<ParamGroup>> groups_;
+  std::vector<std::vector<GroupPlace>> places_;  // per chunk, per layout tensor
   std::vector<std::unique_ptr<ChunkParams>> chunk_sources_;
   std::vector<float> whole_;  // gather_whole_params()
+  ReduceTimes no_reductions_;
   std::vector<std::unique_ptr<StageModule>> chunks_;
-  std::unique_ptr<GradReducer> reducer_;
-  std::unique_ptr<ShardedOptimizer> optimizer_;
   std::unique_ptr<SharedActivations> shared_acts_;  // several chunks per stage: their activation sets
   std::unique_ptr<pp::PipelineExecutor> executor_;
-  std::unique_ptr<pp::StageModel> stage_;
-  obs::TraceRecorder* trace_ = nullptr;
+  std::unique_ptr<StageAdapter> stage_;
 };
 
 }  // namespace loom

@@ -17,6 +17,7 @@
 #include "kernels/cpu/grad_norm.h"
 #include "kernels/cpu/isa.h"
 #include "model/stage_module.h"
+#include "model/param_groups.h"
 #include "model/sampling.h"
 #include "obs/peak_flops.h"
 #include "obs/straggler_monitor.h"
@@ -134,10 +135,13 @@ TrainResult train(const RunConfig& cfg, const ParallelContext& ctx, FILE* log, c
   const int micro = cfg.train.micro_batch_size > 0 ? cfg.train.micro_batch_size : rows.size();
   const int accumulation = rows.size() / micro;
   Replica replica(cfg, ctx, micro, accumulation);
+  std::vector<float> params_at_start;
   replica.init_parameters(uint64_t(cfg.train.seed));
+  if (options.keep_params) params_at_start = replica.gather_params();
   LrSchedule schedule{cfg.train.lr, cfg.train.min_lr, cfg.train.warmup_steps, cfg.train.steps};
 
   TrainResult result;
+  result.initial_params = std::move(params_at_start);
   std::optional<planner::RunPrediction> prediction;  // rank 0
   // Every rank measures at once, so ranks sharing cores see the peak they share.
   ctx.world().barrier();
@@ -160,8 +164,8 @@ TrainResult train(const RunConfig& cfg, const ParallelContext& ctx, FILE* log, c
     std::fprintf(log,
                  "data parallel: %d replicas x micro-batch %d x %d accumulation steps; ZeRO-%d; gradients in %zu "
                  "buckets of %.2f MiB\n",
-                 dp, micro, accumulation, replica.zero_stage(), replica.plan().buckets().size(),
-                 double(replica.plan().buckets()[0].range.size()) * 4 / (1 << 20));
+                 dp, micro, accumulation, replica.zero_stage(), size_t(replica.buckets()),
+                 double(replica.largest_bucket()) * 4 / (1 << 20));
     const int cp = ctx.grid().cp();
     std::fprintf(log, "attention: %s%s\n",
                  cfg.model.tiled_attention(T, cp) ? "tiled (row log-sum-exps kept, tiles recomputed in backward)"
@@ -189,7 +193,17 @@ TrainResult train(const RunConfig& cfg, const ParallelContext& ctx, FILE* log, c
                    cfg.model.vocab_size, (long long)shard.padded_vocab(cfg.model),
                    cfg.parallel.sequence_parallel ? "on" : "off");
     }
-    const double mib = 1 << 20, grads_mib = double(replica.plan().padded_total()) * 4 / mib;
+    const double mib = 1 << 20, grads_mib = double(replica.grad_floats()) * 4 / mib;
+    if (!cfg.train.freeze.empty()) {
+      // What a frozen tensor does not keep: its gradient and AdamW moments
+      // (each divided over the data ranks where ZeRO shards them).
+      const FrozenShare share = frozen_share(cfg.model, cfg.train.freeze);
+      const double f = double(replica.frozen_floats()), d = double(ctx.dp().size());
+      const double saved = f * 4 / (replica.zero_stage() >= 2 ? d : 1) + f * 8 / (replica.zero_stage() >= 1 ? d : 1);
+      std::fprintf(log, "frozen (train.freeze): %d tensors, %.2fM of %.2fM parameters; this rank holds %.1f MiB of "
+                   "them with no gradient or AdamW state: %.1f MiB saved\n",
+                   share.tensors, double(share.frozen) / 1e6, double(share.total) / 1e6, f * 4 / mib, saved / mib);
+    }
     const char* masters = replica.zero_stage() == 3 ? " (fp32 master shard; blocks gathered as used)"
                           : replica.sharded_masters() ? " (fp32 master shard and the fp32 tensors the model reads)"
                                                       : "";
@@ -449,7 +463,7 @@ TrainResult train(const RunConfig& cfg, const ParallelContext& ctx, FILE* log, c
   }
   result.param_bytes = replica.param_bytes();
   result.activation_bytes = replica.activation_bytes();
-  result.buckets = int(replica.plan().buckets().size());
+  result.buckets = replica.buckets();
   result.optimizer_state_bytes = replica.optimizer_state_bytes();
   result.grad_bytes = replica.grad_bytes_resident();
   if (pp > 1 && timed_steps > 0) {
@@ -534,6 +548,7 @@ TrainResult train(const RunConfig& cfg, const ParallelContext& ctx, FILE* log, c
   if (log && replica.scaler().mode() != LossScaleMode::off)
     std::fprintf(log, "loss scaling: %d steps skipped for inf/NaN gradients; final scale %g\n", result.overflow_steps,
                  double(replica.scaler().scale()));
+  if (options.keep_params) result.final_params = replica.gather_params();
   return result;
 }
 

@@ -50,12 +50,17 @@ struct TrainResult {
   size_t optimizer_state_bytes = 0;  // this rank's AdamW moments
   size_t grad_bytes = 0;             // gradient memory this rank holds after the last step
   std::vector<float> first_step_grads;  // see TrainOptions
+  // keep_params: this stage's fp32 parameters at the start and at the end
+  // (the layout of first_step_grads).
+  std::vector<float> initial_params, final_params;
 };
 
 struct TrainOptions {
   // Keep the mean gradient of the first step (before clipping, the whole
   // flat buffer in layout order, gathered from the shards under ZeRO).
   bool keep_first_step_grads = false;
+  // Keep the parameters before the first step and after the last (tests).
+  bool keep_params = false;
   // Where rank 0 writes the run directory (config, layout, metrics.jsonl,
   // trace.json, summary.json for `loom report`); empty: nowhere.
   std::string run_dir;

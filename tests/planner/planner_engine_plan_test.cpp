@@ -231,6 +231,45 @@ TEST(PlannerEnginePlan, ParameterMemoryIsTheReplicas) {
     }
 }
 
+// train.freeze: the frozen tensors' gradient and AdamW bytes are gone from
+// the prediction as from a real single-process Replica after a step
+// (parameters, gradient buffer, moments), and the saved bytes are what
+// the frozen tensors would have cost.
+TEST(PlannerEnginePlan, FrozenMemoryIsTheReplicas) {
+  auto ctx = ParallelContext::create_single();
+  for (const char* compute : {"fp32", "bf16"})
+    for (int zero : {0, 1, 3}) {
+      SCOPED_TRACE(std::string(compute) + " ZeRO-" + std::to_string(zero));
+      RunConfig cfg = tiny();
+      cfg.model.n_layer = 6, cfg.model.d_model = 128, cfg.model.vocab_size = 1024;
+      cfg.precision.compute = compute, cfg.parallel.zero = zero;
+      const RunPrediction whole = predict_loom_run(cfg, 1, roomy_cluster(1));
+      cfg.train.freeze = {"wte.weight", "h.[0-2].*"};
+      const int m = cfg.train.batch_size / cfg.train.micro_batch_size, T = cfg.model.seq_len;
+      Replica replica(cfg, *ctx, cfg.train.micro_batch_size, m);
+      replica.init_parameters(1);
+      std::vector<int32_t> tokens(size_t(cfg.train.batch_size) * T);
+      for (size_t i = 0; i < tokens.size(); i++) tokens[i] = int32_t(i * 7 % 1024);
+      replica.forward_backward(tokens, tokens, T);
+      replica.reduce();
+      replica.update(1e-3f, 1.f);
+      const RunPrediction p = predict_loom_run(cfg, 1, roomy_cluster(1));
+      const double params = double(replica.param_bytes() + replica.compute_weight_bytes());
+      EXPECT_NEAR(p.params_bytes, params, 0.002 * params) << p.params_bytes << " vs " << params;
+      EXPECT_EQ(p.optimizer_bytes, double(replica.optimizer_state_bytes()));
+      if (zero == 0) {
+        EXPECT_EQ(p.grads_bytes, 4.0 * double(replica.grad_floats()));
+      }
+      // What the frozen tensors no longer keep: gradients and moments (and
+      // under sharded masters their fp32 master shard).
+      const double frozen = double(replica.frozen_floats());
+      ASSERT_GT(frozen, 0);
+      EXPECT_EQ(whole.optimizer_bytes - p.optimizer_bytes, 8 * frozen);
+      EXPECT_EQ(whole.grads_bytes - p.grads_bytes, (zero == 0 ? 4 : 8) * frozen);
+      EXPECT_LT(p.peak_memory_bytes, whole.peak_memory_bytes);
+    }
+}
+
 // An asynchronous save keeps a copy of the rank's checkpoint pieces: the
 // prediction counts what a real Replica hands the save, and nothing when
 // saves are synchronous or off.

@@ -59,6 +59,31 @@ TEST(Config, RunNameWithControlCharactersIsRefused) {
   EXPECT_EQ(error_of("", {"train.run_name=\"ok-name_1 (x)\""}), "");
 }
 
+// train.freeze: shell patterns of global tensor names. A pattern that
+// matches nothing (a typo would otherwise train everything), freezing every
+// tensor, an empty pattern or a value that is not a list of strings are
+// refused naming the field; a good list round-trips through to_toml().
+TEST(Config, FreezePatternsAreChecked) {
+  auto e = error_of("", {"train.freeze=[\"wte.weight\", \"h.99.*\"]"});
+  EXPECT_NE(e.find("train.freeze"), std::string::npos) << e;
+  EXPECT_NE(e.find("h.99.*"), std::string::npos) << e;
+  e = error_of("", {"train.freeze=[\"*\"]"});
+  EXPECT_NE(e.find("train.freeze"), std::string::npos) << e;
+  EXPECT_NE(e.find("every tensor"), std::string::npos) << e;
+  EXPECT_NE(error_of("", {"train.freeze=[\"\"]"}).find("train.freeze"), std::string::npos);
+  EXPECT_NE(error_of("", {"train.freeze=\"wte.weight\""}).find("an array of strings"), std::string::npos);
+  EXPECT_NE(error_of("", {"train.freeze=[1, 2]"}).find("an array of strings"), std::string::npos);
+  const auto c = loom::load_run_config("", {"train.freeze=[\"wte.weight\", \"h.[0-5].*\"]"});
+  ASSERT_EQ(c.train.freeze.size(), 2u);
+  EXPECT_EQ(c.train.freeze[1], "h.[0-5].*");
+  const std::string path = write_temp("freeze_roundtrip.toml", c.to_toml());
+  EXPECT_EQ(loom::load_run_config(path, {}).to_toml(), c.to_toml());
+  // LLaMA's names.
+  EXPECT_EQ(error_of(LOOM_SOURCE_DIR "/configs/llama-tiny.toml",
+                     {"train.freeze=[\"model.embed_tokens.weight\", \"model.layers.0.*\"]"}),
+            "");
+}
+
 // ZB-V is two chunks per stage: the schedule alone implies them.
 TEST(Config, ZbvImpliesTwoChunksPerStage) {
   EXPECT_EQ(loom::load_run_config("", {"parallel.schedule=\"zb-v\""}).parallel.virtual_stages, 2);

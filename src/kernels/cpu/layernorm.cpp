@@ -98,6 +98,7 @@ void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* 
     }
   }
 
+  if (!dweight && !dbias) return;  // a frozen norm: its input gradient only
   constexpr int kBlock = 32;  // channels per task
   const int nblocks = (C + kBlock - 1) / kBlock;
 #pragma omp parallel for schedule(static)
@@ -115,8 +116,8 @@ void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* 
       }
     }
     for (int j = 0; j < w; j++) {
-      dweight[c0 + j] += float(gw[j]);
-      dbias[c0 + j] += float(gb[j]);
+      if (dweight) dweight[c0 + j] += float(gw[j]);
+      if (dbias) dbias[c0 + j] += float(gb[j]);
     }
   }
 }

@@ -20,6 +20,7 @@ void layernorm_forward(f16* out, float* mean, float* rstd, const float* inp, con
 
 // Accumulates: dinp[B,T,C] += ..., dweight[C] += ..., dbias[C] += ...
 // (dinp accumulates because a layernorm's input is the residual stream.)
+// dweight / dbias nullptr: not computed (a frozen norm).
 void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                         const float* weight, const float* mean, const float* rstd, int B, int T, int C);
 

@@ -74,6 +74,7 @@ void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const floa
     for (int c = 0; c < C; c++) di[c] += (weight[c] * d[c] - x[c] * r * mean_dn_n) * r;
   }
 
+  if (!dweight) return;  // a frozen norm: its input gradient only
   constexpr int kBlock = 32;  // channels per task
   const int nblocks = (C + kBlock - 1) / kBlock;
 #pragma omp parallel for schedule(static)

@@ -16,7 +16,8 @@ void rmsnorm_forward(f16* out, float* rstd, const float* inp, const float* weigh
 
 // Accumulates: dinp[N,C] += ..., dweight[C] += ... (dinp accumulates
 // because an rmsnorm's input is the residual stream). dweight sums the rows
-// in order: the same bits for any thread count.
+// in order: the same bits for any thread count; nullptr: not computed (a
+// frozen norm).
 void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp, const float* weight,
                       const float* rstd, int N, int C);
 

@@ -18,7 +18,7 @@ void column_parallel_backward(cpu::LowpMatmulEngine& eng, const TensorParallel& 
   cpu::matmul_backward(eng, work, nullptr, nullptr, dout, x, weight, N, C, OCl);
   auto reduction = tp.reduce_rows_async(work, dx, N, C);
   tp.wait(x_ready);
-  if (dweight) cpu::matmul_backward(eng, nullptr, dweight, dbias, dout, x, weight, N, C, OCl);
+  if (dweight || dbias) cpu::matmul_backward(eng, nullptr, dweight, dbias, dout, x, weight, N, C, OCl);
   tp.wait(reduction.get());
 }
 

@@ -25,11 +25,13 @@ void embedding_forward(const TensorParallel& tp, float* out, float* work, const 
 void embedding_backward(const TensorParallel& tp, float* dwte_rows, float* dwpe, const float* dout, float* work,
                         const int32_t* tokens, const VocabSlice& vocab, int N, int T, int C,
                         const int32_t* positions) {
-  if (tp.size() == 1 && dwpe && !positions) {
+  // A frozen table (nullptr) takes no gradient; the other may still.
+  if (tp.size() == 1 && dwte_rows && dwpe && !positions) {
     cpu::encoder_backward(dwte_rows, dwpe, dout, tokens, N / T, T, C);
     return;
   }
   if (dwpe) cpu::position_embedding_backward(dwpe, dout, tp.first_row(N), int(tp.local_rows(N)), T, C, positions);
+  if (!dwte_rows) return;
   const float* all_rows = tp.gather_rows(dout, work, N, C);
   cpu::token_embedding_backward(dwte_rows, all_rows, tokens, vocab.begin, vocab.rows, N, C);
 }

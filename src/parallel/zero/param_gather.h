@@ -47,6 +47,8 @@ class ParamGather {
   // Bytes of gathered parameters in memory now, and the most at once so far.
   size_t resident_bytes() const { return windows_.resident_bytes() + (copy_ ? copy_->resident_bytes() : 0); }
   size_t peak_bytes() const { return peak_bytes_; }
+  // Bytes of segments present or in flight now (what peak_bytes() maximises).
+  size_t gathered_bytes() const { return gathered_; }
   int64_t segments() const { return int64_t(segs_.size()); }
 
  private:

@@ -80,11 +80,14 @@ void ShardedOptimizer::gather_masters(float* full) {
   for (auto& g : gathers) g->wait();
 }
 
-double ShardedOptimizer::grad_norm(const float* reduced) {
+double ShardedOptimizer::grad_sum_of_squares(const float* reduced) {
   double sum = adamw_.grad_sum_of_squares(reduced);
   if (sharded_ && dp_.size() > 1) sum = sum_over_ranks(dp_, sum);
-  if (model_parallel_) sum = sum_over_ranks(*model_parallel_, sum);
-  return std::sqrt(sum);
+  return sum;
+}
+
+double ShardedOptimizer::over_model_ranks(double sum_of_squares) {
+  return model_parallel_ ? sum_over_ranks(*model_parallel_, sum_of_squares) : sum_of_squares;
 }
 
 void ShardedOptimizer::step(float* params, const float* reduced, float lr, float grad_scale, const WeightCopy& copy) {

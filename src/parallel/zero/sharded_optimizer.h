@@ -23,6 +23,7 @@
 // counts once: FlatTensor::copies).
 #pragma once
 
+#include <cmath>
 #include <memory>
 
 #include "comm/communicator.h"
@@ -45,8 +46,15 @@ class ShardedOptimizer {
                    const AdamWConfig& cfg, Communicator* model_parallel = nullptr, bool sharded_masters = false,
                    bool publish = false);
 
-  // L2 norm of the whole gradient; `reduced` as GradReducer::reduced() gives it.
-  double grad_norm(const float* reduced);
+  // The sum of squares of this group's whole gradient over the data ranks
+  // (not yet over the model-parallel ranks); `reduced` as
+  // GradReducer::reduced() gives it.
+  double grad_sum_of_squares(const float* reduced);
+  // Over the model-parallel ranks too: the sum of squares of every group's
+  // whole gradient, each group's from grad_sum_of_squares.
+  double over_model_ranks(double sum_of_squares);
+  // L2 norm of the whole gradient (one group).
+  double grad_norm(const float* reduced) { return std::sqrt(over_model_ranks(grad_sum_of_squares(reduced))); }
   // AdamW on the owned elements, then (ZeRO) the all-gather of parameters.
   // params: the whole flat buffer, plan.padded_total() floats. `copy` (mixed
   // precision: the 16-bit compute weights, laid out as params) is written

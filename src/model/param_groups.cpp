@@ -1,0 +1,86 @@
+#include "model/param_groups.h"
+
+#include <fnmatch.h>
+
+#include "core/check.h"
+
+namespace loom {
+
+bool tensor_name_matches(const std::string& pattern, const std::string& name) {
+  return fnmatch(pattern.c_str(), name.c_str(), 0) == 0;
+}
+
+namespace {
+
+bool frozen_by(const std::vector<std::string>& freeze, const std::string& name) {
+  for (const std::string& p : freeze)
+    if (tensor_name_matches(p, name)) return true;
+  return false;
+}
+
+int64_t global_numel(const ParamSpec& p) {
+  int64_t n = 1;
+  for (int64_t d : p.shape) n *= d;
+  return n;
+}
+
+}  // namespace
+
+std::vector<ParamGroupSpec> param_groups(const ModelConfig& model, const std::vector<std::string>& freeze) {
+  std::vector<ParamGroupSpec> groups;
+  groups.push_back({"trained", false, GroupKind::data,
+                    [freeze](const std::string& name) { return !frozen_by(freeze, name); }});
+  if (!freeze.empty())
+    groups.push_back({"frozen", true, GroupKind::data,
+                      [freeze](const std::string& name) { return frozen_by(freeze, name); }});
+  // Only the groups some tensor of the whole model falls in.
+  const ParamLayout whole = ParamLayout::for_model(model);
+  std::vector<bool> used(groups.size(), false);
+  for (int g : group_of_tensors(groups, whole)) used[size_t(g)] = true;
+  std::vector<ParamGroupSpec> kept;
+  for (size_t g = 0; g < groups.size(); g++)
+    if (used[g]) kept.push_back(std::move(groups[g]));
+  return kept;
+}
+
+std::vector<int> group_of_tensors(const std::vector<ParamGroupSpec>& groups, const ParamLayout& layout) {
+  std::vector<int> of;
+  for (const ParamSpec& p : layout.params) {
+    int found = -1;
+    for (size_t g = 0; g < groups.size(); g++) {
+      if (!groups[g].holds(p.name)) continue;
+      LOOM_CHECK(found < 0, "tensor %s is in two parameter groups, '%s' and '%s'", p.name.c_str(),
+                 groups[size_t(found)].name.c_str(), groups[g].name.c_str());
+      found = int(g);
+    }
+    LOOM_CHECK(found >= 0, "tensor %s is in no parameter group", p.name.c_str());
+    of.push_back(found);
+  }
+  return of;
+}
+
+std::string freeze_problem(const ModelConfig& model, const std::vector<std::string>& freeze) {
+  const ParamLayout whole = ParamLayout::for_model(model);
+  for (const std::string& pattern : freeze) {
+    if (pattern.empty()) return "an empty pattern";
+    bool any = false;
+    for (const ParamSpec& p : whole.params) any = any || tensor_name_matches(pattern, p.name);
+    if (!any)
+      return "pattern \"" + pattern + "\" matches no tensor of the model (global tensor names, e.g. \"" +
+             whole.params.back().name + "\" or \"" + whole.params[whole.params.size() / 2].name + "\")";
+  }
+  const FrozenShare share = frozen_share(model, freeze);
+  if (share.tensors == int(whole.params.size())) return "it freezes every tensor: nothing would be trained";
+  return "";
+}
+
+FrozenShare frozen_share(const ModelConfig& model, const std::vector<std::string>& freeze) {
+  FrozenShare s;
+  for (const ParamSpec& p : ParamLayout::for_model(model).params) {
+    s.total += global_numel(p);
+    if (frozen_by(freeze, p.name)) s.frozen += global_numel(p), s.tensors++;
+  }
+  return s;
+}
+
+}  // namespace loom
