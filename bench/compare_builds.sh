@@ -8,8 +8,10 @@
 # new, ...) of one training step child on gpt2-124M with 2 threads (`loom
 # bench step-child`, the engine's own step), each printing its tokens/s; then
 # `loom bench scaling --ranks 2 --zero 0,1,2` alternately, its efficiency and
-# overlap. Prints the median tokens/s of each build and the median of the
-# pairwise ratios new / base.
+# overlap; and `loom train` (the whole trainer: parameter groups, reducer,
+# AdamW) on GPT-2 124M shapes over the bundled text, 8 steps, alternately.
+# Prints the median tokens/s of each build and the median of the pairwise
+# ratios new / base.
 set -euo pipefail
 base=${1:?usage: compare_builds.sh BASE_LOOM NEW_LOOM [PAIRS]}
 new=${2:?usage: compare_builds.sh BASE_LOOM NEW_LOOM [PAIRS]}
@@ -37,9 +39,28 @@ for precision in fp32 bf16; do
     "${ratios[*]}" "$(printf '%s\n' "${ratios[@]}" | median)"
 done
 
+train_tok_s() {  # loom precision -> tokens/s of `loom train` (its "done:" line)
+  "$1" train --config "$(dirname "$0")/../configs/gpt2-124m.toml" --set data.format='"bytes"' \
+    --set data.path="\"$(dirname "$0")/../data/sample/kjv.txt\"" --set train.steps=8 --set train.eval_every=0 \
+    --set train.sample_tokens=0 --set train.run_dir='""' --set train.batch_size=4 --set model.seq_len=256 \
+    --set runtime.threads=2 --set precision.compute="\"$2\"" 2>&1 | sed -n 's/^done: [0-9]* steps, \([0-9.]*\) tok\/s.*/\1/p'
+}
+for precision in fp32 bf16; do
+  b_all=() n_all=() ratios=()
+  for ((i = 0; i < pairs; i++)); do
+    b=$(train_tok_s "$base" "$precision")
+    n=$(train_tok_s "$new" "$precision")
+    b_all+=("$b") n_all+=("$n")
+    ratios+=("$(awk -v n="$n" -v b="$b" 'BEGIN {printf "%.4f", n / b}')")
+  done
+  printf 'loom train, GPT-2 124M shapes %s, 2 threads: base %s tok/s, new %s tok/s; new/base per pair: %s; median %s\n' \
+    "$precision" "$(printf '%s\n' "${b_all[@]}" | median)" "$(printf '%s\n' "${n_all[@]}" | median)" \
+    "${ratios[*]}" "$(printf '%s\n' "${ratios[@]}" | median)"
+done
+
 for build in base new base new; do
   exe=$base
   [[ $build == new ]] && exe=$new
   echo "== loom bench scaling --ranks 2 --zero 0,1,2 ($build)"
-  "$exe" bench scaling --ranks 2 --zero 0,1,2 2>&1 | grep -E '^ *(ZeRO|zero|[0-9])' || true
+  "$exe" bench scaling --ranks 2 --zero 0,1,2 2>&1 | grep -E '^ *(layout|-|dp) ' || true
 done

@@ -9,6 +9,7 @@
 #include "core/atomic_file.h"
 #include "core/check.h"
 #include "core/dtype.h"
+#include "model/hf_names.h"
 
 namespace loom {
 namespace {
@@ -90,52 +91,17 @@ class HfTensors {
   std::vector<HfTensor> out_;
 };
 
-void add_gpt2(HfTensors& t, const ModelConfig& cfg) {
-  const int64_t C = cfg.d_model, V = cfg.vocab_size, T = cfg.seq_len;
-  t.add("wte.weight", {V, C}, "transformer.wte.weight");
-  t.add("wpe.weight", {T, C}, "transformer.wpe.weight");
-  for (int l = 0; l < cfg.n_layer; l++) {
-    const std::string p = "h." + std::to_string(l) + ".", hf = "transformer." + p;
-    t.add(p + "ln_1.weight", {C}, hf + "ln_1.weight");
-    t.add(p + "ln_1.bias", {C}, hf + "ln_1.bias");
-    t.add(p + "attn.c_attn.weight", {3 * C, C}, hf + "attn.c_attn.weight", true);
-    t.add(p + "attn.c_attn.bias", {3 * C}, hf + "attn.c_attn.bias");
-    t.add(p + "attn.c_proj.weight", {C, C}, hf + "attn.c_proj.weight", true);
-    t.add(p + "attn.c_proj.bias", {C}, hf + "attn.c_proj.bias");
-    t.add(p + "ln_2.weight", {C}, hf + "ln_2.weight");
-    t.add(p + "ln_2.bias", {C}, hf + "ln_2.bias");
-    t.add(p + "mlp.c_fc.weight", {4 * C, C}, hf + "mlp.c_fc.weight", true);
-    t.add(p + "mlp.c_fc.bias", {4 * C}, hf + "mlp.c_fc.bias");
-    t.add(p + "mlp.c_proj.weight", {C, 4 * C}, hf + "mlp.c_proj.weight", true);
-    t.add(p + "mlp.c_proj.bias", {C}, hf + "mlp.c_proj.bias");
+// Every tensor of the family's name table (model/hf_names.h).
+void add_all(HfTensors& t, const ModelConfig& cfg) {
+  for (const HfTensorMap& m : hf_tensor_map(cfg)) {
+    if (m.parts.size() > 1) {
+      std::vector<std::pair<std::string, int64_t>> parts;
+      for (const HfPart& p : m.parts) parts.push_back({p.name, p.rows});
+      t.add_rows(m.loom, m.shape, parts);
+    } else {
+      t.add(m.loom, m.shape, m.parts[0].name, m.transpose);
+    }
   }
-  t.add("ln_f.weight", {C}, "transformer.ln_f.weight");
-  t.add("ln_f.bias", {C}, "transformer.ln_f.bias");
-}
-
-// loom's LLaMA names are HF's but for the two fused projections. loom
-// applies rotary embeddings with HF's rotate-half convention (feature i
-// paired with i + head_dim/2), so the q and k rows are already in HF's order:
-// no per-head permutation (Meta's interleaved checkpoints need one; these
-// do not).
-void add_llama(HfTensors& t, const ModelConfig& cfg) {
-  const int64_t C = cfg.d_model, V = cfg.vocab_size, F = cfg.ffn(), hd = cfg.head_dim();
-  const int64_t q_rows = int64_t(cfg.n_head) * hd, kv_rows = int64_t(cfg.kv_heads()) * hd;
-  t.add("model.embed_tokens.weight", {V, C}, "model.embed_tokens.weight");
-  for (int l = 0; l < cfg.n_layer; l++) {
-    const std::string p = "model.layers." + std::to_string(l) + ".";
-    t.add(p + "input_layernorm.weight", {C}, p + "input_layernorm.weight");
-    t.add_rows(p + "self_attn.qkv_proj.weight", {cfg.qkv_rows(), C},
-               {{p + "self_attn.q_proj.weight", q_rows},
-                {p + "self_attn.k_proj.weight", kv_rows},
-                {p + "self_attn.v_proj.weight", kv_rows}});
-    t.add(p + "self_attn.o_proj.weight", {C, q_rows}, p + "self_attn.o_proj.weight");
-    t.add(p + "post_attention_layernorm.weight", {C}, p + "post_attention_layernorm.weight");
-    t.add_rows(p + "mlp.gate_up_proj.weight", {2 * F, C}, {{p + "mlp.gate_proj.weight", F}, {p + "mlp.up_proj.weight", F}});
-    t.add(p + "mlp.down_proj.weight", {C, F}, p + "mlp.down_proj.weight");
-  }
-  t.add("model.norm.weight", {C}, "model.norm.weight");
-  if (!cfg.tied()) t.add("lm_head.weight", {V, C}, "lm_head.weight");
 }
 
 nlohmann::ordered_json token_id(std::optional<int> id) { return id ? nlohmann::ordered_json(*id) : nullptr; }
@@ -222,8 +188,7 @@ HfExportResult export_hf(const Checkpoint& ckpt, const std::string& out_dir, con
                     *id, cfg.vocab_size);
 
   HfTensors tensors(ckpt);
-  if (cfg.is_llama()) add_llama(tensors, cfg);
-  else add_gpt2(tensors, cfg);
+  add_all(tensors, cfg);
   const std::vector<StEntry> entries = tensors.entries(opt.dtype);
 
   std::error_code ec;

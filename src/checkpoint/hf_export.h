@@ -1,14 +1,8 @@
 // Export to Hugging Face's formats: one model.safetensors with HF's tensor
 // names and a config.json, assembled from the global tensors of a checkpoint
-// of any layout.
-//
-// GPT-2 (GPT2LMHeadModel): loom stores linear weights as [out, in]; HF's
-// GPT-2 uses Conv1D, whose weight is [in, out], so those four per block are
-// transposed. The LM head is tied to wte (HF ties it on load; not stored).
-//
-// LLaMA (LlamaForCausalLM): HF's nn.Linear is [out, in] as loom's; loom's
-// fused qkv_proj and gate_up_proj are cut by rows into q/k/v_proj and
-// gate/up_proj. lm_head.weight is stored unless the model ties it.
+// of any layout. The family's name table (model/hf_names.h: GPT-2's Conv1D
+// weights transposed, LLaMA's fused projections cut by rows) is the one
+// import reads too.
 #pragma once
 
 #include <cstdint>

@@ -39,7 +39,7 @@ std::vector<CheckpointPiece> layout_pieces(const ParamLayout& layout, const floa
   return out;
 }
 
-void fill_from_checkpoint(const ShardedTensors& tensors, const ParamLayout& layout, float* data,
+void fill_from_checkpoint(const GlobalTensors& tensors, const ParamLayout& layout, float* data,
                           const std::string& name_prefix, int64_t begin, int64_t end) {
   for_each_piece_in(layout, begin, end, [&](const ParamSpec& p, const TensorPiece& piece, int64_t lo, int64_t hi,
                                             int64_t at) {

@@ -129,14 +129,14 @@ void ShardedTensors::read_region(const std::string& name, const std::vector<int6
                             where(t).c_str()));
 }
 
-std::vector<float> ShardedTensors::read_region(const std::string& name, const std::vector<int64_t>& offset,
-                                               const std::vector<int64_t>& shape) const {
+std::vector<float> GlobalTensors::read_region(const std::string& name, const std::vector<int64_t>& offset,
+                                              const std::vector<int64_t>& shape) const {
   std::vector<float> out(size_t(shape_numel(shape)));
   read_region(name, offset, shape, out.data());
   return out;
 }
 
-std::vector<float> ShardedTensors::read_global(const std::string& name) const {
+std::vector<float> GlobalTensors::read_global(const std::string& name) const {
   const std::vector<int64_t>& g = global_shape(name);
   return read_region(name, std::vector<int64_t>(g.size(), 0), g);
 }

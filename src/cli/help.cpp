@@ -72,6 +72,8 @@ commands:
                           "full": each block from its input; bitwise the same results)
                           straggler_factor (1.2; 0 = off) straggler_window (10 steps): name a
                           rank whose compute per step stays above factor x the median rank's
+                          init_from ("hf:DIR": start from a Hugging Face checkpoint folder,
+                          read into any layout; the model is the checkpoint's)
                           freeze (["wte.weight", "h.[0-5].*"]: shell patterns of global tensor
                           names kept fixed, with no gradients or AdamW state; the run log
                           and the plan show the bytes saved)
@@ -280,8 +282,10 @@ commands:
           Model: --model gpt2-124m|gpt2-350m|gpt2-774m|gpt2-1.5b|gpt3-6.7b|gpt3-13b|gpt3-30b|
                  gpt3-70b|gpt3-175b (family gpt2), llama2-7b|llama2-13b|llama2-70b|llama3-8b|
                  llama3-70b|llama3-405b (family llama: grouped-query attention, SwiGLU, untied head),
-                 or --config FILE; --layers --d-model --heads --kv-heads --ffn --vocab --seq
-                 override sizes; --batch N global batch in sequences.
+                 a Hugging Face checkpoint folder (--model DIR: its config.json; context its
+                 position limit, batch 512 sequences), or --config FILE; --layers --d-model
+                 --heads --kv-heads --ffn --vocab --seq override sizes; --batch N global batch
+                 in sequences.
           Cluster: --cluster NAME (configs/clusters/NAME.toml, or local = .cache/cluster-local.toml
                  from loom bench calibrate) or FILE.toml; --devices N; --inter-node-gbit G.
           Fix dimensions (comma lists): --dp --tp --pp --cp --v --micro-batch --zero 0-3 --sp 0|1

@@ -6,6 +6,9 @@
 #include <cstdio>
 #include <sstream>
 
+#include <filesystem>
+
+#include "checkpoint/hf_checkpoint.h"
 #include "cli/commands.h"
 #include "config/run_config.h"
 #include "core/atomic_file.h"
@@ -132,6 +135,12 @@ Workload workload(const PlanOptions& o) {
     RunConfig cfg = load_run_config(resolve_path(o.config), o.sets);
     w.model = cfg.model;
     w.global_batch = cfg.train.batch_size;
+  } else if (!o.model.empty() && std::filesystem::is_directory(o.model)) {
+    // A Hugging Face checkpoint folder: its config.json, planned like a
+    // preset; its position limit is the context (--seq to plan another) and
+    // 512 sequences the batch (--batch).
+    w.model = read_hf_config(o.model).model;
+    w.global_batch = 512;
   } else {
     const ModelPreset& p = model_preset(o.model.empty() ? "gpt3-6.7b" : o.model);
     w.model = p.model;

@@ -10,6 +10,7 @@
 #include <toml++/toml.h>
 
 #include "core/check.h"
+#include "checkpoint/hf_checkpoint.h"
 #include "model/param_groups.h"
 #include "model/split_rules.h"
 #include "core/regular_file.h"
@@ -89,6 +90,42 @@ class FieldReader {
   std::set<std::string> used_;
 };
 
+// train.init_from = "hf:DIR": the model is the checkpoint's (its
+// config.json). A [model] field the config sets must agree with it;
+// model.seq_len is the run's choice (at most GPT-2's position table; by
+// default the checkpoint's limit, at most 1024) and model.attention a kernel
+// choice.
+void model_from_hf(const FieldReader& r, RunConfig& c) {
+  const std::string dir = c.train.init_from.substr(3);
+  const HfModelConfig hf = read_hf_config(dir);
+  ModelConfig m = hf.model;
+  const int limit = m.seq_len;
+  m.seq_len = r.has("model.seq_len") ? c.model.seq_len : std::min(limit, 1024);
+  LOOM_USER_CHECK(m.is_llama() || m.seq_len <= limit,
+                  "config field 'model.seq_len' is %d, longer than the position table of %s/config.json (%d)",
+                  m.seq_len, dir.c_str(), limit);
+  m.attention = c.model.attention;
+  auto agree = [&](const char* key, double given, double want) {
+    LOOM_USER_CHECK(!r.has(key) || given == want,
+                    "config field '%s' is %g but %s/config.json says %g (train.init_from takes the model from the "
+                    "checkpoint: leave the field out)",
+                    key, given, dir.c_str(), want);
+  };
+  LOOM_USER_CHECK(!r.has("model.family") || c.model.family == m.family,
+                  "config field 'model.family' disagrees with %s/config.json (%s): leave it out", dir.c_str(),
+                  hf.architecture.c_str());
+  agree("model.vocab_size", c.model.vocab_size, m.vocab_size);
+  agree("model.n_layer", c.model.n_layer, m.n_layer);
+  agree("model.n_head", c.model.n_head, m.n_head);
+  agree("model.d_model", c.model.d_model, m.d_model);
+  agree("model.n_kv_head", c.model.kv_heads(), m.kv_heads());
+  agree("model.ffn_hidden", c.model.ffn(), m.ffn());
+  agree("model.rope_theta", c.model.rope_theta, m.rope_theta);
+  agree("model.norm_eps", c.model.norm_eps, m.norm_eps);
+  agree("model.tie_embeddings", c.model.tied(), m.tied());
+  c.model = m;
+}
+
 void read_fields(FieldReader& r, RunConfig& c) {
   std::string family = model_family_name(c.model.family);
   r.get("model.family", &family);
@@ -133,6 +170,8 @@ void read_fields(FieldReader& r, RunConfig& c) {
   r.get("train.sample_tokens", &c.train.sample_tokens);
   r.get("train.sample_prompt", &c.train.sample_prompt);
   r.get("train.freeze", &c.train.freeze);
+  r.get("train.init_from", &c.train.init_from);
+  if (c.train.init_from.rfind("hf:", 0) == 0) model_from_hf(r, c);
   r.get("train.seed", &c.train.seed);
   r.get("train.run_dir", &c.train.run_dir);
   r.get("train.run_name", &c.train.run_name);
@@ -248,6 +287,8 @@ void RunConfig::validate() const {
                        [](char ch) { return (unsigned char)ch < 0x20 || ch == 0x7f; }),
           "train.run_name", "a name without newlines, tabs or other control characters (it names a folder and "
           "appears in logs and reports)");
+  require(t.init_from.empty() || (t.init_from.rfind("hf:", 0) == 0 && t.init_from.size() > 3), "train.init_from",
+          "\"hf:DIR\" (a Hugging Face checkpoint folder: config.json and safetensors) or empty");
   if (!t.freeze.empty()) {
     const std::string problem = freeze_problem(model, t.freeze);
     LOOM_USER_CHECK(problem.empty(), "config field 'train.freeze': %s", problem.c_str());
@@ -374,6 +415,7 @@ std::string RunConfig::to_toml() const {
          for (const std::string& f : train.freeze) list += (list.empty() ? "\"" : ", \"") + toml_escaped(f) + "\"";
          return list;
        }() << "]"
+    << "\ninit_from = \"" << toml_escaped(train.init_from) << "\""
     << "\ncheckpoint_every = " << train.checkpoint_every << "\ncheckpoint_dir = \""
     << toml_escaped(train.checkpoint_dir) << "\"\nkeep_checkpoints = " << train.keep_checkpoints
     << "\nasync_checkpoint = " << (train.async_checkpoint ? "true" : "false")

@@ -67,6 +67,11 @@ struct TrainConfig {
   // "h.[0-5].*"): those tensors are frozen (model/param_groups.h): no
   // gradients, no optimizer state, their values never change.
   std::vector<std::string> freeze;
+  // "hf:DIR": start from a Hugging Face checkpoint folder (config.json +
+  // safetensors): the model is the checkpoint's, its weights are read into
+  // the run's layout, the optimizer and the data order start fresh. ""
+  // none. A resumed run takes its weights from its own checkpoint.
+  std::string init_from;
   Recompute recompute_mode() const { return parse_recompute(recompute); }
 };
 

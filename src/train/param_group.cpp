@@ -214,8 +214,7 @@ std::vector<CheckpointPiece> ParamGroup::checkpoint_pieces(bool writes_params, b
   return pieces;
 }
 
-void ParamGroup::load(const Checkpoint& checkpoint) {
-  const ShardedTensors& tensors = checkpoint.tensors();
+void ParamGroup::fill_params(const GlobalTensors& tensors) {
   if (!sharded_storage())
     for_held_parts(false, [&](size_t, const ParamLayout& lay, int64_t b, int64_t e, int64_t at) {
       fill_from_checkpoint(tensors, lay, whole_values() + at, "", b, e);
@@ -224,6 +223,16 @@ void ParamGroup::load(const Checkpoint& checkpoint) {
     for_held_parts(true, [&](size_t, const ParamLayout& lay, int64_t b, int64_t e, int64_t at) {
       fill_from_checkpoint(tensors, lay, shard_values() + at, "", b, e);
     });
+}
+
+void ParamGroup::load_params(const GlobalTensors& tensors) {
+  fill_params(tensors);
+  publish();
+}
+
+void ParamGroup::load(const Checkpoint& checkpoint) {
+  const ShardedTensors& tensors = checkpoint.tensors();
+  fill_params(tensors);
   if (optimizer_) {
     AdamW& adam = optimizer_->adamw();
     for_held_parts(true, [&](size_t, const ParamLayout& lay, int64_t b, int64_t e, int64_t at) {

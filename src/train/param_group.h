@@ -66,6 +66,9 @@ class ParamGroup {
   void* weight_at(int j) const;
   float* grad_at(int j) const;
   ParamGather* gather() const { return gather_.get(); }
+  // The whole fp32 buffer laid out as flat() when the group keeps one (not
+  // sharded), else nullptr.
+  const float* whole_buffer() const { return sharded_storage() ? nullptr : params_.at<float>(0); }
 
   // Fills the parameters (each rank its part: its shard when sharded).
   void init(uint64_t seed);
@@ -93,6 +96,9 @@ class ParamGroup {
   // this rank writes the parameters it holds whole (data rank 0). ---
   std::vector<CheckpointPiece> checkpoint_pieces(bool writes_params, bool writes_state) const;
   void load(const Checkpoint& checkpoint);
+  // The parameters alone from any global tensors (a Hugging Face
+  // checkpoint: train.init_from); the optimizer state stays fresh.
+  void load_params(const GlobalTensors& tensors);
   // The whole fp32 values into per-member destinations (every rank of the
   // group calls it when sharded: it gathers).
   void copy_whole_params(const std::vector<float*>& into);
@@ -118,6 +124,7 @@ class ParamGroup {
   float* shard_values() const;  // sharded storage: the master (trained) or frozen shard
   float* whole_values() const;  // the whole fp32 buffer (not sharded) or the read copy
   void publish();               // the model's copies from the shards / fp32 values
+  void fill_params(const GlobalTensors& tensors);
   bool sharded_storage() const { return sharded_masters_ || (frozen() && zero_ == 3); }
 
   ParamGroupSpec spec_;

@@ -311,11 +311,17 @@ int64_t Replica::frozen_floats() const {
 // The data group's first rank (dp x cp: cp ranks hold the same replica).
 bool Replica::writes_checkpoint() const { return ctx_.dp().rank() == 0 || zero_ > 0; }
 
-const float* Replica::whole_model_params() const { return whole_.empty() ? nullptr : whole_.data(); }
+const float* Replica::whole_model_params() const {
+  if (zero_ == 3 || ctx_.grid().tp() != 1 || ctx_.grid().pp() != 1 || chunks_.size() != 1) return nullptr;
+  // One group of every tensor, kept whole: its buffer is the model's layout.
+  if (groups_.size() == 1 && groups_[0]->whole_buffer()) return groups_[0]->whole_buffer();
+  return whole_.empty() ? nullptr : whole_.data();
+}
 
 void Replica::gather_whole_params() {
   // ZeRO-3 exists for models no rank holds whole: it is not gathered for a sample.
   if (zero_ == 3 || ctx_.grid().tp() != 1 || ctx_.grid().pp() != 1 || chunks_.size() != 1) return;
+  if (groups_.size() == 1 && groups_[0]->whole_buffer()) return;  // read in place
   whole_.assign(size_t(layouts_[0].total), 0.f);
   for (auto& g : groups_) {
     std::vector<float*> into;
@@ -349,6 +355,10 @@ void Replica::load(const Checkpoint& checkpoint, int adam_steps) {
     g->load(checkpoint);
     g->set_adam_steps(adam_steps);
   }
+}
+
+void Replica::load_parameters(const GlobalTensors& tensors) {
+  for (auto& g : groups_) g->load_params(tensors);
 }
 
 double Replica::tp_comm_seconds() const {

@@ -146,6 +146,9 @@ class Replica {
   std::vector<CheckpointPiece> checkpoint_pieces();
   int adam_steps() const;
   void load(const Checkpoint& checkpoint, int adam_steps);
+  // The parameters alone, from any global tensors (train.init_from), each
+  // rank reading its own pieces; the optimizer state stays fresh.
+  void load_parameters(const GlobalTensors& tensors);
 
   const pp::StageTimeline& timeline() const { return executor_->timeline(); }
   // Forward and backward spans of each micro-batch go here (nullptr: none).

@@ -24,6 +24,7 @@
 #include "optim/lr_schedule.h"
 #include "parallel/pp/partition.h"
 #include "planner/predict.h"
+#include "checkpoint/hf_checkpoint.h"
 #include "checkpoint/loss_guard.h"
 #include "train/checkpointing.h"
 #include "train/pass_times.h"
@@ -88,6 +89,23 @@ RankStats gather_rank_stats(const ParallelContext& ctx, double busy_s) {
 
 namespace {
 
+// train.init_from = "hf:DIR": every rank maps the checkpoint's files and
+// reads the boxes of its own pieces (a resumed run then overwrites them
+// from its own checkpoint).
+void init_from_hf(const RunConfig& cfg, Replica& replica, FILE* log) {
+  const std::string dir = cfg.train.init_from.substr(3);
+  const HfModelConfig hf = read_hf_config(dir);
+  const std::unique_ptr<HfCheckpoint> ck = HfCheckpoint::open(dir, cfg.model);
+  replica.load_parameters(*ck);
+  if (!log) return;
+  std::fprintf(log, "init from %s (%s): every rank read its own pieces; optimizer state and data order fresh\n",
+               dir.c_str(), hf.architecture.c_str());
+  for (const std::string& note : hf.notes) std::fprintf(log, "  note: %s\n", note.c_str());
+  if (!ck->unused().empty())
+    std::fprintf(log, "  note: %zu tensors of the checkpoint are not part of the model (first: %s)\n",
+                 ck->unused().size(), ck->unused()[0].c_str());
+}
+
 // What the trained model says after train.sample_prompt: a fresh fp32 GPT
 // with the replica's parameters, sampled as `loom generate` does.
 void print_sample(const RunConfig& cfg, const Replica& replica, FILE* log) {
@@ -137,6 +155,7 @@ TrainResult train(const RunConfig& cfg, const ParallelContext& ctx, FILE* log, c
   Replica replica(cfg, ctx, micro, accumulation);
   std::vector<float> params_at_start;
   replica.init_parameters(uint64_t(cfg.train.seed));
+  if (!cfg.train.init_from.empty()) init_from_hf(cfg, replica, log);
   if (options.keep_params) params_at_start = replica.gather_params();
   LrSchedule schedule{cfg.train.lr, cfg.train.min_lr, cfg.train.warmup_steps, cfg.train.steps};
 

@@ -18,6 +18,7 @@
 
 #include "checkpoint/checkpoint_reader.h"
 #include "checkpoint/checkpoint_writer.h"
+#include "checkpoint/hf_checkpoint.h"
 #include "checkpoint/manifest.h"
 #include "checkpoint/sha256.h"
 #include "checkpoint/safetensors.h"
@@ -259,6 +260,51 @@ TEST(Fuzz, DatasetManifests) {
   }
   write_bytes(out + "/" + kManifestName, good);
   EXPECT_GT(refused, 75);
+}
+
+// Hugging Face checkpoint folders (train.init_from = "hf:DIR", loom plan
+// --model DIR): config.json and model.safetensors.index.json mutated, each
+// mutant read as a run's model and its weights opened.
+TEST(Fuzz, HfCheckpointFolders) {
+  const std::string dir = fuzz_dir("hf");
+  const std::string config = R"({"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 300,
+  "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2, "num_attention_heads": 4,
+  "num_key_value_heads": 2, "max_position_embeddings": 64, "rms_norm_eps": 1e-05, "rope_theta": 10000.0,
+  "rope_scaling": null, "hidden_act": "silu", "tie_word_embeddings": false, "pretraining_tp": 1})";
+  write_bytes(dir + "/config.json", config);
+  const std::string init = "train.init_from=\"hf:" + dir + "\"";
+  const RunConfig good = load_run_config("", {init});
+  std::vector<float> zeros(size_t(1) << 16, 0.f);
+  std::vector<StEntry> entries;
+  for (const HfTensorMap& m : hf_tensor_map(good.model))
+    for (const HfPart& p : m.parts) {
+      std::vector<int64_t> shape = m.shape;
+      shape[0] = p.rows;
+      entries.push_back({p.name, StDType::F32, shape, zeros.data()});
+    }
+  write_safetensors(dir + "/model-00001-of-00001.safetensors", entries, {{"format", "pt"}});
+  nlohmann::json index;
+  for (const StEntry& e : entries) index["weight_map"][e.name] = "model-00001-of-00001.safetensors";
+  const std::string good_index = index.dump(1);
+  write_bytes(dir + "/model.safetensors.index.json", good_index);
+  auto open = [&] { HfCheckpoint::open(dir, load_run_config("", {init}).model); };
+  ASSERT_NO_THROW(open());
+  const std::vector<std::string> values = {"-1", "0", "1", "2", "3", "300", "64", "4096", "null", "true", "false",
+                                           "\"silu\"", "\"gelu\"", "[]", "{}", "1e300", "nan", "\"\"",
+                                           "\"GPT2LMHeadModel\"", "[\"GPT2LMHeadModel\"]", "\"../x\"",
+                                           "\"model-00001-of-00001.safetensors\"", "2147483648"};
+  Rng rng(36);
+  int refused = 0, cases = 0;
+  for (int i = 0; i < 150; i++, cases++) {
+    write_bytes(dir + "/config.json", mutate_text(rng, config, values));
+    expect_accepted_or_refused("config.json mutant " + std::to_string(i), open, &refused);
+  }
+  write_bytes(dir + "/config.json", config);
+  for (int i = 0; i < 100; i++, cases++) {
+    write_bytes(dir + "/model.safetensors.index.json", mutate_text(rng, good_index, values));
+    expect_accepted_or_refused("index mutant " + std::to_string(i), open, &refused);
+  }
+  EXPECT_GT(refused, cases / 4);
 }
 
 // Cluster files, as `loom plan --cluster FILE` and `loom train --cluster`

@@ -2,6 +2,8 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <string>
 
 #include <toml++/toml.h>
@@ -55,6 +57,30 @@ TEST(PlannerCli, LlamaPresetsAndOverrides) {
   CliResult kv = run_loom("plan --model llama2-7b --cluster a100-80gb --devices 8 --kv-heads 8 --ffn 11264 --top 1");
   ASSERT_EQ(kv.code, 0) << kv.output;
   EXPECT_NE(kv.output.find("32 heads (8 key/value), MLP 11264"), std::string::npos) << kv.output;
+}
+
+// loom plan --model DIR: a Hugging Face checkpoint folder's config.json
+// (Llama 3 8B's published shape, written here) planned like a preset; a
+// folder whose config.json loom cannot read exits 2 naming it.
+TEST(PlannerCli, PlansAHuggingFaceConfig) {
+  const std::string dir = std::string(LOOM_BINARY_DIR) + "/test-data/plan-hf-llama3-8b";
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir + "/config.json") << R"({"architectures": ["LlamaForCausalLM"], "model_type": "llama",
+    "vocab_size": 128256, "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
+    "num_attention_heads": 32, "num_key_value_heads": 8, "max_position_embeddings": 8192, "rms_norm_eps": 1e-05,
+    "rope_theta": 500000.0, "rope_scaling": null, "hidden_act": "silu", "tie_word_embeddings": false,
+    "attention_bias": false, "pretraining_tp": 1, "torch_dtype": "bfloat16", "bos_token_id": 128000,
+    "eos_token_id": 128001})";
+  CliResult r = run_loom("plan --model '" + dir + "' --cluster a100-80gb --devices 8 --top 1");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("8.03B parameters (llama family: 32 layers, d_model 4096, 32 heads (8 key/value), "
+                          "MLP 14336, vocab 128256, untied head)"),
+            std::string::npos)
+      << r.output;
+  std::ofstream(dir + "/config.json") << R"({"architectures": ["MistralForCausalLM"], "vocab_size": 32000})";
+  CliResult bad = run_loom("plan --model '" + dir + "' --cluster a100-80gb --devices 8");
+  EXPECT_EQ(bad.code, 2) << bad.output;
+  EXPECT_NE(bad.output.find("MistralForCausalLM"), std::string::npos) << bad.output;
 }
 
 TEST(PlannerCli, HelpListsPlanAndCalibrate) {

@@ -1,0 +1,37 @@
+// LLaMA in Hugging Face's names (LlamaForCausalLM): nn.Linear is [out, in]
+// as loom's; loom's fused qkv_proj and gate_up_proj are HF's q/k/v_proj and
+// gate/up_proj stacked by rows. loom applies rotary embeddings with HF's
+// rotate-half convention (feature i paired with i + head_dim/2), so the q
+// and k rows are already in HF's order: no per-head permutation (Meta's
+// interleaved original checkpoints need one; HF's do not).
+#include "model/hf_names.h"
+
+namespace loom {
+
+std::vector<HfTensorMap> llama_hf_tensor_map(const ModelConfig& cfg) {
+  const int64_t C = cfg.d_model, V = cfg.vocab_size, F = cfg.ffn(), hd = cfg.head_dim();
+  const int64_t q_rows = int64_t(cfg.n_head) * hd, kv_rows = int64_t(cfg.kv_heads()) * hd;
+  std::vector<HfTensorMap> m;
+  auto add = [&](const std::string& name, std::vector<int64_t> shape) { m.push_back({name, shape, {{name, shape[0]}}}); };
+  add("model.embed_tokens.weight", {V, C});
+  for (int l = 0; l < cfg.n_layer; l++) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    add(p + "input_layernorm.weight", {C});
+    m.push_back({p + "self_attn.qkv_proj.weight",
+                 {cfg.qkv_rows(), C},
+                 {{p + "self_attn.q_proj.weight", q_rows},
+                  {p + "self_attn.k_proj.weight", kv_rows},
+                  {p + "self_attn.v_proj.weight", kv_rows}}});
+    add(p + "self_attn.o_proj.weight", {C, q_rows});
+    add(p + "post_attention_layernorm.weight", {C});
+    m.push_back({p + "mlp.gate_up_proj.weight",
+                 {2 * F, C},
+                 {{p + "mlp.gate_proj.weight", F}, {p + "mlp.up_proj.weight", F}}});
+    add(p + "mlp.down_proj.weight", {C, F});
+  }
+  add("model.norm.weight", {C});
+  if (!cfg.tied()) add("lm_head.weight", {V, C});
+  return m;
+}
+
+}  // namespace loom
