@@ -27,6 +27,11 @@ def build(arch, tied):
         cfg = transformers.GPT2Config(vocab_size=300, n_positions=64, n_embd=64, n_layer=2, n_head=4,
                                       initializer_range=0.2, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
         return transformers.GPT2LMHeadModel(cfg)
+    if arch == "mistral":
+        cfg = transformers.MistralConfig(vocab_size=300, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+                                         rms_norm_eps=1e-5, sliding_window=32, initializer_range=0.2)
+        return transformers.MistralForCausalLM(cfg)
     cfg = transformers.LlamaConfig(vocab_size=300, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
                                    num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
                                    rms_norm_eps=1e-5, rope_theta=10000.0, tie_word_embeddings=tied,
@@ -36,7 +41,7 @@ def build(arch, tied):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--arch", choices=["gpt2", "llama"], required=True)
+    ap.add_argument("--arch", choices=["gpt2", "llama", "mistral"], required=True)
     ap.add_argument("out")
     ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     ap.add_argument("--shard-kb", type=int, default=0)

@@ -165,8 +165,14 @@ HfModelConfig read_hf_config(const std::string& dir) {
   out.architecture = j.at("architectures")[0].get<std::string>();
   if (out.architecture == "GPT2LMHeadModel") {
     read_gpt2(f, out);
-  } else if (out.architecture == "LlamaForCausalLM") {
+  } else if (out.architecture == "LlamaForCausalLM" || out.architecture == "MistralForCausalLM") {
+    // Mistral is LLaMA's math and names with a sliding attention window,
+    // which changes nothing while it covers the whole sequence.
     read_llama(f, out);
+    if (out.architecture == "MistralForCausalLM") {
+      f.ignore({"sliding_window"});
+      if (f.present("sliding_window")) out.sliding_window = int(f.integer("sliding_window"));
+    }
     if (j.contains("rope_parameters") && j.at("rope_parameters").is_object()) {
       const Json& r = j.at("rope_parameters");
       LOOM_USER_CHECK(r.value("rope_type", std::string("default")) == "default",
@@ -176,7 +182,8 @@ HfModelConfig read_hf_config(const std::string& dir) {
         out.model.rope_theta = r.at("rope_theta").get<double>();
     }
   } else {
-    throw UserError(strprintf("%s: architecture '%s' is not supported (GPT2LMHeadModel, LlamaForCausalLM)",
+    throw UserError(strprintf("%s: architecture '%s' is not supported (GPT2LMHeadModel, LlamaForCausalLM, "
+                              "MistralForCausalLM)",
                               path.c_str(), out.architecture.c_str()));
   }
   f.refuse_unknown();
@@ -284,6 +291,17 @@ const std::vector<int64_t>& HfCheckpoint::global_shape(const std::string& name) 
 
 const HfCheckpoint::Source& HfCheckpoint::source(const std::string& hf_name) const { return sources_.at(hf_name); }
 
+void HfCheckpoint::read(const Source& s, int64_t first, int64_t n, float* out) const {
+  s.file->read_floats(*s.info, first, n, out);
+  bytes_read_ += uint64_t(n) * st_dtype_size(s.info->dtype);
+}
+
+uint64_t HfCheckpoint::file_bytes() const {
+  uint64_t sum = 0;
+  for (const auto& f : files_) sum += f->file_bytes();
+  return sum;
+}
+
 void HfCheckpoint::read_region(const std::string& name, const std::vector<int64_t>& offset,
                                const std::vector<int64_t>& shape, float* out) const {
   const HfTensorMap& m = maps_.at(name);
@@ -293,7 +311,7 @@ void HfCheckpoint::read_region(const std::string& name, const std::vector<int64_
     LOOM_CHECK(offset[d] >= 0 && offset[d] + shape[d] <= m.shape[d], "%s: a box outside the tensor", name.c_str());
   if (m.shape.size() == 1) {
     const Source& s = source(m.parts[0].name);
-    s.file->read_floats(*s.info, offset[0], shape[0], out);
+    read(s, offset[0], shape[0], out);
     return;
   }
   const int64_t rows = shape[0], cols = shape[1];
@@ -303,7 +321,7 @@ void HfCheckpoint::read_region(const std::string& name, const std::vector<int64_
     const int64_t hf_cols = s.info->shape[1];
     std::vector<float> line(static_cast<size_t>(rows));
     for (int64_t c = 0; c < cols; c++) {
-      s.file->read_floats(*s.info, (offset[1] + c) * hf_cols + offset[0], rows, line.data());
+      read(s, (offset[1] + c) * hf_cols + offset[0], rows, line.data());
       for (int64_t r = 0; r < rows; r++) out[r * cols + c] = line[size_t(r)];
     }
     return;
@@ -314,7 +332,7 @@ void HfCheckpoint::read_region(const std::string& name, const std::vector<int64_
   for (int64_t r = offset[0]; r < offset[0] + rows; r++) {
     while (r >= part_begin + m.parts[p].rows) part_begin += m.parts[p].rows, p++;
     const Source& s = source(m.parts[p].name);
-    s.file->read_floats(*s.info, (r - part_begin) * s.info->shape[1] + offset[1], cols, out + (r - offset[0]) * cols);
+    read(s, (r - part_begin) * s.info->shape[1] + offset[1], cols, out + (r - offset[0]) * cols);
   }
 }
 

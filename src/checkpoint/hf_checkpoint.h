@@ -9,7 +9,8 @@
 // Supported: GPT2LMHeadModel (with or without the "transformer." prefix;
 // the attn.bias / attn.masked_bias buffers ignored) and LlamaForCausalLM
 // (Llama 2 and 3 without rope_scaling; tied or untied; an older
-// conversion's rotary_emb.inv_freq ignored). Everything else is refused
+// conversion's rotary_emb.inv_freq ignored), and MistralForCausalLM (LLaMA's
+// names and math, its sliding window no shorter than the run's seq_len). Everything else is refused
 // naming the file and field: an unknown architecture, a config field not on
 // the family's list of understood fields or with a value that changes the
 // math loom does not do, a missing or mis-shaped tensor, a dtype other than
@@ -32,6 +33,9 @@ struct HfModelConfig {
   std::string architecture;  // "GPT2LMHeadModel", "LlamaForCausalLM"
   ModelConfig model;         // seq_len = the position limit (GPT-2 n_positions, LLaMA max_position_embeddings)
   std::vector<std::string> notes;  // what was read but does not change loom's math (dropout: loom has none)
+  // Mistral: each token attends to this many before it (0: all). loom
+  // attends to the whole sequence, so it must cover model.seq_len.
+  int sliding_window = 0;
 };
 
 // Reads and checks DIR/config.json.
@@ -51,6 +55,10 @@ class HfCheckpoint : public GlobalTensors {
   // HF tensors the checkpoint holds that no loom tensor reads and
   // transformers ignores too (buffers), and any other extras (reported).
   const std::vector<std::string>& unused() const { return unused_; }
+  // Bytes of tensor data read so far (what this rank's pieces cover), and
+  // the checkpoint's files' bytes.
+  uint64_t bytes_read() const { return bytes_read_; }
+  uint64_t file_bytes() const;
 
  private:
   struct Source {
@@ -58,12 +66,14 @@ class HfCheckpoint : public GlobalTensors {
     const StTensorInfo* info;
   };
   const Source& source(const std::string& hf_name) const;
+  void read(const Source& s, int64_t first, int64_t n, float* out) const;
 
   std::string dir_;
   std::vector<std::unique_ptr<SafetensorsFile>> files_;
   std::map<std::string, Source> sources_;  // by HF name (GPT-2: without "transformer.")
   std::map<std::string, HfTensorMap> maps_;  // by loom name
   std::vector<std::string> unused_;
+  mutable uint64_t bytes_read_ = 0;
 };
 
 }  // namespace loom

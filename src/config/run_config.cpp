@@ -104,6 +104,10 @@ void model_from_hf(const FieldReader& r, RunConfig& c) {
   LOOM_USER_CHECK(m.is_llama() || m.seq_len <= limit,
                   "config field 'model.seq_len' is %d, longer than the position table of %s/config.json (%d)",
                   m.seq_len, dir.c_str(), limit);
+  LOOM_USER_CHECK(hf.sliding_window == 0 || m.seq_len <= hf.sliding_window,
+                  "config field 'model.seq_len' is %d, longer than the sliding window of %s/config.json (%d): "
+                  "loom attends to the whole sequence; train with model.seq_len <= %d",
+                  m.seq_len, dir.c_str(), hf.sliding_window, hf.sliding_window);
   m.attention = c.model.attention;
   auto agree = [&](const char* key, double given, double want) {
     LOOM_USER_CHECK(!r.has(key) || given == want,

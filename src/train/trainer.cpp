@@ -98,8 +98,11 @@ void init_from_hf(const RunConfig& cfg, Replica& replica, FILE* log) {
   const std::unique_ptr<HfCheckpoint> ck = HfCheckpoint::open(dir, cfg.model);
   replica.load_parameters(*ck);
   if (!log) return;
-  std::fprintf(log, "init from %s (%s): every rank read its own pieces; optimizer state and data order fresh\n",
-               dir.c_str(), hf.architecture.c_str());
+  std::fprintf(log,
+               "init from %s (%s): each rank reads its own pieces (this one %.1f of the %.1f MiB of files); "
+               "optimizer state and data order fresh\n",
+               dir.c_str(), hf.architecture.c_str(), double(ck->bytes_read()) / (1 << 20),
+               double(ck->file_bytes()) / (1 << 20));
   for (const std::string& note : hf.notes) std::fprintf(log, "  note: %s\n", note.c_str());
   if (!ck->unused().empty())
     std::fprintf(log, "  note: %zu tensors of the checkpoint are not part of the model (first: %s)\n",

@@ -149,6 +149,20 @@ TEST(HfImport, LlamaMatchesTransformers) {
   expect_agreement(make_hf("llama-tied-bf16", "--arch llama --tied --dtype bfloat16"), "LLaMA tied, bf16");
 }
 
+// Mistral: LLaMA's names and math, with a sliding window (32 here) that
+// must cover the run's sequence (16 in the reference): longer is refused.
+TEST(HfImport, MistralMatchesTransformersAndItsWindowIsChecked) {
+  SKIP_WITHOUT_TRANSFORMERS();
+  const std::string hf = make_hf("mistral", "--arch mistral");
+  expect_agreement(hf, "MistralForCausalLM");
+  try {
+    load_run_config("", {"train.init_from=\"hf:" + hf + "\"", "model.seq_len=64"});
+    FAIL() << "a sequence longer than the sliding window was accepted";
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("sliding window"), std::string::npos) << e.what();
+  }
+}
+
 // Import, one step whose targets are all masked (it updates nothing),
 // checkpoint, export:
 // transformers' tensors come back bit for bit.
@@ -246,6 +260,30 @@ TEST(HfImport, AGoodFolderLoadsAndTheModelIsTheCheckpoints) {
   } catch (const UserError& e) {
     EXPECT_NE(std::string(e.what()).find("model.n_layer"), std::string::npos) << e.what();
   }
+}
+
+// Each rank reads the bytes of its own pieces only: a tp2 rank reads
+// exactly its pieces' elements, under 60% of what one process reads (the
+// block matrices and the vocabulary split, padded; norms whole on both).
+TEST(HfImport, ARankReadsOnlyItsPieces) {
+  const std::string dir = write_llama("bytes");
+  const RunConfig cfg = load_run_config("", {"train.init_from=\"hf:" + dir + "\"", "model.seq_len=16"});
+  const auto whole = HfCheckpoint::open(dir, cfg.model);
+  const ParamLayout all = ParamLayout::for_model(cfg.model);
+  std::vector<float> values(size_t(all.total));
+  fill_from_checkpoint(*whole, all, values.data());
+  const double whole_bytes = double(whole->bytes_read());
+  EXPECT_GT(whole_bytes, 0.9 * double(whole->file_bytes()));
+  const auto half = HfCheckpoint::open(dir, cfg.model);
+  const ParamLayout rank0 = ParamLayout::for_model(cfg.model, ModelShard{0, 2});
+  std::vector<float> part(size_t(rank0.total));
+  fill_from_checkpoint(*half, rank0, part.data());
+  // Exactly its pieces' elements (F32 here), no more.
+  int64_t elements = 0;
+  for (size_t i = 0; i < rank0.params.size(); i++)
+    for (const TensorPiece& p : rank0.pieces(int(i))) elements += shape_numel(p.shape);
+  EXPECT_EQ(half->bytes_read(), uint64_t(elements) * 4);
+  EXPECT_LT(double(half->bytes_read()), 0.6 * whole_bytes);
 }
 
 TEST(HfImport, BadFoldersAreNamed) {
