@@ -54,7 +54,8 @@ PY
 }
 
 # Build: compiler, CMake, Ninja. Libraries: oneDNN (matmuls), toml++ (config),
-# OpenMP, GoogleTest, SentencePiece (tokenizer), OpenMPI (communication),
+# OpenMP, GoogleTest, SentencePiece (tokenizer), PCRE2 and utf8proc (Hugging
+# Face byte-level BPE tokenizers), OpenMPI (communication),
 # nlohmann-json (manifests, metrics), OpenSSL (SHA-256).
 # Reference and benchmark: Debian's PyTorch (python3-torch) on OpenBLAS.
 # Corpus extraction (tools/extract_corpus.py): groff (man pages), perl (pod2text).
@@ -63,6 +64,7 @@ PACKAGES=(
   libdnnl-dev ocl-icd-opencl-dev   # dnnl-config.cmake requires OpenCL headers
   libtomlplusplus-dev libomp-dev libgtest-dev
   libsentencepiece-dev libopenmpi-dev openmpi-bin
+  libpcre2-dev libutf8proc-dev   # Hugging Face tokenizers: split regexes, NFC
   nlohmann-json3-dev   # JSON: checkpoint manifests, metrics, traces
   libssl-dev           # SHA-256 of checkpoint files (OpenSSL's EVP)
   python3 python3-torch python3-numpy

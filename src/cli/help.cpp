@@ -170,6 +170,10 @@ commands:
           --freeze 'wte.weight,h.[0-5].*' (train.freeze's patterns): the trainer's own step in
           one process with every tensor trained, then with those frozen: tok/s, peak RSS and the
           parameter, gradient and AdamW MiB the engine holds, with the ratios of the two runs.
+            loom bench tokenizer --tokenizer tokenizer.json [--text FILE] [--mb 1]
+          A Hugging Face byte-level BPE tokenizer's encoding speed on one core, loom's beside
+          the tokenizers library's (.venv; per-line encode calls) on the same lines, with the ids'
+          count of both.
             loom bench comm [--ranks 2,4,8] [--min-bytes 4K] [--max-bytes 256M]
           all_reduce, reduce_scatter and all_gather bus bandwidth (as nccl-tests define it)
           over message sizes, each rank count under mpirun, beside memcpy bandwidth.

@@ -1,0 +1,306 @@
+#include "data/hf_bpe_tokenizer.h"
+
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
+#include <utf8proc.h>
+
+#include <algorithm>
+#include <climits>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "core/check.h"
+#include "core/regular_file.h"
+
+namespace loom {
+
+namespace {
+
+using Json = nlohmann::json;
+
+// The ByteLevel pre-tokenizer's own split (GPT-2's pattern).
+constexpr const char* kGpt2Pattern = R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
+
+std::string utf8(uint32_t cp) {
+  std::string s;
+  if (cp < 0x80) {
+    s += char(cp);
+  } else if (cp < 0x800) {
+    s += char(0xC0 | (cp >> 6)), s += char(0x80 | (cp & 0x3F));
+  } else {
+    s += char(0xE0 | (cp >> 12)), s += char(0x80 | ((cp >> 6) & 0x3F)), s += char(0x80 | (cp & 0x3F));
+  }
+  return s;
+}
+
+// Length of the UTF-8 character starting with byte b (1 for a stray byte).
+size_t char_length(unsigned char b) { return b < 0x80 ? 1 : b >= 0xF0 ? 4 : b >= 0xE0 ? 3 : b >= 0xC0 ? 2 : 1; }
+
+bool valid_utf8(std::string_view s) {
+  return utf8proc_decompose_custom(reinterpret_cast<const utf8proc_uint8_t*>(s.data()), utf8proc_ssize_t(s.size()),
+                                   nullptr, 0, utf8proc_option_t(0), nullptr, nullptr) >= 0;
+}
+
+}  // namespace
+
+struct HfBpeTokenizer::Regex {
+  pcre2_code* code = nullptr;
+  pcre2_match_data* match = nullptr;
+  ~Regex() {
+    if (match) pcre2_match_data_free(match);
+    if (code) pcre2_code_free(code);
+  }
+};
+
+HfBpeTokenizer::HfBpeTokenizer() = default;
+HfBpeTokenizer::HfBpeTokenizer(HfBpeTokenizer&&) noexcept = default;
+HfBpeTokenizer& HfBpeTokenizer::operator=(HfBpeTokenizer&&) noexcept = default;
+HfBpeTokenizer::~HfBpeTokenizer() = default;
+
+HfBpeTokenizer HfBpeTokenizer::load(const std::string& path) {
+  require_regular_file(path, "tokenizer file");
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  Json j;
+  try {
+    j = Json::parse(text.str());
+  } catch (const Json::exception& e) {
+    throw UserError(strprintf("%s: not valid JSON: %s", path.c_str(), e.what()));
+  }
+  auto field = [&](const Json& at, const char* key) -> const Json& {
+    LOOM_USER_CHECK(at.is_object() && at.contains(key), "%s: field '%s' is missing", path.c_str(), key);
+    return at.at(key);
+  };
+  HfBpeTokenizer t;
+  t.path_ = path;
+  const Json& model = field(j, "model");
+  LOOM_USER_CHECK(field(model, "type") == "BPE", "%s: field 'model.type' is %s: loom reads byte-level BPE only",
+                  path.c_str(), field(model, "type").dump().c_str());
+  LOOM_USER_CHECK(!model.value("byte_fallback", false), "%s: field 'model.byte_fallback' is not supported",
+                  path.c_str());
+  t.ignore_merges_ = model.value("ignore_merges", false);
+  for (const auto& [token, id] : field(model, "vocab").items()) {
+    LOOM_USER_CHECK(id.is_number_integer() && id.get<int64_t>() >= 0 && id.get<int64_t>() < INT32_MAX,
+                    "%s: vocab entry '%s' has no valid id", path.c_str(), token.c_str());
+    t.vocab_[token] = id.get<int32_t>();
+  }
+  int rank = 0;
+  for (const Json& m : field(model, "merges")) {
+    std::string key;
+    if (m.is_string()) key = m.get<std::string>();
+    else if (m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string())
+      key = m[0].get<std::string>() + " " + m[1].get<std::string>();
+    LOOM_USER_CHECK(!key.empty() && key.find(' ') != std::string::npos, "%s: merge %d is not a pair", path.c_str(),
+                    rank);
+    t.merge_rank_.emplace(key, rank++);
+  }
+  if (j.contains("added_tokens"))
+    for (const Json& a : j.at("added_tokens")) {
+      const std::string content = field(a, "content").get<std::string>();
+      LOOM_USER_CHECK(!content.empty(), "%s: an added token is empty", path.c_str());
+      t.added_.push_back({content, field(a, "id").get<int32_t>()});
+    }
+  std::stable_sort(t.added_.begin(), t.added_.end(),
+                   [](const Added& a, const Added& b) { return a.content.size() > b.content.size(); });
+  // Normalizer: none or NFC.
+  if (j.contains("normalizer") && !j.at("normalizer").is_null()) {
+    const Json& n = j.at("normalizer");
+    LOOM_USER_CHECK(field(n, "type") == "NFC", "%s: field 'normalizer.type' %s is not supported (none or NFC)",
+                    path.c_str(), field(n, "type").dump().c_str());
+    t.nfc_ = true;
+  }
+  // Pre-tokenizer: ByteLevel (its own regex), or Sequence[Split(regex,
+  // Isolated), ByteLevel(use_regex false)].
+  const Json& pre = field(j, "pre_tokenizer");
+  std::string pattern;
+  const Json* byte_level = nullptr;
+  if (field(pre, "type") == "ByteLevel") {
+    byte_level = &pre;
+    LOOM_USER_CHECK(pre.value("use_regex", true), "%s: a ByteLevel pre-tokenizer without its regex splits nothing",
+                    path.c_str());
+    pattern = kGpt2Pattern;
+  } else if (field(pre, "type") == "Sequence" && field(pre, "pretokenizers").size() == 2) {
+    const Json& split = pre.at("pretokenizers")[0];
+    byte_level = &pre.at("pretokenizers")[1];
+    LOOM_USER_CHECK(field(split, "type") == "Split" && field(split, "behavior") == "Isolated" &&
+                        !split.value("invert", false) && field(split, "pattern").contains("Regex"),
+                    "%s: field 'pre_tokenizer.pretokenizers[0]' must be an Isolated Split by a Regex", path.c_str());
+    LOOM_USER_CHECK(field(*byte_level, "type") == "ByteLevel" && !byte_level->value("use_regex", true),
+                    "%s: field 'pre_tokenizer.pretokenizers[1]' must be ByteLevel without its own regex",
+                    path.c_str());
+    pattern = split.at("pattern").at("Regex").get<std::string>();
+  } else {
+    throw UserError(strprintf("%s: field 'pre_tokenizer' %s is not supported (ByteLevel, or a Split then ByteLevel)",
+                              path.c_str(), field(pre, "type").dump().c_str()));
+  }
+  t.add_prefix_space_ = byte_level->value("add_prefix_space", false);
+  int error = 0;
+  PCRE2_SIZE offset = 0;
+  t.split_ = std::make_unique<Regex>();
+  t.split_->code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.c_str()), pattern.size(),
+                                 PCRE2_UTF | PCRE2_UCP, &error, &offset, nullptr);
+  if (!t.split_->code) {
+    PCRE2_UCHAR message[256];
+    pcre2_get_error_message(error, message, sizeof(message));
+    throw UserError(strprintf("%s: the split pattern does not compile at offset %zu: %s", path.c_str(),
+                              size_t(offset), reinterpret_cast<const char*>(message)));
+  }
+  t.split_->match = pcre2_match_data_create_from_pattern(t.split_->code, nullptr);
+  // GPT-2's bytes_to_unicode: printable bytes stand for themselves, the
+  // others for 256, 257, ... in order.
+  int next = 0;
+  for (int b = 0; b < 256; b++) {
+    const bool printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255);
+    t.byte_char_[b] = utf8(printable ? uint32_t(b) : uint32_t(256 + next++));
+    t.char_byte_[t.byte_char_[b]] = uint8_t(b);
+  }
+  t.id_to_token_.resize(t.vocab_.size());
+  for (const auto& [token, id] : t.vocab_) {
+    if (size_t(id) >= t.id_to_token_.size()) t.id_to_token_.resize(size_t(id) + 1);
+    t.id_to_token_[size_t(id)] = token;
+  }
+  for (const Added& a : t.added_) {
+    if (size_t(a.id) >= t.id_to_token_.size()) t.id_to_token_.resize(size_t(a.id) + 1);
+    t.id_to_token_[size_t(a.id)] = a.content;
+  }
+  return t;
+}
+
+int32_t HfBpeTokenizer::token_id(const std::string& token) const {
+  for (const Added& a : added_)
+    if (a.content == token) return a.id;
+  const auto it = vocab_.find(token);
+  return it == vocab_.end() ? -1 : it->second;
+}
+
+std::vector<int32_t> HfBpeTokenizer::encode(std::string_view text) const {
+  LOOM_USER_CHECK(valid_utf8(text), "%s: the text to encode is not valid UTF-8", path_.c_str());
+  std::vector<int32_t> out;
+  size_t start = 0, at = 0;
+  // Added tokens first: the longest at each position.
+  while (at < text.size()) {
+    const Added* hit = nullptr;
+    for (const Added& a : added_)
+      if (text.compare(at, a.content.size(), a.content) == 0) {
+        hit = &a;
+        break;
+      }
+    if (!hit) {
+      at++;
+      continue;
+    }
+    encode_text(text.substr(start, at - start), &out);
+    out.push_back(hit->id);
+    at += hit->content.size();
+    start = at;
+  }
+  encode_text(text.substr(start), &out);
+  return out;
+}
+
+void HfBpeTokenizer::encode_text(std::string_view text, std::vector<int32_t>* out) const {
+  if (text.empty()) return;
+  std::string normal(text);
+  if (nfc_) {
+    utf8proc_uint8_t* nfc = utf8proc_NFC(reinterpret_cast<const utf8proc_uint8_t*>(normal.c_str()));
+    LOOM_USER_CHECK(nfc, "%s: NFC normalization failed", path_.c_str());
+    normal = reinterpret_cast<const char*>(nfc);
+    std::free(nfc);
+  }
+  if (add_prefix_space_ && normal[0] != ' ') normal.insert(normal.begin(), ' ');
+  // Isolated split: every match a piece, and every gap between matches too.
+  const auto* subject = reinterpret_cast<PCRE2_SPTR>(normal.data());
+  size_t pos = 0;
+  while (pos < normal.size()) {
+    const int rc = pcre2_match(split_->code, subject, normal.size(), pos, 0, split_->match, nullptr);
+    if (rc < 0) {
+      encode_piece(std::string_view(normal).substr(pos), out);
+      return;
+    }
+    const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(split_->match);
+    if (ov[0] > pos) encode_piece(std::string_view(normal).substr(pos, ov[0] - pos), out);
+    if (ov[1] == ov[0]) {  // an empty match: step over one character
+      const size_t n = char_length(static_cast<unsigned char>(normal[ov[0]]));
+      encode_piece(std::string_view(normal).substr(ov[0], n), out);
+      pos = ov[0] + n;
+      continue;
+    }
+    encode_piece(std::string_view(normal).substr(ov[0], ov[1] - ov[0]), out);
+    pos = ov[1];
+  }
+}
+
+void HfBpeTokenizer::encode_piece(std::string_view piece, std::vector<int32_t>* out) const {
+  if (piece.empty()) return;
+  constexpr size_t kCacheEntries = 1 << 16;
+  const std::string key(piece);
+  if (const auto hit = cache_.find(key); hit != cache_.end()) {
+    out->insert(out->end(), hit->second.begin(), hit->second.end());
+    return;
+  }
+  if (cache_.size() >= kCacheEntries) cache_.clear();
+  std::vector<int32_t> ids;
+  std::vector<std::string> symbols;
+  std::string whole;
+  for (unsigned char b : piece) symbols.push_back(byte_char_[b]), whole += byte_char_[b];
+  if (ignore_merges_)
+    if (const auto it = vocab_.find(whole); it != vocab_.end()) {
+      out->push_back(it->second);
+      cache_.emplace(key, std::vector<int32_t>{it->second});
+      return;
+    }
+  // Merge the lowest-ranked adjacent pair, every occurrence left to right, until none is a merge.
+  while (symbols.size() > 1) {
+    int best = INT_MAX;
+    for (size_t i = 0; i + 1 < symbols.size(); i++)
+      if (const auto it = merge_rank_.find(symbols[i] + " " + symbols[i + 1]); it != merge_rank_.end())
+        best = std::min(best, it->second);
+    if (best == INT_MAX) break;
+    std::vector<std::string> merged;
+    for (size_t i = 0; i < symbols.size(); i++) {
+      if (i + 1 < symbols.size()) {
+        const auto it = merge_rank_.find(symbols[i] + " " + symbols[i + 1]);
+        if (it != merge_rank_.end() && it->second == best) {
+          merged.push_back(symbols[i] + symbols[i + 1]);
+          i++;
+          continue;
+        }
+      }
+      merged.push_back(symbols[i]);
+    }
+    symbols.swap(merged);
+  }
+  for (const std::string& s : symbols) {
+    const auto it = vocab_.find(s);
+    LOOM_USER_CHECK(it != vocab_.end(), "%s: the vocabulary has no token for a byte of the text", path_.c_str());
+    ids.push_back(it->second);
+  }
+  out->insert(out->end(), ids.begin(), ids.end());
+  cache_.emplace(key, std::move(ids));
+}
+
+std::string HfBpeTokenizer::decode(const std::vector<int32_t>& ids) const {
+  std::string out;
+  for (int32_t id : ids) {
+    LOOM_USER_CHECK(id >= 0 && size_t(id) < id_to_token_.size(), "%s: token id %d is outside the vocabulary",
+                    path_.c_str(), id);
+    const std::string& token = id_to_token_[size_t(id)];
+    // A token whose every character is a byte's stands for those bytes;
+    // any other (an added token's text) for itself.
+    std::string bytes;
+    bool all = true;
+    for (size_t i = 0; i < token.size() && all;) {
+      const size_t n = char_length(static_cast<unsigned char>(token[i]));
+      const auto it = char_byte_.find(token.substr(i, n));
+      if (it == char_byte_.end()) all = false;
+      else bytes += char(it->second);
+      i += n;
+    }
+    out += all ? bytes : token;
+  }
+  return out;
+}
+
+}  // namespace loom

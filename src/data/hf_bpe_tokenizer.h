@@ -1,0 +1,70 @@
+// A Hugging Face tokenizer.json with a byte-level BPE model, as GPT-2,
+// Llama 3 and Qwen2 publish theirs, encoding and decoding as the
+// `tokenizers` library does:
+//   1. added tokens (special or not) are cut out first, longest match at
+//      each position, and become their ids;
+//   2. the rest is normalized (none, or NFC through utf8proc, as Qwen2's is);
+//   3. pre-tokenized by the split regex (PCRE2 with Unicode properties:
+//      the ByteLevel pre-tokenizer's GPT-2 pattern, or a Split's own
+//      pattern, Isolated: every match and every gap a piece of its own);
+//   4. each piece's bytes mapped to GPT-2's printable characters
+//      (bytes_to_unicode), then merged pair by pair, lowest merge rank
+//      first (with ignore_merges, as Llama 3 sets it, a piece that is a
+//      token of its own is taken whole);
+//   5. decode maps the characters back to bytes (added tokens as they are).
+// Anything else in the file (a WordPiece or Unigram model, another
+// normalizer or pre-tokenizer, byte_fallback) is refused naming the file
+// and field (UserError). Text must be valid UTF-8. One object per thread
+// (it caches the pieces it has encoded).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+namespace loom {
+
+class HfBpeTokenizer {
+ public:
+  static HfBpeTokenizer load(const std::string& path);
+  HfBpeTokenizer(HfBpeTokenizer&&) noexcept;
+  HfBpeTokenizer& operator=(HfBpeTokenizer&&) noexcept;
+  ~HfBpeTokenizer();
+
+  // The ids of `text` (no special tokens added; those in the text are
+  // recognised). Throws UserError if the text is not valid UTF-8.
+  std::vector<int32_t> encode(std::string_view text) const;
+  std::string decode(const std::vector<int32_t>& ids) const;
+  int vocab_size() const { return int(id_to_token_.size()); }
+  // The id of a token or added token by its text (-1: none).
+  int32_t token_id(const std::string& token) const;
+
+ private:
+  HfBpeTokenizer();
+  void encode_text(std::string_view text, std::vector<int32_t>* out) const;
+  void encode_piece(std::string_view piece, std::vector<int32_t>* out) const;
+
+  struct Added {
+    std::string content;
+    int32_t id;
+  };
+  struct Regex;
+  std::string path_;
+  std::unordered_map<std::string, int32_t> vocab_;
+  std::vector<std::string> id_to_token_;
+  std::unordered_map<std::string, int> merge_rank_;  // "left right" -> rank
+  std::vector<Added> added_;                         // longest first
+  std::unique_ptr<Regex> split_;
+  bool ignore_merges_ = false, nfc_ = false, add_prefix_space_ = false;
+  std::string byte_char_[256];                 // byte -> its printable character (UTF-8)
+  std::unordered_map<std::string, uint8_t> char_byte_;
+  // Pieces already encoded (words repeat): bounded, cleared when full. Not
+  // thread-safe: one tokenizer per thread.
+  mutable std::unordered_map<std::string, std::vector<int32_t>> cache_;
+};
+
+}  // namespace loom

@@ -1,0 +1,141 @@
+// Hugging Face byte-level BPE tokenizers (issue 36): tokenizer.json files
+// trained by the real `tokenizers` library in GPT-2's, Llama 3's and Qwen2's
+// styles (tools/make_hf_tokenizer.py, the project's .venv; skipped without
+// it unless LOOM_REQUIRE_HF_INTEROP=1) encode every test line to the
+// library's ids and decode back to its text: Unicode letters and combining
+// marks (NFC for Qwen2), emoji, digit runs, whitespace runs, contractions
+// and special tokens inside the text. Malformed or unsupported files are
+// refused naming the file and field.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "core/check.h"
+#include "data/hf_bpe_tokenizer.h"
+
+namespace loom {
+namespace {
+
+std::string hf_python() {
+  const char* p = std::getenv("LOOM_HF_PYTHON");
+  return p && *p ? p : LOOM_SOURCE_DIR "/.venv/bin/python";
+}
+
+std::string scratch(const std::string& name) {
+  const std::string dir = std::string(LOOM_BINARY_DIR) + "/test-data/hf-tok-" + name;
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+void write(const std::string& path, const std::string& text) { std::ofstream(path, std::ios::binary) << text; }
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// Lines that exercise the split patterns and the byte mapping.
+std::string test_lines() {
+  std::string lines =
+      "Hello, world! It's a test: we'll see, they've done it, I'm here, you'd know.\n"
+      "Numbers 1 12 123 1234 12345 3.14159 and 2024-12-05\n"
+      "   leading spaces, trailing spaces   \n"
+      "tabs\tand\t\tmore\ttabs and\u00a0no-break\u2003em space\n"
+      "caf\u00e9 cafe\u0301 na\u00efve r\u00e9sum\u00e9 \u00c5ngstr\u00f6m A\u030angstro\u0308m\n"
+      "\u041f\u0440\u0438\u0432\u0435\u0442 \u043c\u0438\u0440 \u03b3\u03b5\u03b9\u03ac \u05e9\u05dc\u05d5\u05dd "
+      "\u0645\u0631\u062d\u0628\u0627\n"
+      "\u4f60\u597d\u4e16\u754c \u3053\u3093\u306b\u3061\u306f \uc548\ub155\ud558\uc138\uc694\n"
+      "emoji \U0001F600\U0001F680 \U0001F44D\U0001F3FD family \U0001F468\u200D\U0001F469\u200D\U0001F467 "
+      "flag \U0001F1EB\U0001F1F7\n"
+      "<|endoftext|>special<|im_start|>user\nhi<|im_end|><|begin_of_text|>x<|eot_id|><|end_of_text|>\n"
+      "symbols #$%&*+/<=>@[\\]^_`{|}~ \"quoted\" (paren) --- ... !!!\n"
+      "\n"
+      "mixed CASE It'S DON'T We'LL\n";
+  // Text of the corpus too.
+  const std::string kjv = slurp(LOOM_SOURCE_DIR "/data/sample/kjv.txt");
+  lines += kjv.substr(10000, 200000);
+  return lines;
+}
+
+class HfBpeTokenizerStyles : public testing::TestWithParam<const char*> {};
+
+TEST_P(HfBpeTokenizerStyles, EncodesAndDecodesAsTheTokenizersLibrary) {
+  const std::string py = hf_python();
+  auto r = std::system(("'" + py + "' -c 'import tokenizers' >/dev/null 2>&1").c_str());
+  if (r != 0) {
+    const char* req = std::getenv("LOOM_REQUIRE_HF_INTEROP");
+    if (req && std::string(req) == "1") FAIL() << py << " cannot import tokenizers";
+    GTEST_SKIP() << py << " cannot import tokenizers (LOOM_REQUIRE_HF_INTEROP=1 makes it fail)";
+  }
+  const std::string style = GetParam(), dir = scratch(style);
+  const std::string corpus = dir + "/corpus.txt", lines_path = dir + "/lines.txt";
+  const std::string lines = test_lines();
+  write(corpus, slurp(LOOM_SOURCE_DIR "/data/sample/kjv.txt").substr(0, 300000) + lines);
+  write(lines_path, lines);
+  ASSERT_EQ(0, std::system(("'" + py + "' '" LOOM_SOURCE_DIR "/tools/make_hf_tokenizer.py' --style " + style +
+                            " --corpus '" + corpus + "' --lines '" + lines_path + "' '" + dir + "' >/dev/null 2>&1")
+                               .c_str()));
+  const HfBpeTokenizer tok = HfBpeTokenizer::load(dir + "/tokenizer.json");
+  std::ifstream expected(dir + "/expected.jsonl");
+  std::stringstream all(lines);
+  std::string line, want_json;
+  int checked = 0, mismatched = 0;
+  while (std::getline(expected, want_json)) {
+    std::getline(all, line);
+    const auto want = nlohmann::json::parse(want_json);
+    const std::vector<int32_t> ids = tok.encode(line);
+    const auto want_ids = want.at("ids").get<std::vector<int32_t>>();
+    if (ids != want_ids && mismatched++ < 5) ADD_FAILURE() << style << ": line \"" << line << "\" encodes differently";
+    EXPECT_EQ(tok.decode(want_ids), want.at("decoded").get<std::string>()) << line;
+    checked++;
+  }
+  EXPECT_GT(checked, 1500);
+  EXPECT_EQ(mismatched, 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Styles, HfBpeTokenizerStyles, testing::Values("gpt2", "llama3", "qwen2"));
+
+std::string load_error(const std::string& json) {
+  const std::string dir = scratch("bad");
+  write(dir + "/tokenizer.json", json);
+  try {
+    HfBpeTokenizer::load(dir + "/tokenizer.json");
+  } catch (const UserError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(HfBpeTokenizer, UnsupportedFilesAreNamed) {
+  const std::string pre = R"("pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": false, "use_regex": true})";
+  EXPECT_EQ(load_error(R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": []}, )" + pre + "}"), "");
+  EXPECT_NE(load_error(R"({"model": {"type": "WordPiece", "vocab": {}}, )" + pre + "}").find("model.type"),
+            std::string::npos);
+  EXPECT_NE(load_error(R"({"model": {"type": "BPE", "vocab": {}, "merges": [], "byte_fallback": true}, )" + pre + "}")
+                .find("byte_fallback"),
+            std::string::npos);
+  EXPECT_NE(load_error(R"({"model": {"type": "BPE", "vocab": {}, "merges": []}, "pre_tokenizer": {"type": "Metaspace"}})")
+                .find("pre_tokenizer"),
+            std::string::npos);
+  EXPECT_NE(load_error(R"({"model": {"type": "BPE", "vocab": {}, "merges": []}, "normalizer": {"type": "NFKC"}, )" +
+                       pre + "}")
+                .find("normalizer.type"),
+            std::string::npos);
+  EXPECT_NE(load_error(R"({"model": {"type": "BPE", "vocab": {}, "merges": ["ab"]}, )" + pre + "}").find("merge 0"),
+            std::string::npos);
+  EXPECT_NE(load_error("{not json").find("not valid JSON"), std::string::npos);
+  const std::string dir = scratch("utf8");
+  write(dir + "/tokenizer.json", R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": []}, )" + pre + "}");
+  const HfBpeTokenizer tok = HfBpeTokenizer::load(dir + "/tokenizer.json");
+  EXPECT_THROW(tok.encode("bad \xff byte"), UserError);
+}
+
+}  // namespace
+}  // namespace loom
