@@ -103,10 +103,7 @@ int run_child(const BenchShape& shape, int threads, int steps, ComputePrecision 
   int skipped = 0;
   AdamW opt(model.layout().flat(), AdamWConfig{});
   std::vector<int32_t> tokens(size_t(B) * T), targets(tokens.size());
-  for (size_t i = 0; i < tokens.size(); i++) {
-    tokens[i] = int32_t(rng_uniform(7, 1, i) * cfg.vocab_size);
-    targets[i] = int32_t(rng_uniform(7, 2, i) * cfg.vocab_size);
-  }
+  random_batch(cfg.vocab_size, &tokens, &targets);
   std::vector<double> times;
   for (int s = 0; s <= steps; s++) {  // step 0 is warm-up
     auto t0 = std::chrono::steady_clock::now();

@@ -30,10 +30,7 @@ int run_replica_step_child(const ModelConfig& model, int B, int threads, int ste
   replica.init_parameters(1234);
   const int T = model.seq_len;
   std::vector<int32_t> tokens(size_t(B) * T), targets(tokens.size());
-  for (size_t i = 0; i < tokens.size(); i++) {
-    tokens[i] = int32_t(rng_uniform(7, 1, i) * model.vocab_size);
-    targets[i] = int32_t(rng_uniform(7, 2, i) * model.vocab_size);
-  }
+  random_batch(model.vocab_size, &tokens, &targets);
   std::vector<double> times;
   for (int s = 0; s <= steps; s++) {  // step 0 is warm-up
     const auto t0 = std::chrono::steady_clock::now();

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <sstream>
 
+#include "core/rng.h"
 #include "core/check.h"
 
 namespace loom::cli {
@@ -92,6 +93,13 @@ double peak_rss_mib() {
   rusage ru{};
   getrusage(RUSAGE_SELF, &ru);
   return double(ru.ru_maxrss) / 1024.0;  // ru_maxrss is in KiB on Linux
+}
+
+void random_batch(int vocab, std::vector<int32_t>* tokens, std::vector<int32_t>* targets) {
+  for (size_t i = 0; i < tokens->size(); i++) {
+    (*tokens)[i] = int32_t(rng_uniform(7, 1, i) * vocab);
+    (*targets)[i] = int32_t(rng_uniform(7, 2, i) * vocab);
+  }
 }
 
 }  // namespace loom::cli

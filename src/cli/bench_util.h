@@ -3,7 +3,9 @@
 // executable's path, peak RSS, integer options.
 #pragma once
 
+#include <cstdint>
 #include <string>
+#include <vector>
 
 namespace loom::cli {
 
@@ -36,6 +38,9 @@ MpiFigures measure_all_reduce(const std::string& launcher, const std::string& ma
 
 std::string self_exe();
 double peak_rss_mib();  // of this process so far
+// The benchmarks' batch: tokens and targets drawn from the counter-based RNG
+// over [0, vocab) (both vectors keep their sizes).
+void random_batch(int vocab, std::vector<int32_t>* tokens, std::vector<int32_t>* targets);
 
 // `text` as an integer in [min, max], else a UserError such as "bench pp:
 // --steps must be an integer in [2, 1024], got 'x'".

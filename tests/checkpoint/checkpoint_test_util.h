@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -72,6 +73,35 @@ inline CommandResult run_command(const std::string& cmd) {
 }
 
 inline CommandResult run_loom_cmd(const std::string& args) { return run_command(std::string("'") + LOOM_EXE + "' " + args); }
+
+// The python with transformers: LOOM_HF_PYTHON, else the project's .venv.
+inline std::string hf_python() {
+  const char* p = std::getenv("LOOM_HF_PYTHON");
+  return p && *p ? p : LOOM_SOURCE_DIR "/.venv/bin/python";
+}
+
+// Empty when `module` imports in hf_python(); else why not.
+inline std::string hf_module_missing(const std::string& module = "transformers") {
+  const std::string py = hf_python();
+  if (!std::filesystem::exists(py)) return py + " does not exist (scripts/setup.sh makes .venv)";
+  auto r = run_command("'" + py + "' -c 'import " + module + "' 2>&1");
+  return r.code == 0 ? "" : py + " cannot import " + module + ": " + r.output;
+}
+
+inline bool interop_required() {
+  const char* v = std::getenv("LOOM_REQUIRE_HF_INTEROP");
+  return v && std::string(v) == "1";
+}
+
+// Skips the test when transformers is missing, fails it under LOOM_REQUIRE_HF_INTEROP=1.
+#define SKIP_WITHOUT_HF_MODULE(module)                                     \
+  do {                                                                     \
+    const std::string why = ::loom::test::hf_module_missing(module);       \
+    if (!why.empty()) {                                                    \
+      if (::loom::test::interop_required()) FAIL() << why;                 \
+      GTEST_SKIP() << why << " (LOOM_REQUIRE_HF_INTEROP=1 makes it fail)"; \
+    }                                                                      \
+  } while (0)
 
 // One writing rank unless `layout` says otherwise (the manifest's layout must
 // account for the files: every rank under ZeRO, else tp x pp).

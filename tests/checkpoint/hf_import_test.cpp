@@ -41,27 +41,9 @@ namespace {
 using test::ckpt_dir;
 using test::run_command;
 
-std::string hf_python() {
-  const char* p = std::getenv("LOOM_HF_PYTHON");
-  return p && *p ? p : LOOM_SOURCE_DIR "/.venv/bin/python";
-}
+using test::hf_python;
 
-std::string transformers_missing() {
-  const std::string py = hf_python();
-  if (!std::filesystem::exists(py)) return py + " does not exist (scripts/setup.sh makes .venv)";
-  auto r = run_command("'" + py + "' -c 'import transformers' 2>&1");
-  return r.code == 0 ? "" : py + " cannot import transformers: " + r.output;
-}
-
-#define SKIP_WITHOUT_TRANSFORMERS()                                                   \
-  do {                                                                                \
-    const std::string why = transformers_missing();                                   \
-    if (!why.empty()) {                                                               \
-      const char* req = std::getenv("LOOM_REQUIRE_HF_INTEROP");                       \
-      if (req && std::string(req) == "1") FAIL() << why;                              \
-      GTEST_SKIP() << why << " (LOOM_REQUIRE_HF_INTEROP=1 makes it fail)";            \
-    }                                                                                 \
-  } while (0)
+#define SKIP_WITHOUT_TRANSFORMERS() SKIP_WITHOUT_HF_MODULE("transformers")
 
 struct Reference {
   int B = 0, T = 0, V = 0;

@@ -28,32 +28,9 @@ using test::ckpt_dir;
 using test::run_command;
 using test::run_loom_cmd;
 
-std::string hf_python() {
-  const char* p = std::getenv("LOOM_HF_PYTHON");
-  return p && *p ? p : LOOM_SOURCE_DIR "/.venv/bin/python";
-}
+using test::hf_python;
 
-// Empty when transformers imports; else why not.
-std::string transformers_missing() {
-  const std::string py = hf_python();
-  if (!std::filesystem::exists(py)) return py + " does not exist (scripts/setup.sh makes .venv)";
-  auto r = run_command("'" + py + "' -c 'import transformers' 2>&1");
-  return r.code == 0 ? "" : py + " cannot import transformers: " + r.output;
-}
-
-bool interop_required() {
-  const char* v = std::getenv("LOOM_REQUIRE_HF_INTEROP");
-  return v && std::string(v) == "1";
-}
-
-#define SKIP_WITHOUT_TRANSFORMERS()                                        \
-  do {                                                                     \
-    const std::string why = transformers_missing();                        \
-    if (!why.empty()) {                                                    \
-      if (interop_required()) FAIL() << why;                               \
-      GTEST_SKIP() << why << " (LOOM_REQUIRE_HF_INTEROP=1 makes it fail)"; \
-    }                                                                      \
-  } while (0)
+#define SKIP_WITHOUT_TRANSFORMERS() SKIP_WITHOUT_HF_MODULE("transformers")
 
 std::string as_bytes(const void* p, size_t n) { return std::string(static_cast<const char*>(p), n); }
 

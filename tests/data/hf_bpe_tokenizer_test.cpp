@@ -14,16 +14,14 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "checkpoint/checkpoint_test_util.h"
 #include "core/check.h"
 #include "data/hf_bpe_tokenizer.h"
 
 namespace loom {
 namespace {
 
-std::string hf_python() {
-  const char* p = std::getenv("LOOM_HF_PYTHON");
-  return p && *p ? p : LOOM_SOURCE_DIR "/.venv/bin/python";
-}
+using test::hf_python;
 
 std::string scratch(const std::string& name) {
   const std::string dir = std::string(LOOM_BINARY_DIR) + "/test-data/hf-tok-" + name;
@@ -67,13 +65,8 @@ std::string test_lines() {
 class HfBpeTokenizerStyles : public testing::TestWithParam<const char*> {};
 
 TEST_P(HfBpeTokenizerStyles, EncodesAndDecodesAsTheTokenizersLibrary) {
+  SKIP_WITHOUT_HF_MODULE("tokenizers");
   const std::string py = hf_python();
-  auto r = std::system(("'" + py + "' -c 'import tokenizers' >/dev/null 2>&1").c_str());
-  if (r != 0) {
-    const char* req = std::getenv("LOOM_REQUIRE_HF_INTEROP");
-    if (req && std::string(req) == "1") FAIL() << py << " cannot import tokenizers";
-    GTEST_SKIP() << py << " cannot import tokenizers (LOOM_REQUIRE_HF_INTEROP=1 makes it fail)";
-  }
   const std::string style = GetParam(), dir = scratch(style);
   const std::string corpus = dir + "/corpus.txt", lines_path = dir + "/lines.txt";
   const std::string lines = test_lines();

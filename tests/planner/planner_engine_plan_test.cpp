@@ -205,6 +205,17 @@ TEST(PlannerEnginePlan, ZeroStagesShardModelStates) {
   EXPECT_GT(z3.step_seconds, z2.step_seconds);  // two gathers per micro-batch
 }
 
+// One training step of a replica of `cfg` (vocabulary of 1024) on a fixed batch.
+void one_step(Replica& replica, const RunConfig& cfg) {
+  const int T = cfg.model.seq_len;
+  replica.init_parameters(1);
+  std::vector<int32_t> tokens(size_t(cfg.train.batch_size) * T);
+  for (size_t i = 0; i < tokens.size(); i++) tokens[i] = int32_t(i * 7 % 1024);
+  replica.forward_backward(tokens, tokens, T);
+  replica.reduce();
+  replica.update(1e-3f, 1.f);
+}
+
 // A real single-process Replica after a step: its parameter memory (fp32
 // buffer or master shard, the fp32 values read, ZeRO-3's most gathered at
 // once, the 16-bit copy) against the prediction.
@@ -216,14 +227,8 @@ TEST(PlannerEnginePlan, ParameterMemoryIsTheReplicas) {
       RunConfig cfg = tiny();
       cfg.model.n_layer = 6, cfg.model.d_model = 128, cfg.model.vocab_size = 1024;
       cfg.precision.compute = compute, cfg.parallel.zero = zero;
-      const int m = cfg.train.batch_size / cfg.train.micro_batch_size, T = cfg.model.seq_len;
-      Replica replica(cfg, *ctx, cfg.train.micro_batch_size, m);
-      replica.init_parameters(1);
-      std::vector<int32_t> tokens(size_t(cfg.train.batch_size) * T);
-      for (size_t i = 0; i < tokens.size(); i++) tokens[i] = int32_t(i * 7 % 1024);
-      replica.forward_backward(tokens, tokens, T);
-      replica.reduce();
-      replica.update(1e-3f, 1.f);
+      Replica replica(cfg, *ctx, cfg.train.micro_batch_size, cfg.train.batch_size / cfg.train.micro_batch_size);
+      one_step(replica, cfg);
       const double measured = double(replica.param_bytes() + replica.compute_weight_bytes());
       const RunPrediction p = predict_loom_run(cfg, 1, roomy_cluster(1));
       // Equal here; a little slack for where the fp32 values read start on a page.
@@ -245,14 +250,8 @@ TEST(PlannerEnginePlan, FrozenMemoryIsTheReplicas) {
       cfg.precision.compute = compute, cfg.parallel.zero = zero;
       const RunPrediction whole = predict_loom_run(cfg, 1, roomy_cluster(1));
       cfg.train.freeze = {"wte.weight", "h.[0-2].*"};
-      const int m = cfg.train.batch_size / cfg.train.micro_batch_size, T = cfg.model.seq_len;
-      Replica replica(cfg, *ctx, cfg.train.micro_batch_size, m);
-      replica.init_parameters(1);
-      std::vector<int32_t> tokens(size_t(cfg.train.batch_size) * T);
-      for (size_t i = 0; i < tokens.size(); i++) tokens[i] = int32_t(i * 7 % 1024);
-      replica.forward_backward(tokens, tokens, T);
-      replica.reduce();
-      replica.update(1e-3f, 1.f);
+      Replica replica(cfg, *ctx, cfg.train.micro_batch_size, cfg.train.batch_size / cfg.train.micro_batch_size);
+      one_step(replica, cfg);
       const RunPrediction p = predict_loom_run(cfg, 1, roomy_cluster(1));
       const double params = double(replica.param_bytes() + replica.compute_weight_bytes());
       EXPECT_NEAR(p.params_bytes, params, 0.002 * params) << p.params_bytes << " vs " << params;
