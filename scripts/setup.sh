@@ -17,12 +17,13 @@ VENV="$ROOT/.venv"
 
 # Hugging Face transformers, to load `loom export` folders the way users do
 # (tools/check_hf_interop.py, `make interop`), in .venv beside Debian's
-# python3-torch 1.13 (--system-site-packages). transformers 4.40.2 is among
-# the last that run on torch 1.13 (4.46's generate() imports torch 2's FSDP);
+# python3-torch 1.13 (--system-site-packages). transformers 4.45.2 is the
+# last that runs on torch 1.13 (4.46's generate() imports torch 2's FSDP) and
+# has what the checks need (Llama 3.1's llama3 rope scaling came in 4.43);
 # every dependency is pinned and installed with --no-deps, so the set is the
 # same on every machine. numpy, PyYAML, requests, typing-extensions: Debian's.
 PY_PACKAGES=(
-  transformers==4.40.2 tokenizers==0.19.1 safetensors==0.4.3 huggingface-hub==0.23.0
+  transformers==4.45.2 tokenizers==0.20.3 safetensors==0.4.5 huggingface-hub==0.26.2
   regex==2024.4.28 tqdm==4.66.4 filelock==3.14.0 fsspec==2024.3.1 packaging==24.0
   sentencepiece==0.2.0   # check_hf_interop.py --tokenizer: the run's SentencePiece model
   # TensorBoard's own reader for tools/check_tensorboard.py (and `tensorboard --logdir runs`).
