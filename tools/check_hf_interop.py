@@ -43,7 +43,7 @@ except ImportError as e:
     print(f"FAIL: cannot import transformers ({e}); run it with .venv/bin/python (scripts/setup.sh makes .venv)")
     sys.exit(1)
 
-CLASSES = {"gpt2": "GPT2LMHeadModel", "llama": "LlamaForCausalLM"}
+CLASSES = {"gpt2": "GPT2LMHeadModel", "llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM"}
 
 
 def fail(msg):
@@ -105,6 +105,13 @@ def version_tuple(text):
     return tuple(parts)
 
 
+def rope_scaling(config):
+    """The rotary scaling transformers built (4.x rope_scaling; 5.x rope_parameters), or None."""
+    r = getattr(config, "rope_scaling", None) or getattr(config, "rope_parameters", None) or {}
+    kind = r.get("rope_type", r.get("type", "default"))
+    return None if kind == "default" else r
+
+
 def rope_theta(config):
     """transformers 5.x keeps rope_theta in config.rope_parameters; 4.x on the config itself."""
     theta = getattr(config, "rope_theta", None)
@@ -126,7 +133,7 @@ def main():
     cfg = json.load(open(os.path.join(out_dir, "config.json")))
     family = cfg.get("model_type")
     if family not in CLASSES:
-        fail(f"config.json: model_type {family!r} is neither of {sorted(CLASSES)}")
+        fail(f"config.json: model_type {family!r} is not one of {sorted(CLASSES)}")
     # transformers 4.56 renamed from_pretrained's torch_dtype to dtype (5.x drops the old name).
     dtype_arg = "dtype" if version_tuple(transformers.__version__) >= (4, 56) else "torch_dtype"
     model, info = AutoModelForCausalLM.from_pretrained(out_dir, output_loading_info=True,
@@ -146,7 +153,7 @@ def main():
              if family == "gpt2" else
              f"layers={c.num_hidden_layers} heads={c.num_attention_heads} kv_heads={c.num_key_value_heads} "
              f"hidden={c.hidden_size} intermediate={c.intermediate_size} rope_theta={rope_theta(c)} "
-             f"rms_norm_eps={c.rms_norm_eps}")
+             f"rms_norm_eps={c.rms_norm_eps} rope_scaling={rope_scaling(c)}")
     print(f"ok transformers {transformers.__version__} (torch {torch.__version__}) loads {type(model).__name__}: "
           f"{shape} vocab={V} tied={tied} bos={c.bos_token_id} eos={c.eos_token_id}, "
           f"every weight present, none unexpected")

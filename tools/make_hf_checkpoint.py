@@ -1,10 +1,13 @@
 #!/usr/bin/env python3
 """A small Hugging Face checkpoint built by transformers itself, with its logits.
 
-    make_hf_checkpoint.py --arch gpt2|llama OUT_DIR [--dtype float32|bfloat16]
+    make_hf_checkpoint.py --arch gpt2|llama|llama31|mistral|qwen2 OUT_DIR [--dtype float32|bfloat16]
                           [--shard-kb N] [--tied] [--no-prefix] [--seed S]
 
-Builds GPT2LMHeadModel or LlamaForCausalLM from a config (random weights,
+Builds GPT2LMHeadModel, LlamaForCausalLM (llama31: with Llama 3.1's llama3
+rope scaling, its bands placed so each branch acts on this small head),
+MistralForCausalLM or Qwen2ForCausalLM (its q/k/v biases made random: Qwen2
+starts them at zero) from a config (random weights,
 nothing downloaded; initializer_range 0.2 so that greedy decoding is not a
 tie-break), saves it with save_pretrained (safetensors; --shard-kb splits it
 into shards with model.safetensors.index.json; --dtype bfloat16 stores bf16),
@@ -32,16 +35,33 @@ def build(arch, tied):
                                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
                                          rms_norm_eps=1e-5, sliding_window=32, initializer_range=0.2)
         return transformers.MistralForCausalLM(cfg)
+    if arch == "qwen2":
+        cfg = transformers.Qwen2Config(vocab_size=300, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+                                       rms_norm_eps=1e-6, rope_theta=1000000.0, tie_word_embeddings=tied,
+                                       use_sliding_window=False, initializer_range=0.2)
+        model = transformers.Qwen2ForCausalLM(cfg)
+        with torch.no_grad():
+            for name, p in model.named_parameters():
+                if name.endswith("_proj.bias"):
+                    p.normal_(0.0, 0.2)
+        return model
+    # head_dim 16, theta 1e4: wavelengths 6.3, 20, 63, ...; with an original
+    # context of 32 the first pair is kept, the second blended, the rest stretched.
+    scaling = None
+    if arch == "llama31":
+        scaling = {"rope_type": "llama3", "factor": 4.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                   "original_max_position_embeddings": 32}
     cfg = transformers.LlamaConfig(vocab_size=300, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
                                    num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
                                    rms_norm_eps=1e-5, rope_theta=10000.0, tie_word_embeddings=tied,
-                                   initializer_range=0.2)
+                                   rope_scaling=scaling, initializer_range=0.2)
     return transformers.LlamaForCausalLM(cfg)
 
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--arch", choices=["gpt2", "llama", "mistral"], required=True)
+    ap.add_argument("--arch", choices=["gpt2", "llama", "llama31", "mistral", "qwen2"], required=True)
     ap.add_argument("out")
     ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     ap.add_argument("--shard-kb", type=int, default=0)

@@ -123,7 +123,48 @@ void read_gpt2(ConfigFields& f, HfModelConfig& out) {
     if (f.number(dropout, 0) != 0) out.notes.push_back(std::string(dropout) + " ignored: loom trains without dropout");
 }
 
-void read_llama(ConfigFields& f, HfModelConfig& out) {
+// Rotary settings: transformers 4.x's rope_scaling (null, or a rope_type /
+// older "type" with its parameters), or 5.x's rope_parameters (rope_type,
+// rope_theta and the same parameters). Only the default and llama3 kinds.
+void read_rope(const Json& r, const std::string& field, const std::string& path, ModelConfig& m) {
+  LOOM_USER_CHECK(r.is_object(), "%s: field '%s' must be an object or null", path.c_str(), field.c_str());
+  auto text = [&](const char* key, const char* fallback) {
+    if (!r.contains(key)) return std::string(fallback);
+    LOOM_USER_CHECK(r.at(key).is_string(), "%s: field '%s.%s' must be a string", path.c_str(), field.c_str(), key);
+    return r.at(key).get<std::string>();
+  };
+  auto number = [&](const char* key) {
+    LOOM_USER_CHECK(r.contains(key) && r.at(key).is_number() && std::isfinite(r.at(key).get<double>()),
+                    "%s: field '%s.%s' must be a finite number", path.c_str(), field.c_str(), key);
+    return r.at(key).get<double>();
+  };
+  const std::string type = text("rope_type", text("type", "default").c_str());
+  std::set<std::string> known = {"rope_type", "type", "rope_theta"};
+  if (r.contains("rope_theta")) m.rope_theta = number("rope_theta");
+  if (type == "llama3") {
+    RopeScaling& s = m.rope_scaling;
+    s.kind = RopeScaling::Kind::llama3;
+    s.factor = number("factor");
+    s.low_freq_factor = number("low_freq_factor");
+    s.high_freq_factor = number("high_freq_factor");
+    const double original = number("original_max_position_embeddings");
+    LOOM_USER_CHECK(original >= 1 && original < 1e9 && original == std::floor(original),
+                    "%s: field '%s.original_max_position_embeddings' must be a positive integer", path.c_str(),
+                    field.c_str());
+    s.original_max_positions = int(original);
+    known.insert({"factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"});
+  } else {
+    LOOM_USER_CHECK(type == "default", "%s: field '%s' has rope_type '%s': only default and llama3 rotary "
+                    "embeddings are supported", path.c_str(), field.c_str(), type.c_str());
+  }
+  for (const auto& [key, value] : r.items())
+    LOOM_USER_CHECK(known.count(key) != 0, "%s: field '%s.%s' is not one loom understands for rope_type %s",
+                    path.c_str(), field.c_str(), key.c_str(), type.c_str());
+}
+
+// LlamaForCausalLM, MistralForCausalLM and (qwen2) Qwen2ForCausalLM: one
+// family; Qwen2 has q/k/v biases and none of LLaMA's bias switches.
+void read_llama(ConfigFields& f, const Json& j, HfModelConfig& out, bool qwen2) {
   ModelConfig& m = out.model;
   m.family = ModelFamily::llama;
   m.vocab_size = int(f.integer("vocab_size"));
@@ -133,21 +174,28 @@ void read_llama(ConfigFields& f, HfModelConfig& out) {
   m.n_head = int(f.integer("num_attention_heads"));
   m.n_kv_head = int(f.integer("num_key_value_heads", m.n_head));
   m.seq_len = int(f.integer("max_position_embeddings"));
-  const int64_t head_dim = f.integer("head_dim", m.d_model / m.n_head);
-  f.require("head_dim", head_dim * m.n_head, int64_t(m.d_model), "loom's heads are hidden_size / num_attention_heads wide");
   m.norm_eps = f.number("rms_norm_eps", 1e-6);
   m.rope_theta = f.number("rope_theta", 10000.0);
-  if (f.present("rope_parameters")) {  // transformers 5.x: rope_theta moved here
-    f.ignore({"rope_parameters"});
-    // read below through the raw JSON
-  }
-  f.require("rope_scaling", f.present("rope_scaling"), false, "rotary scaling (e.g. Llama 3.1's llama3) is not built yet");
-  f.ignore({"rope_scaling"});
+  f.ignore({"rope_scaling", "rope_parameters"});
+  if (f.present("rope_scaling")) read_rope(j.at("rope_scaling"), "rope_scaling", f.path(), m);
+  if (f.present("rope_parameters")) read_rope(j.at("rope_parameters"), "rope_parameters", f.path(), m);
   f.require("hidden_act", f.text("hidden_act", "silu"), std::string("silu"), "SwiGLU with SiLU");
   m.tie_embeddings = f.flag("tie_word_embeddings", false) ? 1 : 0;
-  f.require("attention_bias", f.flag("attention_bias", false), false, "no q/k/v/o biases");
-  f.require("mlp_bias", f.flag("mlp_bias", false), false, "no MLP biases");
-  f.require("pretraining_tp", f.integer("pretraining_tp", 1), int64_t(1), "pretraining_tp > 1 slices the products");
+  if (qwen2) {
+    m.qkv_bias = true;
+    // Qwen2 slides its window only with use_sliding_window, from layer
+    // max_window_layers on.
+    f.ignore({"sliding_window", "max_window_layers"});
+    if (f.flag("use_sliding_window", false) && f.present("sliding_window"))
+      out.sliding_window = int(f.integer("sliding_window"));
+  } else {
+    const int64_t head_dim = f.integer("head_dim", m.d_model / m.n_head);
+    f.require("head_dim", head_dim * m.n_head, int64_t(m.d_model),
+              "loom's heads are hidden_size / num_attention_heads wide");
+    f.require("attention_bias", f.flag("attention_bias", false), false, "no q/k/v/o biases");
+    f.require("mlp_bias", f.flag("mlp_bias", false), false, "no MLP biases");
+    f.require("pretraining_tp", f.integer("pretraining_tp", 1), int64_t(1), "pretraining_tp > 1 slices the products");
+  }
   if (f.number("attention_dropout", 0) != 0) out.notes.push_back("attention_dropout ignored: loom trains without dropout");
 }
 
@@ -165,25 +213,19 @@ HfModelConfig read_hf_config(const std::string& dir) {
   out.architecture = j.at("architectures")[0].get<std::string>();
   if (out.architecture == "GPT2LMHeadModel") {
     read_gpt2(f, out);
-  } else if (out.architecture == "LlamaForCausalLM" || out.architecture == "MistralForCausalLM") {
+  } else if (out.architecture == "LlamaForCausalLM" || out.architecture == "MistralForCausalLM" ||
+             out.architecture == "Qwen2ForCausalLM") {
     // Mistral is LLaMA's math and names with a sliding attention window,
-    // which changes nothing while it covers the whole sequence.
-    read_llama(f, out);
+    // which changes nothing while it covers the whole sequence; Qwen2 adds
+    // q/k/v biases.
+    read_llama(f, j, out, out.architecture == "Qwen2ForCausalLM");
     if (out.architecture == "MistralForCausalLM") {
       f.ignore({"sliding_window"});
       if (f.present("sliding_window")) out.sliding_window = int(f.integer("sliding_window"));
     }
-    if (j.contains("rope_parameters") && j.at("rope_parameters").is_object()) {
-      const Json& r = j.at("rope_parameters");
-      LOOM_USER_CHECK(r.value("rope_type", std::string("default")) == "default",
-                      "%s: field 'rope_parameters.rope_type' %s is not supported (only default rotary embeddings)",
-                      path.c_str(), r.value("rope_type", std::string()).c_str());
-      if (r.contains("rope_theta") && r.at("rope_theta").is_number())
-        out.model.rope_theta = r.at("rope_theta").get<double>();
-    }
   } else {
     throw UserError(strprintf("%s: architecture '%s' is not supported (GPT2LMHeadModel, LlamaForCausalLM, "
-                              "MistralForCausalLM)",
+                              "MistralForCausalLM, Qwen2ForCausalLM)",
                               path.c_str(), out.architecture.c_str()));
   }
   f.refuse_unknown();
@@ -309,12 +351,10 @@ void HfCheckpoint::read_region(const std::string& name, const std::vector<int64_
              name.c_str());
   for (size_t d = 0; d < shape.size(); d++)
     LOOM_CHECK(offset[d] >= 0 && offset[d] + shape[d] <= m.shape[d], "%s: a box outside the tensor", name.c_str());
-  if (m.shape.size() == 1) {
-    const Source& s = source(m.parts[0].name);
-    read(s, offset[0], shape[0], out);
-    return;
-  }
-  const int64_t rows = shape[0], cols = shape[1];
+  // A vector is one column: its elements are rows (of one part, or of
+  // stacked parts: Qwen2's q/k/v biases).
+  const bool vector = m.shape.size() == 1;
+  const int64_t rows = shape[0], cols = vector ? 1 : shape[1], col0 = vector ? 0 : offset[1];
   if (m.transpose) {
     // HF holds [in, out]: loom's (r, c) is HF's (c, r); each HF row is a loom column.
     const Source& s = source(m.parts[0].name);
@@ -332,7 +372,8 @@ void HfCheckpoint::read_region(const std::string& name, const std::vector<int64_
   for (int64_t r = offset[0]; r < offset[0] + rows; r++) {
     while (r >= part_begin + m.parts[p].rows) part_begin += m.parts[p].rows, p++;
     const Source& s = source(m.parts[p].name);
-    read(s, (r - part_begin) * s.info->shape[1] + offset[1], cols, out + (r - offset[0]) * cols);
+    const int64_t hf_cols = vector ? 1 : s.info->shape[1];
+    read(s, (r - part_begin) * hf_cols + col0, cols, out + (r - offset[0]) * cols);
   }
 }
 

@@ -46,16 +46,19 @@ class HfTensors {
     out_.push_back(std::move(h));
   }
 
-  // Parameter `loom_name` of shape `shape` ([rows, cols]) cut by rows into
-  // consecutive tensors: (HF name, rows) in order, covering every row.
+  // Parameter `loom_name` of shape `shape` ([rows, cols], or [rows]: a
+  // vector) cut by rows into consecutive tensors: (HF name, rows) in order,
+  // covering every row.
   void add_rows(const std::string& loom_name, const std::vector<int64_t>& shape,
                 const std::vector<std::pair<std::string, int64_t>>& parts) {
     const std::vector<float> all = read(loom_name, shape);
-    const int64_t cols = shape[1];
+    const bool vector = shape.size() == 1;
+    const int64_t cols = vector ? 1 : shape[1];
     int64_t row0 = 0;
     for (const auto& [hf_name, rows] : parts) {
       const auto begin = all.begin() + row0 * cols;
-      out_.push_back(HfTensor{hf_name, {rows, cols}, std::vector<float>(begin, begin + rows * cols), {}});
+      out_.push_back(HfTensor{hf_name, vector ? std::vector<int64_t>{rows} : std::vector<int64_t>{rows, cols},
+                              std::vector<float>(begin, begin + rows * cols), {}});
       row0 += rows;
     }
     LOOM_CHECK(row0 == shape[0], "%s: the parts cover %lld of %lld rows", loom_name.c_str(), (long long)row0,
@@ -128,30 +131,47 @@ nlohmann::ordered_json gpt2_config(const ModelConfig& cfg) {
   };
 }
 
+nlohmann::ordered_json rope_scaling_json(const RopeScaling& r) {
+  if (r.kind == RopeScaling::Kind::none) return nullptr;
+  return {{"rope_type", rope_scaling_name(r.kind)},
+          {"factor", r.factor},
+          {"low_freq_factor", r.low_freq_factor},
+          {"high_freq_factor", r.high_freq_factor},
+          {"original_max_position_embeddings", r.original_max_positions}};
+}
+
+// LLaMA's shape as LlamaForCausalLM, or, with q/k/v biases, as
+// Qwen2ForCausalLM (Qwen2 is LLaMA with exactly those biases).
 nlohmann::ordered_json llama_config(const ModelConfig& cfg) {
-  return {
-      {"architectures", {"LlamaForCausalLM"}},
-      {"model_type", "llama"},
+  const bool qwen2 = cfg.qkv_bias;
+  nlohmann::ordered_json j = {
+      {"architectures", {qwen2 ? "Qwen2ForCausalLM" : "LlamaForCausalLM"}},
+      {"model_type", qwen2 ? "qwen2" : "llama"},
       {"vocab_size", cfg.vocab_size},
       {"hidden_size", cfg.d_model},
       {"intermediate_size", cfg.ffn()},
       {"num_hidden_layers", cfg.n_layer},
       {"num_attention_heads", cfg.n_head},
       {"num_key_value_heads", cfg.kv_heads()},
-      {"head_dim", cfg.head_dim()},  // read by transformers >= 4.45; older ones derive the same
       {"max_position_embeddings", cfg.seq_len},
       {"rms_norm_eps", cfg.norm_eps},
       {"rope_theta", cfg.rope_theta},
-      {"rope_scaling", nullptr},
+      {"rope_scaling", rope_scaling_json(cfg.rope_scaling)},
       {"hidden_act", "silu"},
       {"tie_word_embeddings", cfg.tied()},
-      {"attention_bias", false},
       {"attention_dropout", 0.0},
-      {"mlp_bias", false},
-      {"pretraining_tp", 1},
       {"initializer_range", 0.02},
       {"use_cache", true},
   };
+  if (qwen2) {
+    j["use_sliding_window"] = false;
+  } else {
+    j["head_dim"] = cfg.head_dim();  // read by transformers >= 4.45; older ones derive the same
+    j["attention_bias"] = false;
+    j["mlp_bias"] = false;
+    j["pretraining_tp"] = 1;
+  }
+  return j;
 }
 
 }  // namespace

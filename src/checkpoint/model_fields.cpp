@@ -12,13 +12,25 @@ std::map<std::string, int64_t> model_fields(const ModelConfig& cfg) {
     f["n_kv_head"] = cfg.kv_heads();
     f["ffn_hidden"] = cfg.ffn();
     f["tie_embeddings"] = cfg.tied() ? 1 : 0;
+    // Written only where set, so older checkpoints (without them) read as before.
+    if (cfg.qkv_bias) f["qkv_bias"] = 1;
+    if (cfg.rope_scaling.kind == RopeScaling::Kind::llama3) {
+      f["rope_scaling"] = 1;
+      f["rope_original_max_positions"] = cfg.rope_scaling.original_max_positions;
+    }
   }
   return f;
 }
 
 std::map<std::string, double> model_real_fields(const ModelConfig& cfg) {
   if (!cfg.is_llama()) return {};
-  return {{"rope_theta", cfg.rope_theta}, {"norm_eps", cfg.norm_eps}};
+  std::map<std::string, double> f = {{"rope_theta", cfg.rope_theta}, {"norm_eps", cfg.norm_eps}};
+  if (cfg.rope_scaling.kind == RopeScaling::Kind::llama3) {
+    f["rope_factor"] = cfg.rope_scaling.factor;
+    f["rope_low_freq_factor"] = cfg.rope_scaling.low_freq_factor;
+    f["rope_high_freq_factor"] = cfg.rope_scaling.high_freq_factor;
+  }
+  return f;
 }
 
 ModelConfig model_config_from_fields(const std::map<std::string, int64_t>& fields,
@@ -44,10 +56,20 @@ ModelConfig model_config_from_fields(const std::map<std::string, int64_t>& field
     c.n_kv_head = get("n_kv_head");
     c.ffn_hidden = get("ffn_hidden");
     c.tie_embeddings = get("tie_embeddings") != 0;
-    for (auto [key, field] : {std::pair{"rope_theta", &c.rope_theta}, std::pair{"norm_eps", &c.norm_eps}}) {
+    auto real_field = [&](const char* key, double* field) {
       auto it = real.find(key);
       LOOM_USER_CHECK(it != real.end(), "%s: model field '%s' (model_real) is missing", origin.c_str(), key);
       *field = it->second;
+    };
+    real_field("rope_theta", &c.rope_theta);
+    real_field("norm_eps", &c.norm_eps);
+    c.qkv_bias = fields.count("qkv_bias") && get("qkv_bias") != 0;
+    if (fields.count("rope_scaling") && get("rope_scaling") == 1) {
+      c.rope_scaling.kind = RopeScaling::Kind::llama3;
+      c.rope_scaling.original_max_positions = get("rope_original_max_positions");
+      real_field("rope_factor", &c.rope_scaling.factor);
+      real_field("rope_low_freq_factor", &c.rope_scaling.low_freq_factor);
+      real_field("rope_high_freq_factor", &c.rope_scaling.high_freq_factor);
     }
   }
   c.validate();

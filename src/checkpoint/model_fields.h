@@ -1,7 +1,9 @@
 // The model section as the flat key/value maps a checkpoint manifest records
 // ("family", "n_layer", "n_head", "d_model", "vocab_size", "seq_len",
 // "n_kv_head", "ffn_hidden", "tie_embeddings"; and, real-valued, "rope_theta"
-// and "norm_eps"), and back.
+// and "norm_eps"; where set, "qkv_bias" and the llama3 rope scaling's
+// "rope_scaling", "rope_original_max_positions", "rope_factor",
+// "rope_low_freq_factor", "rope_high_freq_factor"), and back.
 #pragma once
 
 #include <cstdint>

@@ -55,6 +55,9 @@ commands:
                           LLaMA only: n_kv_head (0 = n_head; grouped-query attention)
                           ffn_hidden (0 = 8/3 d_model rounded up to ffn_multiple_of, 256)
                           rope_theta (10000) norm_eps (1e-5) tie_embeddings (false)
+                          qkv_bias (false; Qwen2's q/k/v biases) rope_scaling ("none" |
+                          "llama3": Llama 3.1's, with rope_factor (8) rope_low_freq_factor (1)
+                          rope_high_freq_factor (4) rope_original_max_positions (8192))
                           attention ("auto": tiled from 1024 tokens on | "tiled": flash-style,
                           O(T) memory | "materialized": keeps the T x T probabilities)
                   [train] batch_size micro_batch_size (0 = batch_size / dp) steps lr min_lr

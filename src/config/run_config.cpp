@@ -127,6 +127,14 @@ void model_from_hf(const FieldReader& r, RunConfig& c) {
   agree("model.rope_theta", c.model.rope_theta, m.rope_theta);
   agree("model.norm_eps", c.model.norm_eps, m.norm_eps);
   agree("model.tie_embeddings", c.model.tied(), m.tied());
+  agree("model.qkv_bias", c.model.qkv_bias, m.qkv_bias);
+  LOOM_USER_CHECK(!r.has("model.rope_scaling") || c.model.rope_scaling.kind == m.rope_scaling.kind,
+                  "config field 'model.rope_scaling' disagrees with %s/config.json: leave it out", dir.c_str());
+  agree("model.rope_factor", c.model.rope_scaling.factor, m.rope_scaling.factor);
+  agree("model.rope_low_freq_factor", c.model.rope_scaling.low_freq_factor, m.rope_scaling.low_freq_factor);
+  agree("model.rope_high_freq_factor", c.model.rope_scaling.high_freq_factor, m.rope_scaling.high_freq_factor);
+  agree("model.rope_original_max_positions", c.model.rope_scaling.original_max_positions,
+        m.rope_scaling.original_max_positions);
   c.model = m;
 }
 
@@ -147,6 +155,17 @@ void read_fields(FieldReader& r, RunConfig& c) {
   r.get("model.ffn_multiple_of", &c.model.ffn_multiple_of);
   r.get("model.rope_theta", &c.model.rope_theta);
   r.get("model.norm_eps", &c.model.norm_eps);
+  r.get("model.qkv_bias", &c.model.qkv_bias);
+  std::string rope_scaling = rope_scaling_name(c.model.rope_scaling.kind);
+  r.get("model.rope_scaling", &rope_scaling);
+  const std::optional<RopeScaling::Kind> scaling = parse_rope_scaling(rope_scaling);
+  LOOM_USER_CHECK(scaling.has_value(), "config field 'model.rope_scaling' must be \"none\" or \"llama3\" (got \"%s\")",
+                  rope_scaling.c_str());
+  c.model.rope_scaling.kind = *scaling;
+  r.get("model.rope_factor", &c.model.rope_scaling.factor);
+  r.get("model.rope_low_freq_factor", &c.model.rope_scaling.low_freq_factor);
+  r.get("model.rope_high_freq_factor", &c.model.rope_scaling.high_freq_factor);
+  r.get("model.rope_original_max_positions", &c.model.rope_scaling.original_max_positions);
   std::optional<bool> tie;
   r.get("model.tie_embeddings", &tie);
   if (tie) c.model.tie_embeddings = *tie ? 1 : 0;
@@ -405,7 +424,16 @@ std::string RunConfig::to_toml() const {
     << "\nn_head = " << model.n_head << "\nd_model = " << model.d_model << "\nseq_len = " << model.seq_len
     << "\nn_kv_head = " << model.n_kv_head << "\nffn_hidden = " << model.ffn_hidden
     << "\nffn_multiple_of = " << model.ffn_multiple_of << "\nrope_theta = " << toml_number(model.rope_theta)
-    << "\nnorm_eps = " << toml_number(model.norm_eps) << (model.tie_embeddings < 0 ? "" : model.tie_embeddings ? "\ntie_embeddings = true" : "\ntie_embeddings = false")
+    << "\nnorm_eps = " << toml_number(model.norm_eps) << (model.qkv_bias ? "\nqkv_bias = true" : "")
+    << [&] {
+         const RopeScaling& r = model.rope_scaling;
+         if (r.kind == RopeScaling::Kind::none) return std::string();
+         return std::string("\nrope_scaling = \"") + rope_scaling_name(r.kind) + "\"\nrope_factor = " +
+                toml_number(r.factor) + "\nrope_low_freq_factor = " + toml_number(r.low_freq_factor) +
+                "\nrope_high_freq_factor = " + toml_number(r.high_freq_factor) +
+                "\nrope_original_max_positions = " + std::to_string(r.original_max_positions);
+       }()
+    << (model.tie_embeddings < 0 ? "" : model.tie_embeddings ? "\ntie_embeddings = true" : "\ntie_embeddings = false")
     << "\nattention = \"" << attention_kind_name(model.attention) << "\""
     << "\n[train]\nbatch_size = " << train.batch_size
     << "\nmicro_batch_size = " << train.micro_batch_size << "\nsteps = " << train.steps << "\nlr = " << train.lr

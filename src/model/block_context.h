@@ -43,7 +43,7 @@ struct BlockContext {
   int N() const { return B * T; }
   int R() const { return int(tp.local_rows(int64_t(B) * T)); }
   void grad_ready(int i) const {
-    if (ready) ready(i);
+    if (ready && i >= 0) ready(i);
   }
 };
 

@@ -33,6 +33,36 @@ std::optional<AttentionKind> parse_attention_kind(const std::string& name) {
   return std::nullopt;
 }
 
+const char* rope_scaling_name(RopeScaling::Kind k) { return k == RopeScaling::Kind::llama3 ? "llama3" : "none"; }
+
+std::optional<RopeScaling::Kind> parse_rope_scaling(const std::string& name) {
+  for (RopeScaling::Kind k : {RopeScaling::Kind::none, RopeScaling::Kind::llama3})
+    if (name == rope_scaling_name(k)) return k;
+  return std::nullopt;
+}
+
+std::vector<double> ModelConfig::rope_inverse_frequencies() const {
+  const int hd = head_dim();
+  std::vector<double> inv(size_t(hd / 2));
+  for (int i = 0; i < hd / 2; i++) inv[size_t(i)] = std::pow(rope_theta, -2.0 * i / hd);
+  if (rope_scaling.kind != RopeScaling::Kind::llama3) return inv;
+  // Llama 3.1: long wavelengths stretched by factor, short ones kept, a
+  // linear blend (in 1 / wavelength) between.
+  const RopeScaling& r = rope_scaling;
+  const double old_len = r.original_max_positions;
+  const double low_freq_wavelen = old_len / r.low_freq_factor, high_freq_wavelen = old_len / r.high_freq_factor;
+  for (double& f : inv) {
+    const double wavelen = 2 * M_PI / f;
+    if (wavelen > low_freq_wavelen) {
+      f /= r.factor;
+    } else if (wavelen >= high_freq_wavelen) {
+      const double smooth = (old_len / wavelen - r.low_freq_factor) / (r.high_freq_factor - r.low_freq_factor);
+      f = (1 - smooth) * f / r.factor + smooth * f;
+    }
+  }
+  return inv;
+}
+
 void ModelConfig::validate() const {
   auto positive = [](int v, const char* field) {
     LOOM_USER_CHECK(v > 0, "config field '%s' must be > 0 (got %d)", field, v);
@@ -77,7 +107,23 @@ void ModelConfig::validate() const {
     LOOM_USER_CHECK(tied(), "config field 'model.tie_embeddings' = false is LLaMA's: GPT-2's head is the token table");
     LOOM_USER_CHECK(norm_eps == 1e-5, "config field 'model.norm_eps' is LLaMA's: GPT-2's LayerNorm uses 1e-5");
     LOOM_USER_CHECK(rope_theta == 10000.0, "config field 'model.rope_theta' is LLaMA's: GPT-2 has learned positions");
+    LOOM_USER_CHECK(rope_scaling.kind == RopeScaling::Kind::none,
+                    "config field 'model.rope_scaling' is LLaMA's: GPT-2 has learned positions");
+    LOOM_USER_CHECK(!qkv_bias, "config field 'model.qkv_bias' is LLaMA's: GPT-2 always has its biases");
   } else {
+    if (rope_scaling.kind == RopeScaling::Kind::llama3) {
+      const RopeScaling& r = rope_scaling;
+      LOOM_USER_CHECK(std::isfinite(r.factor) && r.factor >= 1 && r.factor <= 1e6,
+                      "config field 'model.rope_factor' must be in [1, 1e6], got %g", r.factor);
+      LOOM_USER_CHECK(std::isfinite(r.low_freq_factor) && r.low_freq_factor > 0,
+                      "config field 'model.rope_low_freq_factor' must be > 0, got %g", r.low_freq_factor);
+      LOOM_USER_CHECK(std::isfinite(r.high_freq_factor) && r.high_freq_factor > r.low_freq_factor,
+                      "config field 'model.rope_high_freq_factor' (%g) must be above model.rope_low_freq_factor (%g)",
+                      r.high_freq_factor, r.low_freq_factor);
+      LOOM_USER_CHECK(r.original_max_positions >= 1,
+                      "config field 'model.rope_original_max_positions' must be >= 1, got %d",
+                      r.original_max_positions);
+    }
     LOOM_USER_CHECK(n_head % kv_heads() == 0,
                     "config field 'model.n_head' (%d) must be divisible by 'model.n_kv_head' (%d): each key/value "
                     "head serves the same number of query heads",
@@ -92,8 +138,8 @@ void ModelConfig::validate() const {
 int64_t ModelConfig::num_parameters() const {
   const int64_t C = d_model, L = n_layer, F = ffn(), V = vocab_size;
   if (family == ModelFamily::llama) {
-    // Norms, fused q/k/v, output projection, gate/up and down: no biases.
-    const int64_t per_layer = 2 * C + qkv_rows() * C + C * C + 3 * F * C;
+    // Norms, fused q/k/v (and its bias, Qwen2), output projection, gate/up and down.
+    const int64_t per_layer = 2 * C + qkv_rows() * (C + (qkv_bias ? 1 : 0)) + C * C + 3 * F * C;
     return V * C * (tied() ? 1 : 2) + L * per_layer + C;
   }
   const int64_t per_layer = 2 * C + (3 * C * C + 3 * C) + (C * C + C) + 2 * C + (F * C + F) + (F * C + C);

@@ -4,12 +4,15 @@
 // the LM head tied to the token embedding. LLaMA: RMSNorm, SwiGLU MLP,
 // rotary positions (Hugging Face's rotate-half convention), grouped-query
 // attention (n_kv_head key/value heads, each shared by n_head / n_kv_head
-// query heads), no biases, untied head unless tie_embeddings.
+// query heads), no biases (but q/k/v biases with qkv_bias, as Qwen2 has),
+// untied head unless tie_embeddings; rotary frequencies as Llama 3.1
+// rescales them with rope_scaling = llama3.
 #pragma once
 
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace loom {
 
@@ -26,6 +29,21 @@ const char* attention_kind_name(AttentionKind k);  // "auto" / "tiled" / "materi
 std::optional<AttentionKind> parse_attention_kind(const std::string& name);
 constexpr int kTiledAttentionFrom = 1024;
 
+// Rotary frequency scaling (LLaMA). llama3 (Llama 3.1 and later, Hugging
+// Face's rope_type "llama3"): wavelengths above original_max_positions /
+// low_freq_factor are divided by factor, those below original_max_positions
+// / high_freq_factor kept, the band between blended smoothly.
+struct RopeScaling {
+  enum class Kind { none, llama3 } kind = Kind::none;
+  double factor = 8.0;
+  double low_freq_factor = 1.0;
+  double high_freq_factor = 4.0;
+  int original_max_positions = 8192;
+  bool operator==(const RopeScaling&) const = default;
+};
+const char* rope_scaling_name(RopeScaling::Kind k);  // "none" / "llama3"
+std::optional<RopeScaling::Kind> parse_rope_scaling(const std::string& name);
+
 // ModelConfig{vocab_size, n_layer, n_head, d_model, seq_len} is a GPT-2.
 struct ModelConfig {
   int vocab_size = 8192;  // the default SentencePiece tokenizer of `loom prepare`
@@ -41,6 +59,8 @@ struct ModelConfig {
   double rope_theta = 10000.0;
   double norm_eps = 1e-5;
   int tie_embeddings = -1;  // -1: the family's default (GPT-2 tied, LLaMA untied); 0 / 1
+  bool qkv_bias = false;    // LLaMA: biases on the q/k/v projections (Qwen2); GPT-2 always has its own
+  RopeScaling rope_scaling;
   AttentionKind attention = AttentionKind::auto_;  // a kernel choice: same parameters and results either way
 
   int head_dim() const { return d_model / n_head; }
@@ -56,6 +76,9 @@ struct ModelConfig {
   bool is_llama() const { return family == ModelFamily::llama; }
   // Output rows of the fused query/key/value projection: (n_head + 2 n_kv_head) x head_dim.
   int64_t qkv_rows() const { return int64_t(n_head + 2 * kv_heads()) * head_dim(); }
+  // The rotary inverse frequencies, one per pair of a head's features
+  // (theta^(-2i/hd), rescaled as rope_scaling says).
+  std::vector<double> rope_inverse_frequencies() const;
   // Checks the fields; throws UserError naming the field ("model.n_head").
   void validate() const;
   // Number of parameters (embeddings included, a tied LM head counted once).

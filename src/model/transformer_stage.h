@@ -33,10 +33,13 @@ struct ParamAccess {
   const std::vector<float*>* params_at = nullptr;
   const std::vector<void*>* weights_at = nullptr;
   const std::vector<float*>* grads_at = nullptr;
+  // i < 0 (a tensor the model does not have, e.g. an absent bias): nullptr.
   float* param(int i) const {
+    if (i < 0) return nullptr;
     return params_at ? (*params_at)[size_t(i)] : params + layout->params[size_t(i)].offset;
   }
   float* grad(int i) const {
+    if (i < 0) return nullptr;
     return grads_at ? (*grads_at)[size_t(i)] : grads + layout->params[size_t(i)].offset;
   }
   template <class A>

@@ -56,9 +56,14 @@ std::string model_paragraph(const Workload& w, const Layout& l) {
           ? strprintf("%d-head attention", m.n_head)
           : strprintf("grouped-query attention (%d query heads sharing %d key/value heads: q/k/v %lld wide, not %d)",
                       m.n_head, m.kv_heads(), (long long)m.qkv_rows(), 3 * m.d_model);
-  return strprintf("Model: llama family: %d layers of RMSNorm, %s and a SwiGLU MLP %d wide (gate, up, down), no "
-                   "biases, rotary positions (base %g); the output head is %s.\n",
-                   m.n_layer, attention.c_str(), m.ffn(), m.rope_theta, head.c_str());
+  return strprintf("Model: llama family: %d layers of RMSNorm, %s and a SwiGLU MLP %d wide (gate, up, down), %s, "
+                   "rotary positions (base %g%s); the output head is %s.\n",
+                   m.n_layer, attention.c_str(), m.ffn(), m.qkv_bias ? "q/k/v biases only" : "no biases",
+                   m.rope_theta,
+                   m.rope_scaling.kind == RopeScaling::Kind::llama3
+                       ? strprintf(", llama3 scaling x%g", m.rope_scaling.factor).c_str()
+                       : "",
+                   head.c_str());
 }
 
 std::string comm_paragraph(const Workload& w, const Candidate& best) {

@@ -2,8 +2,9 @@
 //
 // Against transformers (tools/make_hf_checkpoint.py, the project's .venv;
 // skipped without it unless LOOM_REQUIRE_HF_INTEROP=1): GPT2LMHeadModel
-// (with and without the "transformer." prefix) and LlamaForCausalLM (untied,
-// sharded with an index; tied, stored in bf16) built from a config with
+// (with and without the "transformer." prefix), LlamaForCausalLM (untied,
+// sharded with an index; tied, stored in bf16; with Llama 3.1's rope
+// scaling), MistralForCausalLM and Qwen2ForCausalLM built from a config with
 // random weights and saved by save_pretrained; loom reads the folder into
 // its model: logits within 1e-5 relative (Frobenius) of transformers' on the
 // same tokens, the same greedy continuation; import, a step that changes
@@ -131,6 +132,21 @@ TEST(HfImport, LlamaMatchesTransformers) {
   expect_agreement(make_hf("llama-tied-bf16", "--arch llama --tied --dtype bfloat16"), "LLaMA tied, bf16");
 }
 
+// Llama 3.1's llama3 rope scaling (kept, blended and stretched pairs), and
+// Qwen2 (q/k/v biases, tied; untied and bf16 too).
+TEST(HfImport, Llama31RopeScalingAndQwen2MatchTransformers) {
+  SKIP_WITHOUT_TRANSFORMERS();
+  const std::string llama31 = make_hf("llama31", "--arch llama31");
+  const RunConfig cfg = import_config(llama31, 16);
+  EXPECT_EQ(cfg.model.rope_scaling.kind, RopeScaling::Kind::llama3);
+  EXPECT_EQ(cfg.model.rope_scaling.original_max_positions, 32);
+  expect_agreement(llama31, "LlamaForCausalLM with llama3 rope scaling");
+  const std::string qwen2 = make_hf("qwen2", "--arch qwen2 --tied");
+  EXPECT_TRUE(import_config(qwen2, 16).model.qkv_bias);
+  expect_agreement(qwen2, "Qwen2ForCausalLM, tied");
+  expect_agreement(make_hf("qwen2-bf16", "--arch qwen2 --dtype bfloat16"), "Qwen2ForCausalLM, untied, bf16");
+}
+
 // Mistral: LLaMA's names and math, with a sliding window (32 here) that
 // must cover the run's sequence (16 in the reference): longer is refused.
 TEST(HfImport, MistralMatchesTransformersAndItsWindowIsChecked) {
@@ -150,7 +166,7 @@ TEST(HfImport, MistralMatchesTransformersAndItsWindowIsChecked) {
 // transformers' tensors come back bit for bit.
 TEST(HfImport, ImportThenExportGivesBackTheSameTensors) {
   SKIP_WITHOUT_TRANSFORMERS();
-  for (const char* args : {"--arch gpt2", "--arch llama"}) {
+  for (const char* args : {"--arch gpt2", "--arch llama", "--arch llama31", "--arch qwen2"}) {
     SCOPED_TRACE(args);
     const std::string hf = make_hf(std::string("roundtrip-") + (args + 7), args);
     const std::string dir = std::filesystem::path(hf).parent_path().string();
@@ -180,6 +196,13 @@ TEST(HfImport, ImportThenExportGivesBackTheSameTensors) {
     for (const HfTensorMap& m : hf_tensor_map(cfg.model)) parts += int(m.parts.size());
     EXPECT_EQ(compared, parts);
     EXPECT_EQ(compared, int(original.tensors().size()));
+    // The exported config.json describes the same model (Qwen2ForCausalLM
+    // for q/k/v biases, the rope scaling written back).
+    const HfModelConfig again = read_hf_config(dir + "/back");
+    EXPECT_EQ(again.architecture, read_hf_config(hf).architecture);
+    EXPECT_EQ(again.model.qkv_bias, cfg.model.qkv_bias);
+    EXPECT_EQ(again.model.rope_scaling, cfg.model.rope_scaling);
+    EXPECT_EQ(again.model.rope_theta, cfg.model.rope_theta);
   }
 }
 
@@ -275,11 +298,18 @@ TEST(HfImport, BadFoldersAreNamed) {
   std::vector<Case> cases = {
       {"architecture", write_llama("arch", R"({"architectures": ["BertModel"], "vocab_size": 300})"), "BertModel"},
       {"unknown field", write_llama("field", config_with(R"("sliding_window": 4096)")), "sliding_window"},
-      {"rope scaling", write_llama("rope", [] {
+      {"rope scaling not built", write_llama("rope", [] {
+         std::string c = kLlamaConfig;
+         c.replace(c.find("\"rope_scaling\": null"), 20, R"("rope_scaling": {"rope_type": "yarn", "factor": 8.0})");
+         return c;
+       }()), "rope_scaling' has rope_type 'yarn'"},
+      {"llama3 rope scaling incomplete", write_llama("rope3", [] {
          std::string c = kLlamaConfig;
          c.replace(c.find("\"rope_scaling\": null"), 20, R"("rope_scaling": {"rope_type": "llama3", "factor": 8.0})");
          return c;
-       }()), "rope_scaling"},
+       }()), "rope_scaling.low_freq_factor"},
+      {"Qwen2 field on LLaMA", write_llama("qwen-field", config_with(R"("use_sliding_window": false)")),
+       "use_sliding_window"},
       {"pretraining_tp", write_llama("tp", [] {
          std::string c = kLlamaConfig;
          c.replace(c.find("\"pretraining_tp\": 1"), 18, "\"pretraining_tp\": 2");

@@ -39,9 +39,11 @@ std::string as_bytes(const void* p, size_t n) { return std::string(static_cast<c
 // runs tools/check_hf_interop.py on them. Returns the folder (dir/hf the
 // export, dir/tokens.i32 and dir/logits.f32 loom's) and the checker's command
 // line for the logits alone.
-std::pair<std::string, std::string> check_interop(const std::string& name, const std::string& config, int steps) {
+std::pair<std::string, std::string> check_interop(const std::string& name, const std::string& config, int steps,
+                                                  const std::string& sets = "") {
   const std::string dir = ckpt_dir("interop-" + name), n = std::to_string(steps);
-  auto r = run_loom_cmd("train --config '" + config + "' --set train.steps=" + n + " --set train.checkpoint_every=" + n +
+  auto r = run_loom_cmd("train --config '" + config + "' " + sets + " --set train.steps=" + n +
+                        " --set train.checkpoint_every=" + n +
                         " --set train.checkpoint_dir='" + dir + "/ckpt' --set 'train.run_dir=' --set train.eval_every=0" +
                         " --set train.sample_tokens=0 2>&1");
   EXPECT_EQ(r.code, 0) << r.output;
@@ -125,6 +127,15 @@ TEST(HfInterop, LlamaTinyMatchesTransformers) {
   // Two steps from the initial weights: the untied head's greedy picks still
   // vary token to token, where 30 steps have settled on " t t t".
   check_interop("llama-2", config, 2);
+}
+
+// LLaMA with q/k/v biases (exported as Qwen2ForCausalLM) and Llama 3.1's
+// rope scaling (its bands inside the tiny model's head_dim 16), ten steps.
+TEST(HfInterop, Qwen2AndLlama31RopeMatchTransformers) {
+  SKIP_WITHOUT_TRANSFORMERS();
+  check_interop("qwen2-llama3", LOOM_SOURCE_DIR "/configs/llama-tiny.toml", 10,
+                "--set model.qkv_bias=true --set model.rope_scaling='\"llama3\"' --set model.rope_factor=8 "
+                "--set model.rope_original_max_positions=64");
 }
 
 }  // namespace

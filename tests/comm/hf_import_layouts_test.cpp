@@ -5,7 +5,8 @@
 // parallelism, pp2 (1F1B and ZB-V) and tp2 x pp2, each reading its own
 // pieces: first-step gradients within 1e-5 relative per global tensor and
 // losses within rtol 1e-4 of the single process started from the same
-// folder, for GPT-2 (tied head across the pipeline) and LLaMA (untied).
+// folder, for GPT-2 (tied head across the pipeline), LLaMA (untied) and
+// LLaMA with Qwen2's q/k/v biases and Llama 3.1's rope scaling.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -42,10 +43,18 @@ std::string layout_name(const testing::TestParamInfo<std::tuple<const char*, Lay
          std::to_string(l.zero);
 }
 
+// qwen2: LLaMA with q/k/v biases (split over tp like their rows), here
+// also with Llama 3.1's rope scaling (its bands inside head_dim 16).
 std::vector<std::string> family_sets(const std::string& family) {
   if (family == "gpt2") return {"model.n_layer=4", "model.n_head=4", "model.d_model=64", "model.vocab_size=300"};
-  return {"model.family=\"llama\"", "model.n_layer=4",      "model.n_head=4",       "model.n_kv_head=2",
-          "model.d_model=64",       "model.ffn_hidden=96", "model.vocab_size=300"};
+  std::vector<std::string> sets = {"model.family=\"llama\"", "model.n_layer=4",      "model.n_head=4",
+                                   "model.n_kv_head=2",      "model.d_model=64",     "model.ffn_hidden=96",
+                                   "model.vocab_size=300"};
+  if (family == "qwen2")
+    for (const char* s : {"model.qkv_bias=true", "model.rope_scaling=\"llama3\"", "model.rope_factor=4.0",
+                          "model.rope_original_max_positions=32"})
+      sets.push_back(s);
+  return sets;
 }
 
 std::vector<std::string> run_sets(int micro) {
@@ -55,7 +64,8 @@ std::vector<std::string> run_sets(int micro) {
 }
 
 // The folder, made once per family by rank 0: a fresh model's step-0
-// weights (one step at learning rate 0 changes nothing), exported.
+// weights (one step at learning rate 0 changes nothing; qwen2: at 1e-2,
+// so that its biases, which start at zero, are not), exported.
 const std::string& hf_folder(const std::string& family) {
   static std::map<std::string, std::string> folders;
   auto it = folders.find(family);
@@ -67,8 +77,9 @@ const std::string& hf_folder(const std::string& family) {
     loom::remove_tree(dir);
     std::vector<std::string> sets = family_sets(family);
     for (const std::string& s : run_sets(8)) sets.push_back(s);
-    for (const char* s : {"train.steps=1", "train.lr=1e-30", "train.min_lr=0", "train.checkpoint_every=1"})
+    for (const char* s : {"train.steps=1", "train.min_lr=0", "train.checkpoint_every=1", "train.warmup_steps=0"})
       sets.push_back(s);
+    sets.push_back(family == "qwen2" ? "train.lr=1e-2" : "train.lr=1e-30");
     sets.push_back("train.checkpoint_dir=\"" + dir + "/ckpt\"");
     auto one = loom::ParallelContext::create_single();
     loom::train(loom::load_run_config("", sets), *one, nullptr);
@@ -134,5 +145,11 @@ INSTANTIATE_TEST_SUITE_P(
                                      Layout{1, 2, "1f1b", 1, 0}, Layout{1, 2, "zb-v", 2, 0},
                                      Layout{2, 2, "1f1b", 1, 1})),
     layout_name);
+
+INSTANTIATE_TEST_SUITE_P(Qwen2, HfImportLayouts,
+                         testing::Combine(testing::Values("qwen2"),
+                                          testing::Values(Layout{1, 1, "1f1b", 1, 3}, Layout{2, 1, "1f1b", 1, 1},
+                                                          Layout{1, 2, "zb-v", 2, 0}, Layout{2, 2, "1f1b", 1, 1})),
+                         layout_name);
 
 }  // namespace

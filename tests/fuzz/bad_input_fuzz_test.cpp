@@ -270,7 +270,8 @@ TEST(Fuzz, HfCheckpointFolders) {
   const std::string config = R"({"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 300,
   "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2, "num_attention_heads": 4,
   "num_key_value_heads": 2, "max_position_embeddings": 64, "rms_norm_eps": 1e-05, "rope_theta": 10000.0,
-  "rope_scaling": null, "hidden_act": "silu", "tie_word_embeddings": false, "pretraining_tp": 1})";
+  "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+  "original_max_position_embeddings": 32}, "hidden_act": "silu", "tie_word_embeddings": false, "pretraining_tp": 1})";
   write_bytes(dir + "/config.json", config);
   const std::string init = "train.init_from=\"hf:" + dir + "\"";
   const RunConfig good = load_run_config("", {init});

@@ -77,10 +77,10 @@ TEST(PlannerCli, PlansAHuggingFaceConfig) {
                           "MLP 14336, vocab 128256, untied head)"),
             std::string::npos)
       << r.output;
-  std::ofstream(dir + "/config.json") << R"({"architectures": ["Qwen2ForCausalLM"], "vocab_size": 32000})";
+  std::ofstream(dir + "/config.json") << R"({"architectures": ["PhiForCausalLM"], "vocab_size": 32000})";
   CliResult bad = run_loom("plan --model '" + dir + "' --cluster a100-80gb --devices 8");
   EXPECT_EQ(bad.code, 2) << bad.output;
-  EXPECT_NE(bad.output.find("Qwen2ForCausalLM"), std::string::npos) << bad.output;
+  EXPECT_NE(bad.output.find("PhiForCausalLM"), std::string::npos) << bad.output;
 }
 
 TEST(PlannerCli, HelpListsPlanAndCalibrate) {

@@ -64,11 +64,17 @@ void rope_lowp(A* qkv, const float* cos, const float* sin, int N, int T, int NH,
 
 void rope_table(float* cos, float* sin, int T, int hd, double theta, const int32_t* positions) {
   check_shape(T, 1, 1, hd);
+  std::vector<double> inv_freq(size_t(hd / 2));
+  for (int i = 0; i < hd / 2; i++) inv_freq[size_t(i)] = std::pow(theta, -2.0 * i / hd);
+  rope_table(cos, sin, T, hd, inv_freq.data(), positions);
+}
+
+void rope_table(float* cos, float* sin, int T, int hd, const double* inv_freq, const int32_t* positions) {
+  check_shape(T, 1, 1, hd);
   const int half = hd / 2;
   for (int i = 0; i < half; i++) {
-    const double inv_freq = std::pow(theta, -2.0 * i / hd);
     for (int t = 0; t < T; t++) {
-      const double angle = (positions ? positions[t] : t) * inv_freq;
+      const double angle = (positions ? positions[t] : t) * inv_freq[i];
       cos[size_t(t) * half + i] = float(std::cos(angle));
       sin[size_t(t) * half + i] = float(std::sin(angle));
     }

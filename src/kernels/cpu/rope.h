@@ -15,6 +15,9 @@ namespace loom::cpu {
 // positions[t] (context parallelism: a local row's global position);
 // computed in double, rounded to float.
 void rope_table(float* cos, float* sin, int T, int hd, double theta, const int32_t* positions = nullptr);
+// The same with the inverse frequencies given, inv_freq[hd/2] (rescaled
+// ones: ModelConfig::rope_inverse_frequencies).
+void rope_table(float* cos, float* sin, int T, int hd, const double* inv_freq, const int32_t* positions = nullptr);
 
 // In place on the query and key heads of qkv[N, (NH + 2 NKV) x hd] (per row:
 // NH query heads, then NKV key heads, then NKV value heads, which are left

@@ -59,7 +59,7 @@ void block_forward(const BlockContext& ctx, const RopeTables& rope, const BlockT
   // Attention: res2 = res + o_proj(attention(rope(qkv(rmsnorm(res)))))
   ops.rmsnorm_forward(attn_in, a.attn_rstd, res, w.param(p.attn_norm), R, C, eps);
   const A* x = ctx.tp.gather_rows(attn_in, work, N, C);
-  tp::column_parallel_forward(ops.matmul(), qkv, x, w.weight<A>(p.qkv), nullptr, N, C, s.qkv);
+  tp::column_parallel_forward(ops.matmul(), qkv, x, w.weight<A>(p.qkv), w.param(p.qkv_bias), N, C, s.qkv);
   ops.rope_forward(qkv, rope.cos, rope.sin, N, ctx.T, s.NHl, s.NKVl, s.hd);
   ctx.attn.forward(atty, a.att, qkv, ctx.B, ctx.T, s.Cl, s.NHl, s.NKVl);
   tp::row_parallel_forward(ops.matmul(), ctx.tp, a.res2, sp ? ctx.work.grad_work : a.res2, atty,
@@ -122,9 +122,9 @@ void block_backward(const BlockContext& ctx, const RopeTables& rope, const Block
   weight_ready(p.o_proj);
   ctx.attn.backward(dqkv, k.datt, k.dattn_out, qkv, atty, a.att, ctx.B, ctx.T, s.Cl, s.NHl, s.NKVl);
   ops.rope_backward(dqkv, rope.cos, rope.sin, N, ctx.T, s.NHl, s.NKVl, s.hd);
-  tp::column_parallel_backward(ops.matmul(), ctx.tp, dnorm, partial, dweight(p.qkv), nullptr, dqkv,
+  tp::column_parallel_backward(ops.matmul(), ctx.tp, dnorm, partial, dweight(p.qkv), dweight(p.qkv_bias), dqkv,
                                sp ? gathered : attn_in, w.weight<A>(p.qkv), N, C, s.qkv, attn_in_ready.get());
-  weight_ready(p.qkv);
+  weight_ready(p.qkv), weight_ready(p.qkv_bias);
   if (split) stash_w(a.qkv, dqkv, size_t(N) * s.qkv);
   ops.rmsnorm_backward(dres, w.grad(p.attn_norm), dnorm, res_in, w.param(p.attn_norm), a.attn_rstd, R, C);
   ctx.grad_ready(p.attn_norm);
@@ -137,9 +137,9 @@ void block_backward_weight(const BlockContext& ctx, const BlockTensors& p, const
   cpu::LowpMatmulEngine& eng = ctx.ops.matmul();
   const ParamAccess& w = ctx.p;
   A* const gathered = as<A>(ctx.work.gathered);
-  auto weights = [&](int i, const A* dout, const A* x, int in, int out) {
-    tp::linear_weight_backward(eng, w.grad(i), nullptr, dout, x, N, in, out);
-    ctx.grad_ready(i);
+  auto weights = [&](int i, const A* dout, const A* x, int in, int out, int bias = -1) {
+    tp::linear_weight_backward(eng, w.grad(i), w.grad(bias), dout, x, N, in, out);
+    ctx.grad_ready(i), ctx.grad_ready(bias);
   };
   const ResidualGrad<A> ddown(ctx, a.res3);
   ddown.refresh();
@@ -148,7 +148,7 @@ void block_backward_weight(const BlockContext& ctx, const BlockTensors& p, const
   const ResidualGrad<A> do_proj(ctx, a.res2);
   do_proj.refresh();
   weights(p.o_proj, ctx.tp.gather_rows(do_proj.local(), do_proj.rows(), N, C), as<A>(a.atty), s.Cl, C);
-  weights(p.qkv, as<A>(a.qkv), ctx.tp.gather_rows(as<A>(a.attn_in), gathered, N, C), C, s.qkv);
+  weights(p.qkv, as<A>(a.qkv), ctx.tp.gather_rows(as<A>(a.attn_in), gathered, N, C), C, s.qkv, p.qkv_bias);
 }
 
 #define LOOM_LLAMA_BLOCK(A)                                                                                        \

@@ -1,7 +1,7 @@
 // One LLaMA block, forward and backward, written out by hand (the same
 // tensor-parallel scheme as GPT-2's: column-parallel fused q/k/v and fused
 // gate/up, row-parallel o_proj and down_proj, optional sequence parallelism;
-// no biases):
+// no biases but the optional q/k/v bias of Qwen2):
 //   res2 = res + o_proj(attention(rope(qkv(rmsnorm(res)))))   (grouped-query)
 //   res3 = res2 + down(silu(gate(x)) * up(x)),  x = rmsnorm(res2)
 #pragma once

@@ -1,4 +1,5 @@
-// LLaMA in Hugging Face's names (LlamaForCausalLM): nn.Linear is [out, in]
+// LLaMA in Hugging Face's names (LlamaForCausalLM, and Qwen2ForCausalLM's
+// q/k/v biases): nn.Linear is [out, in]
 // as loom's; loom's fused qkv_proj and gate_up_proj are HF's q/k/v_proj and
 // gate/up_proj stacked by rows. loom applies rotary embeddings with HF's
 // rotate-half convention (feature i paired with i + head_dim/2), so the q
@@ -22,6 +23,12 @@ std::vector<HfTensorMap> llama_hf_tensor_map(const ModelConfig& cfg) {
                  {{p + "self_attn.q_proj.weight", q_rows},
                   {p + "self_attn.k_proj.weight", kv_rows},
                   {p + "self_attn.v_proj.weight", kv_rows}}});
+    if (cfg.qkv_bias)
+      m.push_back({p + "self_attn.qkv_proj.bias",
+                   {cfg.qkv_rows()},
+                   {{p + "self_attn.q_proj.bias", q_rows},
+                    {p + "self_attn.k_proj.bias", kv_rows},
+                    {p + "self_attn.v_proj.bias", kv_rows}}});
     add(p + "self_attn.o_proj.weight", {C, q_rows});
     add(p + "post_attention_layernorm.weight", {C});
     m.push_back({p + "mlp.gate_up_proj.weight",

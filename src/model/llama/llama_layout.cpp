@@ -41,6 +41,9 @@ ParamLayout make_layout(const ModelConfig& cfg, const ModelShard& shard, Tensors
     b.o_proj = lay.add(h + "self_attn.o_proj.weight", {C, q_rows}, Init::Normal, proj_std, cols);
     b.qkv = lay.add(h + "self_attn.qkv_proj.weight", {q_rows + 2 * kv_rows, C}, Init::Normal, std,
                     TensorSplit{0, {q_rows, kv_rows, kv_rows}});
+    if (cfg.qkv_bias)
+      b.qkv_bias = lay.add(h + "self_attn.qkv_proj.bias", {q_rows + 2 * kv_rows}, Init::Zeros, 0,
+                           TensorSplit{0, {q_rows, kv_rows, kv_rows}});
     b.attn_norm = norm(h + "input_layernorm.weight");
   }
   lay.adding_block = -1;

@@ -3,7 +3,7 @@
 // gate/up another (gate_up_proj: gate's rows, then up's), so each is one
 // product; the export splits them (checkpoint/hf_export). q and k rows are
 // in HF's order: loom applies rotary positions with HF's rotate-half
-// convention.
+// convention. Qwen2's q/k/v biases are one fused qkv_proj.bias the same way.
 #pragma once
 
 #include <vector>
@@ -14,6 +14,7 @@ namespace loom::llama {
 
 struct BlockTensors {
   int attn_norm, qkv, o_proj, mlp_norm, gate_up, down;
+  int qkv_bias = -1;  // -1: none (Qwen2 has one)
 };
 
 struct Tensors {

@@ -20,7 +20,7 @@ struct Llama {
     std::vector<float> cos, sin;
     State(const ModelConfig& cfg, int T, const int32_t* positions)
         : cos(size_t(T) * size_t(cfg.head_dim() / 2)), sin(cos.size()) {
-      cpu::rope_table(cos.data(), sin.data(), T, cfg.head_dim(), cfg.rope_theta, positions);
+      cpu::rope_table(cos.data(), sin.data(), T, cfg.head_dim(), cfg.rope_inverse_frequencies().data(), positions);
     }
     RopeTables tables() const { return {cos.data(), sin.data()}; }
   };
