@@ -7,16 +7,21 @@ Trains a byte-level BPE model in the style of a family (GPT-2: the ByteLevel
 pre-tokenizer's own regex; Llama 3: a Split regex with digits in threes and
 ignore_merges; Qwen2: NFC normalization and Qwen2's Split regex, digits one
 by one) on --corpus, with special tokens, and writes OUT_DIR/tokenizer.json
-and OUT_DIR/expected.jsonl: for each line of --lines, {"ids": [...],
-"decoded": "..."} as the library encodes it (no special tokens added: those
-in the text are cut out) and decodes it back. Run by
+and tokenizer_config.json (each family's eos_token and
+clean_up_tokenization_spaces: true for Llama 3, as Meta's is; Llama 3's
+post-processor puts <|begin_of_text|> first), and OUT_DIR/expected.jsonl: for
+each line of --lines, {"ids": [...], "decoded": "..."} as the library
+encodes it (no special tokens added: those in the text are cut out) and
+decodes it back, and, from transformers' AutoTokenizer on the folder,
+"with_special" (the ids tokenizer(line) gives, BOS included) and
+"hf_decoded" (its decode() of the ids, clean-up included). Run by
 tests/data/hf_tokenizer_test.cpp with the project's .venv python.
 """
 import argparse
 import json
 import os
 
-from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
 LLAMA3 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|"
           r"\s*[\r\n]+|\s+(?!\S)|\s+")
@@ -55,11 +60,24 @@ def main():
     with open(a.corpus, encoding="utf-8") as f:
         text = f.read()
     tok.train_from_iterator(text.splitlines(), trainer)
+    config = {"tokenizer_class": "PreTrainedTokenizerFast", "eos_token": "<|endoftext|>",
+              "clean_up_tokenization_spaces": a.style == "llama3"}
+    if a.style == "llama3":
+        bos = "<|begin_of_text|>"
+        tok.post_processor = processors.TemplateProcessing(single=f"{bos} $A", pair=f"{bos} $A {bos} $B",
+                                                           special_tokens=[(bos, tok.token_to_id(bos))])
+        config.update(bos_token=bos, eos_token="<|end_of_text|>")
     tok.save(os.path.join(a.out, "tokenizer.json"))
+    with open(os.path.join(a.out, "tokenizer_config.json"), "w") as f:
+        json.dump(config, f)
+    from transformers import AutoTokenizer
+    hf = AutoTokenizer.from_pretrained(a.out)
     with open(a.lines, encoding="utf-8") as f, open(os.path.join(a.out, "expected.jsonl"), "w") as out:
         for line in f.read().split("\n"):
             ids = tok.encode(line, add_special_tokens=False).ids
-            out.write(json.dumps({"ids": ids, "decoded": tok.decode(ids, skip_special_tokens=False)}) + "\n")
+            out.write(json.dumps({"ids": ids, "decoded": tok.decode(ids, skip_special_tokens=False),
+                                  "with_special": hf(line)["input_ids"],
+                                  "hf_decoded": hf.decode(ids)}) + "\n")
 
 
 if __name__ == "__main__":

@@ -7,21 +7,29 @@
 #include "checkpoint/hf_export.h"
 #include "cli/commands.h"
 #include "core/check.h"
-#include "data/tokenizer.h"
+#include "data/dataset_manifest.h"
+#include "data/text_tokenizer.h"
 
 namespace loom::cli {
 namespace {
 
-// bos/eos for config.json (see HfSpecialTokens): the end-of-text id of the
-// tokenizer given, else of the run's (<data.path>/tokenizer.model for
-// data.format = "shards"); none for byte-level data, or (with a warning) when
-// the run's tokenizer is not where its config says.
+// bos/eos for config.json (see HfSpecialTokens): the tokenizer given, else
+// the run's (the one <data.path>/dataset.toml names for data.format =
+// "shards"): its BOS if it adds one (Llama 3's), else its end-of-text, as
+// bos; its end-of-text as eos. None for byte-level data, or (with a warning)
+// when the run's tokenizer is not where its config says.
+HfSpecialTokens tokens_of(const TextTokenizer& t) {
+  return {t.bos_id() >= 0 ? t.bos_id() : t.eos_id(), t.eos_id()};
+}
+
 HfSpecialTokens special_tokens(const Checkpoint& ckpt, const std::string& tokenizer) {
-  if (!tokenizer.empty()) return HfSpecialTokens::from_eos(Tokenizer::load(resolve_path(tokenizer)).eos_id());
+  if (!tokenizer.empty()) return tokens_of(*load_tokenizer(resolve_path(tokenizer)));
   const RunData data = run_data(ckpt.manifest(), "checkpoint '" + ckpt.dir() + "'");
   if (data.format != "shards") return {};
-  const std::string path = resolve_path(data.path) + "/tokenizer.model";
-  if (std::filesystem::exists(path)) return HfSpecialTokens::from_eos(Tokenizer::load(path).eos_id());
+  std::string path = resolve_path(data.path) + "/tokenizer.model";
+  if (std::filesystem::exists(resolve_path(data.path) + "/dataset.toml"))
+    path = resolve_path(data.path) + "/" + read_dataset_manifest(resolve_path(data.path)).tokenizer;
+  if (std::filesystem::exists(path)) return tokens_of(*load_tokenizer(path));
   std::fprintf(stderr,
                "export: warning: the run's tokenizer '%s' is not there; bos_token_id and eos_token_id are left null "
                "(--tokenizer PATH names it)\n",

@@ -2,8 +2,9 @@
 //
 // The model is rebuilt from the manifest's model section and filled with the
 // global parameters (whatever layout saved them); the tokenizer is the run's
-// (data.format = "shards": <data.path>/tokenizer.model; "bytes": one token
-// per byte). No KV cache: each new token reruns the context (at most seq_len).
+// (data.format = "shards": the one <data.path>/dataset.toml names, loom's
+// tokenizer.model or a Hugging Face tokenizer.json; "bytes": one token per
+// byte), or --tokenizer's. No KV cache: each new token reruns the context (at most seq_len).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -44,7 +45,7 @@ std::unique_ptr<StageModule> load_model(const Checkpoint& ckpt, const ModelConfi
 TextCodec codec_for(const CheckpointManifest& m, const std::string& origin, const std::string& tokenizer_override) {
   TextCodec c;
   if (!tokenizer_override.empty()) {
-    c.sp = std::make_unique<Tokenizer>(Tokenizer::load(resolve_path(tokenizer_override)));
+    c.tokenizer = load_tokenizer(resolve_path(tokenizer_override));
     return c;
   }
   const RunData d = run_data(m, origin);
@@ -108,7 +109,7 @@ int cmd_generate(const Args& args) {
   TextCodec codec = codec_for(ckpt.manifest(), origin, tokenizer);
   std::unique_ptr<StageModule> model = load_model(ckpt, cfg);
 
-  std::vector<int32_t> tokens = codec.encode(prompt);
+  std::vector<int32_t> tokens = codec.encode_prompt(prompt);
   LOOM_USER_CHECK(!tokens.empty(), "generate: the prompt is empty");
   for (int32_t t : tokens)
     LOOM_USER_CHECK(t < cfg.vocab_size, "generate: the tokenizer gives id %d, beyond the model's vocabulary of %d", t,

@@ -15,16 +15,19 @@ constexpr const char* kUsage = R"(loom - train GPT-style language models
 usage: loom <command> [options]
 
 commands:
-  prepare Make training data: corpus -> SentencePiece tokenizer -> token shards.
+  prepare Make training data: corpus -> tokenizer (trained, or given) -> token shards.
             loom prepare                        the Debian corpus (scripts/fetch_corpus.sh) into .cache/data
             loom prepare --input DIR_OR_FILE --out DIR [options]
           Options:
             --input PATH        a folder of UTF-8 text files (one document each) or one file
                                 (default .cache/corpus/text)
-            --out DIR           where tokenizer.model, train_*.bin, val_*.bin and dataset.toml go
+            --out DIR           where the tokenizer's files, train_*.bin, val_*.bin and dataset.toml go
                                 (default .cache/data)
             --vocab-size N      BPE vocabulary to train (default 8192; byte fallback, exact round trip)
-            --tokenizer FILE    use this SentencePiece .model instead of training one
+            --tokenizer PATH    use this tokenizer instead of training one: a SentencePiece .model,
+                                or a Hugging Face folder (or its tokenizer.json) with a
+                                byte-level BPE model (GPT-2, Llama 3, Qwen2): its files are
+                                copied, each document is [BOS if it adds one] ids EOS
             --val-fraction F    share of the text held out for validation, by document (default 0.02)
             --shard-tokens N    tokens per shard before a new one starts (default 16777216)
             --sample-mb M       text the tokenizer is trained on (default 24)
@@ -269,10 +272,11 @@ commands:
           Example: loom export --checkpoint checkpoints --out hf-model --dtype bf16
   generate  Sample text from a checkpoint, single process.
             loom generate --checkpoint DIR --prompt TEXT [--temperature 0.8] [--top-k 40]
-                          [--max-tokens 100] [--seed 1] [--tokenizer FILE] [--threads N]
-          The run's tokenizer (data.format shards: <data.path>/tokenizer.model; bytes: one token
-          per byte) unless --tokenizer is given. --temperature 0 is greedy; --top-k 0 keeps every
-          token. Stops at end-of-text or after --max-tokens.
+                          [--max-tokens 100] [--seed 1] [--tokenizer PATH] [--threads N]
+          The run's tokenizer (data.format shards: the one <data.path>/dataset.toml names; bytes:
+          one token per byte) unless --tokenizer (a .model, tokenizer.json or HF folder) is given;
+          the prompt starts with the tokenizer's BOS when it adds one. --temperature 0 is greedy;
+          --top-k 0 keeps every token. Stops at end-of-text or after --max-tokens.
           Example: loom generate --checkpoint checkpoints --prompt "The Lord said" --max-tokens 60
   info    The CPU and what loom chose for it, and the rates measured now.
             loom info [--threads N] [--isa NAME] [--json]

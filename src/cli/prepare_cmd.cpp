@@ -1,5 +1,6 @@
 #include <cmath>
-// `loom prepare`: corpus -> SentencePiece tokenizer -> token shards.
+// `loom prepare`: corpus -> tokenizer (trained, or given: loom's SentencePiece
+// or a Hugging Face tokenizer folder) -> token shards.
 #include <cstdio>
 #include <filesystem>
 

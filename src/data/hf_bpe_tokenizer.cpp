@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -46,9 +47,7 @@ bool valid_utf8(std::string_view s) {
 
 struct HfBpeTokenizer::Regex {
   pcre2_code* code = nullptr;
-  pcre2_match_data* match = nullptr;
   ~Regex() {
-    if (match) pcre2_match_data_free(match);
     if (code) pcre2_code_free(code);
   }
 };
@@ -59,8 +58,18 @@ HfBpeTokenizer& HfBpeTokenizer::operator=(HfBpeTokenizer&&) noexcept = default;
 HfBpeTokenizer::~HfBpeTokenizer() = default;
 
 HfBpeTokenizer HfBpeTokenizer::load(const std::string& path) {
+  // A field of the wrong JSON type anywhere, named with the file.
+  try {
+    return load_checked(path);
+  } catch (const Json::exception& e) {
+    throw UserError(strprintf("%s (or tokenizer_config.json beside it): a field has the wrong type: %s", path.c_str(),
+                              e.what()));
+  }
+}
+
+HfBpeTokenizer HfBpeTokenizer::load_checked(const std::string& path) {
   require_regular_file(path, "tokenizer file");
-  std::ifstream in(path);
+  std::ifstream in(path, std::ios::binary);
   std::stringstream text;
   text << in.rdbuf();
   Json j;
@@ -75,6 +84,7 @@ HfBpeTokenizer HfBpeTokenizer::load(const std::string& path) {
   };
   HfBpeTokenizer t;
   t.path_ = path;
+  t.files_.push_back({"tokenizer.json", text.str()});
   const Json& model = field(j, "model");
   LOOM_USER_CHECK(field(model, "type") == "BPE", "%s: field 'model.type' is %s: loom reads byte-level BPE only",
                   path.c_str(), field(model, "type").dump().c_str());
@@ -100,7 +110,10 @@ HfBpeTokenizer HfBpeTokenizer::load(const std::string& path) {
     for (const Json& a : j.at("added_tokens")) {
       const std::string content = field(a, "content").get<std::string>();
       LOOM_USER_CHECK(!content.empty(), "%s: an added token is empty", path.c_str());
-      t.added_.push_back({content, field(a, "id").get<int32_t>()});
+      const Json& id = field(a, "id");
+      LOOM_USER_CHECK(id.is_number_integer() && id.get<int64_t>() >= 0 && id.get<int64_t>() < INT32_MAX,
+                      "%s: added token '%s' has no valid id", path.c_str(), content.c_str());
+      t.added_.push_back({content, id.get<int32_t>()});
     }
   std::stable_sort(t.added_.begin(), t.added_.end(),
                    [](const Added& a, const Added& b) { return a.content.size() > b.content.size(); });
@@ -147,7 +160,6 @@ HfBpeTokenizer HfBpeTokenizer::load(const std::string& path) {
     throw UserError(strprintf("%s: the split pattern does not compile at offset %zu: %s", path.c_str(),
                               size_t(offset), reinterpret_cast<const char*>(message)));
   }
-  t.split_->match = pcre2_match_data_create_from_pattern(t.split_->code, nullptr);
   // GPT-2's bytes_to_unicode: printable bytes stand for themselves, the
   // others for 256, 257, ... in order.
   int next = 0;
@@ -156,6 +168,14 @@ HfBpeTokenizer HfBpeTokenizer::load(const std::string& path) {
     t.byte_char_[b] = utf8(printable ? uint32_t(b) : uint32_t(256 + next++));
     t.char_byte_[t.byte_char_[b]] = uint8_t(b);
   }
+  // Ids are dense: below the count of tokens and added tokens.
+  const size_t count = t.vocab_.size() + t.added_.size();
+  for (const auto& [token, id] : t.vocab_)
+    LOOM_USER_CHECK(size_t(id) < count, "%s: vocab entry '%s' has id %d, beyond the %zu tokens", path.c_str(),
+                    token.c_str(), id, count);
+  for (const Added& a : t.added_)
+    LOOM_USER_CHECK(size_t(a.id) < count, "%s: added token '%s' has id %d, beyond the %zu tokens", path.c_str(),
+                    a.content.c_str(), a.id, count);
   t.id_to_token_.resize(t.vocab_.size());
   for (const auto& [token, id] : t.vocab_) {
     if (size_t(id) >= t.id_to_token_.size()) t.id_to_token_.resize(size_t(id) + 1);
@@ -165,7 +185,65 @@ HfBpeTokenizer HfBpeTokenizer::load(const std::string& path) {
     if (size_t(a.id) >= t.id_to_token_.size()) t.id_to_token_.resize(size_t(a.id) + 1);
     t.id_to_token_[size_t(a.id)] = a.content;
   }
+  t.read_specials(j);
   return t;
+}
+
+// BOS from the post-processor; EOS and the decode clean-up from
+// tokenizer_config.json beside the file.
+void HfBpeTokenizer::read_specials(const Json& j) {
+  if (j.contains("post_processor") && j.at("post_processor").is_object()) {
+    const Json& p = j.at("post_processor");
+    // TemplateProcessing, alone or first in a Sequence (Llama 3: a
+    // Sequence of ByteLevel and TemplateProcessing).
+    std::vector<const Json*> steps = {&p};
+    if (p.value("type", "") == "Sequence" && p.contains("processors") && p.at("processors").is_array())
+      for (const Json& q : p.at("processors")) steps.push_back(&q);
+    for (const Json* q : steps)
+      if (q->value("type", "") == "TemplateProcessing" && q->contains("single") && q->at("single").is_array() &&
+          !q->at("single").empty() && q->at("single")[0].contains("SpecialToken")) {
+        const std::string name = q->at("single")[0].at("SpecialToken").value("id", "");
+        bos_ = token_id(name);
+        LOOM_USER_CHECK(bos_ >= 0, "%s: field 'post_processor' puts '%s' first, which is not a token", path_.c_str(),
+                        name.c_str());
+      }
+  }
+  const std::string config_path = (std::filesystem::path(path_).parent_path() / "tokenizer_config.json").string();
+  std::string eos_name;
+  std::error_code ec;
+  if (std::filesystem::exists(config_path, ec)) {
+    require_regular_file(config_path, "tokenizer config");
+    std::ifstream in(config_path, std::ios::binary);
+    std::stringstream text;
+    text << in.rdbuf();
+    files_.push_back({"tokenizer_config.json", text.str()});
+    Json c;
+    try {
+      c = Json::parse(text.str());
+    } catch (const Json::exception& e) {
+      throw UserError(strprintf("%s: not valid JSON: %s", config_path.c_str(), e.what()));
+    }
+    LOOM_USER_CHECK(c.is_object(), "%s: expected a JSON object", config_path.c_str());
+    if (c.contains("eos_token") && !c.at("eos_token").is_null()) {
+      const Json& e = c.at("eos_token");  // a string, or an AddedToken object with "content"
+      LOOM_USER_CHECK(e.is_string() || (e.is_object() && e.contains("content") && e.at("content").is_string()),
+                      "%s: field 'eos_token' must be a string or an object with 'content'", config_path.c_str());
+      eos_name = e.is_string() ? e.get<std::string>() : e.at("content").get<std::string>();
+      eos_ = token_id(eos_name);
+      LOOM_USER_CHECK(eos_ >= 0, "%s: field 'eos_token' names '%s', which %s does not hold", config_path.c_str(),
+                      eos_name.c_str(), path_.c_str());
+    }
+    if (c.contains("clean_up_tokenization_spaces")) {
+      LOOM_USER_CHECK(c.at("clean_up_tokenization_spaces").is_boolean(),
+                      "%s: field 'clean_up_tokenization_spaces' must be true or false", config_path.c_str());
+      clean_up_spaces_ = c.at("clean_up_tokenization_spaces").get<bool>();
+    }
+  }
+  if (eos_ < 0) eos_ = token_id("<|endoftext|>");
+  LOOM_USER_CHECK(eos_ >= 0,
+                  "%s: no end-of-text token: tokenizer_config.json beside it has no 'eos_token' and the vocabulary "
+                  "has no <|endoftext|>",
+                  path_.c_str());
 }
 
 int32_t HfBpeTokenizer::token_id(const std::string& token) const {
@@ -175,9 +253,8 @@ int32_t HfBpeTokenizer::token_id(const std::string& token) const {
   return it == vocab_.end() ? -1 : it->second;
 }
 
-std::vector<int32_t> HfBpeTokenizer::encode(std::string_view text) const {
+void HfBpeTokenizer::encode(std::string_view text, std::vector<int32_t>* out) const {
   LOOM_USER_CHECK(valid_utf8(text), "%s: the text to encode is not valid UTF-8", path_.c_str());
-  std::vector<int32_t> out;
   size_t start = 0, at = 0;
   // Added tokens first: the longest at each position.
   while (at < text.size()) {
@@ -191,13 +268,12 @@ std::vector<int32_t> HfBpeTokenizer::encode(std::string_view text) const {
       at++;
       continue;
     }
-    encode_text(text.substr(start, at - start), &out);
-    out.push_back(hit->id);
+    encode_text(text.substr(start, at - start), out);
+    out->push_back(hit->id);
     at += hit->content.size();
     start = at;
   }
-  encode_text(text.substr(start), &out);
-  return out;
+  encode_text(text.substr(start), out);
 }
 
 void HfBpeTokenizer::encode_text(std::string_view text, std::vector<int32_t>* out) const {
@@ -211,15 +287,18 @@ void HfBpeTokenizer::encode_text(std::string_view text, std::vector<int32_t>* ou
   }
   if (add_prefix_space_ && normal[0] != ' ') normal.insert(normal.begin(), ' ');
   // Isolated split: every match a piece, and every gap between matches too.
+  // Match data of this call's own: encoding threads share the tokenizer.
+  const std::unique_ptr<pcre2_match_data, void (*)(pcre2_match_data*)> match(
+      pcre2_match_data_create_from_pattern(split_->code, nullptr), pcre2_match_data_free);
   const auto* subject = reinterpret_cast<PCRE2_SPTR>(normal.data());
   size_t pos = 0;
   while (pos < normal.size()) {
-    const int rc = pcre2_match(split_->code, subject, normal.size(), pos, 0, split_->match, nullptr);
+    const int rc = pcre2_match(split_->code, subject, normal.size(), pos, 0, match.get(), nullptr);
     if (rc < 0) {
       encode_piece(std::string_view(normal).substr(pos), out);
       return;
     }
-    const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(split_->match);
+    const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(match.get());
     if (ov[0] > pos) encode_piece(std::string_view(normal).substr(pos, ov[0] - pos), out);
     if (ov[1] == ov[0]) {  // an empty match: step over one character
       const size_t n = char_length(static_cast<unsigned char>(normal[ov[0]]));
@@ -236,11 +315,18 @@ void HfBpeTokenizer::encode_piece(std::string_view piece, std::vector<int32_t>* 
   if (piece.empty()) return;
   constexpr size_t kCacheEntries = 1 << 16;
   const std::string key(piece);
-  if (const auto hit = cache_.find(key); hit != cache_.end()) {
-    out->insert(out->end(), hit->second.begin(), hit->second.end());
-    return;
+  {
+    std::lock_guard<std::mutex> lock(*cache_mutex_);
+    if (const auto hit = cache_.find(key); hit != cache_.end()) {
+      out->insert(out->end(), hit->second.begin(), hit->second.end());
+      return;
+    }
   }
-  if (cache_.size() >= kCacheEntries) cache_.clear();
+  auto remember = [&](std::vector<int32_t> ids) {
+    std::lock_guard<std::mutex> lock(*cache_mutex_);
+    if (cache_.size() >= kCacheEntries) cache_.clear();
+    cache_.emplace(key, std::move(ids));
+  };
   std::vector<int32_t> ids;
   std::vector<std::string> symbols;
   std::string whole;
@@ -248,7 +334,7 @@ void HfBpeTokenizer::encode_piece(std::string_view piece, std::vector<int32_t>* 
   if (ignore_merges_)
     if (const auto it = vocab_.find(whole); it != vocab_.end()) {
       out->push_back(it->second);
-      cache_.emplace(key, std::vector<int32_t>{it->second});
+      remember({it->second});
       return;
     }
   // Merge the lowest-ranked adjacent pair, every occurrence left to right, until none is a merge.
@@ -278,12 +364,13 @@ void HfBpeTokenizer::encode_piece(std::string_view piece, std::vector<int32_t>* 
     ids.push_back(it->second);
   }
   out->insert(out->end(), ids.begin(), ids.end());
-  cache_.emplace(key, std::move(ids));
+  remember(std::move(ids));
 }
 
-std::string HfBpeTokenizer::decode(const std::vector<int32_t>& ids) const {
+std::string HfBpeTokenizer::decode(const int32_t* ids, size_t n) const {
   std::string out;
-  for (int32_t id : ids) {
+  for (size_t k = 0; k < n; k++) {
+    const int32_t id = ids[k];
     LOOM_USER_CHECK(id >= 0 && size_t(id) < id_to_token_.size(), "%s: token id %d is outside the vocabulary",
                     path_.c_str(), id);
     const std::string& token = id_to_token_[size_t(id)];
@@ -299,6 +386,20 @@ std::string HfBpeTokenizer::decode(const std::vector<int32_t>& ids) const {
       i += n;
     }
     out += all ? bytes : token;
+  }
+  if (clean_up_spaces_) {
+    // transformers' clean_up_tokenization, in its order.
+    for (const auto& [from, to] : std::initializer_list<std::pair<const char*, const char*>>{
+             {" .", "."}, {" ?", "?"}, {" !", "!"}, {" ,", ","}, {" ' ", "'"}, {" n't", "n't"}, {" 'm", "'m"},
+             {" 's", "'s"}, {" 've", "'ve"}, {" 're", "'re"}}) {
+      std::string cleaned;
+      const std::string_view f(from);
+      size_t at = 0;
+      for (size_t hit; (hit = out.find(f, at)) != std::string::npos; at = hit + f.size())
+        cleaned.append(out, at, hit - at).append(to);
+      cleaned.append(out, at);
+      out.swap(cleaned);
+    }
   }
   return out;
 }

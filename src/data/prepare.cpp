@@ -112,24 +112,30 @@ bool outputs_match(const std::string& out, uint64_t dataset_id, uint64_t tokeniz
   }
 }
 
-// The tokenizer model: the given one, the one already in `out` if it was made
-// from the same inputs and options, or a new one.
-Tokenizer get_tokenizer(const PrepareOptions& o, std::optional<Tokenizer>& given, const Corpus& corpus,
-                        uint64_t tokenizer_stamp, const std::string& model_path, bool* trained, FILE* log) {
+// The tokenizer: the given one (its files copied into `out`), the one
+// already in `out` if it was made from the same inputs and options, or a new one.
+std::unique_ptr<TextTokenizer> get_tokenizer(const PrepareOptions& o, std::unique_ptr<TextTokenizer>& given,
+                                             const Corpus& corpus, uint64_t tokenizer_stamp,
+                                             const std::string& model_path, bool* trained, FILE* log) {
   *trained = false;
   if (given) {
-    say(log, "tokenizer: %s (%d pieces)", o.tokenizer.c_str(), given->vocab_size());
-    if (!(fs::exists(model_path) && fs::equivalent(o.tokenizer, model_path)))
-      write_file_atomically(model_path, given->model_bytes());
-    return std::move(*given);
+    say(log, "tokenizer: %s, %s (%d tokens)", o.tokenizer.c_str(), given->kind().c_str(), given->vocab_size());
+    std::error_code ec;
+    const fs::path from = fs::is_directory(o.tokenizer, ec) ? fs::path(o.tokenizer) : fs::path(o.tokenizer).parent_path();
+    for (const auto& [name, bytes] : given->files()) {
+      const std::string to = o.out + "/" + name;
+      if (!(fs::exists(to, ec) && fs::equivalent(from / name, to, ec)))
+        write_file_atomically(to, bytes);
+    }
+    return std::move(given);
   }
   if (!o.force && fs::exists(o.out + "/" + kManifestName)) {
     try {
       DatasetManifest m = read_dataset_manifest(o.out);
       if (m.tokenizer_stamp == tokenizer_stamp) {
-        Tokenizer t = Tokenizer::load(model_path);
-        if (t.model_hash() == m.tokenizer_hash) {
-          say(log, "tokenizer: %s is up to date (%d pieces)", model_path.c_str(), t.vocab_size());
+        auto t = std::make_unique<Tokenizer>(Tokenizer::load(model_path));
+        if (t->model_hash() == m.tokenizer_hash) {
+          say(log, "tokenizer: %s is up to date (%d pieces)", model_path.c_str(), t->vocab_size());
           return t;
         }
       }
@@ -143,16 +149,17 @@ Tokenizer get_tokenizer(const PrepareOptions& o, std::optional<Tokenizer>& given
   say(log, "training the tokenizer: BPE, vocabulary %d, byte fallback, on %zu lines (%.1f MB) of the corpus ...",
       o.vocab_size, lines.size(), double(sample_bytes) / 1e6);
   std::string model = Tokenizer::train(lines, o.vocab_size, o.input);
-  Tokenizer t = Tokenizer::from_model(std::move(model), model_path);
-  write_file_atomically(model_path, t.model_bytes());
+  auto t = std::make_unique<Tokenizer>(Tokenizer::from_model(std::move(model), model_path));
+  write_file_atomically(model_path, t->model_bytes());
   say(log, "tokenizer trained in %.1f s: %s", seconds_since(t0), model_path.c_str());
   *trained = true;
   return t;
 }
 
-// Each document's ids followed by end-of-text; parallel over documents
-// (largest first), the result in corpus order whatever the thread count.
-std::vector<std::vector<int32_t>> tokenize(const Corpus& corpus, const Tokenizer& tok, int threads, FILE* log) {
+// Each document's ids (after the tokenizer's BOS, if it adds one) followed
+// by end-of-text; parallel over documents (largest first), the result in
+// corpus order whatever the thread count.
+std::vector<std::vector<int32_t>> tokenize(const Corpus& corpus, const TextTokenizer& tok, int threads, FILE* log) {
   const auto& docs = corpus.documents;
   std::vector<std::vector<int32_t>> ids(docs.size());
   std::vector<size_t> order(docs.size());
@@ -171,6 +178,7 @@ std::vector<std::vector<int32_t>> tokenize(const Corpus& corpus, const Tokenizer
     const Document& d = docs[order[k]];
     std::vector<int32_t>& out = ids[order[k]];
     out.reserve(d.text.size() / 3);
+    if (tok.bos_id() >= 0) out.push_back(tok.bos_id());
     tok.encode(d.text, &out);
     out.push_back(tok.eos_id());
 #pragma omp critical(prepare_progress)
@@ -239,11 +247,14 @@ PrepareResult prepare_dataset(const PrepareOptions& o, FILE* log) {
 
   // The stamps: what the outputs would be made from.
   const uint64_t documents = corpus_hash(corpus);
-  std::optional<Tokenizer> given;
+  std::unique_ptr<TextTokenizer> given;
   uint64_t tokenizer_stamp;
   if (!o.tokenizer.empty()) {
-    given.emplace(Tokenizer::load(o.tokenizer));
-    tokenizer_stamp = ContentHash().add("given").add(given->model_hash()).value();
+    given = load_tokenizer(o.tokenizer);
+    ContentHash stamp;
+    stamp.add("given");
+    for (const auto& [name, bytes] : given->files()) stamp.add(name).add(content_hash(bytes));
+    tokenizer_stamp = stamp.value();
   } else {
     tokenizer_stamp = ContentHash().add("trained").add(kRecipeVersion).add(uint64_t(o.vocab_size))
                           .add(uint64_t(o.sample_mb * 1e6)).add(documents).value();
@@ -264,8 +275,9 @@ PrepareResult prepare_dataset(const PrepareOptions& o, FILE* log) {
   }
 
   const std::string model_path = o.out + "/tokenizer.model";
-  Tokenizer tok =
+  const std::unique_ptr<TextTokenizer> tok_owner =
       get_tokenizer(o, given, corpus, tokenizer_stamp, model_path, &result.tokenizer_trained, log);
+  const TextTokenizer& tok = *tok_owner;
 
   auto t1 = Clock::now();
   std::vector<std::vector<int32_t>> ids = tokenize(corpus, tok, threads, log);
@@ -275,8 +287,10 @@ PrepareResult prepare_dataset(const PrepareOptions& o, FILE* log) {
       double(corpus.bytes) / double(total));
 
   DatasetManifest& m = result.manifest;
-  m.tokenizer = "tokenizer.model";
-  m.tokenizer_hash = tok.model_hash();
+  // The file that identifies the tokenizer (tokenizer.model, or a Hugging
+  // Face tokenizer.json with its tokenizer_config.json beside it).
+  m.tokenizer = tok.files().front().first;
+  m.tokenizer_hash = content_hash(tok.files().front().second);
   m.vocab_size = uint32_t(tok.vocab_size());
   m.eos_id = uint32_t(tok.eos_id());
   m.dataset_id = dataset_id;

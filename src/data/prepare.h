@@ -3,9 +3,11 @@
 //   1. read the corpus (a folder of UTF-8 files, or one file) and split it
 //      into training and validation by document;
 //   2. train a SentencePiece BPE tokenizer on a sample of its lines (or use
-//      a given .model);
+//      a given one: a .model, or a Hugging Face tokenizer folder, whose files
+//      are copied beside the shards);
 //   3. tokenize every document (OpenMP over documents, output in corpus
-//      order), each followed by the end-of-text id;
+//      order), after the tokenizer's BOS if it adds one, followed by the
+//      end-of-text id;
 //   4. write the shards, then dataset.toml, each atomically.
 //
 // Idempotent: a stamp of the inputs (every document's name and content) and
@@ -25,7 +27,7 @@ namespace loom {
 struct PrepareOptions {
   std::string input = ".cache/corpus/text";  // folder or file
   std::string out = ".cache/data";
-  std::string tokenizer;  // a SentencePiece .model to use instead of training one
+  std::string tokenizer;  // a tokenizer to use instead of training one (load_tokenizer's paths)
   int vocab_size = 8192;
   double val_fraction = 0.02;               // of the bytes, by document
   uint64_t shard_tokens = uint64_t(1) << 24;  // a shard closes once it holds this many tokens

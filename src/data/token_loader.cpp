@@ -100,8 +100,9 @@ void TokenLoader::val_batch(int64_t index, int B, int T, RowRange rows, int32_t*
 }
 
 std::string TokenLoader::describe() const {
-  return strprintf("%s, %u-token SentencePiece vocabulary (%llu train tokens in %zu shard%s, %llu validation tokens)",
-                   dir_.c_str(), manifest_.vocab_size, (unsigned long long)train_.tokens, train_.shards.size(),
+  const char* kind = manifest_.tokenizer == "tokenizer.json" ? "Hugging Face tokenizer.json" : "SentencePiece";
+  return strprintf("%s, %u-token %s vocabulary (%llu train tokens in %zu shard%s, %llu validation tokens)",
+                   dir_.c_str(), manifest_.vocab_size, kind, (unsigned long long)train_.tokens, train_.shards.size(),
                    train_.shards.size() == 1 ? "" : "s", (unsigned long long)val_.tokens);
 }
 

@@ -14,13 +14,15 @@
 #include <string_view>
 #include <vector>
 
+#include "data/text_tokenizer.h"
+
 namespace sentencepiece {
 class SentencePieceProcessor;
 }
 
 namespace loom {
 
-class Tokenizer {
+class Tokenizer : public TextTokenizer {
  public:
   // Loads a SentencePiece .model file. Throws UserError naming the file if
   // it cannot be read, is not a model, has no end-of-text (eos) piece, or
@@ -39,12 +41,15 @@ class Tokenizer {
   ~Tokenizer();
 
   // Appends the ids of `text` to `out`. Thread-safe.
-  void encode(std::string_view text, std::vector<int32_t>* out) const;
-  std::string decode(const int32_t* ids, size_t n) const;
-  std::string decode(const std::vector<int32_t>& ids) const { return decode(ids.data(), ids.size()); }
+  void encode(std::string_view text, std::vector<int32_t>* out) const override;
+  using TextTokenizer::encode;
+  std::string decode(const int32_t* ids, size_t n) const override;
+  using TextTokenizer::decode;
 
-  int vocab_size() const;
-  int eos_id() const;
+  int vocab_size() const override;
+  int eos_id() const override;
+  std::string kind() const override { return "SentencePiece BPE (loom's own)"; }
+  std::vector<std::pair<std::string, std::string>> files() const override { return {{"tokenizer.model", model_}}; }
   uint64_t model_hash() const { return model_hash_; }  // content_hash of the model's bytes
   const std::string& model_bytes() const { return model_; }
 

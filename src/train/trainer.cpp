@@ -119,7 +119,7 @@ void print_sample(const RunConfig& cfg, const Replica& replica, FILE* log) {
     return;
   }
   const TextCodec codec = TextCodec::for_data(cfg.data.format, cfg.data.path, "data.path");
-  std::vector<int32_t> prompt = codec.encode(cfg.train.sample_prompt);
+  std::vector<int32_t> prompt = codec.encode_prompt(cfg.train.sample_prompt);
   for (int32_t& t : prompt) t = std::min(t, cfg.model.vocab_size - 1);  // a byte codec on a small vocabulary
   auto model_owner = make_model(cfg.model, 1, cfg.model.seq_len);
   StageModule& model = *model_owner;

@@ -17,6 +17,11 @@
 #include "checkpoint/checkpoint_test_util.h"
 #include "core/check.h"
 #include "data/hf_bpe_tokenizer.h"
+#include "cli/run_loom.h"
+#include "data/corpus.h"
+#include "data/dataset_manifest.h"
+#include "data/text_tokenizer.h"
+#include "data/token_shard.h"
 
 namespace loom {
 namespace {
@@ -75,7 +80,10 @@ TEST_P(HfBpeTokenizerStyles, EncodesAndDecodesAsTheTokenizersLibrary) {
   ASSERT_EQ(0, std::system(("'" + py + "' '" LOOM_SOURCE_DIR "/tools/make_hf_tokenizer.py' --style " + style +
                             " --corpus '" + corpus + "' --lines '" + lines_path + "' '" + dir + "' >/dev/null 2>&1")
                                .c_str()));
-  const HfBpeTokenizer tok = HfBpeTokenizer::load(dir + "/tokenizer.json");
+  // The folder as a checkpoint ships it: tokenizer.json and tokenizer_config.json.
+  const std::unique_ptr<TextTokenizer> loaded = load_tokenizer(dir);
+  const TextTokenizer& tok = *loaded;
+  EXPECT_EQ(tok.bos_id() >= 0, style == "llama3");
   std::ifstream expected(dir + "/expected.jsonl");
   std::stringstream all(lines);
   std::string line, want_json;
@@ -86,7 +94,12 @@ TEST_P(HfBpeTokenizerStyles, EncodesAndDecodesAsTheTokenizersLibrary) {
     const std::vector<int32_t> ids = tok.encode(line);
     const auto want_ids = want.at("ids").get<std::vector<int32_t>>();
     if (ids != want_ids && mismatched++ < 5) ADD_FAILURE() << style << ": line \"" << line << "\" encodes differently";
-    EXPECT_EQ(tok.decode(want_ids), want.at("decoded").get<std::string>()) << line;
+    // As transformers' tokenizer(line) (BOS first for Llama 3) and decode() (Llama 3: clean-up on).
+    std::vector<int32_t> with_special = ids;
+    if (tok.bos_id() >= 0) with_special.insert(with_special.begin(), tok.bos_id());
+    EXPECT_EQ(with_special, want.at("with_special").get<std::vector<int32_t>>()) << line;
+    EXPECT_EQ(tok.decode(want_ids), want.at("hf_decoded").get<std::string>()) << line;
+    if (style != "llama3") EXPECT_EQ(want.at("hf_decoded"), want.at("decoded")) << line;
     checked++;
   }
   EXPECT_GT(checked, 1500);
@@ -95,9 +108,10 @@ TEST_P(HfBpeTokenizerStyles, EncodesAndDecodesAsTheTokenizersLibrary) {
 
 INSTANTIATE_TEST_SUITE_P(Styles, HfBpeTokenizerStyles, testing::Values("gpt2", "llama3", "qwen2"));
 
-std::string load_error(const std::string& json) {
+std::string load_error(const std::string& json, const std::string& config = "") {
   const std::string dir = scratch("bad");
   write(dir + "/tokenizer.json", json);
+  if (!config.empty()) write(dir + "/tokenizer_config.json", config);
   try {
     HfBpeTokenizer::load(dir + "/tokenizer.json");
   } catch (const UserError& e) {
@@ -108,7 +122,17 @@ std::string load_error(const std::string& json) {
 
 TEST(HfBpeTokenizer, UnsupportedFilesAreNamed) {
   const std::string pre = R"("pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": false, "use_regex": true})";
-  EXPECT_EQ(load_error(R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": []}, )" + pre + "}"), "");
+  const std::string good = R"({"model": {"type": "BPE", "vocab": {"a": 0, "<|endoftext|>": 1}, "merges": []}, )" + pre + "}";
+  EXPECT_EQ(load_error(good), "");
+  // The end of text: tokenizer_config.json's eos_token, else <|endoftext|>.
+  EXPECT_EQ(load_error(good, R"({"eos_token": {"content": "a"}})"), "");
+  EXPECT_NE(load_error(good, R"({"eos_token": "</s>"})").find("tokenizer_config.json: field 'eos_token' names '</s>'"),
+            std::string::npos);
+  EXPECT_NE(load_error(good, R"({"eos_token": 3})").find("eos_token"), std::string::npos);
+  EXPECT_NE(load_error(good, "[1,").find("tokenizer_config.json: not valid JSON"), std::string::npos);
+  EXPECT_NE(load_error(R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": []}, )" + pre + "}")
+                .find("no end-of-text token"),
+            std::string::npos);
   EXPECT_NE(load_error(R"({"model": {"type": "WordPiece", "vocab": {}}, )" + pre + "}").find("model.type"),
             std::string::npos);
   EXPECT_NE(load_error(R"({"model": {"type": "BPE", "vocab": {}, "merges": [], "byte_fallback": true}, )" + pre + "}")
@@ -125,9 +149,69 @@ TEST(HfBpeTokenizer, UnsupportedFilesAreNamed) {
             std::string::npos);
   EXPECT_NE(load_error("{not json").find("not valid JSON"), std::string::npos);
   const std::string dir = scratch("utf8");
-  write(dir + "/tokenizer.json", R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": []}, )" + pre + "}");
+  write(dir + "/tokenizer.json", good);
   const HfBpeTokenizer tok = HfBpeTokenizer::load(dir + "/tokenizer.json");
   EXPECT_THROW(tok.encode("bad \xff byte"), UserError);
+}
+
+// `loom prepare --tokenizer DIR` with a Hugging Face tokenizer folder (Llama
+// 3 style: a BOS first, <|end_of_text|> as EOS): the folder's files copied,
+// every document BOS + its ids + EOS in the shards; then `loom train` on
+// them and `loom generate` through the same tokenizer.
+TEST(HfBpeTokenizer, PrepareTrainAndGenerateWithAHuggingFaceTokenizer) {
+  SKIP_WITHOUT_HF_MODULE("transformers");
+  const std::string dir = scratch("prepare"), tok_dir = dir + "/tok", in = dir + "/in", out = dir + "/data";
+  std::filesystem::create_directories(in);
+  const std::string kjv = slurp(LOOM_SOURCE_DIR "/data/sample/kjv.txt");
+  write(dir + "/corpus.txt", kjv.substr(0, 200000));
+  write(dir + "/lines.txt", "x");
+  ASSERT_EQ(0, std::system(("'" + hf_python() + "' '" LOOM_SOURCE_DIR "/tools/make_hf_tokenizer.py' --style llama3 "
+                            "--corpus '" + dir + "/corpus.txt' --lines '" + dir + "/lines.txt' '" + tok_dir +
+                            "' >/dev/null 2>&1")
+                               .c_str()));
+  for (int d = 0; d < 4; d++) write(in + "/doc" + std::to_string(d) + ".txt", kjv.substr(size_t(d) * 30000, 30000));
+  test::CliResult r = test::run_loom("prepare --input '" + in + "' --out '" + out + "' --tokenizer '" + tok_dir +
+                                     "' --val-fraction 0.25");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("Hugging Face byte-level BPE"), std::string::npos) << r.output;
+  EXPECT_EQ(slurp(out + "/tokenizer.json"), slurp(tok_dir + "/tokenizer.json"));
+  EXPECT_EQ(slurp(out + "/tokenizer_config.json"), slurp(tok_dir + "/tokenizer_config.json"));
+  const DatasetManifest m = read_dataset_manifest(out);
+  EXPECT_EQ(m.tokenizer, "tokenizer.json");
+  const std::unique_ptr<TextTokenizer> tok = load_tokenizer(tok_dir);
+  EXPECT_EQ(int(m.vocab_size), tok->vocab_size());
+  EXPECT_EQ(int(m.eos_id), tok->eos_id());
+  // The training shard: documents as BOS, ids, EOS, in corpus order.
+  ShardFile shard(out + "/" + m.train.shards.at(0));
+  std::vector<int32_t> want;
+  const Corpus corpus = read_corpus(in);
+  const CorpusSplit split = split_corpus(corpus, 0.25);
+  for (const Document* d : split.train) {
+    want.push_back(tok->bos_id());
+    tok->encode(d->text, &want);
+    want.push_back(tok->eos_id());
+  }
+  ASSERT_EQ(shard.size(), want.size());
+  std::vector<int32_t> got(want.size());
+  shard.read(0, got.size(), got.data());
+  EXPECT_EQ(got, want);
+  r = test::run_loom("prepare --input '" + in + "' --out '" + out + "' --tokenizer '" + tok_dir + "'" +
+                     " --val-fraction 0.25");
+  EXPECT_NE(r.output.find("up to date"), std::string::npos) << r.output;
+
+  const std::string ckpt = dir + "/ckpt";
+  r = test::run_loom("train --config configs/llama-tiny.toml --set data.format=shards --set data.path=" + out +
+                     " --set model.vocab_size=" + std::to_string(tok->vocab_size()) +
+                     " --set train.steps=2 --set train.checkpoint_every=2 --set train.checkpoint_dir=" + ckpt +
+                     " --set train.sample_tokens=4 --set train.eval_every=0 --set 'train.run_dir=' 2>&1");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("Hugging Face tokenizer.json vocabulary"), std::string::npos) << r.output;
+  r = test::run_loom("generate --checkpoint " + ckpt + " --prompt 'And God said' --temperature 0 --max-tokens 6");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_EQ(r.output.rfind("And God said", 0), 0u) << r.output;
+  r = test::run_loom("generate --checkpoint " + ckpt + " --tokenizer '" + tok_dir +
+                     "' --prompt 'And God said' --temperature 0 --max-tokens 6");
+  EXPECT_EQ(r.code, 0) << r.output;
 }
 
 }  // namespace

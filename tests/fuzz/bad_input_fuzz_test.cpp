@@ -27,6 +27,7 @@
 #include "core/check.h"
 #include "data/dataset_manifest.h"
 #include "data/prepare.h"
+#include "data/text_tokenizer.h"
 #include "data/token_loader.h"
 #include "data/token_shard.h"
 #include "fuzz/fuzz_util.h"
@@ -311,6 +312,47 @@ TEST(Fuzz, HfCheckpointFolders) {
 // Cluster files, as `loom plan --cluster FILE` and `loom train --cluster`
 // read them, then planned for: every figure the planner divides by or
 // multiplies must be refused if absurd, not turned into inf or NaN.
+// A Hugging Face tokenizer folder (tokenizer.json, tokenizer_config.json),
+// each file mutated: loaded or refused; what loads encodes and decodes text
+// (or refuses it) without another error.
+TEST(Fuzz, HfTokenizerFolders) {
+  const std::string dir = fuzz_dir("hf-tokenizer");
+  const std::string tokenizer = R"({"added_tokens": [{"id": 6, "content": "<|endoftext|>", "special": true},
+  {"id": 7, "content": "<|begin_of_text|>", "special": true}],
+  "normalizer": {"type": "NFC"},
+  "pre_tokenizer": {"type": "Sequence", "pretokenizers": [{"type": "Split", "pattern": {"Regex": " ?\\p{L}+|\\p{N}{1,3}|\\s+"},
+  "behavior": "Isolated", "invert": false}, {"type": "ByteLevel", "add_prefix_space": false, "use_regex": false}]},
+  "post_processor": {"type": "TemplateProcessing", "single": [{"SpecialToken": {"id": "<|begin_of_text|>", "type_id": 0}},
+  {"Sequence": {"id": "A", "type_id": 0}}]},
+  "model": {"type": "BPE", "ignore_merges": true, "byte_fallback": false,
+  "vocab": {"a": 0, "b": 1, "\u0120": 2, "ab": 3, "\u0120a": 4, "1": 5}, "merges": ["a b", "\u0120 a"]}})";
+  const std::string config = R"({"eos_token": "<|endoftext|>", "bos_token": {"content": "<|begin_of_text|>"},
+  "clean_up_tokenization_spaces": true})";
+  write_bytes(dir + "/tokenizer.json", tokenizer);
+  write_bytes(dir + "/tokenizer_config.json", config);
+  auto use = [&] {
+    const std::unique_ptr<TextTokenizer> t = load_tokenizer(dir);
+    const std::vector<int32_t> ids = t->encode("ab a<|endoftext|>ba 1");
+    t->decode(ids);
+  };
+  ASSERT_NO_THROW(use());
+  const std::vector<std::string> values = {"-1", "0", "1", "7", "99", "null", "true", "false", "[]", "{}", "\"\"",
+                                           "\"BPE\"", "\"WordPiece\"", "\"(\"", "\"<|begin_of_text|>\"",
+                                           "[\"a\", \"b\"]", "2147483648"};
+  Rng rng(361);
+  int refused = 0, cases = 0;
+  for (int i = 0; i < 150; i++, cases++) {
+    write_bytes(dir + "/tokenizer.json", mutate_text(rng, tokenizer, values));
+    expect_accepted_or_refused("tokenizer.json mutant " + std::to_string(i), use, &refused);
+  }
+  write_bytes(dir + "/tokenizer.json", tokenizer);
+  for (int i = 0; i < 60; i++, cases++) {
+    write_bytes(dir + "/tokenizer_config.json", mutate_text(rng, config, values));
+    expect_accepted_or_refused("tokenizer_config.json mutant " + std::to_string(i), use, &refused);
+  }
+  EXPECT_GT(refused, cases / 4);
+}
+
 TEST(Fuzz, ClusterFiles) {
   const std::string dir = fuzz_dir("cluster");
   const std::string good = read_bytes(LOOM_SOURCE_DIR "/configs/clusters/a100-80gb.toml");

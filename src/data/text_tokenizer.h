@@ -1,0 +1,54 @@
+// Text <-> token ids, whichever tokenizer a run uses: loom's own
+// SentencePiece models (data/tokenizer.h, trained by `loom prepare`) or a
+// Hugging Face tokenizer as a checkpoint ships it (data/hf_bpe_tokenizer.h:
+// tokenizer.json with a byte-level BPE model, as GPT-2, Llama 3 and Qwen2
+// publish theirs). `loom prepare --tokenizer`, the token loader, the
+// trainer's sample and `loom generate` all go through this interface.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace loom {
+
+class TextTokenizer {
+ public:
+  virtual ~TextTokenizer() = default;
+
+  // Appends the ids of `text`, special tokens in the text recognised, none
+  // added (no BOS / EOS). Thread-safe.
+  virtual void encode(std::string_view text, std::vector<int32_t>* out) const = 0;
+  std::vector<int32_t> encode(std::string_view text) const {
+    std::vector<int32_t> ids;
+    encode(text, &ids);
+    return ids;
+  }
+  // As the tokenizer's own library decodes (Hugging Face: with
+  // clean_up_tokenization_spaces as its tokenizer_config.json says).
+  virtual std::string decode(const int32_t* ids, size_t n) const = 0;
+  std::string decode(const std::vector<int32_t>& ids) const { return decode(ids.data(), ids.size()); }
+
+  virtual int vocab_size() const = 0;
+  // End of text: after each document of `loom prepare`, and where sampling stops.
+  virtual int eos_id() const = 0;
+  // Put before each document and prompt when the tokenizer adds one (Llama
+  // 3's <|begin_of_text|>); -1: none.
+  virtual int bos_id() const { return -1; }
+  // For the log: "SentencePiece BPE (loom's own)", "Hugging Face byte-level BPE".
+  virtual std::string kind() const = 0;
+  // The files that make it up, (name, bytes), the one that identifies it
+  // first: what `loom prepare` copies into the dataset folder.
+  virtual std::vector<std::pair<std::string, std::string>> files() const = 0;
+};
+
+// A tokenizer from `path`: a SentencePiece .model file (loom's own); a
+// Hugging Face tokenizer.json (with tokenizer_config.json beside it, if
+// there is one); or a folder holding tokenizer.json (a checkpoint's
+// folder). Throws UserError naming the file and field it cannot read.
+std::unique_ptr<TextTokenizer> load_tokenizer(const std::string& path);
+
+}  // namespace loom
