@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Byte-level BPE tokenizers trained by Hugging Face's `tokenizers`, with their encodings.
 
-    make_hf_tokenizer.py --style gpt2|llama3|qwen2 --corpus FILE --lines FILE OUT_DIR
+    make_hf_tokenizer.py --style gpt2|llama3|qwen2|llama2|llama2-legacy --corpus FILE --lines FILE OUT_DIR
 
 Trains a byte-level BPE model in the style of a family (GPT-2: the ByteLevel
 pre-tokenizer's own regex; Llama 3: a Split regex with digits in threes and
@@ -46,14 +46,48 @@ def build(style):
     return tok
 
 
+def sentencepiece_folder(a):
+    import sentencepiece as spm
+    from transformers import LlamaTokenizer, LlamaTokenizerFast
+    with open(a.corpus, encoding="utf-8") as f:
+        lines = [line for line in f.read().split("\n") if line.strip()]
+    prefix = os.path.join(a.out, "tokenizer")
+    spm.SentencePieceTrainer.train(sentence_iterator=iter(lines), model_prefix=prefix, model_type="bpe",
+                                   vocab_size=2000, byte_fallback=True, split_digits=True, add_dummy_prefix=True,
+                                   normalization_rule_name="identity", remove_extra_whitespaces=False,
+                                   allow_whitespace_only_pieces=True, character_coverage=0.9995, unk_id=0, bos_id=1,
+                                   eos_id=2, pad_id=-1, max_sentence_length=1 << 16, minloglevel=2)
+    os.remove(prefix + ".vocab")
+    legacy = a.style == "llama2-legacy"
+    config = {"tokenizer_class": "LlamaTokenizer", "bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>",
+              "add_bos_token": True, "add_eos_token": False, "legacy": legacy, "clean_up_tokenization_spaces": False,
+              "added_tokens_decoder": {str(i): {"content": t, "lstrip": False, "normalized": False, "rstrip": False,
+                                                "single_word": False, "special": True}
+                                       for i, t in enumerate(["<unk>", "<s>", "</s>"])}}
+    with open(os.path.join(a.out, "tokenizer_config.json"), "w") as f:
+        json.dump(config, f)
+    slow = LlamaTokenizer.from_pretrained(a.out)
+    fast = LlamaTokenizerFast.from_pretrained(a.out, from_slow=True, legacy=legacy)
+    with open(a.lines, encoding="utf-8") as f, open(os.path.join(a.out, "expected.jsonl"), "w") as out:
+        for line in f.read().split("\n"):
+            ids = slow(line, add_special_tokens=False)["input_ids"]
+            decoded = slow.decode(ids)
+            out.write(json.dumps({"ids": ids, "decoded": decoded, "with_special": slow(line)["input_ids"],
+                                  "hf_decoded": decoded,
+                                  "fast_ids": fast(line, add_special_tokens=False)["input_ids"]}) + "\n")
+
+
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--style", choices=sorted(SPECIALS), required=True)
+    ap.add_argument("--style", choices=sorted(SPECIALS) + ["llama2", "llama2-legacy"], required=True)
     ap.add_argument("--corpus", required=True)
     ap.add_argument("--lines", required=True)
     ap.add_argument("out")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
+    if a.style.startswith("llama2"):
+        sentencepiece_folder(a)
+        return
     tok = build(a.style)
     trainer = trainers.BpeTrainer(vocab_size=2000, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
                                   special_tokens=SPECIALS[a.style], show_progress=False)

@@ -387,21 +387,7 @@ std::string HfBpeTokenizer::decode(const int32_t* ids, size_t n) const {
     }
     out += all ? bytes : token;
   }
-  if (clean_up_spaces_) {
-    // transformers' clean_up_tokenization, in its order.
-    for (const auto& [from, to] : std::initializer_list<std::pair<const char*, const char*>>{
-             {" .", "."}, {" ?", "?"}, {" !", "!"}, {" ,", ","}, {" ' ", "'"}, {" n't", "n't"}, {" 'm", "'m"},
-             {" 's", "'s"}, {" 've", "'ve"}, {" 're", "'re"}}) {
-      std::string cleaned;
-      const std::string_view f(from);
-      size_t at = 0;
-      for (size_t hit; (hit = out.find(f, at)) != std::string::npos; at = hit + f.size())
-        cleaned.append(out, at, hit - at).append(to);
-      cleaned.append(out, at);
-      out.swap(cleaned);
-    }
-  }
-  return out;
+  return clean_up_spaces_ ? clean_up_tokenization(out) : out;
 }
 
 }  // namespace loom

@@ -278,6 +278,14 @@ PrepareResult prepare_dataset(const PrepareOptions& o, FILE* log) {
   const std::unique_ptr<TextTokenizer> tok_owner =
       get_tokenizer(o, given, corpus, tokenizer_stamp, model_path, &result.tokenizer_trained, log);
   const TextTokenizer& tok = *tok_owner;
+  // Another tokenizer's files from an earlier run would be read in its place
+  // (a tokenizer_config.json beside loom's tokenizer.model makes it Hugging Face's).
+  for (const char* name : {"tokenizer.model", "tokenizer.json", "tokenizer_config.json"}) {
+    bool ours = false;
+    for (const auto& f : tok.files()) ours = ours || f.first == name;
+    std::error_code ec;
+    if (!ours) fs::remove(o.out + "/" + name, ec);
+  }
 
   auto t1 = Clock::now();
   std::vector<std::vector<int32_t>> ids = tokenize(corpus, tok, threads, log);

@@ -1,26 +1,68 @@
 #include "data/text_tokenizer.h"
 
 #include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "core/check.h"
 #include "data/hf_bpe_tokenizer.h"
+#include "data/hf_sentencepiece_tokenizer.h"
 #include "data/tokenizer.h"
 
 namespace loom {
+
+std::string clean_up_tokenization(std::string text) {
+  for (const auto& [from, to] : std::initializer_list<std::pair<std::string_view, std::string_view>>{
+           {" .", "."}, {" ?", "?"}, {" !", "!"}, {" ,", ","}, {" ' ", "'"}, {" n't", "n't"}, {" 'm", "'m"},
+           {" 's", "'s"}, {" 've", "'ve"}, {" 're", "'re"}}) {
+    std::string cleaned;
+    size_t at = 0;
+    for (size_t hit; (hit = text.find(from, at)) != std::string::npos; at = hit + from.size())
+      cleaned.append(text, at, hit - at).append(to);
+    cleaned.append(text, at);
+    text.swap(cleaned);
+  }
+  return text;
+}
+
+namespace {
+
+// A tokenizer.json whose BPE model falls back to bytes: a SentencePiece
+// model converted (Llama 2's), read from its tokenizer.model instead.
+bool converted_sentencepiece(const std::string& json_path) {
+  std::ifstream in(json_path, std::ios::binary);
+  std::stringstream text;
+  text << in.rdbuf();
+  try {
+    const nlohmann::json j = nlohmann::json::parse(text.str());
+    return j.contains("model") && j.at("model").is_object() && j.at("model").value("byte_fallback", false) == true;
+  } catch (const nlohmann::json::exception&) {
+    return false;  // HfBpeTokenizer names what is wrong with it
+  }
+}
+
+}  // namespace
 
 std::unique_ptr<TextTokenizer> load_tokenizer(const std::string& path) {
   namespace fs = std::filesystem;
   std::error_code ec;
   if (fs::is_directory(path, ec)) {
-    const std::string json = path + "/tokenizer.json";
-    if (fs::exists(json, ec)) return std::make_unique<HfBpeTokenizer>(HfBpeTokenizer::load(json));
-    LOOM_USER_CHECK(!fs::exists(path + "/tokenizer.model", ec),
-                    "tokenizer folder '%s' holds a SentencePiece tokenizer.model but no tokenizer.json: loom reads "
-                    "Hugging Face tokenizer.json files (byte-level BPE) and its own SentencePiece models",
-                    path.c_str());
-    throw UserError(strprintf("tokenizer folder '%s' holds no tokenizer.json", path.c_str()));
+    const std::string json = path + "/tokenizer.json", model = path + "/tokenizer.model";
+    const bool has_json = fs::exists(json, ec), has_model = fs::exists(model, ec);
+    if (has_model && (!has_json || converted_sentencepiece(json))) {
+      LOOM_USER_CHECK(fs::exists(path + "/tokenizer_config.json", ec),
+                      "tokenizer folder '%s' holds a tokenizer.model without the tokenizer_config.json that says how "
+                      "Hugging Face uses it",
+                      path.c_str());
+      return HfSentencePieceTokenizer::load(model);
+    }
+    if (has_json) return std::make_unique<HfBpeTokenizer>(HfBpeTokenizer::load(json));
+    throw UserError(strprintf("tokenizer folder '%s' holds no tokenizer.json or tokenizer.model", path.c_str()));
   }
   if (fs::path(path).extension() == ".json") return std::make_unique<HfBpeTokenizer>(HfBpeTokenizer::load(path));
+  // A .model: Hugging Face's when its tokenizer_config.json is beside it, else loom's own.
+  if (fs::exists(fs::path(path).parent_path() / "tokenizer_config.json", ec)) return HfSentencePieceTokenizer::load(path);
   return std::make_unique<Tokenizer>(Tokenizer::load(path));
 }
 

@@ -45,10 +45,17 @@ class TextTokenizer {
   virtual std::vector<std::pair<std::string, std::string>> files() const = 0;
 };
 
-// A tokenizer from `path`: a SentencePiece .model file (loom's own); a
-// Hugging Face tokenizer.json (with tokenizer_config.json beside it, if
-// there is one); or a folder holding tokenizer.json (a checkpoint's
-// folder). Throws UserError naming the file and field it cannot read.
+// transformers' clean_up_tokenization (clean_up_tokenization_spaces): the
+// space before . ? ! , and English contractions dropped, in its order.
+std::string clean_up_tokenization(std::string text);
+
+// A tokenizer from `path`: a SentencePiece .model file (loom's own, or,
+// with a tokenizer_config.json beside it, Llama 2's or Mistral's:
+// data/hf_sentencepiece_tokenizer.h); a Hugging Face tokenizer.json (with
+// tokenizer_config.json beside it, if there is one); or a checkpoint's
+// folder: its tokenizer.model when there is one and its tokenizer.json (if
+// any) is not byte-level (Llama 2 ships both; its tokenizer.json is the
+// SentencePiece model converted, byte_fallback set), else its tokenizer.json. Throws UserError naming the file and field it cannot read.
 std::unique_ptr<TextTokenizer> load_tokenizer(const std::string& path);
 
 }  // namespace loom

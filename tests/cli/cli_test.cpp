@@ -103,7 +103,7 @@ TEST(Cli, BadInputExitsWithCode2AndNamesTheProblem) {
       {"prepare --input /dev/zero --out build/test-data/never", "input '/dev/zero' is not a regular file"},
       {"prepare --input /no/such/corpus --out build/test-data/never", "/no/such/corpus"},
       {"prepare --input " LOOM_SOURCE_DIR "/data/sample/kjv.txt --tokenizer /tmp --out build/test-data/never",
-       "tokenizer folder '/tmp' holds no tokenizer.json"},
+       "tokenizer folder '/tmp' holds no tokenizer.json or tokenizer.model"},
       {"plan --cluster /dev/zero", "cluster file '/dev/zero'"},
       {"plan --cluster /no/such/cluster.toml", "/no/such/cluster.toml"},
       {"plan --cluster " + std::string(300, 'x'), "unknown cluster preset"},  // a name too long for the file system

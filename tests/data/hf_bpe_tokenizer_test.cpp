@@ -1,6 +1,7 @@
-// Hugging Face byte-level BPE tokenizers (issue 36): tokenizer.json files
-// trained by the real `tokenizers` library in GPT-2's, Llama 3's and Qwen2's
-// styles (tools/make_hf_tokenizer.py, the project's .venv; skipped without
+// Hugging Face tokenizers (issue 36): tokenizer.json files trained by the
+// real `tokenizers` library in GPT-2's, Llama 3's and Qwen2's styles, and
+// SentencePiece tokenizer.model files as Llama 2 and Mistral ship them
+// (legacy on and off, checked against transformers' LlamaTokenizer) (tools/make_hf_tokenizer.py, the project's .venv; skipped without
 // it unless LOOM_REQUIRE_HF_INTEROP=1) encode every test line to the
 // library's ids and decode back to its text: Unicode letters and combining
 // marks (NFC for Qwen2), emoji, digit runs, whitespace runs, contractions
@@ -20,6 +21,7 @@
 #include "cli/run_loom.h"
 #include "data/corpus.h"
 #include "data/dataset_manifest.h"
+#include "data/text_codec.h"
 #include "data/text_tokenizer.h"
 #include "data/token_shard.h"
 
@@ -60,7 +62,11 @@ std::string test_lines() {
       "<|endoftext|>special<|im_start|>user\nhi<|im_end|><|begin_of_text|>x<|eot_id|><|end_of_text|>\n"
       "symbols #$%&*+/<=>@[\\]^_`{|}~ \"quoted\" (paren) --- ... !!!\n"
       "\n"
-      "mixed CASE It'S DON'T We'LL\n";
+      "mixed CASE It'S DON'T We'LL\n"
+      "<s>Hello</s> world <s> spaced </s><unk>unk\n"
+      " leading<s>x <s>\n"
+      "\u2581under\u2581score \u2581 and\u2581\u2581two\n"
+      "  two leading spaces, it 's , they 're . why ?\n";
   // Text of the corpus too.
   const std::string kjv = slurp(LOOM_SOURCE_DIR "/data/sample/kjv.txt");
   lines += kjv.substr(10000, 200000);
@@ -83,7 +89,10 @@ TEST_P(HfBpeTokenizerStyles, EncodesAndDecodesAsTheTokenizersLibrary) {
   // The folder as a checkpoint ships it: tokenizer.json and tokenizer_config.json.
   const std::unique_ptr<TextTokenizer> loaded = load_tokenizer(dir);
   const TextTokenizer& tok = *loaded;
-  EXPECT_EQ(tok.bos_id() >= 0, style == "llama3");
+  const bool sentencepiece = style.rfind("llama2", 0) == 0;
+  EXPECT_EQ(tok.bos_id() >= 0, style == "llama3" || sentencepiece);
+  EXPECT_EQ(tok.kind().find(sentencepiece ? "SentencePiece" : "byte-level BPE") != std::string::npos, true) << tok.kind();
+  int fast_differs = 0;
   std::ifstream expected(dir + "/expected.jsonl");
   std::stringstream all(lines);
   std::string line, want_json;
@@ -100,13 +109,28 @@ TEST_P(HfBpeTokenizerStyles, EncodesAndDecodesAsTheTokenizersLibrary) {
     EXPECT_EQ(with_special, want.at("with_special").get<std::vector<int32_t>>()) << line;
     EXPECT_EQ(tok.decode(want_ids), want.at("hf_decoded").get<std::string>()) << line;
     if (style != "llama3") EXPECT_EQ(want.at("hf_decoded"), want.at("decoded")) << line;
+    if (want.contains("fast_ids") && want.at("fast_ids") != want.at("ids")) fast_differs++;
     checked++;
   }
   EXPECT_GT(checked, 1500);
   EXPECT_EQ(mismatched, 0);
+  // LlamaTokenizerFast (converted) and the slow LlamaTokenizer loom follows
+  // disagree on some lines without legacy (leading spaces, U+2581): reported.
+  if (sentencepiece)
+    std::printf("%s: LlamaTokenizerFast differs from LlamaTokenizer on %d of %d lines\n", style.c_str(), fast_differs,
+                checked);
 }
 
-INSTANTIATE_TEST_SUITE_P(Styles, HfBpeTokenizerStyles, testing::Values("gpt2", "llama3", "qwen2"));
+// Byte-level BPE in GPT-2's, Llama 3's and Qwen2's styles; SentencePiece
+// tokenizer.model files as Llama 2 and Mistral ship them, legacy off and on.
+INSTANTIATE_TEST_SUITE_P(Styles, HfBpeTokenizerStyles,
+                         testing::Values("gpt2", "llama3", "qwen2", "llama2", "llama2-legacy"),
+                         [](const testing::TestParamInfo<const char*>& info) {
+                           std::string name = info.param;
+                           for (char& c : name)
+                             if (c == '-') c = '_';
+                           return name;
+                         });
 
 std::string load_error(const std::string& json, const std::string& config = "") {
   const std::string dir = scratch("bad");
@@ -212,6 +236,31 @@ TEST(HfBpeTokenizer, PrepareTrainAndGenerateWithAHuggingFaceTokenizer) {
   r = test::run_loom("generate --checkpoint " + ckpt + " --tokenizer '" + tok_dir +
                      "' --prompt 'And God said' --temperature 0 --max-tokens 6");
   EXPECT_EQ(r.code, 0) << r.output;
+
+  // The same folder prepared again with a Llama 2 style tokenizer.model:
+  // the byte-level files go, the shards are BOS ids EOS of that tokenizer.
+  const std::string sp_dir = dir + "/sp";
+  ASSERT_EQ(0, std::system(("'" + hf_python() + "' '" LOOM_SOURCE_DIR "/tools/make_hf_tokenizer.py' --style llama2 "
+                            "--corpus '" + dir + "/corpus.txt' --lines '" + dir + "/lines.txt' '" + sp_dir +
+                            "' >/dev/null 2>&1")
+                               .c_str()));
+  r = test::run_loom("prepare --input '" + in + "' --out '" + out + "' --tokenizer '" + sp_dir + "' --val-fraction 0.25");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("Hugging Face SentencePiece"), std::string::npos) << r.output;
+  EXPECT_FALSE(std::filesystem::exists(out + "/tokenizer.json"));
+  EXPECT_EQ(read_dataset_manifest(out).tokenizer, "tokenizer.model");
+  const TextCodec codec = TextCodec::for_data("shards", out, "test");
+  EXPECT_NE(codec.tokenizer->kind().find("SentencePiece (" + out + "/tokenizer.model, legacy false)"), std::string::npos)
+      << codec.tokenizer->kind();
+  const std::unique_ptr<TextTokenizer> sp = load_tokenizer(sp_dir);
+  std::vector<int32_t> first = {sp->bos_id()};
+  sp->encode(split.train.front()->text, &first);
+  first.push_back(sp->eos_id());
+  const DatasetManifest again = read_dataset_manifest(out);
+  ShardFile sp_shard(out + "/" + again.train.shards.at(0));
+  std::vector<int32_t> head(first.size());
+  sp_shard.read(0, head.size(), head.data());
+  EXPECT_EQ(head, first);
 }
 
 }  // namespace

@@ -28,6 +28,7 @@
 #include "data/dataset_manifest.h"
 #include "data/prepare.h"
 #include "data/text_tokenizer.h"
+#include "data/tokenizer.h"
 #include "data/token_loader.h"
 #include "data/token_shard.h"
 #include "fuzz/fuzz_util.h"
@@ -351,6 +352,27 @@ TEST(Fuzz, HfTokenizerFolders) {
     expect_accepted_or_refused("tokenizer_config.json mutant " + std::to_string(i), use, &refused);
   }
   EXPECT_GT(refused, cases / 4);
+
+  // A tokenizer.model with the tokenizer_config.json that makes it Llama 2's.
+  const std::string sp = fuzz_dir("hf-sentencepiece");
+  std::vector<std::string> text;
+  for (int i = 0; i < 200; i++) text.push_back("line " + std::to_string(i) + " of some text, and more words");
+  std::vector<std::string_view> lines(text.begin(), text.end());
+  write_bytes(sp + "/tokenizer.model", Tokenizer::train(lines, 300, "fuzz"));
+  // (loom's trainer makes <unk> 0 and </s> 1, no BOS.)
+  const std::string sp_config = R"({"bos_token": null, "eos_token": {"content": "</s>"}, "unk_token": "<unk>",
+  "add_bos_token": false, "add_eos_token": false, "legacy": false, "add_prefix_space": true,
+  "added_tokens_decoder": {"0": {"content": "<unk>", "special": true}, "1": {"content": "</s>", "special": true}}})";
+  write_bytes(sp + "/tokenizer_config.json", sp_config);
+  auto use_sp = [&] {
+    const std::unique_ptr<TextTokenizer> t = load_tokenizer(sp);
+    t->decode(t->encode("<s>line 1</s> of\u2581text <unk>"));
+  };
+  ASSERT_NO_THROW(use_sp());
+  for (int i = 0; i < 80; i++, cases++) {
+    write_bytes(sp + "/tokenizer_config.json", mutate_text(rng, sp_config, values));
+    expect_accepted_or_refused("Llama 2 tokenizer_config.json mutant " + std::to_string(i), use_sp, &refused);
+  }
 }
 
 TEST(Fuzz, ClusterFiles) {
