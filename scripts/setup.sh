@@ -26,6 +26,7 @@ PY_PACKAGES=(
   transformers==4.45.2 tokenizers==0.20.3 safetensors==0.4.5 huggingface-hub==0.26.2
   regex==2024.4.28 tqdm==4.66.4 filelock==3.14.0 fsspec==2024.3.1 packaging==24.0
   sentencepiece==0.2.0   # check_hf_interop.py --tokenizer: the run's SentencePiece model
+  jinja2==3.1.4 MarkupSafe==2.1.5   # apply_chat_template (tests/data/chat_template_test.cpp)
   # TensorBoard's own reader for tools/check_tensorboard.py (and `tensorboard --logdir runs`).
   tensorboard==2.16.2 protobuf==4.25.3 absl-py==2.1.0 six==1.16.0
 )

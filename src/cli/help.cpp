@@ -28,6 +28,9 @@ commands:
                                 or a Hugging Face folder (or its tokenizer.json) with a
                                 byte-level BPE model (GPT-2, Llama 3, Qwen2): its files are
                                 copied, each document is [BOS if it adds one] ids EOS
+            --chat-template N   JSON Lines input (a .jsonl file or a folder of them): the chat
+                                template for "messages" lines (chatml, llama3, llama31, llama2,
+                                mistral; default: the tokenizer's chat_template, recognised)
             --val-fraction F    share of the text held out for validation, by document (default 0.02)
             --shard-tokens N    tokens per shard before a new one starts (default 16777216)
             --sample-mb M       text the tokenizer is trained on (default 24)

@@ -50,6 +50,7 @@ int cmd_prepare(const Args& args) {
     if (a == "--input") o.input = value();
     else if (a == "--out") o.out = value();
     else if (a == "--tokenizer") o.tokenizer = value();
+    else if (a == "--chat-template") o.chat_template = value();
     else if (a == "--vocab-size") {
       int64_t v = parse_integer(value(), "--vocab-size");
       LOOM_USER_CHECK(v > 0 && v <= (1 << 30), "prepare: --vocab-size must be in [1, 2^30], got %lld", (long long)v);

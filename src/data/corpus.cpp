@@ -24,12 +24,12 @@ std::string read_file(const fs::path& path, const std::string& shown) {
   return text;
 }
 
-void add_document(Corpus& c, std::string name, std::string text, const std::string& shown) {
+void add_document(Corpus& c, std::string name, std::string text, const std::string& shown, uint64_t first_line = 1) {
   size_t bad = find_invalid_utf8(text);
   LOOM_USER_CHECK(bad == std::string::npos, "input file '%s' is not UTF-8 text: invalid byte 0x%02x at offset %zu",
                   shown.c_str(), unsigned(uint8_t(text[bad])), bad);
   if (text.empty()) return;
-  Document d{std::move(name), std::move(text), 0};
+  Document d{std::move(name), std::move(text), 0, shown, first_line};
   d.hash = ContentHash().add(d.name).add(d.text).value();
   c.bytes += d.text.size();
   c.documents.push_back(std::move(d));
@@ -94,10 +94,16 @@ Corpus read_corpus(const std::string& path) {
     LOOM_USER_CHECK(!text.empty(), "input file '%s' is empty", path.c_str());
     std::string base = fs::path(path).filename().string();
     size_t begin = 0;
+    uint64_t line = 1;
+    // JSON Lines (one sample a line): pieces of about a 64th of the file, so
+    // that even a small file splits into training and validation samples.
+    const size_t chunk = fs::path(path).extension() == ".jsonl" ? std::clamp<size_t>(text.size() / 64, 1, kChunkBytes)
+                                                                 : kChunkBytes;
     for (int part = 0; begin < text.size(); part++) {
-      size_t end = text.find('\n', std::min(text.size(), begin + kChunkBytes));
+      size_t end = text.find('\n', std::min(text.size(), begin + chunk));
       end = end == std::string::npos ? text.size() : end + 1;
-      add_document(c, base + "#" + std::to_string(part), text.substr(begin, end - begin), path);
+      add_document(c, base + "#" + std::to_string(part), text.substr(begin, end - begin), path, line);
+      line += uint64_t(std::count(text.begin() + std::ptrdiff_t(begin), text.begin() + std::ptrdiff_t(end), '\n'));
       begin = end;
     }
   }

@@ -2,7 +2,8 @@
 //
 // The input is a folder (every regular file under it, recursively, in name
 // order; hidden names are skipped) or one file, which is cut at line ends
-// into documents of about 64 KiB so that it, too, can be split by document.
+// into documents of about 64 KiB (a .jsonl file: a 64th of it, at most 64
+// KiB) so that it, too, can be split by document.
 #pragma once
 
 #include <cstdint>
@@ -16,6 +17,8 @@ struct Document {
   std::string name;  // path relative to the input folder; "FILE#n" for part n of a single file
   std::string text;
   uint64_t hash = 0;  // content_hash(name and text)
+  std::string file;         // the file it came from, as shown in messages
+  uint64_t first_line = 1;  // of that file (a single file is cut at line ends)
 };
 
 struct Corpus {

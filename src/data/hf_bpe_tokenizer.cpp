@@ -233,6 +233,7 @@ void HfBpeTokenizer::read_specials(const Json& j) {
       LOOM_USER_CHECK(eos_ >= 0, "%s: field 'eos_token' names '%s', which %s does not hold", config_path.c_str(),
                       eos_name.c_str(), path_.c_str());
     }
+    chat_template_ = detail::read_chat_template(c, config_path);
     if (c.contains("clean_up_tokenization_spaces")) {
       LOOM_USER_CHECK(c.at("clean_up_tokenization_spaces").is_boolean(),
                       "%s: field 'clean_up_tokenization_spaces' must be true or false", config_path.c_str());

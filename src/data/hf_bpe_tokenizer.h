@@ -58,6 +58,7 @@ class HfBpeTokenizer : public TextTokenizer {
   int eos_id() const override { return eos_; }
   int bos_id() const override { return bos_; }
   std::string kind() const override { return "Hugging Face byte-level BPE (" + path_ + ")"; }
+  std::string chat_template() const override { return chat_template_; }
   std::vector<std::pair<std::string, std::string>> files() const override { return files_; }
   // The id of a token or added token by its text (-1: none).
   int32_t token_id(const std::string& token) const;
@@ -82,6 +83,7 @@ class HfBpeTokenizer : public TextTokenizer {
   std::unique_ptr<Regex> split_;
   bool ignore_merges_ = false, nfc_ = false, add_prefix_space_ = false, clean_up_spaces_ = false;
   int32_t eos_ = -1, bos_ = -1;
+  std::string chat_template_;
   std::vector<std::pair<std::string, std::string>> files_;  // tokenizer.json, tokenizer_config.json
   std::string byte_char_[256];                 // byte -> its printable character (UTF-8)
   std::unordered_map<std::string, uint8_t> char_byte_;

@@ -79,6 +79,7 @@ std::unique_ptr<HfSentencePieceTokenizer> HfSentencePieceTokenizer::load(const s
                   "%s: field 'add_eos_token' = true is not supported (loom ends each document with EOS itself)",
                   config_path.c_str());
   t->clean_up_spaces_ = flag(c, "clean_up_tokenization_spaces", false, config_path);
+  t->chat_template_ = detail::read_chat_template(c, config_path);
   const int pieces = t->sp_->GetPieceSize();
   auto id_of = [&](const std::string& text, const char* key) {
     const int id = t->sp_->PieceToId(text);
@@ -141,9 +142,11 @@ bool HfSentencePieceTokenizer::is_special(int32_t id) const {
 // LlamaTokenizer._tokenize: legacy, the model as it is (its dummy prefix on
 // each chunk); else the prefix off, and a chunk that starts with a space
 // encoded after the unk token's text, whose pieces are then dropped.
-void HfSentencePieceTokenizer::encode_chunk(std::string_view chunk, bool, std::vector<int32_t>* out) const {
+void HfSentencePieceTokenizer::encode_chunk(std::string_view chunk, bool continuation, std::vector<int32_t>* out) const {
   std::vector<int> ids;
-  if (legacy_) {
+  if (continuation) {
+    sp_no_prefix_->Encode(chunk, &ids);
+  } else if (legacy_) {
     sp_->Encode(chunk, &ids);
   } else if (!(chunk.rfind(kUnderline, 0) == 0 || chunk.rfind(" ", 0) == 0)) {
     sp_no_prefix_->Encode(chunk, &ids);
@@ -157,47 +160,68 @@ void HfSentencePieceTokenizer::encode_chunk(std::string_view chunk, bool, std::v
   out->insert(out->end(), ids.begin(), ids.end());
 }
 
-void HfSentencePieceTokenizer::encode(std::string_view input, std::vector<int32_t>* out) const {
-  if (input.empty()) return;
-  std::string text(input);
-  if (!legacy_) {
-    // LlamaTokenizer.tokenize: U+2581 read as a space, the prefix added once.
-    std::string spaced;
-    for (size_t at = 0, hit; at <= text.size(); at = hit + 3) {
-      hit = text.find(kUnderline, at);
-      if (hit == std::string::npos) hit = text.size();
-      spaced.append(text, at, hit - at);
-      if (hit < text.size()) spaced += ' ';
-    }
-    text = add_prefix_space_ ? kUnderline + spaced : spaced;
-  }
+void HfSentencePieceTokenizer::encode(std::string_view text, std::vector<int32_t>* out) const {
+  std::vector<uint8_t> target(out->size());
+  encode_segments({{text, true}}, out, &target);
+}
+
+// LlamaTokenizer.tokenize over the segments' concatenation: special tokens
+// cut out, the stretches between them encoded, a stretch that crosses into
+// the next segment continued there.
+void HfSentencePieceTokenizer::encode_segments(const std::vector<TextSegment>& segments, std::vector<int32_t>* out,
+                                               std::vector<uint8_t>* target) const {
+  size_t total = 0;
+  for (const TextSegment& s : segments) total += s.text.size();
+  if (total == 0) return;
   const size_t first = out->size();
-  size_t start = 0, at = 0;
-  bool first_chunk = true;
-  auto flush = [&](size_t end) {
-    if (end > start) encode_chunk(std::string_view(text).substr(start, end - start), first_chunk, out);
-    first_chunk = false;
-  };
-  while (at < text.size()) {
-    const Special* hit = nullptr;
-    for (const Special& s : specials_)
-      if (text.compare(at, s.content.size(), s.content) == 0) {
-        hit = &s;
-        break;
+  bool chunk_start = true;  // at the start of the text, or just after a special token
+  for (size_t k = 0; k < segments.size(); k++) {
+    std::string text(segments[k].text);
+    if (!legacy_) {
+      // U+2581 read as a space, the prefix added once, at the start.
+      std::string spaced;
+      for (size_t at = 0, hit; at <= text.size(); at = hit + 3) {
+        hit = text.find(kUnderline, at);
+        if (hit == std::string::npos) hit = text.size();
+        spaced.append(text, at, hit - at);
+        if (hit < text.size()) spaced += ' ';
       }
-    if (!hit) {
-      at++;
-      continue;
+      text = k == 0 && add_prefix_space_ ? kUnderline + spaced : spaced;
     }
-    flush(at);
-    out->push_back(hit->id);
-    at += hit->content.size();
-    start = at;
+    const uint8_t mark = segments[k].target ? 1 : 0;
+    size_t start = 0, at = 0;
+    auto flush = [&](size_t end) {
+      if (end <= start) return;
+      encode_chunk(std::string_view(text).substr(start, end - start), !chunk_start, out);
+      target->resize(out->size(), mark);
+      chunk_start = false;
+    };
+    while (at < text.size()) {
+      const Special* hit = nullptr;
+      for (const Special& s : specials_)
+        if (text.compare(at, s.content.size(), s.content) == 0) {
+          hit = &s;
+          break;
+        }
+      if (!hit) {
+        at++;
+        continue;
+      }
+      flush(at);
+      out->push_back(hit->id);
+      target->push_back(mark);
+      at += hit->content.size();
+      start = at;
+      chunk_start = true;
+    }
+    flush(text.size());
   }
-  flush(text.size());
   // A lone prefix before a special token is dropped.
-  if (!legacy_ && out->size() - first > 1 && sp_->IdToPiece((*out)[first]) == kUnderline && is_special((*out)[first + 1]))
+  if (!legacy_ && out->size() - first > 1 && sp_->IdToPiece((*out)[first]) == kUnderline &&
+      is_special((*out)[first + 1])) {
     out->erase(out->begin() + std::ptrdiff_t(first));
+    target->erase(target->begin() + std::ptrdiff_t(first));
+  }
 }
 
 // LlamaTokenizer.convert_tokens_to_string, then the clean-up.

@@ -39,18 +39,23 @@ class HfSentencePieceTokenizer : public TextTokenizer {
 
   void encode(std::string_view text, std::vector<int32_t>* out) const override;
   using TextTokenizer::encode;
+  void encode_segments(const std::vector<TextSegment>& segments, std::vector<int32_t>* ids,
+                       std::vector<uint8_t>* target) const override;
   std::string decode(const int32_t* ids, size_t n) const override;
   using TextTokenizer::decode;
   int vocab_size() const override;
   int eos_id() const override { return eos_; }
   int bos_id() const override { return add_bos_ ? bos_ : -1; }
   std::string kind() const override;
+  std::string chat_template() const override { return chat_template_; }
   std::vector<std::pair<std::string, std::string>> files() const override { return files_; }
   bool legacy() const { return legacy_; }
 
  private:
   HfSentencePieceTokenizer();
-  void encode_chunk(std::string_view chunk, bool first, std::vector<int32_t>* out) const;
+  // A stretch of text between special tokens; `continuation`: it goes on
+  // from the previous segment's (no dummy prefix, no unk trick).
+  void encode_chunk(std::string_view chunk, bool continuation, std::vector<int32_t>* out) const;
   bool is_special(int32_t id) const;
 
   struct Special {
@@ -63,6 +68,7 @@ class HfSentencePieceTokenizer : public TextTokenizer {
   std::vector<Special> specials_;  // longest first
   bool legacy_ = true, add_prefix_space_ = true, add_bos_ = true, clean_up_spaces_ = false;
   int32_t bos_ = -1, eos_ = -1;
+  std::string chat_template_;
   std::vector<std::pair<std::string, std::string>> files_;  // tokenizer.model, tokenizer_config.json
 };
 

@@ -17,6 +17,7 @@
 #include "core/atomic_file.h"
 #include "core/check.h"
 #include "data/content_hash.h"
+#include "data/chat_sample.h"
 #include "data/corpus.h"
 #include "data/token_shard.h"
 #include "data/tokenizer.h"
@@ -156,12 +157,44 @@ std::unique_ptr<TextTokenizer> get_tokenizer(const PrepareOptions& o, std::uniqu
   return t;
 }
 
+// Token ids per document, and (chat data) which of them are learned from.
+struct Tokenized {
+  std::vector<std::vector<int32_t>> ids;
+  std::vector<std::vector<uint8_t>> targets;  // empty for plain text
+  uint64_t samples = 0, target_tokens = 0;
+};
+
+// A chat document's lines (JSON Lines), each a sample: its segments
+// encoded with their target marks; prompt / completion wrapped in BOS and a
+// learned EOS.
+void tokenize_chat(const Document& d, const TextTokenizer& tok, const ChatFormat& format, std::vector<int32_t>& ids,
+                   std::vector<uint8_t>& targets, uint64_t* samples) {
+  uint64_t line = d.first_line;
+  for (size_t begin = 0; begin < d.text.size(); line++) {
+    size_t end = d.text.find('\n', begin);
+    if (end == std::string::npos) end = d.text.size();
+    const std::string text = d.text.substr(begin, end - begin);
+    begin = end + 1;
+    if (text.find_first_not_of(" \t\r") == std::string::npos) continue;
+    const ChatSampleText sample = chat_sample_segments(text, d.file + ":" + std::to_string(line), format);
+    if (sample.wrap && tok.bos_id() >= 0) ids.push_back(tok.bos_id()), targets.push_back(0);
+    std::vector<TextSegment> segments;
+    for (const ChatSegment& s : sample.segments) segments.push_back({s.text, s.target});
+    tok.encode_segments(segments, &ids, &targets);
+    if (sample.wrap) ids.push_back(tok.eos_id()), targets.push_back(1);
+    (*samples)++;
+  }
+}
+
 // Each document's ids (after the tokenizer's BOS, if it adds one) followed
-// by end-of-text; parallel over documents (largest first), the result in
-// corpus order whatever the thread count.
-std::vector<std::vector<int32_t>> tokenize(const Corpus& corpus, const TextTokenizer& tok, int threads, FILE* log) {
+// by end-of-text, or (chat) its samples; parallel over documents (largest
+// first), the result in corpus order whatever the thread count.
+Tokenized tokenize(const Corpus& corpus, const TextTokenizer& tok, const std::optional<ChatFormat>& chat, int threads,
+                   FILE* log) {
   const auto& docs = corpus.documents;
-  std::vector<std::vector<int32_t>> ids(docs.size());
+  Tokenized t;
+  t.ids.resize(docs.size());
+  if (chat) t.targets.resize(docs.size());
   std::vector<size_t> order(docs.size());
   std::iota(order.begin(), order.end(), 0);
   std::stable_sort(order.begin(), order.end(),
@@ -173,44 +206,63 @@ std::vector<std::vector<int32_t>> tokenize(const Corpus& corpus, const TextToken
     po.out = log, po.unit = "MB", po.scale = 1e-6;
     progress.emplace("prepare: tokenizing", int64_t(corpus.bytes), po);
   }
+  std::string error;  // the first document's error, rethrown after the loop
 #pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
   for (size_t k = 0; k < order.size(); k++) {
     const Document& d = docs[order[k]];
-    std::vector<int32_t>& out = ids[order[k]];
+    std::vector<int32_t>& out = t.ids[order[k]];
     out.reserve(d.text.size() / 3);
-    if (tok.bos_id() >= 0) out.push_back(tok.bos_id());
-    tok.encode(d.text, &out);
-    out.push_back(tok.eos_id());
+    uint64_t samples = 0;
+    try {
+      if (chat) {
+        tokenize_chat(d, tok, *chat, out, t.targets[order[k]], &samples);
+      } else {
+        if (tok.bos_id() >= 0) out.push_back(tok.bos_id());
+        tok.encode(d.text, &out);
+        out.push_back(tok.eos_id());
+      }
+    } catch (const UserError& e) {
+#pragma omp critical(prepare_error)
+      if (error.empty()) error = e.what();
+    }
 #pragma omp critical(prepare_progress)
     {
       done_bytes += d.text.size();
+      t.samples += samples;
       if (progress) progress->update(int64_t(done_bytes));
     }
   }
   if (progress) progress->finish();
-  return ids;
+  if (!error.empty()) throw UserError(error);
+  for (const auto& v : t.targets)
+    for (uint8_t m : v) t.target_tokens += m;
+  return t;
 }
 
 // Writes the documents of one split into shards named PREFIX_NNNNNN.bin.
 SplitManifest write_split(const std::string& out, const char* prefix, const std::vector<const Document*>& docs,
-                          const Corpus& corpus, const std::vector<std::vector<int32_t>>& ids, ShardHeader header,
-                          uint64_t shard_tokens) {
+                          const Corpus& corpus, const Tokenized& tokens, ShardHeader header, uint64_t shard_tokens) {
   SplitManifest m;
   std::vector<int32_t> buffer;
+  std::vector<uint8_t> targets;
+  const bool masked = !tokens.targets.empty();
   uint64_t buffer_docs = 0;
   auto flush = [&] {
     std::string name = strprintf("%s_%06zu.bin", prefix, m.shards.size());
     header.document_count = buffer_docs;
-    write_shard(out + "/" + name, header, buffer.data(), buffer.size());
+    write_shard(out + "/" + name, header, buffer.data(), buffer.size(), masked ? targets.data() : nullptr);
     m.shards.push_back(name);
     m.tokens += buffer.size();
     m.documents += buffer_docs;
     buffer.clear();
+    targets.clear();
     buffer_docs = 0;
   };
   for (const Document* d : docs) {
-    const auto& doc_ids = ids[size_t(d - corpus.documents.data())];
-    buffer.insert(buffer.end(), doc_ids.begin(), doc_ids.end());
+    const size_t i = size_t(d - corpus.documents.data());
+    if (tokens.ids[i].empty()) continue;  // a chat document of blank lines
+    buffer.insert(buffer.end(), tokens.ids[i].begin(), tokens.ids[i].end());
+    if (masked) targets.insert(targets.end(), tokens.targets[i].begin(), tokens.targets[i].end());
     buffer_docs++;
     if (buffer.size() >= shard_tokens) flush();
   }
@@ -259,8 +311,42 @@ PrepareResult prepare_dataset(const PrepareOptions& o, FILE* log) {
     tokenizer_stamp = ContentHash().add("trained").add(kRecipeVersion).add(uint64_t(o.vocab_size))
                           .add(uint64_t(o.sample_mb * 1e6)).add(documents).value();
   }
+  // JSON Lines: instruction or chat samples, through the tokenizer's chat template.
+  const bool jsonl = std::all_of(corpus.documents.begin(), corpus.documents.end(), [](const Document& d) {
+    return fs::path(d.file).extension() == ".jsonl";
+  });
+  std::optional<ChatFormat> chat;
+  if (jsonl) {
+    LOOM_USER_CHECK(given != nullptr,
+                    "prepare: '%s' is JSON Lines (instruction or chat data): give the model's tokenizer with "
+                    "--tokenizer DIR",
+                    o.input.c_str());
+    chat.emplace();
+    if (!o.chat_template.empty()) {
+      chat->chat_template = parse_chat_template(o.chat_template);
+      LOOM_USER_CHECK(chat->chat_template.has_value(),
+                      "prepare: --chat-template '%s' is not one loom has (chatml, llama3, llama31, llama2, mistral)",
+                      o.chat_template.c_str());
+      say(log, "chat template: %s (--chat-template)", o.chat_template.c_str());
+    } else if (!given->chat_template().empty()) {
+      chat->chat_template = recognise_chat_template(given->chat_template());
+      if (chat->chat_template)
+        say(log, "chat template: the tokenizer's chat_template, rendered as loom's built-in %s", 
+            chat_template_name(*chat->chat_template));
+      else
+        say(log, "chat template: the tokenizer's chat_template is none loom knows; 'messages' lines are refused "
+                 "(--chat-template NAME picks a built-in one)");
+    } else {
+      say(log, "chat template: none (the tokenizer has no chat_template; --chat-template NAME picks one)");
+    }
+    if (given->bos_id() >= 0) chat->bos = given->decode({given->bos_id()});
+    chat->eos = given->decode({given->eos_id()});
+  }
   const uint64_t dataset_id = ContentHash().add(kRecipeVersion).add(tokenizer_stamp).add(documents)
-                                  .add(uint64_t(std::llround(o.val_fraction * 1e9))).add(o.shard_tokens).value();
+                                  .add(uint64_t(std::llround(o.val_fraction * 1e9))).add(o.shard_tokens)
+                                  .add(chat ? (chat->chat_template ? chat_template_name(*chat->chat_template) : "-")
+                                            : "text")
+                                  .value();
 
   std::error_code ec;  // made only once the inputs have been checked
   fs::create_directories(o.out, ec);
@@ -288,9 +374,14 @@ PrepareResult prepare_dataset(const PrepareOptions& o, FILE* log) {
   }
 
   auto t1 = Clock::now();
-  std::vector<std::vector<int32_t>> ids = tokenize(corpus, tok, threads, log);
+  const Tokenized ids = tokenize(corpus, tok, chat, threads, log);
   uint64_t total = 0;
-  for (const auto& v : ids) total += v.size();
+  for (const auto& v : ids.ids) total += v.size();
+  if (chat) {
+    LOOM_USER_CHECK(ids.samples > 0, "prepare: '%s' holds no samples (only blank lines)", o.input.c_str());
+    say(log, "samples: %llu, %llu of %llu tokens learned from (%.1f%%)", (unsigned long long)ids.samples,
+        (unsigned long long)ids.target_tokens, (unsigned long long)total, 100.0 * double(ids.target_tokens) / double(total));
+  }
   say(log, "tokenized in %.1f s: %llu tokens, %.2f bytes per token", seconds_since(t1), (unsigned long long)total,
       double(corpus.bytes) / double(total));
 

@@ -10,6 +10,11 @@
 //      end-of-text id;
 //   4. write the shards, then dataset.toml, each atomically.
 //
+// JSON Lines (data/chat_sample.h: prompt / completion pairs, or chat
+// messages through a chat template) is read line by line instead: each
+// sample's ids with a target mask (only completions and assistant turns are
+// learned), written as version 2 shards (data/token_shard.h).
+//
 // Idempotent: a stamp of the inputs (every document's name and content) and
 // options is kept in dataset.toml; when it matches, nothing is redone. The
 // tokenizer has a stamp of its own, so changing only the split or the shard
@@ -28,6 +33,10 @@ struct PrepareOptions {
   std::string input = ".cache/corpus/text";  // folder or file
   std::string out = ".cache/data";
   std::string tokenizer;  // a tokenizer to use instead of training one (load_tokenizer's paths)
+  // JSON Lines input (a .jsonl file, or a folder of them): the chat template
+  // for "messages" lines by name (data/chat_template.h); "" = the one the
+  // tokenizer's tokenizer_config.json holds, recognised.
+  std::string chat_template;
   int vocab_size = 8192;
   double val_fraction = 0.02;               // of the bytes, by document
   uint64_t shard_tokens = uint64_t(1) << 24;  // a shard closes once it holds this many tokens

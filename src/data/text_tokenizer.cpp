@@ -26,6 +26,24 @@ std::string clean_up_tokenization(std::string text) {
   return text;
 }
 
+namespace detail {
+std::string read_chat_template(const nlohmann::json& c, const std::string& path) {
+  if (!c.contains("chat_template") || c.at("chat_template").is_null()) return "";
+  const nlohmann::json& t = c.at("chat_template");
+  if (t.is_string()) return t.get<std::string>();
+  LOOM_USER_CHECK(t.is_array(), "%s: field 'chat_template' must be a string or a list of {name, template}",
+                  path.c_str());
+  std::string first, chosen;
+  for (const nlohmann::json& e : t) {
+    LOOM_USER_CHECK(e.is_object() && e.contains("template") && e.at("template").is_string(),
+                    "%s: field 'chat_template' must be a string or a list of {name, template}", path.c_str());
+    if (first.empty()) first = e.at("template").get<std::string>();
+    if (e.value("name", "") == "default") chosen = e.at("template").get<std::string>();
+  }
+  return chosen.empty() ? first : chosen;
+}
+}  // namespace detail
+
 namespace {
 
 // A tokenizer.json whose BPE model falls back to bytes: a SentencePiece

@@ -13,7 +13,15 @@
 #include <utility>
 #include <vector>
 
+#include <nlohmann/json_fwd.hpp>
+
 namespace loom {
+
+// A stretch of a text, learned from (target) or not: a chat's rendered turns.
+struct TextSegment {
+  std::string_view text;
+  bool target = false;
+};
 
 class TextTokenizer {
  public:
@@ -27,6 +35,19 @@ class TextTokenizer {
     encode(text, &ids);
     return ids;
   }
+  // The segments' text, encoded as their concatenation is (the segments
+  // meet where the tokenization splits anyway: at special tokens, line ends,
+  // word starts), each id marked in `target` (1 / 0) as its segment is
+  // (`target` holds an entry for each id already in `ids`).
+  // SentencePiece continues a stretch of text across segments without a new
+  // dummy prefix.
+  virtual void encode_segments(const std::vector<TextSegment>& segments, std::vector<int32_t>* ids,
+                               std::vector<uint8_t>* target) const {
+    for (const TextSegment& s : segments) {
+      encode(s.text, ids);
+      target->resize(ids->size(), s.target ? 1 : 0);
+    }
+  }
   // As the tokenizer's own library decodes (Hugging Face: with
   // clean_up_tokenization_spaces as its tokenizer_config.json says).
   virtual std::string decode(const int32_t* ids, size_t n) const = 0;
@@ -38,6 +59,9 @@ class TextTokenizer {
   // Put before each document and prompt when the tokenizer adds one (Llama
   // 3's <|begin_of_text|>); -1: none.
   virtual int bos_id() const { return -1; }
+  // tokenizer_config.json's chat_template (Jinja source; the "default" one
+  // of a list), "" when there is none.
+  virtual std::string chat_template() const { return ""; }
   // For the log: "SentencePiece BPE (loom's own)", "Hugging Face byte-level BPE".
   virtual std::string kind() const = 0;
   // The files that make it up, (name, bytes), the one that identifies it
@@ -48,6 +72,13 @@ class TextTokenizer {
 // transformers' clean_up_tokenization (clean_up_tokenization_spaces): the
 // space before . ? ! , and English contractions dropped, in its order.
 std::string clean_up_tokenization(std::string text);
+
+// tokenizer_config.json's "chat_template": a string, or a list of {"name",
+// "template"} (the "default" one, else the first); "" when absent. Throws
+// UserError naming `path` when it is neither.
+namespace detail {
+std::string read_chat_template(const nlohmann::json& config, const std::string& path);
+}
 
 // A tokenizer from `path`: a SentencePiece .model file (loom's own, or,
 // with a tokenizer_config.json beside it, Llama 2's or Mistral's:

@@ -78,6 +78,13 @@ void TokenLoader::read_window(const Split& split, uint64_t w, int32_t* tokens, i
   uint64_t start = (w - split.first_window[s]) * uint64_t(T_);
   split.shards[s].read(start, size_t(T_), tokens);
   split.shards[s].read(start + 1, size_t(T_), targets);
+  if (split.shards[s].has_mask()) {
+    // Instruction data: only the tokens the mask marks are predicted.
+    std::vector<uint8_t> learn(static_cast<size_t>(T_));
+    split.shards[s].read_mask(start + 1, size_t(T_), learn.data());
+    for (int t = 0; t < T_; t++)
+      if (!learn[size_t(t)]) targets[t] = -1;
+  }
 }
 
 void TokenLoader::train_batch(uint64_t seed, int64_t step, int B, int T, RowRange rows, int32_t* tokens,

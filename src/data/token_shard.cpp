@@ -39,9 +39,10 @@ uint64_t first_id_at_or_above(const T* ids, uint64_t n, uint32_t limit) {
 
 }  // namespace
 
-void write_shard(const std::string& path, ShardHeader header, const int32_t* tokens, size_t count) {
+void write_shard(const std::string& path, ShardHeader header, const int32_t* tokens, size_t count,
+                 const uint8_t* target_mask) {
   std::memcpy(header.magic, kShardMagic, sizeof kShardMagic);
-  header.version = kShardVersion;
+  header.version = target_mask ? kMaskedShardVersion : kShardVersion;
   header.token_bytes = token_bytes_for(header.vocab_size);
   header.token_count = count;
   AtomicFile file(path);
@@ -64,6 +65,12 @@ void write_shard(const std::string& path, ShardHeader header, const int32_t* tok
       }
     }
     file.write(buf.data(), buf.size());
+  }
+  if (target_mask) {
+    std::vector<uint8_t> bits((count + 7) / 8, 0);
+    for (size_t i = 0; i < count; i++)
+      if (target_mask[i]) bits[i / 8] |= uint8_t(1u << (i % 8));
+    file.write(bits.data(), bits.size());
   }
   file.commit();
 }
@@ -91,8 +98,9 @@ ShardFile::ShardFile(const std::string& path) : path_(path) {
   const ShardHeader& h = header_;
   LOOM_USER_CHECK(std::memcmp(h.magic, kShardMagic, sizeof kShardMagic) == 0,
                   "'%s' is not a loom token shard (wrong magic)", path.c_str());
-  LOOM_USER_CHECK(h.version == kShardVersion, "token shard '%s' has format version %u; this loom reads version %u",
-                  path.c_str(), h.version, kShardVersion);
+  LOOM_USER_CHECK(h.version == kShardVersion || h.version == kMaskedShardVersion,
+                  "token shard '%s' has format version %u; this loom reads versions %u and %u", path.c_str(), h.version,
+                  kShardVersion, kMaskedShardVersion);
   LOOM_USER_CHECK(h.token_bytes == token_bytes_for(h.vocab_size) && h.vocab_size > 0,
                   "token shard '%s' has a bad header: %u bytes per token for a vocabulary of %u", path.c_str(),
                   h.token_bytes, h.vocab_size);
@@ -105,10 +113,12 @@ ShardFile::ShardFile(const std::string& path) : path_(path) {
                   "token shard '%s' is truncated: its header promises %llu tokens of %u bytes but the body has %llu "
                   "bytes",
                   path.c_str(), (unsigned long long)h.token_count, h.token_bytes, (unsigned long long)body);
-  const uint64_t expected = h.token_count * h.token_bytes;
+  const uint64_t mask_bytes = h.version == kMaskedShardVersion ? (h.token_count + 7) / 8 : 0;
+  const uint64_t expected = h.token_count * h.token_bytes + mask_bytes;
+  if (mask_bytes) mask_ = map_ + sizeof(ShardHeader) + h.token_count * h.token_bytes;
   LOOM_USER_CHECK(body == expected,
-                  "token shard '%s' is longer than its header says: it promises %llu tokens (%llu bytes) but the body "
-                  "has %llu bytes",
+                  "token shard '%s' does not have the size its header says: it promises %llu tokens (%llu bytes with "
+                  "its mask) but the body has %llu bytes",
                   path.c_str(), (unsigned long long)h.token_count, (unsigned long long)expected,
                   (unsigned long long)body);
   // Every document ends with an end-of-text id: at most one per token, and
@@ -126,7 +136,12 @@ ShardFile::~ShardFile() {
 }
 
 ShardFile::ShardFile(ShardFile&& o) noexcept
-    : path_(std::move(o.path_)), header_(o.header_), map_(o.map_), map_bytes_(o.map_bytes_), tokens_(o.tokens_) {
+    : path_(std::move(o.path_)),
+      header_(o.header_),
+      map_(o.map_),
+      map_bytes_(o.map_bytes_),
+      tokens_(o.tokens_),
+      mask_(o.mask_) {
   o.map_ = nullptr;
 }
 
@@ -134,6 +149,14 @@ void ShardFile::read(uint64_t begin, size_t n, int32_t* out) const {
   LOOM_CHECK(begin + n <= header_.token_count, "read past the end of %s", path_.c_str());
   if (header_.token_bytes == 2) copy_ids(static_cast<const uint16_t*>(tokens_) + begin, n, out);
   else copy_ids(static_cast<const uint32_t*>(tokens_) + begin, n, out);
+}
+
+void ShardFile::read_mask(uint64_t begin, size_t n, uint8_t* out) const {
+  LOOM_CHECK(begin + n <= header_.token_count, "read past the end of %s", path_.c_str());
+  for (size_t i = 0; i < n; i++) {
+    const uint64_t at = begin + i;
+    out[i] = mask_ ? uint8_t((mask_[at / 8] >> (at % 8)) & 1u) : 1;
+  }
 }
 
 void ShardFile::check_ids_below(uint32_t vocab_size) const {

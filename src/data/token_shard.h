@@ -6,6 +6,13 @@
 // shards. The header names the tokenizer (a hash of its model file) and the
 // prepare run (dataset_id), so that shards and tokenizers that do not belong
 // together are caught when the data is opened.
+//
+// Version 2 (instruction and chat data, `loom prepare` on JSON Lines) adds a
+// target mask after the ids: ceil(token_count / 8) bytes, bit i (byte i / 8,
+// bit i % 8) set when token i is learned from, i.e. is a target where it is
+// predicted (a completion's or an assistant turn's tokens and its
+// end-of-turn token; prompts, system and user turns are not). Plain text is
+// written as version 1, every token a target; both versions are read.
 #pragma once
 
 #include <cstddef>
@@ -29,14 +36,18 @@ struct ShardHeader {
 static_assert(sizeof(ShardHeader) == 64, "the on-disk header is 64 bytes");
 
 constexpr char kShardMagic[8] = {'L', 'O', 'O', 'M', 'T', 'O', 'K', '\0'};
-constexpr uint32_t kShardVersion = 1;
+constexpr uint32_t kShardVersion = 1;        // ids only
+constexpr uint32_t kMaskedShardVersion = 2;  // ids, then the target mask
 
 // Bytes per token for a vocabulary: 2 if every id fits in uint16, else 4.
 inline uint32_t token_bytes_for(uint32_t vocab_size) { return vocab_size <= 65536 ? 2 : 4; }
 
 // Writes a shard atomically (temporary name, fsync, rename). Fills magic,
 // version, token_bytes and token_count of `header` from the arguments.
-void write_shard(const std::string& path, ShardHeader header, const int32_t* tokens, size_t count);
+// target_mask (one byte per token, 0 or 1; nullptr: every token a target)
+// makes it version 2.
+void write_shard(const std::string& path, ShardHeader header, const int32_t* tokens, size_t count,
+                 const uint8_t* target_mask = nullptr);
 
 // A shard mapped read-only. The constructor checks the header and the size
 // of the body and throws UserError naming the file if anything is wrong.
@@ -54,6 +65,9 @@ class ShardFile {
 
   // out[i] = token(begin + i) for i < n.
   void read(uint64_t begin, size_t n, int32_t* out) const;
+  bool has_mask() const { return header_.version == kMaskedShardVersion; }
+  // out[i] = 1 if token begin + i is a target (always 1 without a mask).
+  void read_mask(uint64_t begin, size_t n, uint8_t* out) const;
   // Throws UserError naming the file and position of the first id >= vocab_size.
   void check_ids_below(uint32_t vocab_size) const;
 
@@ -63,6 +77,7 @@ class ShardFile {
   const uint8_t* map_ = nullptr;  // the whole file
   size_t map_bytes_ = 0;
   const void* tokens_ = nullptr;  // map_ + 64
+  const uint8_t* mask_ = nullptr; // after the ids (version 2)
 };
 
 }  // namespace loom

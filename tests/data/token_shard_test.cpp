@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstring>
 
@@ -51,6 +52,43 @@ TEST(TokenShard, WriteThenReadBothWidths) {
   }
   for (const auto& e : std::filesystem::directory_iterator(dir))  // no temporary left behind
     EXPECT_EQ(e.path().extension(), ".bin") << e.path();
+}
+
+// Version 2: the ids, then one bit per token saying it is learned from.
+TEST(TokenShard, MaskedShardsKeepTheirMaskAndPlainOnesHaveNone) {
+  std::string dir = loom::test::fresh_dir("shard_mask");
+  for (uint32_t vocab : {8192u, 100000u}) {
+    const std::string path = dir + "/m" + std::to_string(vocab) + ".bin";
+    auto ids = ramp(1003, int32_t(vocab));  // not a multiple of 8
+    std::vector<uint8_t> mask(ids.size());
+    for (size_t i = 0; i < mask.size(); i++) mask[i] = uint8_t((i * 13) % 5 < 2);
+    loom::write_shard(path, header_for(vocab), ids.data(), ids.size(), mask.data());
+    EXPECT_EQ(std::filesystem::file_size(path), 64 + ids.size() * (vocab <= 65536 ? 2 : 4) + (ids.size() + 7) / 8);
+    loom::ShardFile shard(path);
+    EXPECT_TRUE(shard.has_mask());
+    EXPECT_EQ(shard.header().version, loom::kMaskedShardVersion);
+    std::vector<int32_t> back(ids.size());
+    std::vector<uint8_t> back_mask(ids.size());
+    shard.read(0, back.size(), back.data());
+    shard.read_mask(0, back_mask.size(), back_mask.data());
+    EXPECT_EQ(back, ids);
+    EXPECT_EQ(back_mask, mask);
+    shard.read_mask(501, 7, back_mask.data());
+    EXPECT_TRUE(std::equal(back_mask.begin(), back_mask.begin() + 7, mask.begin() + 501));
+    // A mask cut short is named.
+    std::filesystem::resize_file(path, std::filesystem::file_size(path) - 1);
+    EXPECT_NE(user_error([&] { loom::ShardFile cut(path); }).find("does not have the size its header says"),
+              std::string::npos);
+  }
+  const std::string plain = dir + "/plain.bin";
+  auto ids = ramp(100, 8192);
+  loom::write_shard(plain, header_for(8192), ids.data(), ids.size());
+  loom::ShardFile shard(plain);
+  EXPECT_FALSE(shard.has_mask());
+  EXPECT_EQ(shard.header().version, loom::kShardVersion);
+  std::vector<uint8_t> all(ids.size());
+  shard.read_mask(0, all.size(), all.data());
+  EXPECT_EQ(std::count(all.begin(), all.end(), 1), 100);
 }
 
 TEST(TokenShard, WrongMagicIsNamed) {

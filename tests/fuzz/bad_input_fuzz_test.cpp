@@ -25,6 +25,7 @@
 #include "cli/run_loom.h"
 #include "config/run_config.h"
 #include "core/check.h"
+#include "data/chat_sample.h"
 #include "data/dataset_manifest.h"
 #include "data/prepare.h"
 #include "data/text_tokenizer.h"
@@ -373,6 +374,33 @@ TEST(Fuzz, HfTokenizerFolders) {
     write_bytes(sp + "/tokenizer_config.json", mutate_text(rng, sp_config, values));
     expect_accepted_or_refused("Llama 2 tokenizer_config.json mutant " + std::to_string(i), use_sp, &refused);
   }
+}
+
+// Lines of instruction and chat data, mutated: a sample or a UserError, in
+// every built-in chat template.
+TEST(Fuzz, ChatJsonLines) {
+  const std::vector<std::string> lines = {
+      R"({"prompt": "What is 2+2?", "completion": " 4."})",
+      R"({"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"},
+          {"role": "assistant", "content": "Hello."}, {"role": "user", "content": "Bye"},
+          {"role": "assistant", "content": "Bye."}]})"};
+  const std::vector<std::string> values = {"-1", "0", "null", "true", "[]", "{}", "\"\"", "\"user\"",
+                                           "\"assistant\"", "\"system\"", "\"tool\"", "[{}]",
+                                           "{\"role\": \"user\"}", "\"\\u0000\""};
+  Rng rng(37);
+  int refused = 0, cases = 0;
+  for (ChatTemplate t : {ChatTemplate::chatml, ChatTemplate::llama3, ChatTemplate::llama31, ChatTemplate::llama2,
+                         ChatTemplate::mistral}) {
+    const ChatFormat format{t, "<s>", "</s>"};
+    for (const std::string& good : lines) {
+      ASSERT_NO_THROW(chat_sample_segments(good, "x.jsonl:1", format)) << chat_template_name(t);
+      for (int i = 0; i < 60; i++, cases++)
+        expect_accepted_or_refused(std::string(chat_template_name(t)) + " line mutant " + std::to_string(i),
+                                   [&] { chat_sample_segments(mutate_text(rng, good, values), "x.jsonl:1", format); },
+                                   &refused);
+    }
+  }
+  EXPECT_GT(refused, cases / 4);
 }
 
 TEST(Fuzz, ClusterFiles) {
