@@ -1,11 +1,13 @@
 // `loom export`: a checkpoint of any layout -> Hugging Face files
 // (GPT2LMHeadModel or LlamaForCausalLM, by the checkpoint's model family).
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 
 #include "checkpoint/checkpoint_reader.h"
 #include "checkpoint/hf_export.h"
 #include "cli/commands.h"
+#include "core/atomic_file.h"
 #include "core/check.h"
 #include "data/dataset_manifest.h"
 #include "data/text_tokenizer.h"
@@ -22,19 +24,21 @@ HfSpecialTokens tokens_of(const TextTokenizer& t) {
   return {t.bos_id() >= 0 ? t.bos_id() : t.eos_id(), t.eos_id()};
 }
 
-HfSpecialTokens special_tokens(const Checkpoint& ckpt, const std::string& tokenizer) {
-  if (!tokenizer.empty()) return tokens_of(*load_tokenizer(resolve_path(tokenizer)));
+// The tokenizer given, else the run's; null for byte-level data or (with a
+// warning) when the run's tokenizer is not where its config says.
+std::unique_ptr<TextTokenizer> run_tokenizer(const Checkpoint& ckpt, const std::string& tokenizer) {
+  if (!tokenizer.empty()) return load_tokenizer(resolve_path(tokenizer));
   const RunData data = run_data(ckpt.manifest(), "checkpoint '" + ckpt.dir() + "'");
-  if (data.format != "shards") return {};
+  if (data.format != "shards") return nullptr;
   std::string path = resolve_path(data.path) + "/tokenizer.model";
   if (std::filesystem::exists(resolve_path(data.path) + "/dataset.toml"))
     path = resolve_path(data.path) + "/" + read_dataset_manifest(resolve_path(data.path)).tokenizer;
-  if (std::filesystem::exists(path)) return tokens_of(*load_tokenizer(path));
+  if (std::filesystem::exists(path)) return load_tokenizer(path);
   std::fprintf(stderr,
                "export: warning: the run's tokenizer '%s' is not there; bos_token_id and eos_token_id are left null "
                "(--tokenizer PATH names it)\n",
                path.c_str());
-  return {};
+  return nullptr;
 }
 
 }  // namespace
@@ -69,11 +73,22 @@ int cmd_export(const Args& args) {
 
   ResumeChoice chosen = resolve_resume(checkpoint, "");  // verifies every file's sha256
   Checkpoint ckpt = Checkpoint::open(chosen.dir);
-  opt.tokens = special_tokens(ckpt, tokenizer);
+  const std::unique_ptr<TextTokenizer> tok = run_tokenizer(ckpt, tokenizer);
+  if (tok) opt.tokens = tokens_of(*tok);
   HfExportResult r = export_hf(ckpt, out, opt);
   std::printf("export: %s (step %lld) -> %s (%d tensors, %.1f MB) and %s\n", ckpt.dir().c_str(),
               (long long)ckpt.manifest().step, r.weights_path.c_str(), r.tensors, double(r.bytes) / 1e6,
               r.config_path.c_str());
+  // A Hugging Face tokenizer (its files include tokenizer_config.json) goes
+  // beside the model as it came, so transformers loads the folder as is.
+  if (tok) {
+    const auto files = tok->files();
+    const bool hf = std::any_of(files.begin(), files.end(), [](const auto& f) { return f.first == "tokenizer_config.json"; });
+    if (hf) {
+      for (const auto& [name, bytes] : files) write_file_atomically(out + "/" + name, bytes);
+      std::printf("export: the tokenizer's files (%s) copied beside it\n", tok->kind().c_str());
+    }
+  }
   return 0;
 }
 

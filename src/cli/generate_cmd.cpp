@@ -18,6 +18,7 @@
 #include "cli/commands.h"
 #include "core/check.h"
 #include "core/rng.h"
+#include "data/chat_template.h"
 #include "data/text_codec.h"
 #include "model/stage_module.h"
 #include "model/sampling.h"
@@ -65,7 +66,8 @@ double number(const std::string& s, const char* flag) {
 }  // namespace
 
 int cmd_generate(const Args& args) {
-  std::string checkpoint, prompt, tokenizer;
+  std::string checkpoint, prompt, tokenizer, chat_template, system;
+  bool chat = false;
   float temperature = 0.8f;
   int top_k = 40, max_tokens = 100, threads = 0;
   int64_t seed = 1;
@@ -89,6 +91,9 @@ int cmd_generate(const Args& args) {
     if (a == "--checkpoint") checkpoint = value();
     else if (a == "--prompt") prompt = value(), prompt_given = true;
     else if (a == "--tokenizer") tokenizer = value();
+    else if (a == "--chat") chat = true;
+    else if (a == "--chat-template") chat_template = value(), chat = true;
+    else if (a == "--system") system = value(), chat = true;
     else if (a == "--temperature") {
       temperature = float(number(value(), "--temperature"));
       LOOM_USER_CHECK(temperature >= 0 && temperature <= 100, "generate: --temperature must be in [0, 100] (0 = greedy)");
@@ -109,7 +114,40 @@ int cmd_generate(const Args& args) {
   TextCodec codec = codec_for(ckpt.manifest(), origin, tokenizer);
   std::unique_ptr<StageModule> model = load_model(ckpt, cfg);
 
-  std::vector<int32_t> tokens = codec.encode_prompt(prompt);
+  std::vector<int32_t> tokens;
+  int stop = codec.eos();
+  if (chat) {
+    // The prompt as a user turn (after --system's), through the chat
+    // template, with the assistant's header; the answer ends at end-of-turn.
+    LOOM_USER_CHECK(codec.tokenizer != nullptr, "generate: --chat needs the run's tokenizer (byte-level data has none)");
+    const TextTokenizer& tok = *codec.tokenizer;
+    std::optional<ChatTemplate> t = chat_template.empty() ? recognise_chat_template(tok.chat_template())
+                                                          : parse_chat_template(chat_template);
+    LOOM_USER_CHECK(t.has_value(),
+                    chat_template.empty()
+                        ? "generate: --chat: the tokenizer has no chat_template loom recognises (give --chat-template "
+                          "chatml, llama3, llama31, llama2 or mistral)"
+                        : "generate: --chat-template must be chatml, llama3, llama31, llama2 or mistral");
+    const std::string bos = tok.bos_id() >= 0 ? tok.decode({tok.bos_id()}) : "", eos = tok.decode({tok.eos_id()});
+    std::vector<ChatMessage> messages;
+    if (!system.empty()) messages.push_back({"system", system});
+    messages.push_back({"user", prompt});
+    std::vector<ChatSegment> segments = render_chat(*t, messages, bos, eos);
+    segments.push_back({generation_prompt(*t), false});
+    std::vector<TextSegment> views;
+    for (const ChatSegment& x : segments) views.push_back({x.text, false});
+    std::vector<uint8_t> unused;
+    tok.encode_segments(views, &tokens, &unused);
+    const std::vector<int32_t> turn_end = tok.encode(end_of_turn(*t, eos));
+    LOOM_USER_CHECK(turn_end.size() == 1, "generate: the end-of-turn '%s' is not one token of the tokenizer",
+                    end_of_turn(*t, eos).c_str());
+    stop = turn_end[0];
+    std::fprintf(stderr, "generate: chat template %s; the answer ends at %s\n", chat_template_name(*t),
+                 end_of_turn(*t, eos).c_str());
+    prompt.clear();  // only the answer is printed
+  } else {
+    tokens = codec.encode_prompt(prompt);
+  }
   LOOM_USER_CHECK(!tokens.empty(), "generate: the prompt is empty");
   for (int32_t t : tokens)
     LOOM_USER_CHECK(t < cfg.vocab_size, "generate: the tokenizer gives id %d, beyond the model's vocabulary of %d", t,
@@ -118,7 +156,7 @@ int cmd_generate(const Args& args) {
   std::fflush(stdout);
   std::string printed;
   const auto t0 = std::chrono::steady_clock::now();
-  SamplingOptions opt{max_tokens, temperature, top_k, uint64_t(seed), codec.eos()};
+  SamplingOptions opt{max_tokens, temperature, top_k, uint64_t(seed), stop};
   const std::vector<int32_t> generated = sample_tokens(*model, tokens, opt, [&](const std::vector<int32_t>& so_far) {
     std::string text = codec.decode(so_far);  // decoded whole: pieces may split a UTF-8 character
     if (text.size() > printed.size() && text.compare(0, printed.size(), printed) == 0) {

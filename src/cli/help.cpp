@@ -280,6 +280,9 @@ commands:
           one token per byte) unless --tokenizer (a .model, tokenizer.json or HF folder) is given;
           the prompt starts with the tokenizer's BOS when it adds one. --temperature 0 is greedy;
           --top-k 0 keeps every token. Stops at end-of-text or after --max-tokens.
+          --chat [--system TEXT] [--chat-template NAME]: the prompt is a user turn rendered by
+          the tokenizer's chat template (or NAME: chatml, llama3, llama31, llama2, mistral) with
+          the assistant's header; only the answer is printed, ending at its end-of-turn token.
           Example: loom generate --checkpoint checkpoints --prompt "The Lord said" --max-tokens 60
   info    The CPU and what loom chose for it, and the rates measured now.
             loom info [--threads N] [--isa NAME] [--json]

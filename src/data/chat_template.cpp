@@ -119,6 +119,24 @@ std::optional<ChatTemplate> recognise_chat_template(const std::string& jinja) {
   return std::nullopt;
 }
 
+std::string generation_prompt(ChatTemplate t) {
+  switch (t) {
+    case ChatTemplate::chatml: return "<|im_start|>assistant\n";
+    case ChatTemplate::llama3:
+    case ChatTemplate::llama31: return "<|start_header_id|>assistant<|end_header_id|>\n\n";
+    default: return "";
+  }
+}
+
+std::string end_of_turn(ChatTemplate t, const std::string& eos) {
+  switch (t) {
+    case ChatTemplate::chatml: return "<|im_end|>";
+    case ChatTemplate::llama3:
+    case ChatTemplate::llama31: return "<|eot_id|>";
+    default: return eos;
+  }
+}
+
 std::vector<ChatSegment> render_chat(ChatTemplate t, const std::vector<ChatMessage>& messages, const std::string& bos,
                                      const std::string& eos) {
   for (size_t i = 0; i < messages.size(); i++) {

@@ -50,5 +50,10 @@ struct ChatSegment {
 // order, a system turn where the template has none.
 std::vector<ChatSegment> render_chat(ChatTemplate t, const std::vector<ChatMessage>& messages, const std::string& bos,
                                      const std::string& eos);
+// What add_generation_prompt appends (the assistant's header; nothing for
+// llama2 and mistral, whose user turn ends with [/INST]), and the token an
+// assistant turn ends with (<|im_end|>, <|eot_id|>, or eos).
+std::string generation_prompt(ChatTemplate t);
+std::string end_of_turn(ChatTemplate t, const std::string& eos);
 
 }  // namespace loom

@@ -81,6 +81,7 @@ void to_json(json& j, const StepMetrics& m) {
            {"peak_mem_bytes", m.peak_mem_bytes},
            {"time_s", m.time}};
   if (m.checkpoint_stall_s > 0) j["checkpoint_stall_s"] = m.checkpoint_stall_s;
+  if (m.target_tokens >= 0) j["target_tokens"] = m.target_tokens;
   if (std::isfinite(m.val_loss)) j["val_loss"] = m.val_loss;
   if (!m.busy_s.empty()) j["busy_s"] = m.busy_s;
   if (!m.stragglers.empty()) {
@@ -104,6 +105,7 @@ void from_json(const json& j, StepMetrics& m) {
   m.tokens_per_s = get_number(j, "tokens_per_s");
   m.mfu = get_number(j, "mfu");
   m.checkpoint_stall_s = get_number(j, "checkpoint_stall_s", 0);
+  get_if(j, "target_tokens", m.target_tokens);
   get_if(j, "peak_mem_bytes", m.peak_mem_bytes);
   if (auto it = j.find("time_s"); it != j.end() && it->is_object()) m.time = it->get<TimeSplit>();
   get_if(j, "busy_s", m.busy_s);

@@ -50,6 +50,7 @@ struct StepMetrics {
   bool skipped = false;          // optimizer step skipped (inf/NaN gradients)
   double step_time_s = kUnknown;  // wall time of the step
   double tokens_per_s = kUnknown;
+  int64_t target_tokens = -1;    // targets learned from in the global batch (-1: not recorded)
   double mfu = kUnknown;         // model FLOPs / (step time x peak FLOP/s of the ranks used), in [0, 1]
   double checkpoint_stall_s = 0;  // seconds a checkpoint save held up training this step (0 = no save)
   std::vector<int64_t> peak_mem_bytes;  // per world rank (index = rank)

@@ -397,10 +397,14 @@ TrainResult train(const RunConfig& cfg, const ParallelContext& ctx, FILE* log, c
       double gflops = flops_per_step * window_steps / window_seconds * 1e-9;
       const std::string scale =
           replica.scaler().mode() == LossScaleMode::off ? "" : strprintf(" | scale %g", double(scale_used));
+      // Instruction data: how many of the batch's tokens are learned from.
+      const std::string targets = replica.step_targets() < int64_t(B) * T
+                                      ? strprintf(" | targets %lld", (long long)replica.step_targets())
+                                      : "";
       std::fprintf(log,
-                   "step %5d/%d | loss %.4f | lr %.2e | grad norm %.3f%s | %.0f tok/s | %.1f GFLOP/s (%.1f%% of "
+                   "step %5d/%d | loss %.4f%s | lr %.2e | grad norm %.3f%s | %.0f tok/s | %.1f GFLOP/s (%.1f%% of "
                    "peak)\n",
-                   step + 1, cfg.train.steps, loss, lr, norm, scale.c_str(), tok_s, gflops,
+                   step + 1, cfg.train.steps, loss, targets.c_str(), lr, norm, scale.c_str(), tok_s, gflops,
                    100.0 * gflops / result.peak_gflops);
       std::fflush(log);
     }
@@ -453,6 +457,7 @@ TrainResult train(const RunConfig& cfg, const ParallelContext& ctx, FILE* log, c
       m.loss_scale = scale_used;
       m.step = step + 1, m.loss = loss, m.val_loss = val, m.lr = lr, m.grad_norm = norm;
       m.step_time_s = dt, m.tokens_per_s = double(B) * T / dt;
+      m.target_tokens = replica.step_targets();
       m.mfu = flops_per_step / dt / (result.peak_gflops * 1e9);
       m.peak_mem_bytes = stats.peak_mem_bytes;
       if (ctx.grid().world_size() > 1) m.busy_s = stats.busy_s;

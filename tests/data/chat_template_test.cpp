@@ -16,6 +16,7 @@
 
 #include "checkpoint/checkpoint_test_util.h"
 #include "cli/run_loom.h"
+#include "config/run_config.h"
 #include "core/check.h"
 #include "data/chat_sample.h"
 #include "data/chat_template.h"
@@ -232,8 +233,33 @@ TEST(ChatData, PrepareJsonLinesLearnsOnlyTheAnswers) {
   r = test::run_loom("train --config configs/llama-tiny.toml --set data.format=shards --set data.path=" + out +
                      " --set model.vocab_size=" + std::to_string(tok->vocab_size()) +
                      " --set model.seq_len=32 --set train.batch_size=4 --set train.steps=2 --set train.eval_every=2"
-                     " --set train.eval_batches=1 --set train.sample_tokens=0 --set 'train.run_dir=' 2>&1");
+                     " --set train.eval_batches=1 --set train.sample_tokens=0 --set 'train.run_dir='"
+                     " --set train.checkpoint_every=2 --set train.checkpoint_dir=" + dir + "/ckpt 2>&1");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("| targets "), std::string::npos) << r.output;  // fewer than the batch's tokens
+  // A chat answer through the tokenizer's template, stopping at <|eot_id|>.
+  r = test::run_loom("generate --checkpoint " + dir + "/ckpt --chat --system 'Quote scripture.' --prompt 'Give verse 3'"
+                     " --temperature 0 --max-tokens 8 2>&1");
   EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("chat template llama3; the answer ends at <|eot_id|>"), std::string::npos) << r.output;
+  // Exported with the tokenizer's own files beside the model.
+  r = test::run_loom("export --checkpoint " + dir + "/ckpt --out " + dir + "/hf 2>&1");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_EQ(slurp(dir + "/hf/tokenizer.json"), slurp(tok_dir + "/tokenizer.json"));
+  EXPECT_EQ(slurp(dir + "/hf/tokenizer_config.json"), slurp(tok_dir + "/tokenizer_config.json"));
+  const test::CommandResult py = test::run_command(
+      "'" + hf_python() + "' -c \"from transformers import AutoTokenizer; t = AutoTokenizer.from_pretrained('" + dir +
+      "/hf'); print(t('In the beginning')['input_ids'])\" 2>/dev/null");
+  std::vector<int32_t> want = {tok->bos_id()};
+  tok->encode("In the beginning", &want);
+  std::string list = "[";
+  for (size_t i = 0; i < want.size(); i++) list += (i ? ", " : "") + std::to_string(want[i]);
+  EXPECT_EQ(py.output, list + "]\n");
+  // The shipped fine-tuning configs read, pointed at this folder.
+  for (const char* config : {"finetune-llama3.toml", "finetune-qwen2.toml"})
+    EXPECT_NO_THROW(load_run_config(std::string(LOOM_SOURCE_DIR "/configs/") + config,
+                                    {"train.init_from=\"hf:" + dir + "/hf\""}))
+        << config;
 }
 
 // Bad lines are named by file, line and field; nothing is written.
