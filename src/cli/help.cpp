@@ -86,7 +86,9 @@ commands:
                           freeze (["wte.weight", "h.[0-5].*"]: shell patterns of global tensor
                           names kept fixed, with no gradients or AdamW state; the run log
                           and the plan show the bytes saved)
-                  [data] path format (shards | bytes) val_fraction
+                  [data] path format (shards | bytes) val_fraction rows ("windows": seq_len + 1
+                         tokens tiling the stream | "padded": one instruction sample a row,
+                         samples never see each other) long_samples (padded: "truncate" | "skip")
                   [parallel] dp (0 = infer) tp pp order ("tp-dp-pp": innermost first; cp
                              right after tp unless named, e.g. "tp-cp-dp-pp")
                              cp (context parallelism: each sequence split over cp ranks, two

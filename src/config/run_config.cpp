@@ -213,6 +213,8 @@ void read_fields(FieldReader& r, RunConfig& c) {
   r.get("train.straggler_window", &c.train.straggler_window);
   r.get("data.path", &c.data.path);
   r.get("data.format", &c.data.format);
+  r.get("data.rows", &c.data.rows);
+  r.get("data.long_samples", &c.data.long_samples);
   r.get("data.val_fraction", &c.data.val_fraction);
   r.get("parallel.dp", &c.parallel.dp);
   r.get("parallel.tp", &c.parallel.tp);
@@ -343,6 +345,11 @@ void RunConfig::validate() const {
   require(t.seed >= 0, "train.seed", ">= 0");
   require(data.format == "bytes" || data.format == "shards", "data.format", "\"shards\" or \"bytes\"");
   require(!data.path.empty(), "data.path", "a file path");
+  require(data.rows == "windows" || data.rows == "padded", "data.rows", "\"windows\" or \"padded\"");
+  require(data.long_samples == "truncate" || data.long_samples == "skip", "data.long_samples",
+          "\"truncate\" or \"skip\"");
+  require(data.rows == "windows" || data.format == "shards", "data.rows",
+          "\"windows\" with data.format = \"bytes\" (padded rows need instruction data from loom prepare)");
   require(data.val_fraction > 0 && data.val_fraction < 1, "data.val_fraction", "in (0, 1)");
   require(model.vocab_size >= 256, "model.vocab_size", ">= 256 (every byte needs an id)");
   require(runtime.isa == "auto" || parse_isa(runtime.isa).has_value(), "runtime.isa",
@@ -456,7 +463,8 @@ std::string RunConfig::to_toml() const {
     << train.guard_window << "\nguard_z = " << train.guard_z << "\nguard_warmup = " << train.guard_warmup
     << "\nguard_max_skips = " << train.guard_max_skips << "\nrecompute = \"" << train.recompute << "\"" << "\nstraggler_factor = " << train.straggler_factor << "\nstraggler_window = " << train.straggler_window << "\nrun_dir = \"" << toml_escaped(train.run_dir) << "\"\nrun_name = \"" << toml_escaped(train.run_name) << "\""
     << "\n[data]\npath = \"" << toml_escaped(data.path) << "\"\nformat = \"" << data.format
-    << "\"\nval_fraction = " << data.val_fraction << "\n[parallel]\ndp = " << parallel.dp << "\ntp = " << parallel.tp
+    << "\"\nval_fraction = " << data.val_fraction << "\nrows = \"" << data.rows << "\"\nlong_samples = \""
+    << data.long_samples << "\"\n[parallel]\ndp = " << parallel.dp << "\ntp = " << parallel.tp
     << "\npp = " << parallel.pp << "\ncp = " << parallel.cp
     << "\nsequence_parallel = " << (parallel.sequence_parallel ? "true" : "false")
     << "\nschedule = \"" << toml_escaped(parallel.schedule) << "\"\nvirtual_stages = " << parallel.virtual_stages << "\npp_layers = ["

@@ -79,6 +79,12 @@ struct DataConfig {
   std::string path = ".cache/data";  // shards: a `loom prepare` output folder; bytes: a text file
   std::string format = "shards";     // "shards" (SentencePiece tokens) or "bytes" (one token per byte)
   float val_fraction = 0.1f;         // bytes only: the held-out tail (shards are split by prepare)
+  // How rows are cut: "windows" (seq_len + 1 tokens tiling the stream) or,
+  // for instruction data, "padded" (one sample a row, from its start,
+  // the rest of the row ignored: samples never see each other).
+  std::string rows = "windows";
+  // padded: a sample longer than seq_len + 1 is "truncate"d or "skip"ped.
+  std::string long_samples = "truncate";
 };
 
 struct ParallelConfig {

@@ -161,6 +161,7 @@ std::unique_ptr<TextTokenizer> get_tokenizer(const PrepareOptions& o, std::uniqu
 struct Tokenized {
   std::vector<std::vector<int32_t>> ids;
   std::vector<std::vector<uint8_t>> targets;  // empty for plain text
+  std::vector<std::vector<uint64_t>> starts;  // chat: where each sample starts in its document's ids
   uint64_t samples = 0, target_tokens = 0;
 };
 
@@ -168,7 +169,7 @@ struct Tokenized {
 // encoded with their target marks; prompt / completion wrapped in BOS and a
 // learned EOS.
 void tokenize_chat(const Document& d, const TextTokenizer& tok, const ChatFormat& format, std::vector<int32_t>& ids,
-                   std::vector<uint8_t>& targets, uint64_t* samples) {
+                   std::vector<uint8_t>& targets, std::vector<uint64_t>& starts, uint64_t* samples) {
   uint64_t line = d.first_line;
   for (size_t begin = 0; begin < d.text.size(); line++) {
     size_t end = d.text.find('\n', begin);
@@ -177,6 +178,7 @@ void tokenize_chat(const Document& d, const TextTokenizer& tok, const ChatFormat
     begin = end + 1;
     if (text.find_first_not_of(" \t\r") == std::string::npos) continue;
     const ChatSampleText sample = chat_sample_segments(text, d.file + ":" + std::to_string(line), format);
+    starts.push_back(ids.size());
     if (sample.wrap && tok.bos_id() >= 0) ids.push_back(tok.bos_id()), targets.push_back(0);
     std::vector<TextSegment> segments;
     for (const ChatSegment& s : sample.segments) segments.push_back({s.text, s.target});
@@ -194,7 +196,7 @@ Tokenized tokenize(const Corpus& corpus, const TextTokenizer& tok, const std::op
   const auto& docs = corpus.documents;
   Tokenized t;
   t.ids.resize(docs.size());
-  if (chat) t.targets.resize(docs.size());
+  if (chat) t.targets.resize(docs.size()), t.starts.resize(docs.size());
   std::vector<size_t> order(docs.size());
   std::iota(order.begin(), order.end(), 0);
   std::stable_sort(order.begin(), order.end(),
@@ -215,7 +217,7 @@ Tokenized tokenize(const Corpus& corpus, const TextTokenizer& tok, const std::op
     uint64_t samples = 0;
     try {
       if (chat) {
-        tokenize_chat(d, tok, *chat, out, t.targets[order[k]], &samples);
+        tokenize_chat(d, tok, *chat, out, t.targets[order[k]], t.starts[order[k]], &samples);
       } else {
         if (tok.bos_id() >= 0) out.push_back(tok.bos_id());
         tok.encode(d.text, &out);
@@ -245,24 +247,30 @@ SplitManifest write_split(const std::string& out, const char* prefix, const std:
   SplitManifest m;
   std::vector<int32_t> buffer;
   std::vector<uint8_t> targets;
+  std::vector<uint64_t> starts;  // chat: the shard's samples (its version 2 "documents")
   const bool masked = !tokens.targets.empty();
   uint64_t buffer_docs = 0;
   auto flush = [&] {
     std::string name = strprintf("%s_%06zu.bin", prefix, m.shards.size());
-    header.document_count = buffer_docs;
-    write_shard(out + "/" + name, header, buffer.data(), buffer.size(), masked ? targets.data() : nullptr);
+    header.document_count = masked ? starts.size() : buffer_docs;
+    write_shard(out + "/" + name, header, buffer.data(), buffer.size(), masked ? targets.data() : nullptr,
+                masked ? starts.data() : nullptr);
     m.shards.push_back(name);
     m.tokens += buffer.size();
-    m.documents += buffer_docs;
+    m.documents += header.document_count;
     buffer.clear();
     targets.clear();
+    starts.clear();
     buffer_docs = 0;
   };
   for (const Document* d : docs) {
     const size_t i = size_t(d - corpus.documents.data());
     if (tokens.ids[i].empty()) continue;  // a chat document of blank lines
+    if (masked) {
+      for (uint64_t at : tokens.starts[i]) starts.push_back(buffer.size() + at);
+      targets.insert(targets.end(), tokens.targets[i].begin(), tokens.targets[i].end());
+    }
     buffer.insert(buffer.end(), tokens.ids[i].begin(), tokens.ids[i].end());
-    if (masked) targets.insert(targets.end(), tokens.targets[i].begin(), tokens.targets[i].end());
     buffer_docs++;
     if (buffer.size() >= shard_tokens) flush();
   }

@@ -4,6 +4,14 @@
 // targets); window k of a shard starts at token k*T, so windows tile each
 // shard and never straddle two. Training reads windows in SampleOrder (every
 // window once per epoch); validation reads the validation windows in order.
+// Instruction data (version 2 shards) marks the tokens not learned from:
+// their targets are -1.
+//
+// Padded rows (data.rows = "padded", instruction data only): a row is one
+// sample from its first token, cut at T + 1 tokens ("truncate") or left out
+// when longer ("skip"), the rest of the row padded with ignored targets, so
+// no sample sees another and positions start at 0 for each; rows are read
+// in SampleOrder over the samples.
 #pragma once
 
 #include <string>
@@ -23,7 +31,8 @@ class TokenLoader : public TokenSource {
   // vocabulary, the tokenizer model matching the shards, the vocabulary
   // fitting the model (model_vocab), at least one batch of training windows
   // and one validation window. Throws UserError naming the file otherwise.
-  TokenLoader(const std::string& dir, int batch_size, int seq_len, int model_vocab);
+  TokenLoader(const std::string& dir, int batch_size, int seq_len, int model_vocab, bool padded = false,
+              bool skip_long = false);
 
   void train_batch(uint64_t seed, int64_t step, int B, int T, RowRange rows, int32_t* tokens,
                    int32_t* targets) const override;
@@ -31,21 +40,30 @@ class TokenLoader : public TokenSource {
   std::string describe() const override;
 
   const DatasetManifest& manifest() const { return manifest_; }
-  uint64_t train_windows() const { return train_.windows; }
-  uint64_t val_windows() const { return val_.windows; }
+  uint64_t train_windows() const { return row_count(train_); }
+  uint64_t val_windows() const { return row_count(val_); }
 
  private:
+  struct SampleRef {
+    uint32_t shard;
+    uint64_t start, length;
+  };
   struct Split {
     std::vector<ShardFile> shards;
     std::vector<uint64_t> first_window;  // per shard: windows before it (prefix sums)
     uint64_t windows = 0, tokens = 0;
+    std::vector<SampleRef> samples;  // padded rows: the samples kept
+    uint64_t long_samples = 0;       // padded rows: longer than T + 1 (truncated or skipped)
   };
   Split open_split(const SplitManifest& m, const char* name) const;
-  // tokens/targets of window w of the split.
+  // tokens/targets of row w of the split: window w, or (padded) sample w.
   void read_window(const Split& split, uint64_t w, int32_t* tokens, int32_t* targets) const;
+  void read_sample(const Split& split, uint64_t k, int32_t* tokens, int32_t* targets) const;
+  uint64_t row_count(const Split& split) const { return padded_ ? split.samples.size() : split.windows; }
 
   std::string dir_;
   int T_;
+  bool padded_ = false, skip_long_ = false;
   DatasetManifest manifest_;
   Split train_, val_;
   SampleOrder order_{1};

@@ -40,7 +40,9 @@ uint64_t first_id_at_or_above(const T* ids, uint64_t n, uint32_t limit) {
 }  // namespace
 
 void write_shard(const std::string& path, ShardHeader header, const int32_t* tokens, size_t count,
-                 const uint8_t* target_mask) {
+                 const uint8_t* target_mask, const uint64_t* sample_starts) {
+  LOOM_CHECK(!target_mask || sample_starts || header.document_count == 0, "%s: a masked shard needs its sample starts",
+             path.c_str());
   std::memcpy(header.magic, kShardMagic, sizeof kShardMagic);
   header.version = target_mask ? kMaskedShardVersion : kShardVersion;
   header.token_bytes = token_bytes_for(header.vocab_size);
@@ -71,6 +73,12 @@ void write_shard(const std::string& path, ShardHeader header, const int32_t* tok
     for (size_t i = 0; i < count; i++)
       if (target_mask[i]) bits[i / 8] |= uint8_t(1u << (i % 8));
     file.write(bits.data(), bits.size());
+    for (uint64_t k = 0; k < header.document_count; k++) {
+      LOOM_CHECK(sample_starts[k] < count && (k == 0 ? sample_starts[k] == 0 : sample_starts[k] > sample_starts[k - 1]),
+                 "%s: sample %llu starts at %llu", path.c_str(), (unsigned long long)k,
+                 (unsigned long long)sample_starts[k]);
+      file.write(&sample_starts[k], sizeof(uint64_t));
+    }
   }
   file.commit();
 }
@@ -113,9 +121,13 @@ ShardFile::ShardFile(const std::string& path) : path_(path) {
                   "token shard '%s' is truncated: its header promises %llu tokens of %u bytes but the body has %llu "
                   "bytes",
                   path.c_str(), (unsigned long long)h.token_count, h.token_bytes, (unsigned long long)body);
-  const uint64_t mask_bytes = h.version == kMaskedShardVersion ? (h.token_count + 7) / 8 : 0;
-  const uint64_t expected = h.token_count * h.token_bytes + mask_bytes;
-  if (mask_bytes) mask_ = map_ + sizeof(ShardHeader) + h.token_count * h.token_bytes;
+  // Version 2: the mask and the sample starts after the ids (document_count
+  // is at most token_count, checked below, so this cannot wrap either).
+  const bool v2 = h.version == kMaskedShardVersion;
+  const uint64_t mask_bytes = v2 ? (h.token_count + 7) / 8 : 0;
+  const uint64_t start_bytes = v2 && h.document_count <= h.token_count ? h.document_count * 8 : 0;
+  const uint64_t expected = h.token_count * h.token_bytes + mask_bytes + start_bytes;
+  if (v2) mask_ = map_ + sizeof(ShardHeader) + h.token_count * h.token_bytes, starts_ = mask_ + mask_bytes;
   LOOM_USER_CHECK(body == expected,
                   "token shard '%s' does not have the size its header says: it promises %llu tokens (%llu bytes with "
                   "its mask) but the body has %llu bytes",
@@ -126,6 +138,14 @@ ShardFile::ShardFile(const std::string& path) : path_(path) {
   LOOM_USER_CHECK(h.document_count <= h.token_count && (h.token_count == 0) == (h.document_count == 0),
                   "token shard '%s' has a bad header: %llu documents in %llu tokens", path.c_str(),
                   (unsigned long long)h.document_count, (unsigned long long)h.token_count);
+  if (v2 && body == expected)
+    for (uint64_t k = 0; k < h.document_count; k++) {
+      const uint64_t at = sample_start(k), before = k == 0 ? 0 : sample_start(k - 1);
+      LOOM_USER_CHECK(at < h.token_count && (k == 0 ? at == 0 : at > before),
+                      "token shard '%s': sample %llu starts at token %llu, not after the one before and inside the "
+                      "%llu tokens",
+                      path.c_str(), (unsigned long long)k, (unsigned long long)at, (unsigned long long)h.token_count);
+    }
   LOOM_USER_CHECK(h.reserved == 0,
                   "token shard '%s' has a bad header: its reserved bytes are not zero (a newer format, or damage)",
                   path.c_str());
@@ -141,7 +161,8 @@ ShardFile::ShardFile(ShardFile&& o) noexcept
       map_(o.map_),
       map_bytes_(o.map_bytes_),
       tokens_(o.tokens_),
-      mask_(o.mask_) {
+      mask_(o.mask_),
+      starts_(o.starts_) {
   o.map_ = nullptr;
 }
 
@@ -157,6 +178,17 @@ void ShardFile::read_mask(uint64_t begin, size_t n, uint8_t* out) const {
     const uint64_t at = begin + i;
     out[i] = mask_ ? uint8_t((mask_[at / 8] >> (at % 8)) & 1u) : 1;
   }
+}
+
+uint64_t ShardFile::sample_start(uint64_t k) const {
+  LOOM_CHECK(starts_ && k < header_.document_count, "%s: no sample %llu", path_.c_str(), (unsigned long long)k);
+  uint64_t v;
+  std::memcpy(&v, starts_ + k * 8, 8);
+  return v;
+}
+
+uint64_t ShardFile::sample_length(uint64_t k) const {
+  return (k + 1 < header_.document_count ? sample_start(k + 1) : header_.token_count) - sample_start(k);
 }
 
 void ShardFile::check_ids_below(uint32_t vocab_size) const {

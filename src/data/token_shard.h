@@ -7,12 +7,14 @@
 // prepare run (dataset_id), so that shards and tokenizers that do not belong
 // together are caught when the data is opened.
 //
-// Version 2 (instruction and chat data, `loom prepare` on JSON Lines) adds a
-// target mask after the ids: ceil(token_count / 8) bytes, bit i (byte i / 8,
-// bit i % 8) set when token i is learned from, i.e. is a target where it is
-// predicted (a completion's or an assistant turn's tokens and its
-// end-of-turn token; prompts, system and user turns are not). Plain text is
-// written as version 1, every token a target; both versions are read.
+// Version 2 (instruction and chat data, `loom prepare` on JSON Lines) adds,
+// after the ids, a target mask: ceil(token_count / 8) bytes, bit i (byte
+// i / 8, bit i % 8) set when token i is learned from, i.e. is a target where
+// it is predicted (a completion's or an assistant turn's tokens and its
+// end-of-turn token; prompts, system and user turns are not); then where
+// each sample starts: document_count uint64 offsets, the first 0, rising
+// (a version 2 "document" is one sample). Plain text is written as version
+// 1, every token a target; both versions are read.
 #pragma once
 
 #include <cstddef>
@@ -45,9 +47,9 @@ inline uint32_t token_bytes_for(uint32_t vocab_size) { return vocab_size <= 6553
 // Writes a shard atomically (temporary name, fsync, rename). Fills magic,
 // version, token_bytes and token_count of `header` from the arguments.
 // target_mask (one byte per token, 0 or 1; nullptr: every token a target)
-// makes it version 2.
+// makes it version 2, with sample_starts (header.document_count of them).
 void write_shard(const std::string& path, ShardHeader header, const int32_t* tokens, size_t count,
-                 const uint8_t* target_mask = nullptr);
+                 const uint8_t* target_mask = nullptr, const uint64_t* sample_starts = nullptr);
 
 // A shard mapped read-only. The constructor checks the header and the size
 // of the body and throws UserError naming the file if anything is wrong.
@@ -68,6 +70,9 @@ class ShardFile {
   bool has_mask() const { return header_.version == kMaskedShardVersion; }
   // out[i] = 1 if token begin + i is a target (always 1 without a mask).
   void read_mask(uint64_t begin, size_t n, uint8_t* out) const;
+  // Version 2: where sample k starts, and its length (k < document_count).
+  uint64_t sample_start(uint64_t k) const;
+  uint64_t sample_length(uint64_t k) const;
   // Throws UserError naming the file and position of the first id >= vocab_size.
   void check_ids_below(uint32_t vocab_size) const;
 
@@ -78,6 +83,7 @@ class ShardFile {
   size_t map_bytes_ = 0;
   const void* tokens_ = nullptr;  // map_ + 64
   const uint8_t* mask_ = nullptr; // after the ids (version 2)
+  const uint8_t* starts_ = nullptr;  // after the mask (version 2): uint64 each, unaligned
 };
 
 }  // namespace loom

@@ -230,6 +230,28 @@ TEST(ChatData, PrepareJsonLinesLearnsOnlyTheAnswers) {
     masked += targets[size_t(t)] < 0;
   }
   EXPECT_GT(masked, 0);
+
+  // Padded rows: each row one sample from its first token, cut at T + 1,
+  // the rest ignored; the long ones truncated or skipped, and counted.
+  TokenLoader padded(out, 2, T, tok->vocab_size(), true, false);
+  TokenLoader skipping(out, 2, 48, tok->vocab_size(), true, true);
+  EXPECT_NE(padded.describe().find("longer than seq_len + 1 truncated"), std::string::npos) << padded.describe();
+  EXPECT_LT(skipping.train_windows(), TokenLoader(out, 2, 48, tok->vocab_size(), true, false).train_windows());
+  const ShardFile first(out + "/" + m.val.shards.at(0));
+  for (uint64_t k = 0; k < 2; k++) {
+    SCOPED_TRACE("validation sample " + std::to_string(k));
+    const size_t n = size_t(std::min<uint64_t>(first.sample_length(k), T + 1));
+    std::vector<int32_t> sample(n);
+    std::vector<uint8_t> learn(n);
+    first.read(first.sample_start(k), n, sample.data());
+    first.read_mask(first.sample_start(k), n, learn.data());
+    padded.val_batch(int64_t(k), 1, T, {0, 1}, tokens.data(), targets.data());
+    EXPECT_EQ(tokens[0], tok->bos_id());  // a sample's own start: the BOS its template or wrapper puts first
+    for (size_t t = 0; t < size_t(T); t++) {
+      if (t < n) EXPECT_EQ(tokens[t], sample[t]) << t;
+      EXPECT_EQ(targets[t], t + 1 < n && learn[t + 1] ? sample[t + 1] : -1) << t;
+    }
+  }
   r = test::run_loom("train --config configs/llama-tiny.toml --set data.format=shards --set data.path=" + out +
                      " --set model.vocab_size=" + std::to_string(tok->vocab_size()) +
                      " --set model.seq_len=32 --set train.batch_size=4 --set train.steps=2 --set train.eval_every=2"
@@ -237,6 +259,13 @@ TEST(ChatData, PrepareJsonLinesLearnsOnlyTheAnswers) {
                      " --set train.checkpoint_every=2 --set train.checkpoint_dir=" + dir + "/ckpt 2>&1");
   ASSERT_EQ(r.code, 0) << r.output;
   EXPECT_NE(r.output.find("| targets "), std::string::npos) << r.output;  // fewer than the batch's tokens
+  r = test::run_loom("train --config configs/llama-tiny.toml --set data.format=shards --set data.path=" + out +
+                     " --set model.vocab_size=" + std::to_string(tok->vocab_size()) +
+                     " --set model.seq_len=32 --set train.batch_size=4 --set train.steps=2 --set train.eval_every=2"
+                     " --set train.eval_batches=1 --set train.sample_tokens=0 --set 'train.run_dir=' --set data.rows=padded"
+                     " --set data.long_samples=skip 2>&1");
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("padded rows:"), std::string::npos) << r.output;
   // A chat answer through the tokenizer's template, stopping at <|eot_id|>.
   r = test::run_loom("generate --checkpoint " + dir + "/ckpt --chat --system 'Quote scripture.' --prompt 'Give verse 3'"
                      " --temperature 0 --max-tokens 8 2>&1");

@@ -51,6 +51,14 @@ TEST(PrepareCli, PrepareThenTrainOnShards) {
   EXPECT_NE(r.output.find("step     3/3"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("400-token SentencePiece vocabulary"), std::string::npos) << r.output;
 
+  r = run(train + " --set model.vocab_size=400 --set data.rows=padded");  // plain text has no samples
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("config field 'data.rows' = \"padded\" needs instruction data"), std::string::npos)
+      << r.output;
+  r = run(train + " --set model.vocab_size=400 --set data.rows=stacked");
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("data.rows"), std::string::npos) << r.output;
+
   r = run(train + " --set model.vocab_size=300");  // smaller than the tokenizer's
   EXPECT_EQ(r.code, 2) << r.output;
   EXPECT_NE(r.output.find("model.vocab_size"), std::string::npos) << r.output;

@@ -62,10 +62,15 @@ TEST(TokenShard, MaskedShardsKeepTheirMaskAndPlainOnesHaveNone) {
     auto ids = ramp(1003, int32_t(vocab));  // not a multiple of 8
     std::vector<uint8_t> mask(ids.size());
     for (size_t i = 0; i < mask.size(); i++) mask[i] = uint8_t((i * 13) % 5 < 2);
-    loom::write_shard(path, header_for(vocab), ids.data(), ids.size(), mask.data());
-    EXPECT_EQ(std::filesystem::file_size(path), 64 + ids.size() * (vocab <= 65536 ? 2 : 4) + (ids.size() + 7) / 8);
+    const std::vector<uint64_t> starts = {0, 400, 1000};  // header_for: 3 documents (samples)
+    loom::write_shard(path, header_for(vocab), ids.data(), ids.size(), mask.data(), starts.data());
+    EXPECT_EQ(std::filesystem::file_size(path),
+              64 + ids.size() * (vocab <= 65536 ? 2 : 4) + (ids.size() + 7) / 8 + 3 * 8);
     loom::ShardFile shard(path);
     EXPECT_TRUE(shard.has_mask());
+    EXPECT_EQ(shard.sample_start(1), 400u);
+    EXPECT_EQ(shard.sample_length(1), 600u);
+    EXPECT_EQ(shard.sample_length(2), 3u);
     EXPECT_EQ(shard.header().version, loom::kMaskedShardVersion);
     std::vector<int32_t> back(ids.size());
     std::vector<uint8_t> back_mask(ids.size());
@@ -75,7 +80,22 @@ TEST(TokenShard, MaskedShardsKeepTheirMaskAndPlainOnesHaveNone) {
     EXPECT_EQ(back_mask, mask);
     shard.read_mask(501, 7, back_mask.data());
     EXPECT_TRUE(std::equal(back_mask.begin(), back_mask.begin() + 7, mask.begin() + 501));
-    // A mask cut short is named.
+    // Sample starts out of order, and a file cut short, are named.
+    const std::vector<uint64_t> bad = {0, 1000, 400};
+    const std::string bad_path = dir + "/bad.bin";
+    {
+      loom::ShardHeader h = header_for(vocab);
+      h.document_count = 2;  // written with two good starts, then the third patched in by hand
+      loom::write_shard(bad_path, h, ids.data(), ids.size(), mask.data(), bad.data());
+    }
+    std::string bytes = loom::test::read_text(bad_path);
+    loom::ShardHeader h;
+    std::memcpy(&h, bytes.data(), sizeof h);
+    h.document_count = 3;
+    std::memcpy(bytes.data(), &h, sizeof h);
+    bytes.append(reinterpret_cast<const char*>(&bad[2]), 8);
+    loom::test::write_text(bad_path, bytes);
+    EXPECT_NE(user_error([&] { loom::ShardFile b(bad_path); }).find("sample 2 starts at token 400"), std::string::npos);
     std::filesystem::resize_file(path, std::filesystem::file_size(path) - 1);
     EXPECT_NE(user_error([&] { loom::ShardFile cut(path); }).find("does not have the size its header says"),
               std::string::npos);
