@@ -128,7 +128,7 @@ class GPT(nn.Module):
         logits = x @ self.wte.weight.t()   # tied LM head, no bias
         loss = None
         if targets is not None:
-            loss = F.cross_entropy(logits.view(B * T, -1), targets.reshape(B * T))
+            loss = F.cross_entropy(logits.view(B * T, -1), targets.reshape(B * T), ignore_index=-1)
         return logits, loss
 
     def num_params(self):

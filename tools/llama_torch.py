@@ -228,7 +228,7 @@ class Llama(nn.Module):
         logits = self.lm_head(x)
         loss = None
         if targets is not None:
-            loss = F.cross_entropy(logits.reshape(B * T, -1), targets.reshape(B * T))
+            loss = F.cross_entropy(logits.reshape(B * T, -1), targets.reshape(B * T), ignore_index=-1)
         return logits, loss
 
     def num_params(self):

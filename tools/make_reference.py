@@ -1,6 +1,6 @@
 """Write a golden reference file for loom's tests.
 
-Usage: /usr/bin/python3 tools/make_reference.py [--family gpt2|llama] [--kv-heads N] OUT_PATH
+Usage: /usr/bin/python3 tools/make_reference.py [--family gpt2|llama] [--kv-heads N] [--masked] OUT_PATH
 
 Builds a tiny GPT-2 (tools/gpt_torch.py; the default family) or a tiny LLaMA
 (tools/llama_torch.py, Hugging Face LlamaForCausalLM semantics, untied
@@ -15,6 +15,11 @@ the ints n_kv_head and ffn_hidden and the floats rope_theta and norm_eps;
 the parameter names are Hugging Face's (model.embed_tokens.weight, ...,
 lm_head.weight; see tools/llama_torch.py). The GPT-2 file is unchanged by
 these options.
+
+--masked: supervised fine-tuning's targets: each row's first part (a prompt
+of 3 to T/2 tokens) and a few scattered targets are -1 (not learned from);
+the loss is the mean over the remaining targets (cross_entropy's
+ignore_index), as loom normalises over the valid targets of the batch.
 
 Records (tensors): param/<name>, inputs, targets, logits, loss, grad/<name>,
 adam/losses, adam/grad_norms, final/<name>.
@@ -121,13 +126,17 @@ def pack_tensor(name, t):
     return out
 
 
-def compute(tensors, ints, floats, make_model):
+def compute(tensors, ints, floats, make_model, masked=False):
     """Fill `tensors` (an ordered dict name -> tensor) with the reference data."""
     B, T, V = ints["batch_size"], ints["seq_len"], ints["vocab_size"]
 
     model = make_model()
     inputs = torch.randint(0, V, (B, T))
     targets = torch.randint(0, V, (B, T))
+    if masked:
+        for b in range(B):
+            targets[b, :int(torch.randint(3, T // 2 + 1, (1,)))] = -1
+        targets[torch.rand(B, T) < 0.1] = -1
     initial = {n: p.detach().clone() for n, p in model.named_parameters()}
 
     for n, p in initial.items():
@@ -173,6 +182,7 @@ def main():
     ap.add_argument("--family", choices=("gpt2", "llama"), default="gpt2")
     ap.add_argument("--kv-heads", type=int, default=None,
                     help="LLaMA n_kv_head (default 2; n_head is 4)")
+    ap.add_argument("--masked", action="store_true", help="targets masked as supervised fine-tuning's")
     ap.add_argument("out_path")
     args = ap.parse_args()
     if args.family == "gpt2" and args.kv_heads is not None:
@@ -186,7 +196,7 @@ def main():
     torch.set_default_dtype(torch.float32)
 
     tensors = {}
-    compute(tensors, ints, floats, make_model)
+    compute(tensors, ints, floats, make_model, masked=args.masked)
 
     blob = bytearray(MAGIC)
     blob += struct.pack("<I", VERSION)

@@ -124,5 +124,8 @@ TEST_P(LlamaAgreement, TenAdamWStepsWithClipping) {
 
 INSTANTIATE_TEST_SUITE_P(Gqa, LlamaAgreement, ::testing::Values("tiny_llama_gqa"));
 INSTANTIATE_TEST_SUITE_P(Mha, LlamaAgreement, ::testing::Values("tiny_llama_mha"));
+// Supervised fine-tuning: prompts and scattered targets masked (-1), the
+// loss the mean over the rest (issue 37's ten masked SFT steps).
+INSTANTIATE_TEST_SUITE_P(MaskedSft, LlamaAgreement, ::testing::Values("tiny_llama_sft"));
 
 }  // namespace
