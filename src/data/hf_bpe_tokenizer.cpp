@@ -185,6 +185,7 @@ HfBpeTokenizer HfBpeTokenizer::load_checked(const std::string& path) {
     if (size_t(a.id) >= t.id_to_token_.size()) t.id_to_token_.resize(size_t(a.id) + 1);
     t.id_to_token_[size_t(a.id)] = a.content;
   }
+  for (const Added& a : t.added_) t.added_first_[static_cast<unsigned char>(a.content[0])] = true;
   t.read_specials(j);
   return t;
 }
@@ -259,6 +260,10 @@ void HfBpeTokenizer::encode(std::string_view text, std::vector<int32_t>* out) co
   size_t start = 0, at = 0;
   // Added tokens first: the longest at each position.
   while (at < text.size()) {
+    if (!added_first_[static_cast<unsigned char>(text[at])]) {  // no added token starts with this byte
+      at++;
+      continue;
+    }
     const Added* hit = nullptr;
     for (const Added& a : added_)
       if (text.compare(at, a.content.size(), a.content) == 0) {
@@ -294,7 +299,9 @@ void HfBpeTokenizer::encode_text(std::string_view text, std::vector<int32_t>* ou
   const auto* subject = reinterpret_cast<PCRE2_SPTR>(normal.data());
   size_t pos = 0;
   while (pos < normal.size()) {
-    const int rc = pcre2_match(split_->code, subject, normal.size(), pos, 0, match.get(), nullptr);
+    // The text was checked as UTF-8 once (encode): PCRE2 would otherwise check
+    // the whole subject again on every call, quadratic in a long document.
+    const int rc = pcre2_match(split_->code, subject, normal.size(), pos, PCRE2_NO_UTF_CHECK, match.get(), nullptr);
     if (rc < 0) {
       encode_piece(std::string_view(normal).substr(pos), out);
       return;

@@ -27,6 +27,7 @@
 #pragma once
 
 #include <cstdint>
+#include <array>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -80,6 +81,7 @@ class HfBpeTokenizer : public TextTokenizer {
   std::vector<std::string> id_to_token_;
   std::unordered_map<std::string, int> merge_rank_;  // "left right" -> rank
   std::vector<Added> added_;                         // longest first
+  std::array<bool, 256> added_first_{};              // bytes an added token starts with
   std::unique_ptr<Regex> split_;
   bool ignore_merges_ = false, nfc_ = false, add_prefix_space_ = false, clean_up_spaces_ = false;
   int32_t eos_ = -1, bos_ = -1;

@@ -122,6 +122,7 @@ std::unique_ptr<HfSentencePieceTokenizer> HfSentencePieceTokenizer::load(const s
                   config_path.c_str());
   LOOM_USER_CHECK(!t->add_bos_ || t->bos_ >= 0, "%s: add_bos_token, but no BOS (field 'bos_token')",
                   config_path.c_str());
+  for (const Special& x : t->specials_) t->special_first_[static_cast<unsigned char>(x.content[0])] = true;
   std::stable_sort(t->specials_.begin(), t->specials_.end(),
                    [](const Special& a, const Special& b) { return a.content.size() > b.content.size(); });
   return t;
@@ -197,6 +198,10 @@ void HfSentencePieceTokenizer::encode_segments(const std::vector<TextSegment>& s
       chunk_start = false;
     };
     while (at < text.size()) {
+      if (!special_first_[static_cast<unsigned char>(text[at])]) {
+        at++;
+        continue;
+      }
       const Special* hit = nullptr;
       for (const Special& s : specials_)
         if (text.compare(at, s.content.size(), s.content) == 0) {

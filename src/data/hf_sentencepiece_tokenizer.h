@@ -19,6 +19,7 @@
 // tokenizer_config.json; load_tokenizer tells them apart by it.
 #pragma once
 
+#include <array>
 #include <memory>
 #include <string>
 #include <vector>
@@ -66,6 +67,7 @@ class HfSentencePieceTokenizer : public TextTokenizer {
   std::unique_ptr<sentencepiece::SentencePieceProcessor> sp_;           // as the file says
   std::unique_ptr<sentencepiece::SentencePieceProcessor> sp_no_prefix_;  // its dummy prefix off (legacy = false)
   std::vector<Special> specials_;  // longest first
+  std::array<bool, 256> special_first_{};  // bytes a special token starts with
   bool legacy_ = true, add_prefix_space_ = true, add_bos_ = true, clean_up_spaces_ = false;
   int32_t bos_ = -1, eos_ = -1;
   std::string chat_template_;
