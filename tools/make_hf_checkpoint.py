@@ -14,11 +14,12 @@ into shards with model.safetensors.index.json; --dtype bfloat16 stores bf16),
 and writes OUT_DIR/reference.bin: int32 B, T, V, the B x T token ids, then
 the float32 logits of the saved weights (computed in float32 on those same
 values) and int32 G plus the G greedy tokens generated from row 0's first 4
-tokens. --no-prefix saves GPT-2's tensors without "transformer." (as
+tokens, then the logits of the same model run in bfloat16 (as float32). --no-prefix saves GPT-2's tensors without "transformer." (as
 GPT2Model's checkpoints are). Run by tests/checkpoint/hf_import_test.cpp
 with the project's .venv python.
 """
 import argparse
+import copy
 import struct
 
 import torch
@@ -95,6 +96,9 @@ def main():
     with torch.no_grad():
         logits = model(tokens).logits.float()
         out = model.generate(tokens[:1, :4], max_new_tokens=8, do_sample=False, pad_token_id=0)
+        # The same weights run in bfloat16 by PyTorch: how far bf16 compute
+        # alone moves the logits (the yardstick for loom's bf16 run).
+        logits_bf16 = copy.deepcopy(model).to(torch.bfloat16)(tokens).logits.float()
     generated = out[0, 4:].tolist()
     V = logits.shape[-1]
     with open(a.out + "/reference.bin", "wb") as f:
@@ -103,6 +107,7 @@ def main():
         f.write(logits.numpy().astype("<f4").tobytes())
         f.write(struct.pack("<i", len(generated)))
         f.write(struct.pack(f"<{len(generated)}i", *generated))
+        f.write(logits_bf16.numpy().astype("<f4").tobytes())
 
 
 if __name__ == "__main__":

@@ -168,6 +168,10 @@ class StageModule {
   // [B,T,vocab_slice().rows] after forward(): this rank's vocabulary columns
   // (fp32 compute only).
   virtual const float* logits() const = 0;
+  // The first `rows` rows of the logits ([rows, vocab_slice().rows]) in
+  // fp32 whatever the compute precision (a bf16 / fp16 model keeps them in
+  // 16 bits: widened here).
+  virtual std::vector<float> logits_f32(int64_t rows) const = 0;
   virtual const tp::VocabSlice& vocab_slice() const = 0;
   virtual size_t activation_bytes() const = 0;
   virtual size_t compute_weight_bytes() const = 0;

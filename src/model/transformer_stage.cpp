@@ -174,6 +174,16 @@ const float* TransformerStage::logits() const {
   return as<float>(logits_);
 }
 
+std::vector<float> TransformerStage::logits_f32(int64_t rows) const {
+  LOOM_CHECK(logits_whole_, "logits_f32(): the head ran in chunks of rows; only the last chunk's are kept");
+  const size_t n = size_t(rows) * size_t(vocab_slice().rows);
+  std::vector<float> out(n);
+  if (compute_ == ComputePrecision::fp32) std::copy_n(as<float>(logits_), n, out.data());
+  else if (compute_ == ComputePrecision::bf16) convert_bf16_to_f32(out.data(), as<bf16>(logits_), n);
+  else convert_f16_to_f32(out.data(), as<f16>(logits_), n);
+  return out;
+}
+
 void TransformerStage::init_parameters(uint64_t seed) {
   LOOM_CHECK(!source_, "parameters from a ParamSource are filled by their owner");
   layout_.init_parameters(params(), seed);

@@ -84,6 +84,7 @@ class TransformerStage : public StageModule {
   double stage_loss(int slot, const int32_t* targets, int B, int T) override;
   void set_grad_ready_hook(std::function<void(int)> hook) override { grad_ready_ = std::move(hook); }
   const float* logits() const override;
+  std::vector<float> logits_f32(int64_t rows) const override;
   const tp::VocabSlice& vocab_slice() const override { return vocab_; }
   // The planned buffers and 16-bit attention's per-thread scratch.
   // With shared activations the stage's pool counts every chunk's buffers

@@ -7,8 +7,10 @@
 // scaling), MistralForCausalLM and Qwen2ForCausalLM built from a config with
 // random weights and saved by save_pretrained; loom reads the folder into
 // its model: logits within 1e-5 relative (Frobenius) of transformers' on the
-// same tokens, the same greedy continuation; import, a step that changes
-// nothing, export: the same tensors bit for bit.
+// same tokens, the same greedy continuation; in bf16 compute, logits no
+// further from transformers' fp32 ones than 2x PyTorch's own bf16 run of the
+// same weights; import, a step that changes nothing, export: the same
+// tensors bit for bit.
 //
 // Bad input (no Python needed: folders written here): unknown architecture,
 // a config field loom does not understand or whose value changes the math,
@@ -49,7 +51,7 @@ using test::hf_python;
 struct Reference {
   int B = 0, T = 0, V = 0;
   std::vector<int32_t> tokens, generated;
-  std::vector<float> logits;
+  std::vector<float> logits, logits_bf16;  // bf16: PyTorch's run of the same weights in bfloat16
 };
 
 Reference read_reference(const std::string& path) {
@@ -67,6 +69,10 @@ Reference read_reference(const std::string& path) {
   r.logits.resize(size_t(r.B) * r.T * r.V);
   std::memcpy(r.logits.data(), bytes.data() + at, r.logits.size() * 4), at += r.logits.size() * 4;
   r.generated = ints(size_t(ints(1)[0]));
+  if (bytes.size() >= at + r.logits.size() * 4) {
+    r.logits_bf16.resize(r.logits.size());
+    std::memcpy(r.logits_bf16.data(), bytes.data() + at, r.logits_bf16.size() * 4);
+  }
   return r;
 }
 
@@ -116,6 +122,26 @@ void expect_agreement(const std::string& hf, const std::string& what) {
     seq.push_back(int32_t(std::max_element(last, last + ref.V) - last));
   }
   EXPECT_EQ(std::vector<int32_t>(seq.begin() + 4, seq.end()), ref.generated);
+
+  // bf16 compute: loom's logits move from the fp32 truth by about what
+  // PyTorch's own bf16 run of the same weights moves them (the bound of the
+  // mixed-precision tests: the type's own effect, with room for a different
+  // order of sums).
+  ASSERT_EQ(ref.logits_bf16.size(), ref.logits.size());
+  auto bf16 = make_stage_module(cfg.model, ModelShard{}, TensorParallel{}, ref.B, ref.T,
+                                StageBuffers{nullptr, nullptr, 0, 1, ComputePrecision::bf16});
+  fill_from_checkpoint(*ck, bf16->layout(), bf16->params());
+  bf16->refresh_compute_weights();
+  bf16->forward(ref.tokens.data(), none.data(), ref.B, ref.T);
+  const int stride16 = bf16->vocab_slice().rows;
+  const std::vector<float> all16 = bf16->logits_f32(int64_t(ref.B) * ref.T);
+  std::vector<float> logits16(ref.logits.size());
+  for (int64_t row = 0; row < int64_t(ref.B) * ref.T; row++)
+    std::copy_n(all16.data() + row * stride16, ref.V, logits16.begin() + row * ref.V);
+  const double ours = relative_error(logits16, ref.logits), torch = relative_error(ref.logits_bf16, ref.logits);
+  std::printf("%s: bf16 logits %.3g from fp32 (PyTorch's own bf16 run: %.3g)\n", what.c_str(), ours, torch);
+  EXPECT_GT(torch, 0);
+  EXPECT_LE(ours, 2.0 * torch);
 }
 
 TEST(HfImport, Gpt2MatchesTransformers) {
