@@ -46,9 +46,10 @@ std::string slurp(const std::string& path) {
   return s.str();
 }
 
-// A tokenizer folder in a family's style (make_hf_tokenizer.py).
-std::string make_tokenizer(const std::string& style) {
-  const std::string dir = scratch("tok-" + style);
+// A tokenizer folder in a family's style (make_hf_tokenizer.py), in a
+// folder of the caller's (`tag`): CTest runs the tests side by side.
+std::string make_tokenizer(const std::string& style, const std::string& tag) {
+  const std::string dir = scratch("tok-" + tag + "-" + style);
   write(dir + "/corpus.txt", slurp(LOOM_SOURCE_DIR "/data/sample/kjv.txt").substr(0, 150000));
   write(dir + "/lines.txt", "x");
   const int rc = std::system(("'" + hf_python() + "' '" LOOM_SOURCE_DIR "/tools/make_hf_tokenizer.py' --style " + style +
@@ -97,7 +98,7 @@ class ChatTemplates : public testing::TestWithParam<Case> {};
 TEST_P(ChatTemplates, RenderAsApplyChatTemplateAndMarkOnlyTheAssistant) {
   SKIP_WITHOUT_HF_MODULE("jinja2");
   const Case c = GetParam();
-  const std::string tok_dir = make_tokenizer(c.style);
+  const std::string tok_dir = make_tokenizer(c.style, c.templ);
   const std::string dir = std::filesystem::path(tok_dir).parent_path().string();
   const std::vector<Conversation> convs = conversations(true);
   nlohmann::json j = nlohmann::json::array();
@@ -170,7 +171,7 @@ std::string with_template(const std::string& tok_dir, const std::string& name) {
 // run trains on it.
 TEST(ChatData, PrepareJsonLinesLearnsOnlyTheAnswers) {
   SKIP_WITHOUT_HF_MODULE("transformers");
-  const std::string tok_dir = with_template(make_tokenizer("llama3"), "llama3");
+  const std::string tok_dir = with_template(make_tokenizer("llama3", "prepare"), "llama3");
   const std::string dir = scratch("prepare"), out = dir + "/data";
   std::string lines;
   std::vector<std::string> answers;
@@ -294,7 +295,7 @@ TEST(ChatData, PrepareJsonLinesLearnsOnlyTheAnswers) {
 // Bad lines are named by file, line and field; nothing is written.
 TEST(ChatData, BadLinesAreNamed) {
   SKIP_WITHOUT_HF_MODULE("transformers");
-  const std::string tok_dir = with_template(make_tokenizer("qwen2"), "chatml");
+  const std::string tok_dir = with_template(make_tokenizer("qwen2", "bad"), "chatml");
   const std::string dir = scratch("bad");
   const std::string good = R"({"prompt": "a", "completion": "b"})";
   struct Bad {
@@ -322,7 +323,7 @@ TEST(ChatData, BadLinesAreNamed) {
     EXPECT_FALSE(std::filesystem::exists(dir + "/out/dataset.toml")) << b.line;
   }
   // Chat messages without a template the tokenizer or the command names.
-  const std::string plain = make_tokenizer("gpt2");
+  const std::string plain = make_tokenizer("gpt2", "bad");
   write(dir + "/sft.jsonl", std::string(R"({"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]})") +
                                 "\n" + good + "\n");
   test::CliResult r = test::run_loom("prepare --input '" + dir + "/sft.jsonl' --out '" + dir + "/out' --tokenizer '" +
