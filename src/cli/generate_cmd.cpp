@@ -132,7 +132,10 @@ int cmd_generate(const Args& args) {
     std::vector<ChatMessage> messages;
     if (!system.empty()) messages.push_back({"system", system});
     messages.push_back({"user", prompt});
-    std::vector<ChatSegment> segments = render_chat(*t, messages, bos, eos);
+    const std::string chatml_system = recognise_chat_template(tok.chat_template()) == ChatTemplate::chatml
+                                          ? chatml_default_system(tok.chat_template())
+                                          : std::string(kQwen2DefaultSystem);
+    std::vector<ChatSegment> segments = render_chat(*t, messages, bos, eos, chatml_system);
     segments.push_back({generation_prompt(*t), false});
     std::vector<TextSegment> views;
     for (const ChatSegment& x : segments) views.push_back({x.text, false});

@@ -44,7 +44,7 @@ ChatSampleText chat_sample_segments(const std::string& line, const std::string& 
                     "(what follows the last answer teaches nothing)",
                     where.c_str(), messages.back().role.c_str());
     try {
-      return {render_chat(*format.chat_template, messages, format.bos, format.eos), false};
+      return {render_chat(*format.chat_template, messages, format.bos, format.eos, format.chatml_system), false};
     } catch (const UserError& e) {
       throw UserError(strprintf("%s: field 'messages': %s", where.c_str(), e.what()));
     }

@@ -20,6 +20,7 @@ namespace loom {
 struct ChatFormat {
   std::optional<ChatTemplate> chat_template;  // none: "messages" lines are refused
   std::string bos, eos;                       // the tokenizer's token texts ("" for no BOS)
+  std::string chatml_system = kQwen2DefaultSystem;  // ChatML's default system turn ("": none)
 };
 
 struct ChatSampleText {

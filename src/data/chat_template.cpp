@@ -17,10 +17,11 @@ void add(std::vector<ChatSegment>& out, std::string text, bool target) {
   if (!text.empty()) out.push_back({std::move(text), target});
 }
 
-std::vector<ChatSegment> chatml(const std::vector<ChatMessage>& m) {
+std::vector<ChatSegment> chatml(const std::vector<ChatMessage>& m, const std::string& default_system) {
   std::vector<ChatSegment> out;
   for (size_t i = 0; i < m.size(); i++) {
-    if (i == 0 && m[0].role != "system") add(out, "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n", false);
+    if (i == 0 && m[0].role != "system" && !default_system.empty())
+      add(out, "<|im_start|>system\n" + default_system + "<|im_end|>\n", false);
     const bool learn = m[i].role == "assistant";
     add(out, "<|im_start|>" + m[i].role + "\n", false);
     add(out, m[i].content + "<|im_end|>", learn);
@@ -113,7 +114,12 @@ std::optional<ChatTemplate> parse_chat_template(const std::string& name) {
 std::optional<ChatTemplate> recognise_chat_template(const std::string& jinja) {
   auto has = [&](const char* s) { return jinja.find(s) != std::string::npos; };
   if (has("<|im_start|>")) return ChatTemplate::chatml;
-  if (has("<|start_header_id|>")) return has("Cutting Knowledge Date") ? ChatTemplate::llama31 : ChatTemplate::llama3;
+  if (has("<|start_header_id|>")) {
+    if (!has("Cutting Knowledge Date")) return ChatTemplate::llama3;
+    // Llama 3.1 dates its system header 26 Jul 2024 unless told; Llama
+    // 3.2's asks for today's date (strftime_now), which loom does not render.
+    return has("strftime_now") ? std::nullopt : std::optional(ChatTemplate::llama31);
+  }
   if (has("<<SYS>>")) return ChatTemplate::llama2;
   if (has("[INST]")) return ChatTemplate::mistral;
   return std::nullopt;
@@ -137,15 +143,27 @@ std::string end_of_turn(ChatTemplate t, const std::string& eos) {
   }
 }
 
+std::string chatml_default_system(const std::string& jinja) {
+  for (const char* head : {"<|im_start|>system\n", "<|im_start|>system\\n"})
+    for (size_t at = jinja.find(head); at != std::string::npos; at = jinja.find(head, at + 1)) {
+      const size_t begin = at + std::string(head).size(), end = jinja.find("<|im_end|>", begin);
+      if (end == std::string::npos) continue;
+      const std::string text = jinja.substr(begin, end - begin);
+      // A literal (no quote: not the rendering of a message's content).
+      if (text.find_first_of("'\"{}+") == std::string::npos) return text;
+    }
+  return "";
+}
+
 std::vector<ChatSegment> render_chat(ChatTemplate t, const std::vector<ChatMessage>& messages, const std::string& bos,
-                                     const std::string& eos) {
+                                     const std::string& eos, const std::string& chatml_system) {
   for (size_t i = 0; i < messages.size(); i++) {
     const std::string& r = messages[i].role;
     LOOM_USER_CHECK(r == "system" || r == "user" || r == "assistant",
                     "message %zu has role '%s' (system, user or assistant)", i, r.c_str());
   }
   switch (t) {
-    case ChatTemplate::chatml: return chatml(messages);
+    case ChatTemplate::chatml: return chatml(messages, chatml_system);
     case ChatTemplate::llama3: return llama3(messages, bos, false);
     case ChatTemplate::llama31: return llama3(messages, bos, true);
     case ChatTemplate::llama2: return llama2(messages, bos, eos);

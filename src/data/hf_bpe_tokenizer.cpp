@@ -256,42 +256,86 @@ int32_t HfBpeTokenizer::token_id(const std::string& token) const {
 }
 
 void HfBpeTokenizer::encode(std::string_view text, std::vector<int32_t>* out) const {
-  LOOM_USER_CHECK(valid_utf8(text), "%s: the text to encode is not valid UTF-8", path_.c_str());
-  size_t start = 0, at = 0;
-  // Added tokens first: the longest at each position.
-  while (at < text.size()) {
-    if (!added_first_[static_cast<unsigned char>(text[at])]) {  // no added token starts with this byte
-      at++;
-      continue;
-    }
-    const Added* hit = nullptr;
-    for (const Added& a : added_)
-      if (text.compare(at, a.content.size(), a.content) == 0) {
-        hit = &a;
-        break;
-      }
-    if (!hit) {
-      at++;
-      continue;
-    }
-    encode_text(text.substr(start, at - start), out);
-    out->push_back(hit->id);
-    at += hit->content.size();
-    start = at;
-  }
-  encode_text(text.substr(start), out);
+  encode_parts({{text, true}}, out, nullptr);
 }
 
-void HfBpeTokenizer::encode_text(std::string_view text, std::vector<int32_t>* out) const {
-  if (text.empty()) return;
-  std::string normal(text);
-  if (nfc_) {
-    utf8proc_uint8_t* nfc = utf8proc_NFC(reinterpret_cast<const utf8proc_uint8_t*>(normal.c_str()));
-    LOOM_USER_CHECK(nfc, "%s: NFC normalization failed", path_.c_str());
-    normal = reinterpret_cast<const char*>(nfc);
-    std::free(nfc);
+void HfBpeTokenizer::encode_segments(const std::vector<TextSegment>& segments, std::vector<int32_t>* ids,
+                                     std::vector<uint8_t>* target) const {
+  encode_parts(segments, ids, target);
+}
+
+// Added tokens are cut out of each segment first (the longest at each
+// position); the text between two of them may run across segments: it is
+// normalized and split as one stretch, so the pieces are the whole text's.
+void HfBpeTokenizer::encode_parts(const std::vector<TextSegment>& segments, std::vector<int32_t>* out,
+                                  std::vector<uint8_t>* target) const {
+  std::vector<TextSegment> stretch;
+  for (const TextSegment& seg : segments) {
+    const std::string_view text = seg.text;
+    LOOM_USER_CHECK(valid_utf8(text), "%s: the text to encode is not valid UTF-8", path_.c_str());
+    size_t start = 0, at = 0;
+    while (at < text.size()) {
+      if (!added_first_[static_cast<unsigned char>(text[at])]) {  // no added token starts with this byte
+        at++;
+        continue;
+      }
+      const Added* hit = nullptr;
+      for (const Added& a : added_)
+        if (text.compare(at, a.content.size(), a.content) == 0) {
+          hit = &a;
+          break;
+        }
+      if (!hit) {
+        at++;
+        continue;
+      }
+      if (at > start) stretch.push_back({text.substr(start, at - start), seg.target});
+      encode_stretch(stretch, out, target);
+      stretch.clear();
+      out->push_back(hit->id);
+      if (target) target->push_back(seg.target ? 1 : 0);
+      at += hit->content.size();
+      start = at;
+    }
+    if (text.size() > start) stretch.push_back({text.substr(start), seg.target});
   }
-  if (add_prefix_space_ && normal[0] != ' ') normal.insert(normal.begin(), ' ');
+  encode_stretch(stretch, out, target);
+}
+
+// One stretch of text without added tokens, in parts: each part normalized
+// on its own, then the split regex over their concatenation; a piece is a
+// target when the part its first byte comes from is.
+void HfBpeTokenizer::encode_stretch(const std::vector<TextSegment>& parts, std::vector<int32_t>* out,
+                                    std::vector<uint8_t>* target) const {
+  std::string normal;
+  std::vector<size_t> ends;  // of each part in `normal`
+  std::vector<uint8_t> flags;
+  for (const TextSegment& part : parts) {
+    if (part.text.empty()) continue;
+    if (nfc_) {
+      const std::string text(part.text);
+      utf8proc_uint8_t* nfc = utf8proc_NFC(reinterpret_cast<const utf8proc_uint8_t*>(text.c_str()));
+      LOOM_USER_CHECK(nfc, "%s: NFC normalization failed", path_.c_str());
+      normal += reinterpret_cast<const char*>(nfc);
+      std::free(nfc);
+    } else {
+      normal += part.text;
+    }
+    ends.push_back(normal.size());
+    flags.push_back(part.target ? 1 : 0);
+  }
+  if (normal.empty()) return;
+  if (add_prefix_space_ && normal[0] != ' ') {
+    normal.insert(normal.begin(), ' ');
+    for (size_t& e : ends) e++;
+  }
+  size_t part = 0;
+  auto piece = [&](size_t begin, size_t n) {
+    encode_piece(std::string_view(normal).substr(begin, n), out);
+    if (!target) return;
+    while (begin >= ends[part]) part++;  // pieces come in order
+    target->resize(out->size(), flags[part]);
+  };
   // Isolated split: every match a piece, and every gap between matches too.
   // Match data of this call's own: encoding threads share the tokenizer.
   const std::unique_ptr<pcre2_match_data, void (*)(pcre2_match_data*)> match(
@@ -303,18 +347,18 @@ void HfBpeTokenizer::encode_text(std::string_view text, std::vector<int32_t>* ou
     // the whole subject again on every call, quadratic in a long document.
     const int rc = pcre2_match(split_->code, subject, normal.size(), pos, PCRE2_NO_UTF_CHECK, match.get(), nullptr);
     if (rc < 0) {
-      encode_piece(std::string_view(normal).substr(pos), out);
+      piece(pos, normal.size() - pos);
       return;
     }
     const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(match.get());
-    if (ov[0] > pos) encode_piece(std::string_view(normal).substr(pos, ov[0] - pos), out);
+    if (ov[0] > pos) piece(pos, ov[0] - pos);
     if (ov[1] == ov[0]) {  // an empty match: step over one character
       const size_t n = char_length(static_cast<unsigned char>(normal[ov[0]]));
-      encode_piece(std::string_view(normal).substr(ov[0], n), out);
+      piece(ov[0], n);
       pos = ov[0] + n;
       continue;
     }
-    encode_piece(std::string_view(normal).substr(ov[0], ov[1] - ov[0]), out);
+    piece(ov[0], ov[1] - ov[0]);
     pos = ov[1];
   }
 }

@@ -53,6 +53,10 @@ class HfBpeTokenizer : public TextTokenizer {
   // recognised). Throws UserError if the text is not valid UTF-8.
   void encode(std::string_view text, std::vector<int32_t>* out) const override;
   using TextTokenizer::encode;
+  // The stretches between added tokens split as the whole text's, each
+  // piece marked by the segment its first byte is in.
+  void encode_segments(const std::vector<TextSegment>& segments, std::vector<int32_t>* ids,
+                       std::vector<uint8_t>* target) const override;
   std::string decode(const int32_t* ids, size_t n) const override;
   using TextTokenizer::decode;
   int vocab_size() const override { return int(id_to_token_.size()); }
@@ -68,7 +72,11 @@ class HfBpeTokenizer : public TextTokenizer {
   HfBpeTokenizer();
   static HfBpeTokenizer load_checked(const std::string& path);
   void read_specials(const nlohmann::json& tokenizer_json);
-  void encode_text(std::string_view text, std::vector<int32_t>* out) const;
+  // target: nullptr, or one flag per id appended.
+  void encode_parts(const std::vector<TextSegment>& segments, std::vector<int32_t>* out,
+                    std::vector<uint8_t>* target) const;
+  void encode_stretch(const std::vector<TextSegment>& parts, std::vector<int32_t>* out,
+                      std::vector<uint8_t>* target) const;
   void encode_piece(std::string_view piece, std::vector<int32_t>* out) const;
 
   struct Added {

@@ -54,6 +54,16 @@ HfSentencePieceTokenizer::HfSentencePieceTokenizer() = default;
 HfSentencePieceTokenizer::~HfSentencePieceTokenizer() = default;
 
 std::unique_ptr<HfSentencePieceTokenizer> HfSentencePieceTokenizer::load(const std::string& model_path) {
+  // A field of the wrong JSON type anywhere, named with the file.
+  try {
+    return load_checked(model_path);
+  } catch (const nlohmann::json::exception& e) {
+    throw UserError(strprintf("%s: a field of tokenizer_config.json beside it has the wrong type: %s",
+                              model_path.c_str(), e.what()));
+  }
+}
+
+std::unique_ptr<HfSentencePieceTokenizer> HfSentencePieceTokenizer::load_checked(const std::string& model_path) {
   const std::string config_path =
       (std::filesystem::path(model_path).parent_path() / "tokenizer_config.json").string();
   std::unique_ptr<HfSentencePieceTokenizer> t(new HfSentencePieceTokenizer());
@@ -145,17 +155,22 @@ bool HfSentencePieceTokenizer::is_special(int32_t id) const {
 // encoded after the unk token's text, whose pieces are then dropped.
 void HfSentencePieceTokenizer::encode_chunk(std::string_view chunk, bool continuation, std::vector<int32_t>* out) const {
   std::vector<int> ids;
+  auto encode = [&](const sentencepiece::SentencePieceProcessor& sp, std::string_view text, std::vector<int>* into) {
+    const auto status = sp.Encode(text, into);
+    LOOM_USER_CHECK(status.ok(), "%s: SentencePiece cannot encode the text: %s", path_.c_str(),
+                    status.ToString().c_str());
+  };
   if (continuation) {
-    sp_no_prefix_->Encode(chunk, &ids);
+    encode(*sp_no_prefix_, chunk, &ids);
   } else if (legacy_) {
-    sp_->Encode(chunk, &ids);
+    encode(*sp_, chunk, &ids);
   } else if (!(chunk.rfind(kUnderline, 0) == 0 || chunk.rfind(" ", 0) == 0)) {
-    sp_no_prefix_->Encode(chunk, &ids);
+    encode(*sp_no_prefix_, chunk, &ids);
   } else {
     const std::string unk = sp_->IdToPiece(sp_->unk_id());
     std::vector<int> unk_ids;
-    sp_no_prefix_->Encode(unk, &unk_ids);
-    sp_no_prefix_->Encode(unk + std::string(chunk), &ids);
+    encode(*sp_no_prefix_, unk, &unk_ids);
+    encode(*sp_no_prefix_, unk + std::string(chunk), &ids);
     if (ids.size() >= unk_ids.size()) ids.erase(ids.begin(), ids.begin() + std::ptrdiff_t(unk_ids.size()));
   }
   out->insert(out->end(), ids.begin(), ids.end());

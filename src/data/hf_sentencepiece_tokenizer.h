@@ -54,6 +54,7 @@ class HfSentencePieceTokenizer : public TextTokenizer {
 
  private:
   HfSentencePieceTokenizer();
+  static std::unique_ptr<HfSentencePieceTokenizer> load_checked(const std::string& model_path);
   // A stretch of text between special tokens; `continuation`: it goes on
   // from the previous segment's (no dummy prefix, no unk trick).
   void encode_chunk(std::string_view chunk, bool continuation, std::vector<int32_t>* out) const;

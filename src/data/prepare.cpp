@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdarg>
+#include <exception>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -91,12 +92,7 @@ bool outputs_match(const std::string& out, uint64_t dataset_id, uint64_t tokeniz
   try {
     DatasetManifest m = read_dataset_manifest(out);
     if (m.dataset_id != dataset_id || m.tokenizer_stamp != tokenizer_stamp) return false;
-    std::error_code ec;  // not a file (a folder would throw when read): redo it
-    if (!fs::is_regular_file(out + "/" + m.tokenizer, ec)) return false;
-    std::ifstream in(out + "/" + m.tokenizer, std::ios::binary);
-    std::string model((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    if (!in.good() && !in.eof()) return false;
-    if (content_hash(model) != m.tokenizer_hash) return false;
+    if (tokenizer_files_hash(tokenizer_files_in(out, m.tokenizer)) != m.tokenizer_hash) return false;
     for (const SplitManifest* split : {&m.train, &m.val}) {
       uint64_t tokens = 0;
       for (const auto& name : split->shards) {
@@ -208,7 +204,7 @@ Tokenized tokenize(const Corpus& corpus, const TextTokenizer& tok, const std::op
     po.out = log, po.unit = "MB", po.scale = 1e-6;
     progress.emplace("prepare: tokenizing", int64_t(corpus.bytes), po);
   }
-  std::string error;  // the first document's error, rethrown after the loop
+  std::exception_ptr error;  // the first document's error, rethrown after the loop (none may leave OpenMP's)
 #pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
   for (size_t k = 0; k < order.size(); k++) {
     const Document& d = docs[order[k]];
@@ -223,9 +219,9 @@ Tokenized tokenize(const Corpus& corpus, const TextTokenizer& tok, const std::op
         tok.encode(d.text, &out);
         out.push_back(tok.eos_id());
       }
-    } catch (const UserError& e) {
+    } catch (...) {
 #pragma omp critical(prepare_error)
-      if (error.empty()) error = e.what();
+      if (!error) error = std::current_exception();
     }
 #pragma omp critical(prepare_progress)
     {
@@ -235,7 +231,7 @@ Tokenized tokenize(const Corpus& corpus, const TextTokenizer& tok, const std::op
     }
   }
   if (progress) progress->finish();
-  if (!error.empty()) throw UserError(error);
+  if (error) std::rethrow_exception(error);
   for (const auto& v : t.targets)
     for (uint8_t m : v) t.target_tokens += m;
   return t;
@@ -320,9 +316,10 @@ PrepareResult prepare_dataset(const PrepareOptions& o, FILE* log) {
                           .add(uint64_t(o.sample_mb * 1e6)).add(documents).value();
   }
   // JSON Lines: instruction or chat samples, through the tokenizer's chat template.
-  const bool jsonl = std::all_of(corpus.documents.begin(), corpus.documents.end(), [](const Document& d) {
-    return fs::path(d.file).extension() == ".jsonl";
-  });
+  auto is_jsonl = [](const Document& d) { return fs::path(d.file).extension() == ".jsonl"; };
+  const bool jsonl = std::all_of(corpus.documents.begin(), corpus.documents.end(), is_jsonl);
+  LOOM_USER_CHECK(jsonl || std::none_of(corpus.documents.begin(), corpus.documents.end(), is_jsonl),
+                  "prepare: '%s' mixes JSON Lines (.jsonl) and plain text files: give one kind", o.input.c_str());
   std::optional<ChatFormat> chat;
   if (jsonl) {
     LOOM_USER_CHECK(given != nullptr,
@@ -342,11 +339,13 @@ PrepareResult prepare_dataset(const PrepareOptions& o, FILE* log) {
         say(log, "chat template: the tokenizer's chat_template, rendered as loom's built-in %s", 
             chat_template_name(*chat->chat_template));
       else
-        say(log, "chat template: the tokenizer's chat_template is none loom knows; 'messages' lines are refused "
-                 "(--chat-template NAME picks a built-in one)");
+        say(log, "chat template: the tokenizer's chat_template is none loom renders exactly; 'messages' lines are "
+                 "refused (--chat-template NAME picks a built-in one)");
     } else {
       say(log, "chat template: none (the tokenizer has no chat_template; --chat-template NAME picks one)");
     }
+    if (chat->chat_template == ChatTemplate::chatml && recognise_chat_template(given->chat_template()))
+      chat->chatml_system = chatml_default_system(given->chat_template());  // the tokenizer's own (Qwen2.5's, or none)
     if (given->bos_id() >= 0) chat->bos = given->decode({given->bos_id()});
     chat->eos = given->decode({given->eos_id()});
   }
@@ -373,8 +372,14 @@ PrepareResult prepare_dataset(const PrepareOptions& o, FILE* log) {
       get_tokenizer(o, given, corpus, tokenizer_stamp, model_path, &result.tokenizer_trained, log);
   const TextTokenizer& tok = *tok_owner;
   // Another tokenizer's files from an earlier run would be read in its place
-  // (a tokenizer_config.json beside loom's tokenizer.model makes it Hugging Face's).
+  // (a tokenizer_config.json beside loom's tokenizer.model makes it Hugging
+  // Face's); none is touched when the output is the tokenizer's own folder.
+  std::error_code same;
+  fs::path tok_dir = fs::is_directory(o.tokenizer, same) ? fs::path(o.tokenizer) : fs::path(o.tokenizer).parent_path();
+  if (tok_dir.empty()) tok_dir = ".";
+  const bool own_folder = !o.tokenizer.empty() && fs::equivalent(tok_dir, o.out, same);
   for (const char* name : {"tokenizer.model", "tokenizer.json", "tokenizer_config.json"}) {
+    if (own_folder) break;
     bool ours = false;
     for (const auto& f : tok.files()) ours = ours || f.first == name;
     std::error_code ec;
@@ -397,7 +402,7 @@ PrepareResult prepare_dataset(const PrepareOptions& o, FILE* log) {
   // The file that identifies the tokenizer (tokenizer.model, or a Hugging
   // Face tokenizer.json with its tokenizer_config.json beside it).
   m.tokenizer = tok.files().front().first;
-  m.tokenizer_hash = content_hash(tok.files().front().second);
+  m.tokenizer_hash = tokenizer_files_hash(tok.files());
   m.vocab_size = uint32_t(tok.vocab_size());
   m.eos_id = uint32_t(tok.eos_id());
   m.dataset_id = dataset_id;

@@ -6,6 +6,8 @@
 #include <sstream>
 
 #include "core/check.h"
+#include "core/regular_file.h"
+#include "data/content_hash.h"
 #include "data/hf_bpe_tokenizer.h"
 #include "data/hf_sentencepiece_tokenizer.h"
 #include "data/tokenizer.h"
@@ -38,7 +40,8 @@ std::string read_chat_template(const nlohmann::json& c, const std::string& path)
     LOOM_USER_CHECK(e.is_object() && e.contains("template") && e.at("template").is_string(),
                     "%s: field 'chat_template' must be a string or a list of {name, template}", path.c_str());
     if (first.empty()) first = e.at("template").get<std::string>();
-    if (e.value("name", "") == "default") chosen = e.at("template").get<std::string>();
+    if (e.contains("name") && e.at("name").is_string() && e.at("name").get<std::string>() == "default")
+      chosen = e.at("template").get<std::string>();
   }
   return chosen.empty() ? first : chosen;
 }
@@ -61,6 +64,29 @@ bool converted_sentencepiece(const std::string& json_path) {
 }
 
 }  // namespace
+
+uint64_t tokenizer_files_hash(const std::vector<std::pair<std::string, std::string>>& files) {
+  if (files.size() == 1) return content_hash(files[0].second);
+  ContentHash h;
+  for (const auto& [name, bytes] : files) h.add(name).add(bytes);
+  return h.value();
+}
+
+std::vector<std::pair<std::string, std::string>> tokenizer_files_in(const std::string& dir, const std::string& primary) {
+  auto read = [](const std::string& path) {
+    require_regular_file(path, "tokenizer file");
+    std::ifstream in(path, std::ios::binary);
+    LOOM_USER_CHECK(in.good(), "tokenizer file '%s' cannot be opened", path.c_str());
+    std::stringstream s;
+    s << in.rdbuf();
+    return s.str();
+  };
+  std::vector<std::pair<std::string, std::string>> files = {{primary, read(dir + "/" + primary)}};
+  std::error_code ec;
+  if (std::filesystem::exists(dir + "/tokenizer_config.json", ec))
+    files.push_back({"tokenizer_config.json", read(dir + "/tokenizer_config.json")});
+  return files;
+}
 
 std::unique_ptr<TextTokenizer> load_tokenizer(const std::string& path) {
   namespace fs = std::filesystem;

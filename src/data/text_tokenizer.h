@@ -80,6 +80,15 @@ namespace detail {
 std::string read_chat_template(const nlohmann::json& config, const std::string& path);
 }
 
+// What dataset.toml and the shard headers record of a tokenizer's files:
+// the content_hash of its one file (as before Hugging Face tokenizers), or,
+// with several, of each name and content in order.
+uint64_t tokenizer_files_hash(const std::vector<std::pair<std::string, std::string>>& files);
+// The files of the tokenizer whose first file is dir/primary, as
+// TextTokenizer::files() names them: primary, then tokenizer_config.json
+// when it is beside it. Throws UserError naming a file it cannot read.
+std::vector<std::pair<std::string, std::string>> tokenizer_files_in(const std::string& dir, const std::string& primary);
+
 // A tokenizer from `path`: a SentencePiece .model file (loom's own, or,
 // with a tokenizer_config.json beside it, Llama 2's or Mistral's:
 // data/hf_sentencepiece_tokenizer.h); a Hugging Face tokenizer.json (with

@@ -8,6 +8,7 @@
 #include "core/check.h"
 #include "core/regular_file.h"
 #include "data/content_hash.h"
+#include "data/text_tokenizer.h"
 
 namespace loom {
 
@@ -20,12 +21,7 @@ TokenLoader::TokenLoader(const std::string& dir, int batch_size, int seq_len, in
                   dir.c_str());
   manifest_ = read_dataset_manifest(dir);
   const std::string tok_path = dir + "/" + manifest_.tokenizer;
-  require_regular_file(tok_path, "tokenizer model");
-  std::ifstream in(tok_path, std::ios::binary);
-  LOOM_USER_CHECK(in.good(), "tokenizer model '%s' (named by %s/%s) cannot be opened", tok_path.c_str(), dir.c_str(),
-                  kManifestName);
-  std::string model((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  LOOM_USER_CHECK(content_hash(model) == manifest_.tokenizer_hash,
+  LOOM_USER_CHECK(tokenizer_files_hash(tokenizer_files_in(dir, manifest_.tokenizer)) == manifest_.tokenizer_hash,
                   "tokenizer model '%s' does not match the shards in %s: they were made with another model "
                   "(run `loom prepare` again)",
                   tok_path.c_str(), dir.c_str());

@@ -64,7 +64,7 @@ using Conversation = std::vector<ChatMessage>;
 
 // Multi-turn, with and without a system prompt; contents with edge spaces,
 // line breaks, Unicode and digits.
-std::vector<Conversation> conversations(bool system_anywhere) {
+std::vector<Conversation> conversations() {
   std::vector<Conversation> c = {
       {{"user", "Hello there!"}, {"assistant", "Hi. How can I help?"}},
       {{"system", "You are terse."}, {"user", "Count to 3."}, {"assistant", "1, 2, 3."},
@@ -72,8 +72,11 @@ std::vector<Conversation> conversations(bool system_anywhere) {
       {{"system", "Answer in French.\nBe kind."}, {"user", "Thanks"}, {"assistant", "De rien ! \u00c0 bient\u00f4t \U0001F600"}},
       {{"user", "Line one\nline two\n\n  indented"}, {"assistant", "Noted:\n- one\n- two"}, {"user", "ok"},
        {"assistant", "Good."}},
+      // Contents starting with line breaks: ChatML's header ends with one, and
+      // the split joins "\n\n" across the turn's boundary.
+      {{"user", "\nShow code"}, {"assistant", "\n```\nx = 1\n```"}, {"user", " \n\tagain"},
+       {"assistant", " \nsure"}},
   };
-  if (!system_anywhere) c.pop_back();
   return c;
 }
 
@@ -100,7 +103,7 @@ TEST_P(ChatTemplates, RenderAsApplyChatTemplateAndMarkOnlyTheAssistant) {
   const Case c = GetParam();
   const std::string tok_dir = make_tokenizer(c.style, c.templ);
   const std::string dir = std::filesystem::path(tok_dir).parent_path().string();
-  const std::vector<Conversation> convs = conversations(true);
+  const std::vector<Conversation> convs = conversations();
   nlohmann::json j = nlohmann::json::array();
   for (const Conversation& conv : convs) {
     nlohmann::json m = nlohmann::json::array();
@@ -138,8 +141,10 @@ TEST_P(ChatTemplates, RenderAsApplyChatTemplateAndMarkOnlyTheAssistant) {
       if (target[i]) learned.push_back(ids[i]);
     const std::string text = tok->decode(learned);
     for (const ChatMessage& m : convs[k]) {
-      std::string core = m.content.substr(m.content.find_first_not_of(' '));
-      core = core.substr(0, core.find_last_not_of(' ') + 1);
+      // (Edge whitespace left out: templates strip it, or a line break joins
+      // the header's piece.)
+      std::string core = m.content.substr(m.content.find_first_not_of(" \t\n"));
+      core = core.substr(0, core.find_last_not_of(" \t\n") + 1);
       // (Llama 3's decode cleans up the space before '!': "De rien !" comes back "De rien!")
       if (m.role == "assistant")
         EXPECT_TRUE(text.find(core) != std::string::npos || text.find(clean_up_tokenization(core)) != std::string::npos)
@@ -155,6 +160,29 @@ INSTANTIATE_TEST_SUITE_P(Families, ChatTemplates,
                          testing::Values(Case{"qwen2", "chatml"}, Case{"llama3", "llama3"}, Case{"llama3", "llama31"},
                                          Case{"llama2", "llama2"}, Case{"llama2", "mistral"}),
                          [](const testing::TestParamInfo<Case>& i) { return std::string(i.param.templ); });
+
+// Recognition: ChatML's default system turn is the template's own (Qwen2's,
+// Qwen2.5's, or none); Llama 3.2's template (today's date) is not rendered.
+TEST(ChatTemplateRecognition, DefaultSystemTurnsAndDatesAreTheTemplates) {
+  const nlohmann::json published = nlohmann::json::parse(slurp(LOOM_SOURCE_DIR "/tests/data/chat_templates.json"));
+  EXPECT_EQ(chatml_default_system(published.at("chatml")), "You are a helpful assistant.");
+  const std::string qwen25 =
+      R"({%- if messages[0]['role'] == 'system' %}{{- '<|im_start|>system\n' + messages[0]['content'] + '<|im_end|>\n' }})"
+      R"({%- else %}{{- '<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\n' }})"
+      R"({%- endif %})";
+  EXPECT_EQ(chatml_default_system(qwen25), "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.");
+  EXPECT_EQ(recognise_chat_template(qwen25), ChatTemplate::chatml);
+  const std::string plain_chatml =
+      R"({% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}{% endfor %})";
+  EXPECT_EQ(chatml_default_system(plain_chatml), "");
+  const std::vector<ChatSegment> none = render_chat(ChatTemplate::chatml, {{"user", "a"}, {"assistant", "b"}}, "", "", "");
+  EXPECT_EQ(none.front().text, "<|im_start|>user\n");
+  EXPECT_EQ(recognise_chat_template(published.at("llama31")), ChatTemplate::llama31);
+  std::string llama32 = published.at("llama31").get<std::string>();
+  llama32.replace(llama32.find("\"26 Jul 2024\""), 13, "strftime_now(\"%d %b %Y\")");
+  EXPECT_EQ(recognise_chat_template(llama32), std::nullopt);
+  EXPECT_EQ(recognise_chat_template("{{ messages }}"), std::nullopt);
+}
 
 // A tokenizer folder with a family's published chat template in its config.
 std::string with_template(const std::string& tok_dir, const std::string& name) {
