@@ -13,6 +13,7 @@
 
 #include "core/check.h"
 #include "core/regular_file.h"
+#include "data/corpus.h"
 
 namespace loom {
 
@@ -38,10 +39,9 @@ std::string utf8(uint32_t cp) {
 // Length of the UTF-8 character starting with byte b (1 for a stray byte).
 size_t char_length(unsigned char b) { return b < 0x80 ? 1 : b >= 0xF0 ? 4 : b >= 0xE0 ? 3 : b >= 0xC0 ? 2 : 1; }
 
-bool valid_utf8(std::string_view s) {
-  return utf8proc_decompose_custom(reinterpret_cast<const utf8proc_uint8_t*>(s.data()), utf8proc_ssize_t(s.size()),
-                                   nullptr, 0, utf8proc_option_t(0), nullptr, nullptr) >= 0;
-}
+// The project's own check (data/corpus.h): an order faster than asking
+// utf8proc to decompose the text.
+bool valid_utf8(std::string_view s) { return find_invalid_utf8(s) == std::string_view::npos; }
 
 }  // namespace
 
