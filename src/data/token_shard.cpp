@@ -103,6 +103,18 @@ ShardFile::ShardFile(const std::string& path) : path_(path) {
   std::memcpy(&header_, map_, sizeof header_);
   tokens_ = map_ + sizeof(ShardHeader);
 
+  // A header that fails a check throws from the constructor, so the
+  // destructor does not run: the mapping is released here.
+  try {
+    check_header(path, bytes);
+  } catch (...) {
+    ::munmap(const_cast<uint8_t*>(map_), map_bytes_);
+    map_ = nullptr;
+    throw;
+  }
+}
+
+void ShardFile::check_header(const std::string& path, size_t bytes) {
   const ShardHeader& h = header_;
   LOOM_USER_CHECK(std::memcmp(h.magic, kShardMagic, sizeof kShardMagic) == 0,
                   "'%s' is not a loom token shard (wrong magic)", path.c_str());

@@ -77,6 +77,9 @@ class ShardFile {
   void check_ids_below(uint32_t vocab_size) const;
 
  private:
+  // The header's checks (UserError naming the file); sets mask_ / starts_.
+  void check_header(const std::string& path, size_t bytes);
+
   std::string path_;
   ShardHeader header_{};
   const uint8_t* map_ = nullptr;  // the whole file
