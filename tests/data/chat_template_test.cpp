@@ -15,6 +15,7 @@
 #include <sstream>
 
 #include "checkpoint/checkpoint_test_util.h"
+#include "data_test_util.h"
 #include "cli/run_loom.h"
 #include "config/run_config.h"
 #include "core/check.h"
@@ -37,14 +38,9 @@ std::string scratch(const std::string& name) {
   return dir;
 }
 
-void write(const std::string& path, const std::string& text) { std::ofstream(path, std::ios::binary) << text; }
-
-std::string slurp(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
+// The data tests' own file helpers (data_test_util.h).
+constexpr auto write = test::write_text;
+constexpr auto slurp = test::read_text;
 
 // A tokenizer folder in a family's style (make_hf_tokenizer.py), in a
 // folder of the caller's (`tag`): CTest runs the tests side by side.

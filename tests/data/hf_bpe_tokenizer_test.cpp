@@ -16,6 +16,7 @@
 #include <sstream>
 
 #include "checkpoint/checkpoint_test_util.h"
+#include "data_test_util.h"
 #include "core/check.h"
 #include "data/hf_bpe_tokenizer.h"
 #include "cli/run_loom.h"
@@ -37,14 +38,9 @@ std::string scratch(const std::string& name) {
   return dir;
 }
 
-void write(const std::string& path, const std::string& text) { std::ofstream(path, std::ios::binary) << text; }
-
-std::string slurp(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
+// The data tests' own file helpers (data_test_util.h).
+constexpr auto write = test::write_text;
+constexpr auto slurp = test::read_text;
 
 // Lines that exercise the split patterns and the byte mapping.
 std::string test_lines() {
