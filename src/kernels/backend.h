@@ -60,14 +60,16 @@ class CpuBackend {
   }
 
   // Rotary positions, in place on the q and k heads of qkv (cos/sin from
-  // cpu::rope_table).
+  // cpu::rope_table; pos[N]: each row's table row, or null: n % T).
   template <class A>
-  void rope_forward(A* qkv, const float* cos, const float* sin, int N, int T, int NH, int NKV, int hd) {
-    cpu::rope_forward(qkv, cos, sin, N, T, NH, NKV, hd);
+  void rope_forward(A* qkv, const float* cos, const float* sin, int N, int T, int NH, int NKV, int hd,
+                    const int32_t* pos = nullptr) {
+    cpu::rope_forward(qkv, cos, sin, N, T, NH, NKV, hd, pos);
   }
   template <class A>
-  void rope_backward(A* dqkv, const float* cos, const float* sin, int N, int T, int NH, int NKV, int hd) {
-    cpu::rope_backward(dqkv, cos, sin, N, T, NH, NKV, hd);
+  void rope_backward(A* dqkv, const float* cos, const float* sin, int N, int T, int NH, int NKV, int hd,
+                     const int32_t* pos = nullptr) {
+    cpu::rope_backward(dqkv, cos, sin, N, T, NH, NKV, hd, pos);
   }
 
   // fp32 -> A (a copy in fp32; rounded in 16 bits). Not in place.

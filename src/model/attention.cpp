@@ -41,34 +41,35 @@ size_t Attention::saved_bytes(bool tiled, int B, int T, int NH, size_t a) {
 size_t Attention::scratch_floats(bool tiled, int B, int T, int NH) { return tiled ? 0 : size_t(B) * NH * T * T; }
 
 template <class A>
-void Attention::forward(A* out, void* saved, const A* qkv, int B, int T, int C, int NH, int NKV) {
+void Attention::forward(A* out, void* saved, const A* qkv, int B, int T, int C, int NH, int NKV, const int32_t* doc) {
   float* const work = work_.data();
   float* const rest = work + thread_floats_;
-  if (ring_) return ring_->forward(out, static_cast<float*>(saved), qkv, work, rest, B, T, C, NH, NKV);
+  if (ring_) return ring_->forward(out, static_cast<float*>(saved), qkv, work, rest, B, T, C, NH, NKV, doc);
   if (tiled_) {
     if constexpr (std::is_same_v<A, float>)
-      cpu::attention_tiled_forward(out, static_cast<float*>(saved), qkv, work, B, T, C, NH, NKV);
+      cpu::attention_tiled_forward(out, static_cast<float*>(saved), qkv, work, B, T, C, NH, NKV, doc);
     else
-      cpu::attention_tiled_forward(out, static_cast<float*>(saved), qkv, rest, work, B, T, C, NH, NKV);
+      cpu::attention_tiled_forward(out, static_cast<float*>(saved), qkv, rest, work, B, T, C, NH, NKV, doc);
   } else if constexpr (std::is_same_v<A, float>) {
-    cpu::attention_forward(out, static_cast<float*>(saved), qkv, B, T, C, NH, NKV);
+    cpu::attention_forward(out, static_cast<float*>(saved), qkv, B, T, C, NH, NKV, doc);
   } else {
-    cpu::attention_forward(out, static_cast<A*>(saved), qkv, work, B, T, C, NH, NKV);
+    cpu::attention_forward(out, static_cast<A*>(saved), qkv, work, B, T, C, NH, NKV, doc);
   }
 }
 
+// The materialized backward needs no doc: the masked probabilities are 0.
 template <class A>
 void Attention::backward(A* dqkv, float* scratch, const float* dout, const A* qkv, const A* out, const void* saved,
-                         int B, int T, int C, int NH, int NKV) {
+                         int B, int T, int C, int NH, int NKV, const int32_t* doc) {
   float* const work = work_.data();
   float* const rest = work + thread_floats_;
   const float* lse = static_cast<const float*>(saved);
-  if (ring_) return ring_->backward(dqkv, dout, qkv, out, lse, work, rest, B, T, C, NH, NKV);
+  if (ring_) return ring_->backward(dqkv, dout, qkv, out, lse, work, rest, B, T, C, NH, NKV, doc);
   if (tiled_) {
     if constexpr (std::is_same_v<A, float>)
-      cpu::attention_tiled_backward(dqkv, work, dout, qkv, out, lse, B, T, C, NH, NKV);
+      cpu::attention_tiled_backward(dqkv, work, dout, qkv, out, lse, B, T, C, NH, NKV, doc);
     else
-      cpu::attention_tiled_backward(dqkv, rest, work, dout, qkv, out, lse, B, T, C, NH, NKV);
+      cpu::attention_tiled_backward(dqkv, rest, work, dout, qkv, out, lse, B, T, C, NH, NKV, doc);
   } else if constexpr (std::is_same_v<A, float>) {
     cpu::attention_backward(dqkv, scratch, dout, qkv, static_cast<const float*>(saved), B, T, C, NH, NKV);
   } else {
@@ -77,9 +78,9 @@ void Attention::backward(A* dqkv, float* scratch, const float* dout, const A* qk
 }
 
 #define LOOM_ATTENTION_TYPES(A)                                                                                 \
-  template void Attention::forward(A*, void*, const A*, int, int, int, int, int);                               \
+  template void Attention::forward(A*, void*, const A*, int, int, int, int, int, const int32_t*);               \
   template void Attention::backward(A*, float*, const float*, const A*, const A*, const void*, int, int, int, int, \
-                                    int);
+                                    int, const int32_t*);
 LOOM_ATTENTION_TYPES(float)
 LOOM_ATTENTION_TYPES(bf16)
 LOOM_ATTENTION_TYPES(f16)

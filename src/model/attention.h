@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <vector>
 
 #include "core/dtype.h"
@@ -38,12 +39,16 @@ class Attention {
   static size_t scratch_floats(bool tiled, int B, int T, int NH);
 
   // out[B,T,C] from qkv[B,T,(NH + 2 NKV) hs] (A = float, bf16 or f16).
+  // Packed rows: doc[B,T] holds each row's document start (its global
+  // position; kernels/cpu/attention_common.h); null: one document a row.
   template <class A>
-  void forward(A* out, void* saved, const A* qkv, int B, int T, int C, int NH, int NKV);
-  // dqkv (overwritten) from dout[B,T,C] (fp32) and the forward's qkv, out, saved.
+  void forward(A* out, void* saved, const A* qkv, int B, int T, int C, int NH, int NKV,
+               const int32_t* doc = nullptr);
+  // dqkv (overwritten) from dout[B,T,C] (fp32) and the forward's qkv, out,
+  // saved, with the forward's doc.
   template <class A>
   void backward(A* dqkv, float* scratch, const float* dout, const A* qkv, const A* out, const void* saved, int B,
-                int T, int C, int NH, int NKV);
+                int T, int C, int NH, int NKV, const int32_t* doc = nullptr);
 
  private:
   bool tiled_;

@@ -40,6 +40,10 @@ struct BlockContext {
   const BlockWork& work;
   const std::function<void(int)>& ready;  // reports a finished gradient (may be empty)
   int B, T;
+  // Per token row [N]: its position (rope's table row; null: n % T) and,
+  // with packed rows, its document's start (attention's mask; null: none).
+  const int32_t* pos = nullptr;
+  const int32_t* doc = nullptr;
   int N() const { return B * T; }
   int R() const { return int(tp.local_rows(int64_t(B) * T)); }
   void grad_ready(int i) const {
@@ -62,7 +66,7 @@ template <class A>
 void attention_again(const BlockContext& ctx, void* atty, void* att, const void* qkv) {
   const int t = ctx.tp.size();
   ctx.attn.forward(static_cast<A*>(atty), att, static_cast<const A*>(qkv), ctx.B, ctx.T, ctx.cfg.d_model / t,
-                   ctx.cfg.n_head / t, ctx.cfg.kv_heads() / t);
+                   ctx.cfg.n_head / t, ctx.cfg.kv_heads() / t, ctx.doc);
 }
 
 // The residual gradient dres[R, C] as a block's row-parallel backward reads

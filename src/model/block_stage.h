@@ -9,7 +9,7 @@
 //                makes again with attention_again)
 //   NormActs     the final norm's statistics for one slot
 //   State        what its blocks share besides parameters (LLaMA: the
-//                rotary tables), made from (cfg, T)
+//                rotary tables), made from (cfg, positions in a sequence)
 //   shared(t)            the tensors TransformerStage needs
 //   plan_block, plan_block_work, plan_norm   activations and work space
 //   block_forward<A>, block_backward<A>      one block (plain functions);
@@ -37,7 +37,7 @@ class BlockStage final : public TransformerStage {
       : TransformerStage(cfg, std::move(layout), Family::shared(tensors), shard, tp, B, T, buffers),
         t_(std::move(tensors)),
         norm_tensors_(Family::norm_tensors(t_)),
-        state_(cfg, T, positions()) {
+        state_(cfg, T * split().cp) {
     plan(B, T, buffers.slots);
   }
 
@@ -84,15 +84,16 @@ class BlockStage final : public TransformerStage {
     return p == reinterpret_cast<void**>(&b.att);
   }
 
-  BlockContext context(int B, int T) {
+  BlockContext context(int slot, int B, int T) {
     work_.gathered = gathered_, work_.grad_work = grad_work_, work_.dnorm = dbuf_c_;
     work_.dres16 = dres16_, work_.dres16_full = dres16_full_;
     Family::finish_work(work_, compute_);
-    return BlockContext{ops_, attn_, tp_, cfg_, access_, work_, ready_hook(), B, T};
+    return BlockContext{ops_, attn_, tp_, cfg_, access_, work_, ready_hook(), B, T, token_positions(slot),
+                        doc_starts(slot)};
   }
 
   const float* forward_blocks(int slot, int B, int T) override {
-    const BlockContext ctx = context(B, T);
+    const BlockContext ctx = context(slot, B, T);
     SlotActs& s = acts_[size_t(slot)];
     const float* res = slot_input(slot);
     with_compute_type([&](auto a) {
@@ -107,7 +108,7 @@ class BlockStage final : public TransformerStage {
   }
 
   void backward_blocks(int slot, int B, int T, bool split) override {
-    const BlockContext ctx = context(B, T);
+    const BlockContext ctx = context(slot, B, T);
     SlotActs& s = acts_[size_t(slot)];
     float* dres = slot_dres(slot);
     with_compute_type([&](auto a) {
@@ -130,7 +131,7 @@ class BlockStage final : public TransformerStage {
   // Reads no parameter (the products' stored inputs and kept output
   // gradients only): nothing to gather under ZeRO-3.
   void backward_blocks_weight(int slot, int B, int T) override {
-    const BlockContext ctx = context(B, T);
+    const BlockContext ctx = context(slot, B, T);
     SlotActs& s = acts_[size_t(slot)];
     with_compute_type([&](auto a) {
       for (int l = int(s.blocks.size()) - 1; l >= 0; l--)

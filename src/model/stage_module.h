@@ -122,6 +122,12 @@ class StageModule {
   virtual int64_t local_rows(int64_t rows) const = 0;
   // Without the embedding: fill this with the previous chunk's output first.
   virtual float* stage_input(int slot) = 0;
+  // Packed rows (several documents a row, none attending to another):
+  // positions[B*T] give each of this rank's token rows of the micro-batch
+  // (after the context-parallel split) its position in its document, which
+  // starts at its global position minus that; nullptr: one sequence a row.
+  // Set before forward_stage of the slot; kept until its backward.
+  virtual void set_documents(int slot, const int32_t* positions, int B, int T) = 0;
   // The blocks (after the embedding lookup on the first chunk; the final norm
   // on the last). The head's logits and loss wait for backward_stage.
   virtual void forward_stage(int slot, const int32_t* tokens, int B, int T) = 0;

@@ -63,9 +63,12 @@ TransformerStage::TransformerStage(const ModelConfig& cfg, ParamLayout layout, S
   vocab_ = {shard.vocab_begin(cfg), int(shard.vocab_per_rank(cfg)), int(shard.vocab_valid(cfg))};
   access_.layout = &layout_;
   const SequenceSplit& split = buffers.split;
+  split_ = split;
   LOOM_CHECK(!split.active() || T % 2 == 0, "context parallelism: %d local rows are not two chunks", T);
   if (split.active())
-    for (int t = 0; t < T; t++) positions_.push_back(split.position(t, T));
+    for (int b = 0; b < B; b++)
+      for (int t = 0; t < T; t++) positions_.push_back(split.position(t, T));
+  docs_.resize(size_t(buffers.slots));
   const int t = tp.size(), Cl = cfg.d_model / t, NHl = cfg.n_head / t, NKVl = cfg.kv_heads() / t;
   const bool tiled = cfg.tiled_attention(T * split.cp, split.cp), lowp = compute_ != ComputePrecision::fp32;
   if (plan_only_) {
@@ -197,6 +200,22 @@ void TransformerStage::refresh_compute_weights() {
   if (compute_ == ComputePrecision::fp16) cpu::narrow(static_cast<f16*>(access_.weights16), params(), n);
 }
 
+void TransformerStage::set_documents(int slot, const int32_t* positions, int B, int T) {
+  Documents& d = docs_[size_t(slot)];
+  d.packed = positions != nullptr;
+  if (!d.packed) return;
+  LOOM_CHECK(B <= maxB_ && T <= maxT_, "batch %dx%d exceeds the planned %dx%d", B, T, maxB_, maxT_);
+  const size_t N = size_t(B) * T;
+  d.pos.assign(positions, positions + N);
+  d.start.resize(N);
+  for (size_t n = 0; n < N; n++) {
+    const int global = split_.position(int(n % size_t(T)), T);
+    LOOM_CHECK(positions[n] >= 0 && positions[n] <= global, "token row %zu: position %d in its document, %d in the row",
+               n, positions[n], global);
+    d.start[n] = global - positions[n];
+  }
+}
+
 void TransformerStage::forward_stage(int slot, const int32_t* tokens, int B, int T) {
   LOOM_CHECK(B <= maxB_ && T <= maxT_, "batch %dx%d exceeds the planned %dx%d", B, T, maxB_, maxT_);
   Slot& s = slots_[size_t(slot)];
@@ -204,7 +223,8 @@ void TransformerStage::forward_stage(int slot, const int32_t* tokens, int B, int
   if (layout_.shard.embedding) {
     use(unit_embed_, unit_block_.empty() ? unit_norm_ : unit_block_[0]);
     tp::embedding_forward(tp_, s.input, grad_work_, tokens, access_.param(shared_.embed), vocab_,
-                          shared_.positions >= 0 ? access_.param(shared_.positions) : nullptr, N, T, C, positions());
+                          shared_.positions >= 0 ? access_.param(shared_.positions) : nullptr, N, T, C,
+                          token_positions(slot));
     done(unit_embed_);
   }
   s.output = forward_blocks(slot, B, T);
@@ -282,7 +302,7 @@ void TransformerStage::embedding_backward(int slot, const int32_t* tokens, int B
   // head; this is its last write.
   float* dpos = shared_.positions >= 0 ? access_.grad(shared_.positions) : nullptr;
   tp::embedding_backward(tp_, access_.grad(shared_.embed), dpos, slots_[size_t(slot)].dres, grad_work_, tokens,
-                         vocab_, B * T, T, cfg_.d_model, positions());
+                         vocab_, B * T, T, cfg_.d_model, token_positions(slot));
   if (shared_.positions >= 0) grad_ready(shared_.positions);
   grad_ready(shared_.embed);
 }

@@ -75,6 +75,7 @@ class TransformerStage : public StageModule {
   float* stage_input(int slot) override { return slots_[size_t(slot)].input; }
   const float* stage_output(int slot) const override { return slots_[size_t(slot)].output; }
   float* stage_grad(int slot) override { return slots_[size_t(slot)].dres; }
+  void set_documents(int slot, const int32_t* positions, int B, int T) override;
   void forward_stage(int slot, const int32_t* tokens, int B, int T) override;
   double backward_stage(int slot, const int32_t* tokens, const int32_t* targets, int B, int T,
                         float target_weight) override;
@@ -155,7 +156,17 @@ class TransformerStage : public StageModule {
   void* head_input(int slot) { return slots_[size_t(slot)].head_in; }
   const float* slot_input(int slot) const { return slots_[size_t(slot)].input; }
   float* slot_dres(int slot) { return slots_[size_t(slot)].dres; }
-  const int32_t* positions() const { return positions_.empty() ? nullptr : positions_.data(); }
+  const SequenceSplit& split() const { return split_; }
+  // Per token row of the slot's micro-batch: its position (null: n % T) and,
+  // packed, its document's start (null: one document a row).
+  const int32_t* token_positions(int slot) const {
+    const Documents& d = docs_[size_t(slot)];
+    return d.packed ? d.pos.data() : positions_.empty() ? nullptr : positions_.data();
+  }
+  const int32_t* doc_starts(int slot) const {
+    const Documents& d = docs_[size_t(slot)];
+    return d.packed ? d.start.data() : nullptr;
+  }
   size_t act_bytes() const { return dtype_size(compute_dtype(compute_)); }  // of a compute-type element
 
   ModelConfig cfg_;
@@ -168,7 +179,13 @@ class TransformerStage : public StageModule {
   bool plan_only_;
   size_t planned_bytes_ = 0, attention_work_bytes_ = 0;  // plan_only
   CpuBackend ops_;
-  std::vector<int32_t> positions_;  // context parallelism: each local row's global position
+  SequenceSplit split_;
+  std::vector<int32_t> positions_;  // context parallelism: each local token row's global position [maxB * T]
+  struct Documents {                // packed rows, per slot: each token row's
+    bool packed = false;
+    std::vector<int32_t> pos, start;  // position in its document; the document's start (global)
+  };
+  std::vector<Documents> docs_;
   std::unique_ptr<RingAttention> ring_;
   Attention attn_;
   ParamAccess access_{};

@@ -121,21 +121,32 @@ void Replica::init_parameters(uint64_t seed) {
   for (auto& g : groups_) g->init(seed);
 }
 
-float Replica::forward_backward(const std::vector<int32_t>& tokens, const std::vector<int32_t>& targets, int T) {
+float Replica::forward_backward(const std::vector<int32_t>& tokens, const std::vector<int32_t>& targets, int T,
+                                const std::vector<int32_t>& positions) {
   for (auto& g : groups_) g->begin_step();
+  LOOM_CHECK(positions.empty() || positions.size() == tokens.size(), "%zu positions for %zu tokens", positions.size(),
+             tokens.size());
   if (split_.active()) {  // this rank's two chunks of every sequence
+    const int rows = int(tokens.size() / size_t(T));
     local_tokens_.resize(tokens.size() / size_t(split_.cp)), local_targets_.resize(local_tokens_.size());
-    split_.take(local_tokens_.data(), tokens.data(), int(tokens.size() / size_t(T)), T);
-    split_.take(local_targets_.data(), targets.data(), int(targets.size() / size_t(T)), T);
+    split_.take(local_tokens_.data(), tokens.data(), rows, T);
+    split_.take(local_targets_.data(), targets.data(), rows, T);
+    if (!positions.empty()) {
+      local_positions_.resize(local_tokens_.size());
+      split_.take(local_positions_.data(), positions.data(), rows, T);
+    }
   }
   const std::vector<int32_t>& my_tokens = split_.active() ? local_tokens_ : tokens;
   const std::vector<int32_t>& my_targets = split_.active() ? local_targets_ : targets;
+  const int32_t* my_positions =
+      positions.empty() ? nullptr : split_.active() ? local_positions_.data() : positions.data();
   // The whole batch's valid targets: this rank's rows (its chunks under cp;
   // tp and pp ranks hold the same rows), summed over the data group.
   step_targets_ = int64_t(
       sum_over_ranks(ctx_.dp(), double(count_valid_targets(my_targets.data(), int64_t(my_targets.size())))));
   const float target_weight = step_targets_ > 0 ? scaler_.scale() / float(step_targets_) : 0.f;
-  stage_->set_batch(my_tokens.data(), my_targets.data(), split_.active() ? split_.local_len(T) : T, target_weight);
+  stage_->set_batch(my_tokens.data(), my_targets.data(), my_positions, split_.active() ? split_.local_len(T) : T,
+                    target_weight);
   executor_->run(schedule_, *stage_);
   for (auto& g : groups_)
     if (g->gather()) g->gather()->settle();
@@ -146,11 +157,16 @@ float Replica::forward_backward(const std::vector<int32_t>& tokens, const std::v
   return loss;
 }
 
-Replica::LossSum Replica::evaluate(const int32_t* tokens, const int32_t* targets, int T) {
+Replica::LossSum Replica::evaluate(const int32_t* tokens, const int32_t* targets, int T, const int32_t* positions) {
   if (split_.active()) {
     local_tokens_.resize(size_t(micro_batch_) * split_.local_len(T)), local_targets_.resize(local_tokens_.size());
     split_.take(local_tokens_.data(), tokens, micro_batch_, T);
     split_.take(local_targets_.data(), targets, micro_batch_, T);
+    if (positions) {
+      local_positions_.resize(local_tokens_.size());
+      split_.take(local_positions_.data(), positions, micro_batch_, T);
+      positions = local_positions_.data();
+    }
     tokens = local_tokens_.data(), targets = local_targets_.data(), T = split_.local_len(T);
   }
   // One micro-batch through the chunks in virtual-stage order, blocking.
@@ -169,6 +185,7 @@ Replica::LossSum Replica::evaluate(const int32_t* tokens, const int32_t* targets
       else
         ctx_.pp().recv(chunk.stage_input(0), n, DType::f32, from, 1);
     }
+    chunk.set_documents(0, positions, micro_batch_, T);
     chunk.forward_stage(0, tokens, micro_batch_, T);
     if (chunk.layout().shard.head) loss = chunk.stage_loss(0, targets, micro_batch_, T);
     else if (const int to = map.stage_of(vs + 1); to != stage)

@@ -71,7 +71,10 @@ class Replica {
   // layout. Returns this replica's share of the batch's mean loss (its
   // losses' sum over the global count; the same on every rank of the
   // replica): the sum of the shares over the data group is the mean.
-  float forward_backward(const std::vector<int32_t>& tokens, const std::vector<int32_t>& targets, int T);
+  // positions (packed rows; empty: none): each token's position in its
+  // document, laid out as tokens.
+  float forward_backward(const std::vector<int32_t>& tokens, const std::vector<int32_t>& targets, int T,
+                         const std::vector<int32_t>& positions = {});
   // Valid targets in the last forward_backward's global batch: 0 means the
   // step has no loss and its gradients are zero (the train loop skips it).
   int64_t step_targets() const { return step_targets_; }
@@ -82,7 +85,7 @@ class Replica {
     double sum = 0;
     int64_t targets = 0;
   };
-  LossSum evaluate(const int32_t* tokens, const int32_t* targets, int T);
+  LossSum evaluate(const int32_t* tokens, const int32_t* targets, int T, const int32_t* positions = nullptr);
   // Waits for the reductions (and sums the tied embedding's two copies over
   // the first and last stage, and with sequence parallelism the norms'
   // partial gradients over the tp group); returns the L2 norm of the whole
@@ -164,7 +167,7 @@ class Replica {
   // loss scaler's scale over that count in backward).
   int64_t step_targets_ = 0;
   SequenceSplit split_;  // context parallelism: this rank's chunks of each sequence
-  std::vector<int32_t> local_tokens_, local_targets_;  // a step's batch cut to them (cp > 1)
+  std::vector<int32_t> local_tokens_, local_targets_, local_positions_;  // a step's batch cut to them (cp > 1)
   ComputePrecision compute_;
   LossScaler scaler_;
   ScalerDecision decision_;

@@ -20,12 +20,14 @@ StageAdapter::StageAdapter(const std::vector<std::unique_ptr<StageModule>>& chun
                            int micro_batches, ReadyHook ready)
     : chunks_(chunks), micro_batch_(micro_batch), micro_batches_(micro_batches), ready_(std::move(ready)) {}
 
-void StageAdapter::set_batch(const int32_t* tokens, const int32_t* targets, int T, float target_weight) {
-  tokens_ = tokens, targets_ = targets, T_ = T, target_weight_ = target_weight, loss_sum_ = 0;
+void StageAdapter::set_batch(const int32_t* tokens, const int32_t* targets, const int32_t* positions, int T,
+                             float target_weight) {
+  tokens_ = tokens, targets_ = targets, positions_ = positions, T_ = T, target_weight_ = target_weight, loss_sum_ = 0;
 }
 
 void StageAdapter::forward(int mb, int c, int slot) {
   obs::ScopedSpan span(trace_, "forward", obs::SpanKind::forward, obs::CommGroup::none, mb);
+  chunk(c).set_documents(slot, pos(mb), micro_batch_, T_);
   chunk(c).forward_stage(slot, tok(mb), micro_batch_, T_);
 }
 

@@ -23,8 +23,10 @@ class StageAdapter : public pp::StageModel {
                ReadyHook ready);
 
   // The step's micro-batches one after another (micro_batch x T each), and
-  // the weight of each counted target's loss in backward.
-  void set_batch(const int32_t* tokens, const int32_t* targets, int T, float target_weight);
+  // the weight of each counted target's loss in backward; positions: packed
+  // rows' positions in their documents, laid out the same (or nullptr).
+  void set_batch(const int32_t* tokens, const int32_t* targets, const int32_t* positions, int T,
+                 float target_weight);
   // The sum of the counted targets' losses so far this step (the last stage's).
   double loss_sum() const { return loss_sum_; }
   void set_trace(obs::TraceRecorder* trace) { trace_ = trace; }
@@ -44,12 +46,16 @@ class StageAdapter : public pp::StageModel {
   StageModule& chunk(int c) const { return *chunks_[size_t(c)]; }
   const int32_t* tok(int mb) const { return tokens_ + size_t(mb) * size_t(micro_batch_) * size_t(T_); }
   const int32_t* tgt(int mb) const { return targets_ + size_t(mb) * size_t(micro_batch_) * size_t(T_); }
+  const int32_t* pos(int mb) const {
+    return positions_ ? positions_ + size_t(mb) * size_t(micro_batch_) * size_t(T_) : nullptr;
+  }
 
   const std::vector<std::unique_ptr<StageModule>>& chunks_;
   int micro_batch_, micro_batches_;
   ReadyHook ready_;
   const int32_t* tokens_ = nullptr;
   const int32_t* targets_ = nullptr;
+  const int32_t* positions_ = nullptr;
   int T_ = 0;
   float target_weight_ = 0;
   double loss_sum_ = 0;

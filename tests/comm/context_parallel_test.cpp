@@ -130,15 +130,25 @@ INSTANTIATE_TEST_SUITE_P(Matrix, ContextParallel,
 // The ring itself, cp = the world size (3 too), grouped-query heads, blocks
 // sent in pieces of 1000 floats: each rank's output, log-sum-exps and q/k/v
 // gradients equal the whole-sequence tiled kernel's rows at its positions;
-// bf16 storage rounds the same values once.
+// bf16 storage rounds the same values once. packed: rows of several
+// documents (issue 37) whose boundaries fall inside and between the chunks;
+// the whole-sequence kernel keeps them apart (kernels' own test).
 template <class A>
-void check_ring(loom::Communicator& world, int cp) {
+void check_ring(loom::Communicator& world, int cp, bool packed = false) {
   const int B = 2, NH = 4, NKV = 2, hs = 16, T = 2 * cp * 24, C = NH * hs, row = C + 2 * NKV * hs, Tl = T / cp;
   std::mt19937 rng{7};
   std::normal_distribution<float> normal(0.f, 1.f);
   std::vector<float> qkv(size_t(B) * T * row), dout(size_t(B) * T * C);
   for (float& x : qkv) x = normal(rng);
   for (float& x : dout) x = normal(rng);
+  std::vector<int32_t> doc(size_t(B) * T, 0);  // each position's document start
+  if (packed)
+    for (int b = 0; b < B; b++)
+      for (int t = 0, start = 0; t < T; t++) {
+        if (t == 17 + b || t == 24 || t == 25 || (t > 30 && t % 37 == 0)) start = t;
+        doc[size_t(b) * T + t] = start;
+      }
+  const int32_t* whole_doc = packed ? doc.data() : nullptr;
   if constexpr (!std::is_same_v<A, float>) {  // what 16-bit storage holds
     std::vector<A> q16(qkv.size());
     loom::cpu::narrow(q16.data(), qkv.data(), qkv.size());
@@ -146,15 +156,17 @@ void check_ring(loom::Communicator& world, int cp) {
   }
   std::vector<float> tiles(loom::cpu::attention_tiled_work_floats(omp_get_max_threads()));
   std::vector<float> out(dout.size()), lse(size_t(B) * NH * T), dqkv(qkv.size());
-  loom::cpu::attention_tiled_forward(out.data(), lse.data(), qkv.data(), tiles.data(), B, T, C, NH, NKV);
+  loom::cpu::attention_tiled_forward(out.data(), lse.data(), qkv.data(), tiles.data(), B, T, C, NH, NKV, whole_doc);
   loom::cpu::attention_tiled_backward(dqkv.data(), tiles.data(), dout.data(), qkv.data(), out.data(), lse.data(), B,
-                                      T, C, NH, NKV);
+                                      T, C, NH, NKV, whole_doc);
   loom::RingAttention ring(world, 1000);
   const loom::SequenceSplit& split = ring.split();
   std::vector<float> lqkv32(size_t(B) * Tl * row), ldout(size_t(B) * Tl * C), llse(size_t(B) * NH * Tl);
+  std::vector<int32_t> ldoc(size_t(B) * Tl);
   for (int b = 0; b < B; b++)
     for (int t = 0; t < Tl; t++) {
       const size_t g = size_t(b) * T + split.position(t, Tl), l = size_t(b) * Tl + t;
+      ldoc[l] = doc[g];
       for (int c = 0; c < row; c++) lqkv32[l * row + c] = qkv[g * row + c];
       for (int c = 0; c < C; c++) ldout[l * C + c] = dout[g * C + c];
     }
@@ -171,9 +183,10 @@ void check_ring(loom::Communicator& world, int cp) {
   };
   to_a(lqkv.data(), lqkv32.data(), lqkv32.size());
   std::vector<float> work(loom::RingAttention::work_floats(B, Tl, C, NH, NKV, !std::is_same_v<A, float>, cp));
-  ring.forward(lout.data(), llse.data(), lqkv.data(), tiles.data(), work.data(), B, Tl, C, NH, NKV);
+  const int32_t* local_doc = packed ? ldoc.data() : nullptr;
+  ring.forward(lout.data(), llse.data(), lqkv.data(), tiles.data(), work.data(), B, Tl, C, NH, NKV, local_doc);
   ring.backward(ldqkv.data(), ldout.data(), lqkv.data(), lout.data(), llse.data(), tiles.data(), work.data(), B, Tl, C,
-                NH, NKV);
+                NH, NKV, local_doc);
   const std::vector<float> lout32 = to_f(lout), ldqkv32 = to_f(ldqkv);
   // fp32: the same sums in another order; bf16: one rounding of the values.
   const double tol_out = std::is_same_v<A, float> ? 2e-5 : 1e-2, tol_grad = std::is_same_v<A, float> ? 5e-5 : 3e-2;
@@ -199,6 +212,13 @@ TEST(ContextParallelRing, MatchesTheWholeSequenceKernel) {
   auto world = loom::MpiComm::world(loom::MpiOptions{120});
   check_ring<float>(*world, world_size());
   check_ring<loom::bf16>(*world, world_size());
+}
+
+TEST(ContextParallelRing, PackedRowsMatchTheWholeSequenceKernel) {
+  if (world_size() < 2) GTEST_SKIP() << "a ring needs two ranks";
+  auto world = loom::MpiComm::world(loom::MpiOptions{120});
+  check_ring<float>(*world, world_size(), true);
+  check_ring<loom::bf16>(*world, world_size(), true);
 }
 
 }  // namespace

@@ -33,7 +33,8 @@ constexpr int kTile = detail::kAttnTile;
 
 }  // namespace
 
-void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH, int NKV) {
+void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH, int NKV,
+                       const int32_t* doc) {
   const detail::QkvLayout L = detail::qkv_layout(C, NH, NKV);
   const int hs = L.hs;
   const int64_t R = L.row;
@@ -52,7 +53,8 @@ void attention_forward(float* out, float* att, const float* qkv, int B, int T, i
       float* pt = p + int64_t(i0) * T;  // rows [i0,i1)
       // S[i0:i1, 0:i1] = scale * Q[i0:i1] K[0:i1]^T
       sgemm('N', 'T', m, i1, hs, scale, q + i0 * R, R, k, R, 0.0f, pt, T);
-      for (int i = i0; i < i1; i++) causal_softmax_row(p + int64_t(i) * T, i + 1, T);
+      for (int i = i0; i < i1; i++)
+        causal_softmax_row(p + int64_t(i) * T, i + 1, T, detail::doc_start(doc, int64_t(b) * T + i));
       // O[i0:i1] = P[i0:i1, 0:i1] V[0:i1]
       sgemm('N', 'N', m, hs, i1, 1.0f, pt, T, v, R, 0.0f, o + int64_t(i0) * C, C);
     }

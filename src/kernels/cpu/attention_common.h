@@ -46,6 +46,12 @@ inline QkvLayout qkv_layout(int C, int NH, int NKV) {
   return QkvLayout{hs, NKV, NH / NKV, C + 2 * kv, C, C + kv};
 }
 
+// Packed rows (several documents per row): doc[B,T] holds, for each query
+// row, the position its document starts at; it attends to positions
+// doc[t]..t only. Null: one document per row (doc = 0). Documents are
+// contiguous, so doc never decreases along a row.
+inline int doc_start(const int32_t* doc, int64_t row) { return doc ? doc[row] : 0; }
+
 // Query rows per tile: row tile [i0,i1) only needs key columns [0,i1).
 constexpr int kAttnTile = 64;
 
@@ -53,10 +59,12 @@ constexpr int kAttnTile = 64;
 // in whole AVX-512 vectors instead of a scalar remainder loop.
 inline int round16(int len, int limit) { return std::min(limit, (len + 15) & ~15); }
 
-// In place: row[0..n) holds scores for row i; becomes softmax over the first
-// len = i + 1 entries, exact zeros after.
-inline void causal_softmax_row(float* row, int len, int n) {
+// In place: row[0..n) holds scores for row i; becomes softmax over entries
+// [lo, len), len = i + 1, exact zeros elsewhere. lo > 0: packed rows, the
+// row's document starts at lo (its keys before belong to other documents).
+inline void causal_softmax_row(float* row, int len, int n, int lo = 0) {
   const int lenp = round16(len, n);
+  std::fill(row, row + lo, -INFINITY);
   std::fill(row + len, row + lenp, -INFINITY);  // exp(-inf) = 0
   float maxval = -INFINITY;
 #pragma omp simd reduction(max : maxval)

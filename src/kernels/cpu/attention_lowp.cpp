@@ -109,7 +109,7 @@ size_t attention_lowp_work_floats(int T, int C, int NH, int NKV, int threads) {
 }
 
 void attention_forward_native(bf16* out, bf16* att, const bf16* qkv, float* work, int B, int T, int C, int NH,
-                              int NKV) {
+                              int NKV, const int32_t* doc) {
   LOOM_USER_CHECK(native_bf16_products(), "native bf16 attention needs avx512_bf16; the kernels run at %s",
                   isa_name(kernel_isa()));
   const detail::QkvLayout L = detail::qkv_layout(C, NH, NKV);
@@ -134,7 +134,8 @@ void attention_forward_native(bf16* out, bf16* att, const bf16* qkv, float* work
         const int i1 = std::min(T, i0 + kTile), m = i1 - i0;
         // S[0:m, 0:i1] = scale * Q[i0:i1] K[0:i1]^T
         gemm('N', 'T', m, i1, hs, scale, q + i0 * R, R, k, R, 0.0f, s, T);
-        for (int i = i0; i < i1; i++) causal_softmax_row(s + int64_t(i - i0) * T, i + 1, T);
+        for (int i = i0; i < i1; i++)
+          causal_softmax_row(s + int64_t(i - i0) * T, i + 1, T, detail::doc_start(doc, int64_t(b) * T + i));
         narrow_rows(p, T, s, i0, i1, T);  // whole rows: the zeros too
         // O[i0:i1] = P[i0:i1, 0:i1] V[0:i1], from the stored (rounded) P
         gemm('N', 'N', m, hs, i1, 1.0f, p + int64_t(i0) * T, T, v, R, 0.0f, o, hs);
@@ -145,7 +146,8 @@ void attention_forward_native(bf16* out, bf16* att, const bf16* qkv, float* work
 }
 
 template <class H>
-void attention_forward_widened(H* out, H* att, const H* qkv, float* work, int B, int T, int C, int NH, int NKV) {
+void attention_forward_widened(H* out, H* att, const H* qkv, float* work, int B, int T, int C, int NH, int NKV,
+                               const int32_t* doc) {
   const detail::QkvLayout L = detail::qkv_layout(C, NH, NKV);
   const int hs = L.hs;
   const int64_t R = L.row;
@@ -172,7 +174,7 @@ void attention_forward_widened(H* out, H* att, const H* qkv, float* work, int B,
         gemm('N', 'T', m, i1, hs, scale, qw + int64_t(i0) * hs, hs, kw, hs, 0.0f, s, T);
         for (int i = i0; i < i1; i++) {
           float* row = s + int64_t(i - i0) * T;
-          causal_softmax_row(row, i + 1, T);
+          causal_softmax_row(row, i + 1, T, detail::doc_start(doc, int64_t(b) * T + i));
           narrow(p + int64_t(i) * T, row, size_t(T));
           widen(row, p + int64_t(i) * T, size_t(i1));  // the rounded P, for O
         }
@@ -295,19 +297,21 @@ void attention_backward_widened(H* dqkv, float* scratch, float* work, const floa
   }
 }
 
-template void attention_forward_widened(bf16*, bf16*, const bf16*, float*, int, int, int, int, int);
-template void attention_forward_widened(f16*, f16*, const f16*, float*, int, int, int, int, int);
+template void attention_forward_widened(bf16*, bf16*, const bf16*, float*, int, int, int, int, int, const int32_t*);
+template void attention_forward_widened(f16*, f16*, const f16*, float*, int, int, int, int, int, const int32_t*);
 template void attention_backward_widened(bf16*, float*, float*, const float*, const bf16*, const bf16*, int, int, int,
                                          int, int);
 template void attention_backward_widened(f16*, float*, float*, const float*, const f16*, const f16*, int, int, int,
                                          int, int);
 
-void attention_forward(bf16* out, bf16* att, const bf16* qkv, float* work, int B, int T, int C, int NH, int NKV) {
-  if (native_bf16_products()) attention_forward_native(out, att, qkv, work, B, T, C, NH, NKV);
-  else attention_forward_widened(out, att, qkv, work, B, T, C, NH, NKV);
+void attention_forward(bf16* out, bf16* att, const bf16* qkv, float* work, int B, int T, int C, int NH, int NKV,
+                       const int32_t* doc) {
+  if (native_bf16_products()) attention_forward_native(out, att, qkv, work, B, T, C, NH, NKV, doc);
+  else attention_forward_widened(out, att, qkv, work, B, T, C, NH, NKV, doc);
 }
-void attention_forward(f16* out, f16* att, const f16* qkv, float* work, int B, int T, int C, int NH, int NKV) {
-  attention_forward_widened(out, att, qkv, work, B, T, C, NH, NKV);
+void attention_forward(f16* out, f16* att, const f16* qkv, float* work, int B, int T, int C, int NH, int NKV,
+                       const int32_t* doc) {
+  attention_forward_widened(out, att, qkv, work, B, T, C, NH, NKV, doc);
 }
 void attention_backward(bf16* dqkv, float* scratch, float* work, const float* dout, const bf16* qkv, const bf16* att,
                         int B, int T, int C, int NH, int NKV) {

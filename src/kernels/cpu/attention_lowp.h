@@ -5,7 +5,8 @@
 // qkv[B,T,(NH + 2 NKV) x hs], hs = C / NH: per row the NH query heads, then
 // NKV key heads, then NKV value heads; query head h reads kv head
 // h / (NH / NKV). NKV == NH (or NKV = 0, the default) is GPT-2's qkv[B,T,3C].
-// Scores are scaled by 1/sqrt(hs); position t attends to positions <= t.
+// Scores are scaled by 1/sqrt(hs); position t attends to positions <= t
+// (packed rows: from doc[t] on, as in attention.h; backward needs no doc).
 //
 // Numerics: scores S = scale * Q K^T and the softmax are fp32 (products of
 // the 16-bit q, k summed in fp32); the probabilities P are stored rounded to
@@ -19,6 +20,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 
 #include "core/dtype.h"
 
@@ -34,8 +36,9 @@ size_t attention_lowp_work_floats(int T, int C, int NH, int NKV = 0, int threads
 // out[B,T,C]: heads concatenated; att[B,NH,T,T]: softmax probabilities,
 // rounded (exact zeros above the diagonal), saved for the backward pass.
 void attention_forward(bf16* out, bf16* att, const bf16* qkv, float* work, int B, int T, int C, int NH,
-                       int NKV = 0);
-void attention_forward(f16* out, f16* att, const f16* qkv, float* work, int B, int T, int C, int NH, int NKV = 0);
+                       int NKV = 0, const int32_t* doc = nullptr);
+void attention_forward(f16* out, f16* att, const f16* qkv, float* work, int B, int T, int C, int NH,
+                       int NKV = 0, const int32_t* doc = nullptr);
 
 // dqkv[B,T,(NH + 2 NKV) x hs] = gradient (overwrites), from dout[B,T,C]
 // (fp32) and the forward's qkv and att. scratch[B,NH,T,T] is fp32 work
@@ -48,12 +51,13 @@ void attention_backward(f16* dqkv, float* scratch, float* work, const float* dou
 // The two paths the calls above choose between, for tests and benchmarks.
 // native: bf16 only, needs native_bf16_products() (UserError otherwise).
 void attention_forward_native(bf16* out, bf16* att, const bf16* qkv, float* work, int B, int T, int C, int NH,
-                              int NKV = 0);
+                       int NKV = 0, const int32_t* doc = nullptr);
 void attention_backward_native(bf16* dqkv, float* scratch, float* work, const float* dout, const bf16* qkv,
                                const bf16* att, int B, int T, int C, int NH, int NKV = 0);
 // widened: any CPU, H = bf16 or f16.
 template <class H>
-void attention_forward_widened(H* out, H* att, const H* qkv, float* work, int B, int T, int C, int NH, int NKV = 0);
+void attention_forward_widened(H* out, H* att, const H* qkv, float* work, int B, int T, int C, int NH,
+                       int NKV = 0, const int32_t* doc = nullptr);
 template <class H>
 void attention_backward_widened(H* dqkv, float* scratch, float* work, const float* dout, const H* qkv, const H* att,
                                 int B, int T, int C, int NH, int NKV = 0);

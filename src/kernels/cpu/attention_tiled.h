@@ -7,7 +7,8 @@
 // against the materialized kernel's B x NH x T x T.
 //
 // The span calls attend a run of query rows to a run of key rows at given
-// global positions (causal: key position <= query position) and merge into
+// global positions (causal: key position <= query position; packed rows:
+// and in the query's document, whose key tiles alone are visited) and merge into
 // what earlier spans gave, so a caller can visit the keys in blocks, in any
 // order: context parallelism (parallel/cp/) passes key/value blocks around
 // a ring this way. The whole-sequence calls are one span.
@@ -27,11 +28,12 @@ size_t attention_tiled_work_floats(int threads);
 // Whole sequence, fp32. out[B,T,C]; lse[B,NH,T]: each query row's
 // log-sum-exp of its scaled scores (kept for backward).
 void attention_tiled_forward(float* out, float* lse, const float* qkv, float* work, int B, int T, int C, int NH,
-                             int NKV = 0);
+                             int NKV = 0, const int32_t* doc = nullptr);
 // dqkv[B,T,(NH + 2 NKV) x hs] = gradient (overwrites), from the forward's
 // out and lse; a kv head's gradient sums over its query heads in order.
 void attention_tiled_backward(float* dqkv, float* work, const float* dout, const float* qkv, const float* out,
-                              const float* lse, int B, int T, int C, int NH, int NKV = 0);
+                              const float* lse, int B, int T, int C, int NH, int NKV = 0,
+                              const int32_t* doc = nullptr);
 
 // Whole sequence, 16-bit storage: qkv and out in H (bf16 or f16), math in
 // fp32 on copies widened into `wide` (attention_tiled_wide_floats), out
@@ -39,10 +41,11 @@ void attention_tiled_backward(float* dqkv, float* work, const float* dout, const
 size_t attention_tiled_wide_floats(int B, int T, int C, int NH, int NKV = 0);
 template <class H>
 void attention_tiled_forward(H* out, float* lse, const H* qkv, float* wide, float* work, int B, int T, int C, int NH,
-                             int NKV = 0);
+                             int NKV = 0, const int32_t* doc = nullptr);
 template <class H>
 void attention_tiled_backward(H* dqkv, float* wide, float* work, const float* dout, const H* qkv, const H* out,
-                              const float* lse, int B, int T, int C, int NH, int NKV = 0);
+                              const float* lse, int B, int T, int C, int NH, int NKV = 0,
+                              const int32_t* doc = nullptr);
 
 // Keys and values [B, T, ld]: kv head g's keys at column kofs + g hs, its
 // values at vofs + g hs (qkv itself: ld = C + 2 NKV hs, kofs = C,
@@ -57,10 +60,13 @@ struct KvGradRows {  // their gradient, same layout
   int64_t ld, kofs, vofs;
 };
 // Query rows [q0, q0 + nq) of qkv[B,Tq,...] at global positions q_pos.., and
-// key rows [k0, k0 + nk) of a KvRows at positions k_pos...
+// key rows [k0, k0 + nk) of a KvRows at positions k_pos... Packed rows:
+// doc[B,Tq] gives each query row's document start (a global position; it
+// sees keys from there to itself: attention_common.h), null: none.
 struct AttnSpan {
   int q0, nq, q_pos;
   int k0, nk, k_pos;
+  const int32_t* doc = nullptr;
 };
 
 // Marks lse[B,NH,Tq] empty (-inf): no keys seen yet.

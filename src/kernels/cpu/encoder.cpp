@@ -65,8 +65,8 @@ void position_embedding_forward(float* out, const float* wpe, int64_t first_row,
 #pragma omp parallel for schedule(static)
   for (int n = 0; n < N; n++) {
     float* o = out + size_t(n) * C;                            // [C]
-    const int t = int((first_row + n) % T);
-    const float* p = wpe + size_t(positions ? positions[t] : t) * C;  // [C]
+    const int64_t r = first_row + n;
+    const float* p = wpe + size_t(positions ? positions[r] : int(r % T)) * C;  // [C]
 #pragma omp simd
     for (int c = 0; c < C; c++) o[c] += p[c];
   }
@@ -101,8 +101,8 @@ void position_embedding_backward(float* dwpe, const float* dout, int64_t first_r
     const int c0 = blk * kBlock, c1 = std::min(C, c0 + kBlock);
     for (int n = 0; n < N; n++) {
       const float* d = dout + size_t(n) * C;
-      const int t = int((first_row + n) % T);
-      float* g = dwpe + size_t(positions ? positions[t] : t) * C;
+      const int64_t r = first_row + n;
+      float* g = dwpe + size_t(positions ? positions[r] : int(r % T)) * C;
 #pragma omp simd
       for (int c = c0; c < c1; c++) g[c] += d[c];
     }

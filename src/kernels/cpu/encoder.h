@@ -26,11 +26,12 @@ void token_embedding_forward(float* out, const int32_t* tokens, const float* wte
 void token_embedding_backward(float* dwte_rows, const float* dout, const int32_t* tokens, int64_t vocab_begin,
                               int64_t vocab_rows, int N, int C);
 // Rows n of out[N,C] are the flat token rows first_row + n of a [B,T] batch:
-// out[n] += wpe[pos(t)], t = (first_row + n) % T; pos(t) = positions[t]
-// (context parallelism: a local row's global position), or t when null.
+// out[n] += wpe[pos(r)], r = first_row + n; pos(r) = positions[r] (per row
+// of the whole [B*T] batch: context parallelism's global positions, packed
+// rows' positions in their documents), or r % T when null.
 void position_embedding_forward(float* out, const float* wpe, int64_t first_row, int N, int T, int C,
                                 const int32_t* positions = nullptr);
-// dwpe[pos(t)] += dout[n]
+// dwpe[pos(r)] += dout[n]
 void position_embedding_backward(float* dwpe, const float* dout, int64_t first_row, int N, int T, int C,
                                  const int32_t* positions = nullptr);
 

@@ -34,18 +34,25 @@ void check_shape(int T, int NH, int NKV, int hd) {
              T, NH, NKV, hd);
 }
 
-void rope_fp32(float* qkv, const float* cos, const float* sin, int N, int T, int NH, int NKV, int hd, float sign) {
+// The table row of token row n.
+inline size_t table_row(int n, int T, const int32_t* pos) { return size_t(pos ? pos[n] : n % T); }
+
+void rope_fp32(float* qkv, const float* cos, const float* sin, int N, int T, int NH, int NKV, int hd,
+               const int32_t* pos, float sign) {
   check_shape(T, NH, NKV, hd);
   const size_t row = size_t(NH + 2 * NKV) * hd, half = hd / 2;
 #pragma omp parallel for schedule(static)
-  for (int n = 0; n < N; n++)
-    rope_row(qkv + n * row, cos + (n % T) * half, sin + (n % T) * half, NH + NKV, hd, sign);
+  for (int n = 0; n < N; n++) {
+    const size_t r = table_row(n, T, pos) * half;
+    rope_row(qkv + n * row, cos + r, sin + r, NH + NKV, hd, sign);
+  }
 }
 
 // The q and k heads lead the row, so each row widens one run of
 // (NH + NKV) hd values into a per-thread fp32 buffer and rounds it back.
 template <class A>
-void rope_lowp(A* qkv, const float* cos, const float* sin, int N, int T, int NH, int NKV, int hd, float sign) {
+void rope_lowp(A* qkv, const float* cos, const float* sin, int N, int T, int NH, int NKV, int hd, const int32_t* pos,
+               float sign) {
   check_shape(T, NH, NKV, hd);
   const size_t row = size_t(NH + 2 * NKV) * hd, qk = size_t(NH + NKV) * hd, half = hd / 2;
 #pragma omp parallel
@@ -54,7 +61,8 @@ void rope_lowp(A* qkv, const float* cos, const float* sin, int N, int T, int NH,
 #pragma omp for schedule(static)
     for (int n = 0; n < N; n++) {
       widen(x.data(), qkv + n * row, qk);
-      rope_row(x.data(), cos + (n % T) * half, sin + (n % T) * half, NH + NKV, hd, sign);
+      const size_t r = table_row(n, T, pos) * half;
+      rope_row(x.data(), cos + r, sin + r, NH + NKV, hd, sign);
       narrow(qkv + n * row, x.data(), qk);
     }
   }
@@ -81,23 +89,29 @@ void rope_table(float* cos, float* sin, int T, int hd, const double* inv_freq, c
   }
 }
 
-void rope_forward(float* qkv, const float* cos, const float* sin, int N, int T, int NH, int NKV, int hd) {
-  rope_fp32(qkv, cos, sin, N, T, NH, NKV, hd, 1.0f);
+void rope_forward(float* qkv, const float* cos, const float* sin, int N, int T, int NH, int NKV, int hd,
+                   const int32_t* pos) {
+  rope_fp32(qkv, cos, sin, N, T, NH, NKV, hd, pos, 1.0f);
 }
-void rope_forward(bf16* qkv, const float* cos, const float* sin, int N, int T, int NH, int NKV, int hd) {
-  rope_lowp(qkv, cos, sin, N, T, NH, NKV, hd, 1.0f);
+void rope_forward(bf16* qkv, const float* cos, const float* sin, int N, int T, int NH, int NKV, int hd,
+                   const int32_t* pos) {
+  rope_lowp(qkv, cos, sin, N, T, NH, NKV, hd, pos, 1.0f);
 }
-void rope_forward(f16* qkv, const float* cos, const float* sin, int N, int T, int NH, int NKV, int hd) {
-  rope_lowp(qkv, cos, sin, N, T, NH, NKV, hd, 1.0f);
+void rope_forward(f16* qkv, const float* cos, const float* sin, int N, int T, int NH, int NKV, int hd,
+                   const int32_t* pos) {
+  rope_lowp(qkv, cos, sin, N, T, NH, NKV, hd, pos, 1.0f);
 }
-void rope_backward(float* dqkv, const float* cos, const float* sin, int N, int T, int NH, int NKV, int hd) {
-  rope_fp32(dqkv, cos, sin, N, T, NH, NKV, hd, -1.0f);
+void rope_backward(float* dqkv, const float* cos, const float* sin, int N, int T, int NH, int NKV, int hd,
+                   const int32_t* pos) {
+  rope_fp32(dqkv, cos, sin, N, T, NH, NKV, hd, pos, -1.0f);
 }
-void rope_backward(bf16* dqkv, const float* cos, const float* sin, int N, int T, int NH, int NKV, int hd) {
-  rope_lowp(dqkv, cos, sin, N, T, NH, NKV, hd, -1.0f);
+void rope_backward(bf16* dqkv, const float* cos, const float* sin, int N, int T, int NH, int NKV, int hd,
+                   const int32_t* pos) {
+  rope_lowp(dqkv, cos, sin, N, T, NH, NKV, hd, pos, -1.0f);
 }
-void rope_backward(f16* dqkv, const float* cos, const float* sin, int N, int T, int NH, int NKV, int hd) {
-  rope_lowp(dqkv, cos, sin, N, T, NH, NKV, hd, -1.0f);
+void rope_backward(f16* dqkv, const float* cos, const float* sin, int N, int T, int NH, int NKV, int hd,
+                   const int32_t* pos) {
+  rope_lowp(dqkv, cos, sin, N, T, NH, NKV, hd, pos, -1.0f);
 }
 
 }  // namespace loom::cpu

@@ -52,7 +52,7 @@ void block_forward(const BlockContext& ctx, const BlockTensors& p, BlockActs& a,
   ops.layernorm_forward(ln1, a.ln1_mean, a.ln1_rstd, res, w.param(p.ln1_w), w.param(p.ln1_b), R, C);
   const A* x = ctx.tp.gather_rows(ln1, work, N, C);
   tp::column_parallel_forward(ops.matmul(), qkv, x, w.weight<A>(p.qkv_w), w.param(p.qkv_b), N, C, 3 * Cl);
-  ctx.attn.forward(atty, a.att, qkv, ctx.B, ctx.T, Cl, NHl, NHl);
+  ctx.attn.forward(atty, a.att, qkv, ctx.B, ctx.T, Cl, NHl, NHl, ctx.doc);
   tp::row_parallel_forward(ops.matmul(), ctx.tp, a.res2, sp ? ctx.work.grad_work : a.res2, atty,
                            w.weight<A>(p.attn_proj_w), w.param(p.attn_proj_b), res, N, Cl, C);
   // MLP: res3 = res2 + fc_proj(gelu(fc(ln2(res2))))
@@ -111,7 +111,7 @@ void block_backward(const BlockContext& ctx, const BlockTensors& p, BlockActs& a
   tp::row_parallel_backward(ops.matmul(), ctx.tp, k.dattn_out, dweight(p.attn_proj_w), dweight(p.attn_proj_b),
                             dres_a.local(), dres_a.rows(), atty, w.weight<A>(p.attn_proj_w), N, Cl, C);
   weight_ready(p.attn_proj_w), weight_ready(p.attn_proj_b);
-  ctx.attn.backward(dqkv, k.datt, k.dattn_out, qkv, atty, a.att, ctx.B, ctx.T, Cl, NHl, NHl);
+  ctx.attn.backward(dqkv, k.datt, k.dattn_out, qkv, atty, a.att, ctx.B, ctx.T, Cl, NHl, NHl, ctx.doc);
   tp::column_parallel_backward(ops.matmul(), ctx.tp, dnorm, partial, dweight(p.qkv_w), dweight(p.qkv_b), dqkv,
                                sp ? gathered : ln1, w.weight<A>(p.qkv_w), N, C, 3 * Cl, ln1_ready.get());
   weight_ready(p.qkv_w), weight_ready(p.qkv_b);

@@ -60,8 +60,8 @@ void block_forward(const BlockContext& ctx, const RopeTables& rope, const BlockT
   ops.rmsnorm_forward(attn_in, a.attn_rstd, res, w.param(p.attn_norm), R, C, eps);
   const A* x = ctx.tp.gather_rows(attn_in, work, N, C);
   tp::column_parallel_forward(ops.matmul(), qkv, x, w.weight<A>(p.qkv), w.param(p.qkv_bias), N, C, s.qkv);
-  ops.rope_forward(qkv, rope.cos, rope.sin, N, ctx.T, s.NHl, s.NKVl, s.hd);
-  ctx.attn.forward(atty, a.att, qkv, ctx.B, ctx.T, s.Cl, s.NHl, s.NKVl);
+  ops.rope_forward(qkv, rope.cos, rope.sin, N, ctx.T, s.NHl, s.NKVl, s.hd, ctx.pos);
+  ctx.attn.forward(atty, a.att, qkv, ctx.B, ctx.T, s.Cl, s.NHl, s.NKVl, ctx.doc);
   tp::row_parallel_forward(ops.matmul(), ctx.tp, a.res2, sp ? ctx.work.grad_work : a.res2, atty,
                            w.weight<A>(p.o_proj), nullptr, res, N, s.Cl, C);
   // MLP: res3 = res2 + down(silu(gate) * up), gate/up of rmsnorm(res2)
@@ -120,8 +120,8 @@ void block_backward(const BlockContext& ctx, const RopeTables& rope, const Block
   tp::row_parallel_backward(ops.matmul(), ctx.tp, k.dattn_out, dweight(p.o_proj), nullptr, dres_a.local(),
                             dres_a.rows(), atty, w.weight<A>(p.o_proj), N, s.Cl, C);
   weight_ready(p.o_proj);
-  ctx.attn.backward(dqkv, k.datt, k.dattn_out, qkv, atty, a.att, ctx.B, ctx.T, s.Cl, s.NHl, s.NKVl);
-  ops.rope_backward(dqkv, rope.cos, rope.sin, N, ctx.T, s.NHl, s.NKVl, s.hd);
+  ctx.attn.backward(dqkv, k.datt, k.dattn_out, qkv, atty, a.att, ctx.B, ctx.T, s.Cl, s.NHl, s.NKVl, ctx.doc);
+  ops.rope_backward(dqkv, rope.cos, rope.sin, N, ctx.T, s.NHl, s.NKVl, s.hd, ctx.pos);
   tp::column_parallel_backward(ops.matmul(), ctx.tp, dnorm, partial, dweight(p.qkv), dweight(p.qkv_bias), dqkv,
                                sp ? gathered : attn_in, w.weight<A>(p.qkv), N, C, s.qkv, attn_in_ready.get());
   weight_ready(p.qkv), weight_ready(p.qkv_bias);

@@ -19,7 +19,8 @@ struct BlockActs {
   float *attn_rstd, *res2, *mlp_rstd, *res3;
 };
 
-// Rotary tables cos/sin [T, hd/2] (cpu::rope_table).
+// Rotary tables cos/sin [positions, hd/2] (cpu::rope_table), read at
+// BlockContext::pos (n % T where null).
 struct RopeTables {
   const float* cos;
   const float* sin;

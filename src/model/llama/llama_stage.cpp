@@ -14,13 +14,13 @@ struct Llama {
   struct NormActs {
     float* rstd = nullptr;
   };
-  // Rotary tables cos/sin [T, hd/2], made once (at the local rows' global
-  // positions under context parallelism).
+  // Rotary tables cos/sin [positions, hd/2] for positions 0.. of a whole
+  // sequence, made once; a token reads its position's row (BlockContext::pos).
   struct State {
     std::vector<float> cos, sin;
-    State(const ModelConfig& cfg, int T, const int32_t* positions)
-        : cos(size_t(T) * size_t(cfg.head_dim() / 2)), sin(cos.size()) {
-      cpu::rope_table(cos.data(), sin.data(), T, cfg.head_dim(), cfg.rope_inverse_frequencies().data(), positions);
+    State(const ModelConfig& cfg, int positions)
+        : cos(size_t(positions) * size_t(cfg.head_dim() / 2)), sin(cos.size()) {
+      cpu::rope_table(cos.data(), sin.data(), positions, cfg.head_dim(), cfg.rope_inverse_frequencies().data());
     }
     RopeTables tables() const { return {cos.data(), sin.data()}; }
   };

@@ -52,15 +52,16 @@ void unpack_kv(float* qkv, const float* block, size_t n, const cpu::detail::QkvL
 }
 
 // Calls f(span) for each pair (local query half, key half of the block
-// from rank src) with any key at or before a query.
+// from rank src) with any key at or before a query; doc: the local rows'
+// document starts (packed rows) or null.
 template <class F>
-void for_each_span(const SequenceSplit& mine, int src, int T, F&& f) {
+void for_each_span(const SequenceSplit& mine, int src, int T, const int32_t* doc, F&& f) {
   const SequenceSplit theirs{mine.cp, src};
   const int Tc = T / 2;
   for (int qh = 0; qh < 2; qh++)
     for (int kh = 0; kh < 2; kh++) {
       const int cq = mine.chunk(qh), ck = theirs.chunk(kh);
-      if (ck <= cq) f(cpu::AttnSpan{qh * Tc, Tc, cq * Tc, kh * Tc, Tc, ck * Tc});
+      if (ck <= cq) f(cpu::AttnSpan{qh * Tc, Tc, cq * Tc, kh * Tc, Tc, ck * Tc, doc});
     }
 }
 
@@ -104,7 +105,7 @@ size_t RingAttention::work_floats(int B, int T, int C, int NH, int NKV, bool low
 
 template <class A>
 void RingAttention::forward(A* out, float* lse, const A* qkv, float* tiles, float* work, int B, int T, int C, int NH,
-                            int NKV) {
+                            int NKV, const int32_t* doc) {
   constexpr bool f32 = std::is_same_v<A, float>;
   LOOM_CHECK(T % 2 == 0, "ring attention: %d local rows are not two chunks", T);
   const cpu::detail::QkvLayout L = cpu::detail::qkv_layout(C, NH, NKV);
@@ -129,7 +130,7 @@ void RingAttention::forward(A* out, float* lse, const A* qkv, float* tiles, floa
       recv = Transfer::recv(cp_, w.kv[(s + 1) % 2], blk, piece_, prev, kKvTag);
     }
     const cpu::KvRows kv{cur, T, 2 * int64_t(L.NKV) * L.hs, 0, int64_t(L.NKV) * L.hs};
-    for_each_span(split_, (split_.rank - s + P) % P, T, [&](const cpu::AttnSpan& span) {
+    for_each_span(split_, (split_.rank - s + P) % P, T, doc, [&](const cpu::AttnSpan& span) {
       cpu::attention_tiled_forward_span(o32, lse, q32, T, kv, span, tiles, B, C, NH, NKV);
       send.poke(), recv.poke();
     });
@@ -140,7 +141,7 @@ void RingAttention::forward(A* out, float* lse, const A* qkv, float* tiles, floa
 
 template <class A>
 void RingAttention::backward(A* dqkv, const float* dout, const A* qkv, const A* out, const float* lse, float* tiles,
-                             float* work, int B, int T, int C, int NH, int NKV) {
+                             float* work, int B, int T, int C, int NH, int NKV, const int32_t* doc) {
   constexpr bool f32 = std::is_same_v<A, float>;
   const cpu::detail::QkvLayout L = cpu::detail::qkv_layout(C, NH, NKV);
   const int64_t kvw = int64_t(L.NKV) * L.hs;
@@ -174,7 +175,7 @@ void RingAttention::backward(A* dqkv, const float* dout, const A* qkv, const A* 
     std::memset(share, 0, blk * sizeof(float));
     const cpu::KvRows kv{cur, T, 2 * kvw, 0, kvw};
     const cpu::KvGradRows dkv{share, 2 * kvw, 0, kvw};
-    for_each_span(split_, (split_.rank - s + P) % P, T, [&](const cpu::AttnSpan& span) {
+    for_each_span(split_, (split_.rank - s + P) % P, T, doc, [&](const cpu::AttnSpan& span) {
       cpu::attention_tiled_backward_span(dq32, dkv, dout, q32, o32, lse, T, kv, span, tiles, B, C, NH, NKV);
       send.poke(), recv.poke(), grad_send.poke(), grad_recv.poke();
     });
@@ -193,14 +194,17 @@ void RingAttention::backward(A* dqkv, const float* dout, const A* qkv, const A* 
   if constexpr (!f32) cpu::narrow(dqkv, dq32, n * L.row);
 }
 
-template void RingAttention::forward(float*, float*, const float*, float*, float*, int, int, int, int, int);
-template void RingAttention::forward(bf16*, float*, const bf16*, float*, float*, int, int, int, int, int);
-template void RingAttention::forward(f16*, float*, const f16*, float*, float*, int, int, int, int, int);
+template void RingAttention::forward(float*, float*, const float*, float*, float*, int, int, int, int, int,
+                                     const int32_t*);
+template void RingAttention::forward(bf16*, float*, const bf16*, float*, float*, int, int, int, int, int,
+                                     const int32_t*);
+template void RingAttention::forward(f16*, float*, const f16*, float*, float*, int, int, int, int, int,
+                                     const int32_t*);
 template void RingAttention::backward(float*, const float*, const float*, const float*, const float*, float*, float*,
-                                      int, int, int, int, int);
+                                      int, int, int, int, int, const int32_t*);
 template void RingAttention::backward(bf16*, const float*, const bf16*, const bf16*, const float*, float*, float*,
-                                      int, int, int, int, int);
+                                      int, int, int, int, int, const int32_t*);
 template void RingAttention::backward(f16*, const float*, const f16*, const f16*, const float*, float*, float*, int,
-                                      int, int, int, int);
+                                      int, int, int, int, const int32_t*);
 
 }  // namespace loom

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 
 #include "comm/communicator.h"
 #include "parallel/cp/sequence_split.h"
@@ -30,12 +31,14 @@ class RingAttention {
   static size_t work_floats(int B, int T, int C, int NH, int NKV, bool lowp, int cp);
 
   // As Attention::forward / backward on the local rows; tiles: the tiled
-  // kernels' per-thread work, work: work_floats(B, T, ...).
+  // kernels' per-thread work, work: work_floats(B, T, ...); doc[B,T]: the
+  // local rows' document starts (global positions; packed rows) or null.
   template <class A>
-  void forward(A* out, float* lse, const A* qkv, float* tiles, float* work, int B, int T, int C, int NH, int NKV);
+  void forward(A* out, float* lse, const A* qkv, float* tiles, float* work, int B, int T, int C, int NH, int NKV,
+               const int32_t* doc = nullptr);
   template <class A>
   void backward(A* dqkv, const float* dout, const A* qkv, const A* out, const float* lse, float* tiles, float* work,
-                int B, int T, int C, int NH, int NKV);
+                int B, int T, int C, int NH, int NKV, const int32_t* doc = nullptr);
 
  private:
   Communicator& cp_;
