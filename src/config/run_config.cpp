@@ -345,11 +345,12 @@ void RunConfig::validate() const {
   require(t.seed >= 0, "train.seed", ">= 0");
   require(data.format == "bytes" || data.format == "shards", "data.format", "\"shards\" or \"bytes\"");
   require(!data.path.empty(), "data.path", "a file path");
-  require(data.rows == "windows" || data.rows == "padded", "data.rows", "\"windows\" or \"padded\"");
+  require(data.rows == "windows" || data.rows == "padded" || data.rows == "packed", "data.rows",
+          "\"windows\", \"padded\" or \"packed\"");
   require(data.long_samples == "truncate" || data.long_samples == "skip", "data.long_samples",
           "\"truncate\" or \"skip\"");
   require(data.rows == "windows" || data.format == "shards", "data.rows",
-          "\"windows\" with data.format = \"bytes\" (padded rows need instruction data from loom prepare)");
+          "\"windows\" with data.format = \"bytes\" (padded and packed rows need instruction data from loom prepare)");
   require(data.val_fraction > 0 && data.val_fraction < 1, "data.val_fraction", "in (0, 1)");
   require(model.vocab_size >= 256, "model.vocab_size", ">= 256 (every byte needs an id)");
   require(runtime.isa == "auto" || parse_isa(runtime.isa).has_value(), "runtime.isa",

@@ -81,9 +81,10 @@ struct DataConfig {
   float val_fraction = 0.1f;         // bytes only: the held-out tail (shards are split by prepare)
   // How rows are cut: "windows" (seq_len + 1 tokens tiling the stream) or,
   // for instruction data, "padded" (one sample a row, from its start,
-  // the rest of the row ignored: samples never see each other).
+  // the rest of the row ignored) or "packed" (samples end to end, as many
+  // as fit; attention keeps them apart): samples never see each other.
   std::string rows = "windows";
-  // padded: a sample longer than seq_len + 1 is "truncate"d or "skip"ped.
+  // padded / packed: a sample longer than seq_len + 1 is "truncate"d or "skip"ped.
   std::string long_samples = "truncate";
 };
 

@@ -32,7 +32,7 @@ void ByteDataset::window(size_t offset, int T, int32_t* tokens, int32_t* targets
 }
 
 void ByteDataset::train_batch(uint64_t seed, int64_t step, int B, int T, RowRange rows, int32_t* tokens,
-                              int32_t* targets) const {
+                              int32_t* targets, int32_t*) const {
   const uint64_t stream = stable_hash("data.train");
   size_t range = train_end_ - size_t(T);  // offsets in [0, range)
   for (int b = rows.begin; b < rows.end; b++) {
@@ -43,7 +43,8 @@ void ByteDataset::train_batch(uint64_t seed, int64_t step, int B, int T, RowRang
   }
 }
 
-void ByteDataset::val_batch(int64_t index, int B, int T, RowRange rows, int32_t* tokens, int32_t* targets) const {
+void ByteDataset::val_batch(int64_t index, int B, int T, RowRange rows, int32_t* tokens, int32_t* targets,
+                            int32_t*) const {
   size_t windows = (val_size() - 1) / size_t(T);  // whole windows in the validation part
   for (int b = rows.begin; b < rows.end; b++) {
     size_t w = (size_t(index) * size_t(B) + size_t(b)) % windows;

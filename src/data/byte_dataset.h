@@ -19,9 +19,10 @@ class ByteDataset : public TokenSource {
   // Throws UserError naming the file if it is missing, unreadable or too short.
   ByteDataset(const std::string& path, float val_fraction, int seq_len);
 
-  void train_batch(uint64_t seed, int64_t step, int B, int T, RowRange rows, int32_t* tokens,
-                   int32_t* targets) const override;
-  void val_batch(int64_t index, int B, int T, RowRange rows, int32_t* tokens, int32_t* targets) const override;
+  void train_batch(uint64_t seed, int64_t step, int B, int T, RowRange rows, int32_t* tokens, int32_t* targets,
+                   int32_t* positions = nullptr) const override;
+  void val_batch(int64_t index, int B, int T, RowRange rows, int32_t* tokens, int32_t* targets,
+                 int32_t* positions = nullptr) const override;
   std::string describe() const override;
 
   size_t train_size() const { return train_end_; }

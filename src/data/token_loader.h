@@ -12,6 +12,15 @@
 // when longer ("skip"), the rest of the row padded with ignored targets, so
 // no sample sees another and positions start at 0 for each; rows are read
 // in SampleOrder over the samples.
+//
+// Packed rows (data.rows = "packed"): the samples, cut or left out the same
+// way, are laid end to end in dataset order, as many as fit a row (a sample
+// of n tokens fills n - 1 of its T places: its last token is only a target,
+// which the next document never predicts); the rest of a row is padding.
+// Rows are fixed once and read in SampleOrder over the rows, like windows.
+// Each token's position in its document comes with the batch, and the model
+// keeps the documents apart: the same loss and gradients as padded rows of
+// the same samples, in fewer rows.
 #pragma once
 
 #include <string>
@@ -31,12 +40,15 @@ class TokenLoader : public TokenSource {
   // vocabulary, the tokenizer model matching the shards, the vocabulary
   // fitting the model (model_vocab), at least one batch of training windows
   // and one validation window. Throws UserError naming the file otherwise.
-  TokenLoader(const std::string& dir, int batch_size, int seq_len, int model_vocab, bool padded = false,
+  enum class Rows { windows, padded, packed };
+  TokenLoader(const std::string& dir, int batch_size, int seq_len, int model_vocab, Rows rows = Rows::windows,
               bool skip_long = false);
 
-  void train_batch(uint64_t seed, int64_t step, int B, int T, RowRange rows, int32_t* tokens,
-                   int32_t* targets) const override;
-  void val_batch(int64_t index, int B, int T, RowRange rows, int32_t* tokens, int32_t* targets) const override;
+  bool packs() const override { return rows_ == Rows::packed; }
+  void train_batch(uint64_t seed, int64_t step, int B, int T, RowRange rows, int32_t* tokens, int32_t* targets,
+                   int32_t* positions = nullptr) const override;
+  void val_batch(int64_t index, int B, int T, RowRange rows, int32_t* tokens, int32_t* targets,
+                 int32_t* positions = nullptr) const override;
   std::string describe() const override;
 
   const DatasetManifest& manifest() const { return manifest_; }
@@ -52,18 +64,29 @@ class TokenLoader : public TokenSource {
     std::vector<ShardFile> shards;
     std::vector<uint64_t> first_window;  // per shard: windows before it (prefix sums)
     uint64_t windows = 0, tokens = 0;
-    std::vector<SampleRef> samples;  // padded rows: the samples kept
-    uint64_t long_samples = 0;       // padded rows: longer than T + 1 (truncated or skipped)
+    std::vector<SampleRef> samples;  // padded / packed rows: the samples kept
+    uint64_t long_samples = 0;       // longer than T + 1 (truncated or skipped)
+    std::vector<uint64_t> packed;    // packed rows: row r holds samples [packed[r], packed[r + 1])
   };
   Split open_split(const SplitManifest& m, const char* name) const;
-  // tokens/targets of row w of the split: window w, or (padded) sample w.
+  void pack_rows(Split& s) const;
+  const char* rows_name() const { return rows_ == Rows::padded ? "padded" : rows_ == Rows::packed ? "packed" : "windows"; }
+  // tokens/targets of row w of the split: window w, (padded) sample w or
+  // (packed) row w with its positions.
+  void read_row(const Split& split, uint64_t w, int32_t* tokens, int32_t* targets, int32_t* positions) const;
   void read_window(const Split& split, uint64_t w, int32_t* tokens, int32_t* targets) const;
   void read_sample(const Split& split, uint64_t k, int32_t* tokens, int32_t* targets) const;
-  uint64_t row_count(const Split& split) const { return padded_ ? split.samples.size() : split.windows; }
+  void read_packed(const Split& split, uint64_t r, int32_t* tokens, int32_t* targets, int32_t* positions) const;
+  uint64_t row_count(const Split& split) const {
+    return rows_ == Rows::padded ? split.samples.size()
+           : rows_ == Rows::packed ? split.packed.size() - 1
+                                   : split.windows;
+  }
 
   std::string dir_;
   int T_;
-  bool padded_ = false, skip_long_ = false;
+  Rows rows_ = Rows::windows;
+  bool skip_long_ = false;
   DatasetManifest manifest_;
   Split train_, val_;
   SampleOrder order_{1};

@@ -15,8 +15,10 @@ std::unique_ptr<TokenSource> open_token_source(const DataConfig& data, int batch
                                                int model_vocab) {
   if (data.format == "bytes") return std::make_unique<ByteDataset>(data.path, data.val_fraction, seq_len);
   LOOM_CHECK(data.format == "shards", "data.format '%s'", data.format.c_str());
-  return std::make_unique<TokenLoader>(data.path, batch_size, seq_len, model_vocab, data.rows == "padded",
-                                       data.long_samples == "skip");
+  const TokenLoader::Rows rows = data.rows == "padded"   ? TokenLoader::Rows::padded
+                                 : data.rows == "packed" ? TokenLoader::Rows::packed
+                                                         : TokenLoader::Rows::windows;
+  return std::make_unique<TokenLoader>(data.path, batch_size, seq_len, model_vocab, rows, data.long_samples == "skip");
 }
 
 }  // namespace loom

@@ -28,14 +28,19 @@ RowRange data_parallel_rows(int batch_size, int rank, int ranks);
 class TokenSource {
  public:
   virtual ~TokenSource() = default;
+  // Whether a row holds several documents (packed rows): then the batch
+  // calls also give each token's position in its document, and the model
+  // keeps the documents apart (StageModule::set_documents).
+  virtual bool packs() const { return false; }
   // Rows `rows` of the global training batch of `step` (batch_size windows
-  // of T + 1 tokens): tokens and targets (shifted by one), rows.size() x T each.
+  // of T + 1 tokens): tokens and targets (shifted by one), rows.size() x T
+  // each; positions the same size where packs() (else not written).
   virtual void train_batch(uint64_t seed, int64_t step, int batch_size, int T, RowRange rows, int32_t* tokens,
-                           int32_t* targets) const = 0;
+                           int32_t* targets, int32_t* positions = nullptr) const = 0;
   // Validation batch `index`: consecutive windows of the validation split,
   // wrapping around, the same for every run.
-  virtual void val_batch(int64_t index, int batch_size, int T, RowRange rows, int32_t* tokens,
-                         int32_t* targets) const = 0;
+  virtual void val_batch(int64_t index, int batch_size, int T, RowRange rows, int32_t* tokens, int32_t* targets,
+                         int32_t* positions = nullptr) const = 0;
   // One line for the log: what was opened and how big it is.
   virtual std::string describe() const = 0;
 };
@@ -45,7 +50,9 @@ class ValidationIterator {
  public:
   ValidationIterator(const TokenSource& source, int batch_size, int T, RowRange rows)
       : source_(source), batch_size_(batch_size), T_(T), rows_(rows) {}
-  void next(int32_t* tokens, int32_t* targets) { source_.val_batch(index_++, batch_size_, T_, rows_, tokens, targets); }
+  void next(int32_t* tokens, int32_t* targets, int32_t* positions = nullptr) {
+    source_.val_batch(index_++, batch_size_, T_, rows_, tokens, targets, positions);
+  }
   int64_t position() const { return index_; }
 
  private:

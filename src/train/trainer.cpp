@@ -48,13 +48,15 @@ double seconds_since(Clock::time_point t0) { return std::chrono::duration<double
 float evaluate(Replica& replica, const TokenSource& data, int batches, int B, RowRange rows, int micro, int T,
                const ParallelContext& ctx) {
   std::vector<int32_t> tokens(size_t(micro) * T), targets(tokens.size());
+  std::vector<int32_t> positions(data.packs() ? tokens.size() : 0);  // packed rows
+  int32_t* const pos = positions.empty() ? nullptr : positions.data();
   // The mean over every valid target of the validation batches, as training's.
   double sum = 0, count = 0;
   for (int first = rows.begin; first < rows.end; first += micro) {
     ValidationIterator it(data, B, T, RowRange{first, first + micro});
     for (int i = 0; i < batches; i++) {
-      it.next(tokens.data(), targets.data());
-      const Replica::LossSum part = replica.evaluate(tokens.data(), targets.data(), T);
+      it.next(tokens.data(), targets.data(), pos);
+      const Replica::LossSum part = replica.evaluate(tokens.data(), targets.data(), T, pos);
       sum += part.sum, count += double(part.targets);
     }
   }
@@ -268,6 +270,7 @@ TrainResult train(const RunConfig& cfg, const ParallelContext& ctx, FILE* log, c
 
   // Every micro-batch of the step, one after another.
   std::vector<int32_t> tokens(size_t(accumulation) * micro * T), targets(tokens.size());
+  std::vector<int32_t> positions(data->packs() ? tokens.size() : 0);  // packed rows: each token's in its document
   const int pp = ctx.grid().pp();
   std::vector<double> bubble_sum(size_t(pp), 0.0);  // per stage, over the timed steps
   PassTimes pass_times(replica.pipeline());
@@ -309,7 +312,8 @@ TrainResult train(const RunConfig& cfg, const ParallelContext& ctx, FILE* log, c
     for (int k = 0; k < accumulation; k++) {
       const RowRange micro_rows{rows.begin + k * micro, rows.begin + (k + 1) * micro};
       const size_t at = size_t(k) * micro * T;
-      data->train_batch(uint64_t(cfg.train.seed), step + position.data_skip, B, T, micro_rows, tokens.data() + at, targets.data() + at);
+      data->train_batch(uint64_t(cfg.train.seed), step + position.data_skip, B, T, micro_rows, tokens.data() + at,
+                        targets.data() + at, positions.empty() ? nullptr : positions.data() + at);
       if (options.target_mask)
         for (int r = 0; r < micro; r++)
           for (int t = 0; t < T; t++)
@@ -329,7 +333,7 @@ TrainResult train(const RunConfig& cfg, const ParallelContext& ctx, FILE* log, c
     const int slow_ms = options.faults.slow_ms(step, ctx.rank());
     if (slow_ms > 0)  // an injected straggler: the delay stands for slower compute
       std::this_thread::sleep_for(std::chrono::milliseconds(slow_ms));
-    float loss = replica.forward_backward(tokens, targets, T);
+    float loss = replica.forward_backward(tokens, targets, T, positions);
     const double busy_s =
         1e-3 * slow_ms + std::max(0.0, replica.timeline().compute - (replica.tp_comm_seconds() - tp_wait_before));
     if (timed) {

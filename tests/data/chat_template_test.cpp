@@ -258,10 +258,10 @@ TEST(ChatData, PrepareJsonLinesLearnsOnlyTheAnswers) {
 
   // Padded rows: each row one sample from its first token, cut at T + 1,
   // the rest ignored; the long ones truncated or skipped, and counted.
-  TokenLoader padded(out, 2, T, tok->vocab_size(), true, false);
-  TokenLoader skipping(out, 2, 48, tok->vocab_size(), true, true);
+  TokenLoader padded(out, 2, T, tok->vocab_size(), TokenLoader::Rows::padded, false);
+  TokenLoader skipping(out, 2, 48, tok->vocab_size(), TokenLoader::Rows::padded, true);
   EXPECT_NE(padded.describe().find("longer than seq_len + 1 truncated"), std::string::npos) << padded.describe();
-  EXPECT_LT(skipping.train_windows(), TokenLoader(out, 2, 48, tok->vocab_size(), true, false).train_windows());
+  EXPECT_LT(skipping.train_windows(), TokenLoader(out, 2, 48, tok->vocab_size(), TokenLoader::Rows::padded, false).train_windows());
   const ShardFile first(out + "/" + m.val.shards.at(0));
   for (uint64_t k = 0; k < 2; k++) {
     SCOPED_TRACE("validation sample " + std::to_string(k));
