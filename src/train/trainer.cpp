@@ -270,7 +270,8 @@ TrainResult train(const RunConfig& cfg, const ParallelContext& ctx, FILE* log, c
 
   // Every micro-batch of the step, one after another.
   std::vector<int32_t> tokens(size_t(accumulation) * micro * T), targets(tokens.size());
-  std::vector<int32_t> positions(data->packs() ? tokens.size() : 0);  // packed rows: each token's in its document
+  // Packed rows: each token's position in its document.
+  std::vector<int32_t> positions(data->packs() || options.document_position ? tokens.size() : 0);
   const int pp = ctx.grid().pp();
   std::vector<double> bubble_sum(size_t(pp), 0.0);  // per stage, over the timed steps
   PassTimes pass_times(replica.pipeline());
@@ -319,6 +320,11 @@ TrainResult train(const RunConfig& cfg, const ParallelContext& ctx, FILE* log, c
           for (int t = 0; t < T; t++)
             if (options.target_mask(step + position.data_skip, micro_rows.begin + r, t))
               targets[at + size_t(r) * T + size_t(t)] = -1;
+      if (options.document_position)
+        for (int r = 0; r < micro; r++)
+          for (int t = 0; t < T; t++)
+            positions[at + size_t(r) * T + size_t(t)] = options.document_position(step + position.data_skip,
+                                                                                   micro_rows.begin + r, t);
     }
     if (trace) trace->end();
     const double step_data_s = seconds_since(t_data);

@@ -84,6 +84,9 @@ struct TrainOptions {
   // row, position): the same tokens in every layout (masks as instruction
   // data and padding make them).
   std::function<bool(int64_t step, int row, int t)> target_mask;
+  // Tests: packed rows over any data, each token's position in its
+  // document by (data step, global batch row, position).
+  std::function<int32_t(int64_t step, int row, int t)> document_position;
   // Fault injection for tests and demos (loom train --fault): ranks that
   // die, hang or run slow at given steps.
   FaultPlan faults;

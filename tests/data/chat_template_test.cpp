@@ -277,6 +277,38 @@ TEST(ChatData, PrepareJsonLinesLearnsOnlyTheAnswers) {
       EXPECT_EQ(targets[t], t + 1 < n && learn[t + 1] ? sample[t + 1] : -1) << t;
     }
   }
+  // Packed rows: the same samples end to end in dataset order, positions
+  // restarting at each; read in order, they give back the padded rows'
+  // tokens and targets sample by sample, the rest of a row padding.
+  const int PT = 96;
+  TokenLoader packed_rows(out, 2, PT, tok->vocab_size(), TokenLoader::Rows::packed, false);
+  TokenLoader padded_rows(out, 2, PT, tok->vocab_size(), TokenLoader::Rows::padded, false);
+  EXPECT_TRUE(packed_rows.packs());
+  EXPECT_LT(packed_rows.val_windows(), padded_rows.val_windows());
+  EXPECT_NE(packed_rows.describe().find("packed into"), std::string::npos) << packed_rows.describe();
+  std::vector<int32_t> ptok(PT), ptgt(PT), ppos(PT), one_tok(PT), one_tgt(PT);
+  ASSERT_EQ(m.val.shards.size(), 1u);  // `first` holds every validation sample
+  uint64_t sample = 0;
+  for (uint64_t w = 0; w < packed_rows.val_windows(); w++) {
+    packed_rows.val_batch(int64_t(w), 1, PT, {0, 1}, ptok.data(), ptgt.data(), ppos.data());
+    size_t at = 0;
+    while (sample < padded_rows.val_windows()) {
+      const size_t n = size_t(std::min<uint64_t>(first.sample_length(sample), PT + 1)) - 1;  // places it fills
+      if (at > 0 && at + n > size_t(PT)) break;  // the next row's
+      padded_rows.val_batch(int64_t(sample), 1, PT, {0, 1}, one_tok.data(), one_tgt.data());
+      for (size_t i = 0; i < n; i++) {
+        ASSERT_EQ(ptok[at + i], one_tok[i]) << "row " << w << " sample " << sample << " place " << i;
+        ASSERT_EQ(ptgt[at + i], one_tgt[i]) << "row " << w << " sample " << sample << " place " << i;
+        ASSERT_EQ(ppos[at + i], int32_t(i));
+      }
+      at += n, sample++;
+    }
+    for (size_t t = at; t < size_t(PT); t++) {
+      EXPECT_EQ(ptgt[t], -1) << "padding at " << t;
+      EXPECT_EQ(ppos[t], int32_t(t - at));
+    }
+  }
+  EXPECT_EQ(sample, padded_rows.val_windows());  // every sample once
   r = test::run_loom("train --config configs/llama-tiny.toml --set data.format=shards --set data.path=" + out +
                      " --set model.vocab_size=" + std::to_string(tok->vocab_size()) +
                      " --set model.seq_len=32 --set train.batch_size=4 --set train.steps=2 --set train.eval_every=2"
@@ -291,6 +323,14 @@ TEST(ChatData, PrepareJsonLinesLearnsOnlyTheAnswers) {
                      " --set data.long_samples=skip 2>&1");
   EXPECT_EQ(r.code, 0) << r.output;
   EXPECT_NE(r.output.find("padded rows:"), std::string::npos) << r.output;
+  r = test::run_loom("train --config configs/llama-tiny.toml --set data.format=shards --set data.path=" + out +
+                     " --set model.vocab_size=" + std::to_string(tok->vocab_size()) +
+                     " --set model.seq_len=64 --set train.batch_size=2 --set train.steps=2 --set train.eval_every=2"
+                     " --set train.eval_batches=1 --set train.sample_tokens=0 --set 'train.run_dir=' --set data.rows=packed"
+                     " 2>&1");
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("packed into"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("val loss"), std::string::npos) << r.output;
   // A chat answer through the tokenizer's template, stopping at <|eot_id|>.
   r = test::run_loom("generate --checkpoint " + dir + "/ckpt --chat --system 'Quote scripture.' --prompt 'Give verse 3'"
                      " --temperature 0 --max-tokens 8 2>&1");
