@@ -30,6 +30,8 @@ int cmd_bench_pp(const Args& args);
 int cmd_bench_pp_child(const Args& args, MpiRuntime& mpi);
 int cmd_bench_cp(const Args& args);
 int cmd_bench_tokenizer(const Args& args);
+// `loom bench packed`: packed rows against one sequence a row (attention tiles skipped, step time).
+int cmd_bench_packed(const Args& args);
 int cmd_bench_cp_child(const Args& args, MpiRuntime& mpi);
 // `loom bench cluster`: layouts on an emulated 2-node cluster, measured against the planner.
 int cmd_bench_cluster(const Args& args);

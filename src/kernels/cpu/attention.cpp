@@ -50,13 +50,15 @@ void attention_forward(float* out, float* att, const float* qkv, int B, int T, i
     float* p = att + int64_t(bh) * T * T;          // [T,T]
     for (int i0 = 0; i0 < T; i0 += kTile) {
       const int i1 = std::min(T, i0 + kTile), m = i1 - i0;
+      // Packed rows: the tile's keys before its first row's document are masked for all its rows.
+      const int c0 = detail::doc_start(doc, int64_t(b) * T + i0);
       float* pt = p + int64_t(i0) * T;  // rows [i0,i1)
-      // S[i0:i1, 0:i1] = scale * Q[i0:i1] K[0:i1]^T
-      sgemm('N', 'T', m, i1, hs, scale, q + i0 * R, R, k, R, 0.0f, pt, T);
+      // S[i0:i1, c0:i1] = scale * Q[i0:i1] K[c0:i1]^T
+      sgemm('N', 'T', m, i1 - c0, hs, scale, q + i0 * R, R, k + c0 * R, R, 0.0f, pt + c0, T);
       for (int i = i0; i < i1; i++)
         causal_softmax_row(p + int64_t(i) * T, i + 1, T, detail::doc_start(doc, int64_t(b) * T + i));
-      // O[i0:i1] = P[i0:i1, 0:i1] V[0:i1]
-      sgemm('N', 'N', m, hs, i1, 1.0f, pt, T, v, R, 0.0f, o + int64_t(i0) * C, C);
+      // O[i0:i1] = P[i0:i1, c0:i1] V[c0:i1]
+      sgemm('N', 'N', m, hs, i1 - c0, 1.0f, pt + c0, T, v + c0 * R, R, 0.0f, o + int64_t(i0) * C, C);
     }
   }
 }

@@ -62,23 +62,24 @@ inline int round16(int len, int limit) { return std::min(limit, (len + 15) & ~15
 // In place: row[0..n) holds scores for row i; becomes softmax over entries
 // [lo, len), len = i + 1, exact zeros elsewhere. lo > 0: packed rows, the
 // row's document starts at lo (its keys before belong to other documents).
+// Entries before lo need not hold scores (they are not read).
 inline void causal_softmax_row(float* row, int len, int n, int lo = 0) {
   const int lenp = round16(len, n);
-  std::fill(row, row + lo, -INFINITY);
   std::fill(row + len, row + lenp, -INFINITY);  // exp(-inf) = 0
   float maxval = -INFINITY;
 #pragma omp simd reduction(max : maxval)
-  for (int j = 0; j < lenp; j++) maxval = row[j] > maxval ? row[j] : maxval;  // std::max would not vectorize
+  for (int j = lo; j < lenp; j++) maxval = row[j] > maxval ? row[j] : maxval;  // std::max would not vectorize
   float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
-  for (int j = 0; j < lenp; j++) {
+  for (int j = lo; j < lenp; j++) {
     float e = std::exp(row[j] - maxval);
     row[j] = e;
     sum += e;
   }
   const float inv = 1.0f / sum;
 #pragma omp simd
-  for (int j = 0; j < lenp; j++) row[j] *= inv;
+  for (int j = lo; j < lenp; j++) row[j] *= inv;
+  std::fill(row, row + lo, 0.0f);
   std::fill(row + lenp, row + n, 0.0f);
 }
 

@@ -132,13 +132,14 @@ void attention_forward_native(bf16* out, bf16* att, const bf16* qkv, float* work
       bf16* p = att + int64_t(bh) * T * T;           // [T,T]
       for (int i0 = 0; i0 < T; i0 += kTile) {
         const int i1 = std::min(T, i0 + kTile), m = i1 - i0;
-        // S[0:m, 0:i1] = scale * Q[i0:i1] K[0:i1]^T
-        gemm('N', 'T', m, i1, hs, scale, q + i0 * R, R, k, R, 0.0f, s, T);
+        const int c0 = detail::doc_start(doc, int64_t(b) * T + i0);  // packed rows: keys before are masked
+        // S[0:m, c0:i1] = scale * Q[i0:i1] K[c0:i1]^T
+        gemm('N', 'T', m, i1 - c0, hs, scale, q + i0 * R, R, k + c0 * R, R, 0.0f, s + c0, T);
         for (int i = i0; i < i1; i++)
           causal_softmax_row(s + int64_t(i - i0) * T, i + 1, T, detail::doc_start(doc, int64_t(b) * T + i));
         narrow_rows(p, T, s, i0, i1, T);  // whole rows: the zeros too
-        // O[i0:i1] = P[i0:i1, 0:i1] V[0:i1], from the stored (rounded) P
-        gemm('N', 'N', m, hs, i1, 1.0f, p + int64_t(i0) * T, T, v, R, 0.0f, o, hs);
+        // O[i0:i1] = P[i0:i1, c0:i1] V[c0:i1], from the stored (rounded) P
+        gemm('N', 'N', m, hs, i1 - c0, 1.0f, p + int64_t(i0) * T + c0, T, v + c0 * R, R, 0.0f, o, hs);
         narrow_rows(ob, C, o, i0, i1, hs);
       }
     }
@@ -171,14 +172,15 @@ void attention_forward_widened(H* out, H* att, const H* qkv, float* work, int B,
       H* p = att + int64_t(bh) * T * T;           // [T,T]
       for (int i0 = 0; i0 < T; i0 += kTile) {
         const int i1 = std::min(T, i0 + kTile), m = i1 - i0;
-        gemm('N', 'T', m, i1, hs, scale, qw + int64_t(i0) * hs, hs, kw, hs, 0.0f, s, T);
+        const int c0 = detail::doc_start(doc, int64_t(b) * T + i0);  // packed rows: keys before are masked
+        gemm('N', 'T', m, i1 - c0, hs, scale, qw + int64_t(i0) * hs, hs, kw + int64_t(c0) * hs, hs, 0.0f, s + c0, T);
         for (int i = i0; i < i1; i++) {
           float* row = s + int64_t(i - i0) * T;
           causal_softmax_row(row, i + 1, T, detail::doc_start(doc, int64_t(b) * T + i));
           narrow(p + int64_t(i) * T, row, size_t(T));
           widen(row, p + int64_t(i) * T, size_t(i1));  // the rounded P, for O
         }
-        gemm('N', 'N', m, hs, i1, 1.0f, s, T, vw, hs, 0.0f, o, hs);
+        gemm('N', 'N', m, hs, i1 - c0, 1.0f, s + c0, T, vw + int64_t(c0) * hs, hs, 0.0f, o, hs);
         narrow_rows(ob, C, o, i0, i1, hs);
       }
     }
