@@ -87,8 +87,10 @@ commands:
                           names kept fixed, with no gradients or AdamW state; the run log
                           and the plan show the bytes saved)
                   [data] path format (shards | bytes) val_fraction rows ("windows": seq_len + 1
-                         tokens tiling the stream | "padded": one instruction sample a row,
-                         samples never see each other) long_samples (padded: "truncate" | "skip")
+                         tokens tiling the stream | "padded": one instruction sample a row |
+                         "packed": samples end to end, each attending to itself only, positions
+                         restarting; samples never see each other) long_samples (padded,
+                         packed: "truncate" | "skip")
                   [parallel] dp (0 = infer) tp pp order ("tp-dp-pp": innermost first; cp
                              right after tp unless named, e.g. "tp-cp-dp-pp")
                              cp (context parallelism: each sequence split over cp ranks, two
@@ -181,6 +183,9 @@ commands:
           --freeze 'wte.weight,h.[0-5].*' (train.freeze's patterns): the trainer's own step in
           one process with every tensor trained, then with those frozen: tok/s, peak RSS and the
           parameter, gradient and AdamW MiB the engine holds, with the ratios of the two runs.
+            loom bench packed [--T 2048] [--doc-len 256] [--reps 3]
+          Packed rows against one sequence a row at the same shape: the tiled attention's key
+          tiles visited and time, and a small GPT-2's step (tiled at T, materialized at 512).
             loom bench tokenizer --tokenizer tokenizer.json [--text FILE] [--mb 1]
           A Hugging Face byte-level BPE tokenizer's encoding speed on one core, loom's beside
           the tokenizers library's (.venv; per-line encode calls) on the same lines, with the ids'
