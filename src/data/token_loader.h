@@ -70,7 +70,9 @@ class TokenLoader : public TokenSource {
   };
   Split open_split(const SplitManifest& m, const char* name) const;
   void pack_rows(Split& s) const;
-  const char* rows_name() const { return rows_ == Rows::padded ? "padded" : rows_ == Rows::packed ? "packed" : "windows"; }
+  const char* rows_name() const {
+    return rows_ == Rows::padded ? "padded" : rows_ == Rows::packed ? "packed" : "windows";
+  }
   // tokens/targets of row w of the split: window w, (padded) sample w or
   // (packed) row w with its positions.
   void read_row(const Split& split, uint64_t w, int32_t* tokens, int32_t* targets, int32_t* positions) const;

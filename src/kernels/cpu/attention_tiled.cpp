@@ -178,8 +178,8 @@ void attention_tiled_backward_span(float* dqkv, const KvGradRows& dkv, const flo
     const int32_t* qdoc = s.doc ? s.doc + q_row : nullptr;
     for (int h = g * L.group; h < (g + 1) * L.group; h++) {
       backward_head(dqkv + q_row * L.row + L.q(h), dk, dv, dkv.ld, qkv + q_row * L.row + L.q(h), L.row, s.nq,
-                    s.q_pos, qdoc, k, v, kv.ld, s.nk, s.k_pos, out + q_row * C + h * L.hs, dout + q_row * C + h * L.hs, C,
-                    lse + (int64_t(b) * NH + h) * Tq + s.q0, L.hs, scale, w);
+                    s.q_pos, qdoc, k, v, kv.ld, s.nk, s.k_pos, out + q_row * C + h * L.hs,
+                    dout + q_row * C + h * L.hs, C, lse + (int64_t(b) * NH + h) * Tq + s.q0, L.hs, scale, w);
     }
   }
 }
