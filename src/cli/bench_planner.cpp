@@ -17,6 +17,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <thread>
 #include <nlohmann/json.hpp>
 #include <set>
 
@@ -125,7 +126,10 @@ int cmd_bench_planner(const Args& args) {
       params.emplace_back(l.model, n);
   }
   const planner::ClusterSpec cluster = planner::local_cluster_or_default();
-  const bool calibrated = std::filesystem::exists(planner::local_cluster_path(planner::default_root()));
+  const bool by_bench = std::filesystem::exists(planner::local_cluster_path(planner::default_root()));
+  const bool by_run = std::filesystem::exists(planner::auto_calibration_path(
+      planner::default_root(), std::max(1u, std::thread::hardware_concurrency())));
+  const bool calibrated = by_bench || by_run;
   double load = 0;
   ::getloadavg(&load, 1);
 
@@ -137,11 +141,12 @@ int cmd_bench_planner(const Args& args) {
   for (const auto& [model, n] : params)
     std::printf("  %-7s = %s, %.2fM parameters\n", model->name, model->describe().c_str(), double(n) * 1e-6);
   std::printf("step time: %s\n",
-              calibrated ? "calibrated (.cache/cluster-local.toml from loom bench calibrate)"
-                         : "UNCALIBRATED (no .cache/cluster-local.toml: the planner assumes a third of a quickly "
-                           "measured fp32 peak; run loom bench calibrate first)");
+              by_bench ? "calibrated (.cache/cluster-local.toml from loom bench calibrate)"
+              : by_run ? "calibrated automatically (.cache/calibration/, loom bench calibrate --quick, all cores)"
+                       : "UNCALIBRATED (no .cache/cluster-local.toml: the planner assumes a third of a quickly "
+                         "measured fp32 peak; run loom bench calibrate first)");
   std::printf("memory: the planner adds cluster.overhead_bytes = %.1f MiB per process (%s)\n\n",
-              cluster.overhead_bytes / (1 << 20), calibrated ? "from loom bench calibrate" : "default");
+              cluster.overhead_bytes / (1 << 20), calibrated ? "measured by loom bench calibrate" : "default");
   std::fflush(stdout);
 
   ScratchDir scratch;

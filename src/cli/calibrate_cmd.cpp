@@ -7,6 +7,12 @@
 // shape), and with --mpi the all-reduce bandwidth and latency of 2 ranks
 // (mpirun, like `loom bench comm`), and the per-process memory beyond the
 // model's own buffers.
+//
+// --quick --threads N: the same measurements, shorter, with the run's N
+// threads: what `loom train` takes automatically (once per CPU, thread
+// count and build, cached in .cache/calibration/) when no `loom bench
+// calibrate` file exists, so that a run's prediction is calibrated from the
+// first run.
 #include <unistd.h>
 
 #include <algorithm>
@@ -36,11 +42,11 @@ using Clock = std::chrono::steady_clock;
 double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 // Bytes moved per second by memcpy (read + write) of a buffer far beyond the caches.
-double memcpy_traffic_bytes_per_s() {
-  const size_t bytes = size_t(128) << 20;
+double memcpy_traffic_bytes_per_s(size_t mib, int reps) {
+  const size_t bytes = mib << 20;
   std::vector<char> a(bytes, 1), b(bytes, 2);
   double best = 0;
-  for (int i = 0; i < 4; i++) {
+  for (int i = 0; i < reps; i++) {
     auto t0 = Clock::now();
     std::memcpy(b.data(), a.data(), bytes);
     best = std::max(best, 2.0 * double(bytes) / since(t0));
@@ -91,29 +97,39 @@ StepFigures measure_training_step(int threads) {
 
 int cmd_bench_calibrate(const Args& args) {
   std::string out = planner::local_cluster_path(planner::default_root());
-  bool mpi = false;
+  bool mpi = false, quick = false;
+  int threads = 0;
   for (size_t i = 1; i < args.size(); i++) {
     if (args[i] == "--out" && i + 1 < args.size()) out = args[++i];
     else if (args[i] == "--mpi") mpi = true;
-    else throw UserError(strprintf("bench calibrate: unknown option '%s' (--out FILE, --mpi; try loom bench --help)", args[i].c_str()));
+    else if (args[i] == "--quick") quick = true;
+    else if (args[i] == "--threads" && i + 1 < args.size())
+      threads = int_option(args[++i], "bench calibrate", "--threads", 1, 4096);
+    else
+      throw UserError(strprintf("bench calibrate: unknown option '%s' (--out FILE, --mpi, --quick, --threads N; "
+                                "try loom bench --help)",
+                                args[i].c_str()));
   }
   planner::ClusterSpec c = planner::measure_local_cluster_quickly();
   const int cores = c.devices_per_node;
-  std::printf("loom bench calibrate: %d cores, %.1f GiB memory per core\n", cores, c.memory_bytes / (1 << 30));
-  const double peak = measure_peak_gflops(cores, 0.3) * 1e9;
-  c.peak_flops_fp32 = peak / cores;
+  // The threads the step runs on: every core, or (--threads) a run's own.
+  if (threads <= 0) threads = cores;
+  std::printf("loom bench calibrate%s: %d cores, %.1f GiB memory per core, %d threads\n", quick ? " --quick" : "",
+              cores, c.memory_bytes / (1 << 30), threads);
+  const double peak = measure_peak_gflops(threads, quick ? 0.1 : 0.3) * 1e9;
+  c.peak_flops_fp32 = peak / threads;
   c.peak_flops_bf16 = c.peak_flops_fp32 * planner::bf16_speedup_of_this_cpu();
-  std::printf("  fp32 FMA peak:        %.1f GFLOP/s over %d threads (%.1f per core)\n", peak * 1e-9, cores,
+  std::printf("  fp32 FMA peak:        %.1f GFLOP/s over %d threads (%.1f per core)\n", peak * 1e-9, threads,
               c.peak_flops_fp32 * 1e-9);
   // Before the memcpy buffers, so that the peak RSS is the training step's.
-  const StepFigures step = measure_training_step(cores);
+  const StepFigures step = measure_training_step(threads);
   c.matmul_efficiency = std::min(1.0, step.flops_per_s / peak);
   c.overhead_bytes = step.overhead_bytes;
-  std::printf("  loom training step:   %.1f GFLOP/s = %.1f%% of peak (default model, batch 4, all cores)\n",
-              step.flops_per_s * 1e-9, 100 * c.matmul_efficiency);
+  std::printf("  loom training step:   %.1f GFLOP/s = %.1f%% of peak (default model, batch 4, %d threads)\n",
+              step.flops_per_s * 1e-9, 100 * c.matmul_efficiency, threads);
   std::printf("  process overhead:     %.1f MiB beyond the model's buffers (peak RSS)\n",
               c.overhead_bytes / (1 << 20));
-  c.memory_bandwidth = memcpy_traffic_bytes_per_s();
+  c.memory_bandwidth = quick ? memcpy_traffic_bytes_per_s(64, 3) : memcpy_traffic_bytes_per_s(128, 4);
   std::printf("  memcpy traffic:       %.1f GB/s (one thread, read + write)\n", c.memory_bandwidth * 1e-9);
   if (mpi) {
     MpiFigures f = measure_all_reduce(mpirun_prefix(2, 1), "64M");
@@ -126,8 +142,8 @@ int cmd_bench_calibrate(const Args& args) {
     std::printf("  MPI all_reduce:       not measured (add --mpi); assuming %.1f GB/s, %.0f us\n",
                 c.intra_bandwidth * 1e-9, c.intra_latency * 1e6);
   }
-  c.description = strprintf("this machine, measured by loom bench calibrate%s: one device per core",
-                            mpi ? " --mpi" : "");
+  c.description = strprintf("this machine, measured by loom bench calibrate%s%s: one device per core",
+                            quick ? strprintf(" --quick (%d threads)", threads).c_str() : "", mpi ? " --mpi" : "");
   if (std::filesystem::path(out).has_parent_path())
     std::filesystem::create_directories(std::filesystem::path(out).parent_path());
   write_file_atomically(out, c.to_toml());

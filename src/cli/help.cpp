@@ -51,7 +51,8 @@ commands:
             --cluster NAME    the cluster the run's own prediction (and --layout auto) is made for:
                               a configs/clusters preset or a cluster .toml (e.g. the emulated one
                               loom bench cluster writes); default: this machine's calibration
-                              (loom bench calibrate), as many nodes as the run finds
+                              (loom bench calibrate; without it, a single-rank run takes one
+                              itself, once, in .cache/calibration/), as many nodes as the run finds
             --fault SPEC      for tests and demos only: make a rank fail on purpose. SPEC is
                               kill:rank=R:step=S (SIGKILL as step S begins), stop:rank=R:step=S
                               (SIGSTOP: a hang), slow:rank=R:step=S:ms=M (M ms more compute per
@@ -213,10 +214,13 @@ commands:
           across the nodes at each link speed (the link measured and written as the cluster file
           .cache/cluster-emulated-2x2-RATE.toml, for loom plan --cluster): measured against
           predicted step time, communication and link cost, and the two rankings.
-            loom bench calibrate [--mpi] [--out FILE]
+            loom bench calibrate [--mpi] [--out FILE] [--quick] [--threads N]
           Measures this machine (fp32 peak per core, memcpy bandwidth, a loom training step's share
           of peak; with --mpi, 2-rank MPI all-reduce bandwidth and latency) and writes the cluster
-          file loom plan reads as --cluster local (default .cache/cluster-local.toml).
+          file loom plan reads as --cluster local (default .cache/cluster-local.toml). --quick
+          --threads N: shorter, on N threads: what a single-rank loom train takes by itself (about
+          2 s, once per CPU, thread count and build, cached in .cache/calibration/) when there is
+          no .cache/cluster-local.toml.
             loom bench scaling [--ranks 2] [--zero 0,1,2,3] [--steps 8] [--micro-batch 4]
                                [--bucket-mb 4] [--repeat 1]
           Weak scaling of data parallelism on the "small" shape, 1 thread per rank: 1 rank

@@ -1,8 +1,13 @@
 #include <sys/stat.h>
 
+#include <omp.h>
+
+#include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 
+#include "cli/bench_util.h"
 #include "cli/commands.h"
 #include "comm/mpi_comm.h"
 #include "config/run_config.h"
@@ -63,6 +68,42 @@ static void choose_layout_on_rank0(RunConfig& cfg, MpiRuntime& mpi, const std::s
                 chosen[4], chosen[5], cfg.train.recompute.c_str());
 }
 
+// A single-rank run without `loom bench calibrate`'s file predicts itself
+// from the calibration `loom bench calibrate --quick` takes for its thread
+// count, once per CPU, thread count and build (planner::auto_calibration_path),
+// in a child process so that its memory figures are its own. Returns the
+// cluster file to use, or "" (then the planner's uncalibrated guesses).
+// Started by mpirun or srun (even as one rank) it only reads the cache: a
+// child forked by an MPI process of a launched job confuses the launcher
+// (OpenMPI's finalize then waits forever).
+std::string automatic_calibration(const RunConfig& cfg, bool launched) {
+  const std::string root = planner::default_root();
+  if (std::filesystem::exists(planner::local_cluster_path(root))) return "";
+  const int threads = cfg.runtime.threads > 0 ? cfg.runtime.threads : omp_get_num_procs();
+  const std::string path = planner::auto_calibration_path(root, threads);
+  if (std::filesystem::exists(path)) {
+    std::printf("calibration: %s (taken automatically for %d threads; loom bench calibrate measures more)\n",
+                path.c_str(), threads);
+    return path;
+  }
+  if (launched) return "";
+  std::printf("calibration: measuring this machine for the planner (once per CPU, thread count and build) ...\n");
+  std::fflush(stdout);
+  const auto t0 = std::chrono::steady_clock::now();
+  // The child runs the kernels this run will (runtime.isa caps them here).
+  const CommandResult r = run_command(strprintf("LOOM_MAX_CPU_ISA=%s '%s' bench calibrate --quick --threads %d "
+                                                "--out '%s' 2>&1",
+                                                cpu::isa_name(cpu::kernel_isa()), self_exe().c_str(), threads,
+                                                path.c_str()));
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (r.status != 0 || !std::filesystem::exists(path)) {
+    std::printf("calibration: failed (%s); the prediction uses uncalibrated guesses\n", r.output.c_str());
+    return "";
+  }
+  std::printf("calibration: took %.1f s, cached in %s\n", s, path.c_str());
+  return path;
+}
+
 int cmd_train(const Args& args, MpiRuntime& mpi) {
   const bool rank0 = mpi.world_rank() == 0;
   RunConfig cfg;
@@ -101,6 +142,9 @@ int cmd_train(const Args& args, MpiRuntime& mpi) {
     if (!options.cluster.empty()) planner::cluster_for_run(options.cluster, 1);  // a bad --cluster stops here
     // Before any oneDNN primitive exists: oneDNN fixes its ISA at first use.
     cpu::cap_isa(cfg.runtime.isa, "runtime.isa");
+    // Before --layout auto, which plans with it too.
+    if (options.cluster.empty() && mpi.world_size() == 1)
+      options.cluster = automatic_calibration(cfg, mpi.launched());
     if (layout == "auto") choose_layout_on_rank0(cfg, mpi, options.cluster);
     cfg.data.path = resolve_path(cfg.data.path);
     LOOM_USER_CHECK(exists(cfg.data.path), "data %s '%s' (data.path) not found%s",

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <climits>
 #include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <thread>
 
@@ -33,6 +34,9 @@ MpiRuntime::MpiRuntime(int* argc, char*** argv) {
   // blocks on the heap and freed memory in the process instead.
   mallopt(M_MMAP_MAX, 0);
   mallopt(M_TRIM_THRESHOLD, 1 << 30);
+  // A singleton's MPI sets these itself: look before it starts.
+  for (const char* var : {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID"})
+    launched_ = launched_ || std::getenv(var) != nullptr;
   int provided = 0;
   // Only the main thread calls MPI; OpenMP threads inside a rank never do.
   MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);

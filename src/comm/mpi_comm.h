@@ -39,11 +39,15 @@ class MpiRuntime {
 
   int world_rank() const { return rank_; }
   int world_size() const { return size_; }
+  // Started by a launcher (mpirun, srun: its rank variable was set before
+  // MPI started), not as a singleton; even with one rank.
+  bool launched() const { return launched_; }
   // Ends every rank of the job (MPI_Abort on the world) with `code`.
   [[noreturn]] static void abort_job(int code);
 
  private:
   int rank_ = 0, size_ = 1;
+  bool launched_ = false;
 };
 
 class MpiComm final : public Communicator {

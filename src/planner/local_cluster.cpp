@@ -5,6 +5,8 @@
 #include <thread>
 
 #include "core/check.h"
+#include "core/cpu_info.h"
+#include "core/rng.h"
 #include "kernels/cpu/isa.h"
 #include "obs/peak_flops.h"
 #include "planner/predict.h"
@@ -85,9 +87,26 @@ ClusterSpec measure_local_cluster_quickly() {
   return c;
 }
 
+std::string auto_calibration_path(const std::string& root, int threads) {
+  std::error_code ec;
+  const std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  std::string stamp;
+  if (!ec) {
+    const auto size = std::filesystem::file_size(exe, ec);
+    const auto time = std::filesystem::last_write_time(exe, ec).time_since_epoch().count();
+    stamp = strprintf("%llu|%lld", (unsigned long long)size, (long long)time);
+  }
+  const std::string key = read_cpu_info().model + "|" + cpu::isa_name(cpu::kernel_isa()) + "|" +
+                          std::to_string(threads) + "|" + stamp;
+  return strprintf("%s/.cache/calibration/%016llx.toml", root.c_str(), (unsigned long long)stable_hash(key.c_str()));
+}
+
 ClusterSpec local_cluster_or_default() {
   const std::string path = local_cluster_path(default_root());
   if (std::filesystem::exists(path)) return load_cluster_file(path);
+  const int cores = std::max(1u, std::thread::hardware_concurrency());
+  if (const std::string automatic = auto_calibration_path(default_root(), cores); std::filesystem::exists(automatic))
+    return load_cluster_file(automatic);
   return measure_local_cluster_quickly();
 }
 

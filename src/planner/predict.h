@@ -49,9 +49,17 @@ struct RunPrediction {
 RunPrediction predict_loom_run(const RunConfig& cfg, int world_size, const ClusterSpec& cluster);
 
 // .cache/cluster-local.toml under the project root if `loom bench calibrate`
-// wrote it, else this machine measured quickly (fp32 peak of every core for
-// 50 ms; memory from /proc/meminfo; defaults for the rest, see local_cluster.cpp).
+// wrote it, else the automatic calibration for every core
+// (auto_calibration_path) if a run took it, else this machine measured
+// quickly (fp32 peak of every core for 50 ms; memory from /proc/meminfo;
+// defaults for the rest, see local_cluster.cpp).
 ClusterSpec local_cluster_or_default();
+// Where `loom train` keeps the calibration it takes automatically (`loom
+// bench calibrate --quick --threads N`) for runs of `threads` threads:
+// ROOT/.cache/calibration/<key>.toml, the key a hash of the CPU's model, the
+// kernels' ISA, the thread count and this loom executable (size and time:
+// a new build measures again, its kernels may have changed).
+std::string auto_calibration_path(const std::string& root, int threads);
 // The cluster a run's own prediction uses: the cluster file `name_or_path`
 // as it is (`loom train --cluster`, e.g. the emulated cluster `loom bench
 // cluster` writes), or, when empty, local_cluster_or_default() as one of

@@ -1,0 +1,89 @@
+// A run's prediction calibrated from the first run (issue 38, item 3): a
+// single-rank `loom train` without `loom bench calibrate`'s file measures
+// this machine once (`loom bench calibrate --quick` for the run's thread
+// count, in a child process), caches it under .cache/calibration/ keyed by
+// CPU, thread count and build, says so in its log and predicts from it; the
+// next run reads the cache; a `loom bench calibrate` file takes precedence;
+// a rank started by mpirun measures nothing.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "cli/run_loom.h"
+#include "planner/cluster.h"
+#include "planner/predict.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string fresh_home() {
+  const std::string dir = std::string(LOOM_BINARY_DIR) + "/test-data/auto-calibration";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir;
+}
+
+std::string train_args() {
+  return "train --config " LOOM_SOURCE_DIR "/configs/tiny.toml --set model.n_layer=2 --set train.steps=3"
+         " --set train.eval_every=0 --set train.sample_tokens=0 --set 'train.run_dir=' --set runtime.threads=1"
+         " --set data.format=bytes --set data.path=" LOOM_SOURCE_DIR "/data/sample/kjv.txt";
+}
+
+size_t files_in(const std::string& dir) {
+  size_t n = 0;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec)) n += e.is_regular_file() ? 1 : 0;
+  return n;
+}
+
+TEST(AutoCalibration, TheFirstRunMeasuresLaterRunsReadTheCache) {
+  const std::string home = fresh_home(), env = "LOOM_HOME='" + home + "'";
+  loom::test::CliResult r = loom::test::run_loom(train_args(), env);
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("calibration: measuring this machine"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("calibration: took"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("plan vs measured:"), std::string::npos) << r.output;
+  ASSERT_EQ(files_in(home + "/.cache/calibration"), 1u);
+  // What it measured is a cluster file the planner reads: the step's share
+  // of the peak and the process overhead, measured.
+  const fs::path cached = fs::directory_iterator(home + "/.cache/calibration")->path();
+  const loom::planner::ClusterSpec c = loom::planner::load_cluster_file(cached.string());
+  EXPECT_GT(c.matmul_efficiency, 0.01);
+  EXPECT_LE(c.matmul_efficiency, 1.0);
+  EXPECT_GT(c.overhead_bytes, 0);
+  EXPECT_NE(c.description.find("--quick (1 threads)"), std::string::npos) << c.description;
+
+  r = loom::test::run_loom(train_args(), env);
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_EQ(r.output.find("calibration: measuring"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("taken automatically for 1 threads"), std::string::npos) << r.output;
+  EXPECT_EQ(files_in(home + "/.cache/calibration"), 1u);
+
+  // Another thread count is another calibration.
+  r = loom::test::run_loom(train_args() + " --set runtime.threads=2", env);
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("calibration: took"), std::string::npos) << r.output;
+  EXPECT_EQ(files_in(home + "/.cache/calibration"), 2u);
+
+  // Under mpirun (one rank) nothing is measured: a process of a launched
+  // job must not fork one (OpenMPI's finalize would wait forever).
+  r = loom::test::run_loom(train_args() + " --set runtime.threads=4",
+                           env + " OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 120 mpirun "
+                                 "--oversubscribe --bind-to none -np 1");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_EQ(r.output.find("calibration:"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("plan vs measured:"), std::string::npos) << r.output;
+  EXPECT_EQ(files_in(home + "/.cache/calibration"), 2u);
+
+  // `loom bench calibrate`'s own file is used as it is: nothing measured.
+  fs::copy_file(cached, home + "/.cache/cluster-local.toml");
+  r = loom::test::run_loom(train_args() + " --set runtime.threads=3", env);
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_EQ(r.output.find("calibration:"), std::string::npos) << r.output;
+  EXPECT_EQ(files_in(home + "/.cache/calibration"), 2u);
+}
+
+}  // namespace
