@@ -10,7 +10,9 @@
 #pragma once
 
 #include <optional>
+#include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "data/chat_template.h"
@@ -28,6 +30,9 @@ struct ChatSampleText {
   bool wrap = false;  // prompt / completion: BOS before, EOS (learned) after
 };
 
-ChatSampleText chat_sample_segments(const std::string& line, const std::string& where, const ChatFormat& format);
+// `file` and `line_no` name the line in messages (FILE:LINE), built only
+// when one is thrown: prepare reads millions of lines.
+ChatSampleText chat_sample_segments(std::string_view line, const std::string& file, uint64_t line_no,
+                                    const ChatFormat& format);
 
 }  // namespace loom

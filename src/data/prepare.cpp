@@ -167,16 +167,17 @@ struct Tokenized {
 void tokenize_chat(const Document& d, const TextTokenizer& tok, const ChatFormat& format, std::vector<int32_t>& ids,
                    std::vector<uint8_t>& targets, std::vector<uint64_t>& starts, uint64_t* samples) {
   uint64_t line = d.first_line;
+  std::vector<TextSegment> segments;
   for (size_t begin = 0; begin < d.text.size(); line++) {
     size_t end = d.text.find('\n', begin);
     if (end == std::string::npos) end = d.text.size();
-    const std::string text = d.text.substr(begin, end - begin);
+    const std::string_view text = std::string_view(d.text).substr(begin, end - begin);
     begin = end + 1;
-    if (text.find_first_not_of(" \t\r") == std::string::npos) continue;
-    const ChatSampleText sample = chat_sample_segments(text, d.file + ":" + std::to_string(line), format);
+    if (text.find_first_not_of(" \t\r") == std::string_view::npos) continue;
+    const ChatSampleText sample = chat_sample_segments(text, d.file, line, format);
     starts.push_back(ids.size());
     if (sample.wrap && tok.bos_id() >= 0) ids.push_back(tok.bos_id()), targets.push_back(0);
-    std::vector<TextSegment> segments;
+    segments.clear();
     for (const ChatSegment& s : sample.segments) segments.push_back({s.text, s.target});
     tok.encode_segments(segments, &ids, &targets);
     if (sample.wrap) ids.push_back(tok.eos_id()), targets.push_back(1);

@@ -393,10 +393,10 @@ TEST(Fuzz, ChatJsonLines) {
                          ChatTemplate::mistral}) {
     const ChatFormat format{t, "<s>", "</s>"};
     for (const std::string& good : lines) {
-      ASSERT_NO_THROW(chat_sample_segments(good, "x.jsonl:1", format)) << chat_template_name(t);
+      ASSERT_NO_THROW(chat_sample_segments(good, "x.jsonl", 1, format)) << chat_template_name(t);
       for (int i = 0; i < 60; i++, cases++)
         expect_accepted_or_refused(std::string(chat_template_name(t)) + " line mutant " + std::to_string(i),
-                                   [&] { chat_sample_segments(mutate_text(rng, good, values), "x.jsonl:1", format); },
+                                   [&] { chat_sample_segments(mutate_text(rng, good, values), "x.jsonl", 1, format); },
                                    &refused);
     }
   }
