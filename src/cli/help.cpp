@@ -314,8 +314,9 @@ commands:
                  position limit, batch 512 sequences), or --config FILE; --layers --d-model
                  --heads --kv-heads --ffn --vocab --seq override sizes; --batch N global batch
                  in sequences.
-          Cluster: --cluster NAME (configs/clusters/NAME.toml, or local = .cache/cluster-local.toml
-                 from loom bench calibrate) or FILE.toml; --devices N; --inter-node-gbit G.
+          Cluster: --cluster NAME (configs/clusters/NAME.toml: a100-40gb, a100-80gb, h100-80gb,
+                 h200-141gb, ...; or local = .cache/cluster-local.toml from loom bench calibrate) or
+                 FILE.toml; --devices N; --inter-node-gbit G.
           Fix dimensions (comma lists): --dp --tp --pp --cp --v --micro-batch --zero 0-3 --sp 0|1
                  --precision fp32,bf16,fp16 --recompute none,selective,full --schedule
                  1f1b,zero-bubble (zero-bubble: ZB-H1 at --v 1, ZB-V at --v 2; interleaved 1F1B
@@ -325,7 +326,8 @@ commands:
                  memo gives the bubble each schedule leaves on the chosen stages.
           The cp column: context parallelism (each sequence over cp ranks, ring attention),
                  searched wherever --seq divides into 2 cp chunks; long sequences (--seq 32768)
-                 need it to fit. Attention is modelled tiled from 1024 tokens on (model.attention).
+                 need it to fit. Attention is modelled tiled from 1024 tokens on (model.attention);
+                 --attention tiled|materialized|auto plans that kernel.
           Deadline: --tokens N [--deadline-days D] (exit 2 if the best plan misses it).
           --emit-config FILE: write plan #1 (model, batch, layout: dp tp pp v micro-batch zero
                  cp precision recompute sp) as a loom config: mpirun -np N loom train --config FILE.

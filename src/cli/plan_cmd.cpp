@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <optional>
 #include <sstream>
 
 #include <filesystem>
@@ -31,6 +32,7 @@ struct PlanOptions {
   std::vector<std::string> sets;
   int devices = 0, batch = 0, seq = 0, top = 5, ranks = 1;
   int layers = 0, d_model = 0, heads = 0, kv_heads = 0, ffn = 0, vocab = 0;
+  std::optional<AttentionKind> attention;  // --attention: the attention kernel planned (model.attention)
   double inter_node_gbit = 0, tokens = 0, deadline_days = 0;
   bool cluster_given = false;
   SearchSpace space;
@@ -87,6 +89,12 @@ PlanOptions parse(const Args& args) {
     else if (a == "--kv-heads") o.kv_heads = parse_int(a, value());
     else if (a == "--ffn") o.ffn = parse_int(a, value());
     else if (a == "--vocab") o.vocab = parse_int(a, value());
+    else if (a == "--attention") {
+      const std::string kind = value();
+      const auto k = parse_attention_kind(kind);
+      LOOM_USER_CHECK(k.has_value(), "plan: --attention takes auto, tiled or materialized, got '%s'", kind.c_str());
+      o.attention = *k;
+    }
     else if (a == "--top") o.top = parse_int(a, value());
     else if (a == "--inter-node-gbit") o.inter_node_gbit = parse_number(a, value());
     else if (a == "--tokens") {
@@ -154,6 +162,7 @@ Workload workload(const PlanOptions& o) {
   if (o.vocab) w.model.vocab_size = o.vocab;
   if (o.seq) w.model.seq_len = o.seq;
   if (o.batch) w.global_batch = o.batch;
+  if (o.attention) w.model.attention = *o.attention;
   w.model.validate();
   return w;
 }

@@ -127,3 +127,38 @@ TEST(PlannerCli, LayoutAutoPrintsTheTrainCommand) {
 }
 
 }  // namespace
+
+// Issue 38, item 4 in part: the H200 preset (141 GB) and --attention.
+namespace {
+
+double plan_one_memory_gib(const std::string& output) {
+  // The first row of the table: "  1  dp tp pp cp v sched mb m zero prec recompute sp |  mem GiB ..."
+  const size_t row = output.find("\n  1 ");
+  if (row == std::string::npos) return -1;
+  const size_t bar = output.find('|', row);
+  return bar == std::string::npos ? -1 : std::stod(output.substr(bar + 1));
+}
+
+TEST(PlannerCli, H200PresetAndTheAttentionKernel) {
+  // llama2-70b on one node: 80 GB H100s need ZeRO-3 / pp to spread it; the
+  // 140 GiB H200s hold more per device.
+  CliResult h200 = run_loom("plan --model llama2-70b --cluster h200-141gb --devices 8 --top 1");
+  ASSERT_EQ(h200.code, 0) << h200.output;
+  EXPECT_NE(h200.output.find("140 GiB each"), std::string::npos) << h200.output;
+  EXPECT_NE(h200.output.find("8x H200 141GB SXM"), std::string::npos) << h200.output;
+  // The materialized attention keeps B x heads x T x T probabilities: at 4096
+  // tokens and one fixed layout it needs more memory than the tiled kernel.
+  const std::string fixed = "plan --model gpt2-124m --cluster h100-80gb --devices 8 --seq 4096 --dp 8 --tp 1 --pp 1 "
+                            "--cp 1 --micro-batch 2 --zero 0 --recompute none --precision bf16 --top 1";
+  CliResult tiled = run_loom(fixed + " --attention tiled"), materialized = run_loom(fixed + " --attention materialized");
+  ASSERT_EQ(tiled.code, 0) << tiled.output;
+  ASSERT_EQ(materialized.code, 0) << materialized.output;
+  const double t = plan_one_memory_gib(tiled.output), m = plan_one_memory_gib(materialized.output);
+  ASSERT_GT(t, 0) << tiled.output;
+  EXPECT_GT(m, t + 5) << materialized.output;  // 2 x 12 x 4096^2 x 2 bytes = 0.75 GiB a layer
+  CliResult bad = run_loom("plan --model gpt2-124m --attention flash");
+  EXPECT_EQ(bad.code, 2) << bad.output;
+  EXPECT_NE(bad.output.find("--attention"), std::string::npos) << bad.output;
+}
+
+}  // namespace
