@@ -320,7 +320,9 @@ commands:
           Fix dimensions (comma lists): --dp --tp --pp --cp --v --micro-batch --zero 0-3 --sp 0|1
                  --precision fp32,bf16,fp16 --recompute none,selective,full --schedule
                  1f1b,zero-bubble (zero-bubble: ZB-H1 at --v 1, ZB-V at --v 2; interleaved 1F1B
-                 is 1f1b with --v > 1); --top K (default 5).
+                 is 1f1b with --v > 1); --top K (default 5). --ignore-memory (with one value each
+                 of --dp --tp --pp --micro-batch): time that layout even if it does not fit, the
+                 table and memo marking it DOES NOT FIT.
           The sched column: 1f1b, int (interleaved), zb-h1 or zb-v (zero-bubble: backward split
                  into input and weight passes, the weight passes filling the idle time); the
                  memo gives the bubble each schedule leaves on the chosen stages.

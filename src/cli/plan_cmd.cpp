@@ -89,6 +89,7 @@ PlanOptions parse(const Args& args) {
     else if (a == "--kv-heads") o.kv_heads = parse_int(a, value());
     else if (a == "--ffn") o.ffn = parse_int(a, value());
     else if (a == "--vocab") o.vocab = parse_int(a, value());
+    else if (a == "--ignore-memory") o.space.ignore_memory = true;
     else if (a == "--attention") {
       const std::string kind = value();
       const auto k = parse_attention_kind(kind);
@@ -134,6 +135,12 @@ PlanOptions parse(const Args& args) {
   LOOM_USER_CHECK(o.model.empty() || o.config.empty(), "plan: give --model or --config, not both");
   LOOM_USER_CHECK(o.layout.empty() || o.layout == "auto", "plan: --layout takes 'auto', got '%s'", o.layout.c_str());
   LOOM_USER_CHECK(o.deadline_days == 0 || o.tokens > 0, "plan: --deadline-days needs --tokens (how much to train)");
+  // A layout timed whatever its memory: one the user fixed, not the search's pick among impossible ones.
+  LOOM_USER_CHECK(!o.space.ignore_memory || (o.space.dp.size() == 1 && o.space.tp.size() == 1 &&
+                                             o.space.pp.size() == 1 && o.space.micro_batch.size() == 1),
+                  "plan: --ignore-memory times a fixed layout: give one value each of --dp, --tp, --pp and "
+                  "--micro-batch");
+  LOOM_USER_CHECK(!o.space.ignore_memory || o.layout.empty(), "plan: --ignore-memory does not go with --layout auto");
   return o;
 }
 

@@ -22,6 +22,14 @@ std::string fits_paragraph(const Workload& w, const ClusterSpec& c, const Candid
   std::string zero = l.zero == 0 ? "replicated"
                      : l.cp > 1 ? strprintf("ZeRO-%d over dp x cp = %d ranks", l.zero, l.data())
                                 : strprintf("ZeRO-%d over %d replicas", l.zero, l.dp);
+  if (!best.fits)
+    return strprintf(
+        "It does NOT fit (timed anyway: --ignore-memory): %s needs %.1f of %.1f GiB (%.1f GiB too many): "
+        "parameters %.2f, gradients %.2f, optimizer state %.2f (%s), activations %.2f, communication buffers %.2f, "
+        "fixed overhead %.2f.\n",
+        which, m.total() / kGiB, c.memory_bytes / kGiB, (m.total() - c.memory_bytes) / kGiB, m.params / kGiB,
+        m.grads / kGiB, m.optimizer / kGiB, zero.c_str(), m.activations / kGiB, m.comm_buffers / kGiB,
+        m.overhead / kGiB);
   return strprintf(
       "Why it fits: %s needs %.1f of %.1f GiB (%.1f GiB spare): parameters %.2f, gradients %.2f, optimizer state "
       "%.2f (%s), activations %.2f (recompute: %s%s, up to %d %s of %d in flight on this stage), "

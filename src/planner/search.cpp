@@ -108,9 +108,11 @@ SearchResult search_layouts(const Workload& w, const ClusterSpec& c, const Searc
                           result.closest = cand;
                           closest_excess = excess;
                         }
-                        continue;
+                        if (!space.ignore_memory) continue;
+                        cand.fits = false;
+                      } else {
+                        result.fitting++;
                       }
-                      result.fitting++;
                       pending.push_back({step_time_lower_bound(w, cand.layout, c, *links), cand, links});
                     }
                   }

@@ -29,18 +29,22 @@ struct SearchSpace {
   int max_v = 8;
   int max_micro_batch = 64;
   int max_zero = 3;
+  // Time the layouts that do not fit too (each marked: Candidate::fits), to
+  // see what a layout would cost on larger devices (loom plan --ignore-memory).
+  bool ignore_memory = false;
 };
 
 struct Candidate {
   Layout layout;
   MemoryBreakdown memory;
   StepTime time;
+  bool fits = true;  // in the devices' memory (false only with SearchSpace::ignore_memory)
 };
 
 struct SearchResult {
   std::vector<Candidate> top;  // fastest first, at most top_k
   int64_t considered = 0;      // layouts whose memory was modelled
-  int64_t fitting = 0;
+  int64_t fitting = 0;         // (with ignore_memory, the others are timed too)
   int64_t timed = 0;           // layouts whose step was simulated
   // When nothing fits: the layout that misses by the least memory.
   bool have_closest = false;

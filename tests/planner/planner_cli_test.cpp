@@ -162,3 +162,25 @@ TEST(PlannerCli, H200PresetAndTheAttentionKernel) {
 }
 
 }  // namespace
+
+namespace {
+
+// --ignore-memory: a fixed layout timed though it does not fit, marked so in
+// the table and the memo; without a fixed layout it is refused naming the flag.
+TEST(PlannerCli, IgnoreMemoryTimesAFixedLayoutThatDoesNotFit) {
+  const std::string fixed = "plan --model llama2-70b --cluster a100-80gb --devices 8 --dp 8 --tp 1 --pp 1 "
+                            "--micro-batch 1 --zero 0 --top 1";
+  CliResult refused = run_loom(fixed);
+  EXPECT_EQ(refused.code, 2) << refused.output;
+  EXPECT_NE(refused.output.find("no layout fits"), std::string::npos) << refused.output;
+  CliResult r = run_loom(fixed + " --ignore-memory");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("DOES NOT FIT (--ignore-memory)"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("It does NOT fit (timed anyway: --ignore-memory)"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("Why it fits"), std::string::npos) << r.output;
+  CliResult loose = run_loom("plan --model llama2-70b --cluster a100-80gb --devices 8 --tp 8 --ignore-memory");
+  EXPECT_EQ(loose.code, 2) << loose.output;
+  EXPECT_NE(loose.output.find("--ignore-memory times a fixed layout"), std::string::npos) << loose.output;
+}
+
+}  // namespace
