@@ -322,7 +322,9 @@ commands:
                  1f1b,zero-bubble (zero-bubble: ZB-H1 at --v 1, ZB-V at --v 2; interleaved 1F1B
                  is 1f1b with --v > 1); --top K (default 5). --ignore-memory (with one value each
                  of --dp --tp --pp --micro-batch): time that layout even if it does not fit, the
-                 table and memo marking it DOES NOT FIT.
+                 table and memo marking it DOES NOT FIT. --pp-layers 3,4,...: layers per virtual
+                 stage (pp x v entries, in order; uneven stages, or interleaving where the layers do
+                 not divide pp x v); exit 2 unless they sum to the layers, each at least 1.
           The sched column: 1f1b, int (interleaved), zb-h1 or zb-v (zero-bubble: backward split
                  into input and weight passes, the weight passes filling the idle time); the
                  memo gives the bubble each schedule leaves on the chosen stages.

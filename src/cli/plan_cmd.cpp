@@ -90,6 +90,7 @@ PlanOptions parse(const Args& args) {
     else if (a == "--ffn") o.ffn = parse_int(a, value());
     else if (a == "--vocab") o.vocab = parse_int(a, value());
     else if (a == "--ignore-memory") o.space.ignore_memory = true;
+    else if (a == "--pp-layers") o.space.pp_layers = parse_ints(a, value(), 1);
     else if (a == "--attention") {
       const std::string kind = value();
       const auto k = parse_attention_kind(kind);
@@ -171,6 +172,14 @@ Workload workload(const PlanOptions& o) {
   if (o.batch) w.global_batch = o.batch;
   if (o.attention) w.model.attention = *o.attention;
   w.model.validate();
+  if (!o.space.pp_layers.empty()) {
+    int sum = 0;
+    for (int n : o.space.pp_layers) sum += n;
+    LOOM_USER_CHECK(sum == w.model.n_layer,
+                    "plan: --pp-layers gives %d layers in all, the model has %d (one entry per virtual stage: pp x v "
+                    "of them)",
+                    sum, w.model.n_layer);
+  }
   return w;
 }
 
@@ -234,6 +243,10 @@ int cmd_plan(const Args& args) {
   const SearchResult r = search_layouts(w, cluster, o.space, o.top);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (r.top.empty()) {
+    LOOM_USER_CHECK(r.have_closest || o.space.pp_layers.empty(),
+                    "plan: --pp-layers gives %zu virtual stages: no layout of %d devices has pp x v = %zu (with "
+                    "--pp dividing the devices and --v at most 8)",
+                    o.space.pp_layers.size(), cluster.devices(), o.space.pp_layers.size());
     LOOM_USER_CHECK(r.have_closest, "no layout of %d devices divides the global batch %d and the model "
                                     "(dp must divide the batch, tp the heads, key/value heads and MLP width, "
                                     "pp at most the layers)",

@@ -7,10 +7,13 @@
 namespace loom::planner {
 
 std::string Layout::describe() const {
-  return strprintf("dp %d tp %d pp %d%s v %d | micro-batch %d x %d | zero %d | %s | recompute %s%s%s", dp, tp, pp,
+  std::string layers;
+  for (size_t i = 0; i < vs_layers.size(); i++) layers += (i ? "," : " | layers ") + std::to_string(vs_layers[i]);
+  return strprintf("dp %d tp %d pp %d%s v %d | micro-batch %d x %d | zero %d | %s | recompute %s%s%s%s", dp, tp, pp,
                    cp > 1 ? strprintf(" cp %d", cp).c_str() : "", v, micro_batch, micro_batches, zero,
                    compute_precision_name(precision), to_string(recompute),
-                   seq_parallel ? " | seq-parallel" : "", zero_bubble ? (v == 2 ? " | zb-v" : " | zb-h1") : "");
+                   seq_parallel ? " | seq-parallel" : "", zero_bubble ? (v == 2 ? " | zb-v" : " | zb-h1") : "",
+                   layers.c_str());
 }
 
 const char* Layout::schedule_name() const {
@@ -47,11 +50,26 @@ RunConfig with_layout(RunConfig cfg, const Layout& l) {
   cfg.train.batch_size = l.dp * l.micro_batch * l.micro_batches;
   cfg.train.recompute = to_string(l.recompute);
   cfg.precision.compute = compute_precision_name(l.precision);
+  if (!l.vs_layers.empty()) p.pp_layers = l.vs_layers;  // else the config's own, if any
   return cfg;
 }
 
 int layers_on_stage(int n_layer, int pp, int stage) {
   return n_layer / pp + (stage < n_layer % pp ? 1 : 0);
+}
+
+int layers_on_stage(int n_layer, const Layout& l, int stage) {
+  if (l.vs_layers.empty()) return layers_on_stage(n_layer, l.pp, stage);
+  const pp::ChunkMap map = pp::chunk_map(l.schedule(), l.pp, l.v);
+  int n = 0;
+  for (int vs = 0; vs < l.pp * l.v; vs++)
+    if (map.stage_of(vs) == stage) n += l.vs_layers[size_t(vs)];
+  return n;
+}
+
+double layers_of_chunk(int n_layer, const Layout& l, int vs) {
+  if (!l.vs_layers.empty()) return l.vs_layers[size_t(vs)];
+  return double(layers_on_stage(n_layer, l.pp, pp::chunk_map(l.schedule(), l.pp, l.v).stage_of(vs))) / l.v;
 }
 
 }  // namespace loom::planner

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "config/run_config.h"
 #include "model/config.h"
@@ -39,6 +40,9 @@ struct Layout {
   // Context parallelism: each sequence over cp ranks (ring attention); the
   // dp x cp ranks share gradients and ZeRO shards.
   int cp = 1;
+  // Layers of each virtual stage (pp x v of them, in virtual-stage order, as
+  // parallel.pp_layers); empty: balanced (the first stages take the rest).
+  std::vector<int> vs_layers;
 
   int devices() const { return dp * tp * pp * cp; }
   int data() const { return dp * cp; }  // the data group: gradient reduction, ZeRO shards
@@ -66,5 +70,9 @@ RunConfig with_layout(RunConfig cfg, const Layout& l);
 
 // Layers of pipeline stage `stage` (first stages take the remainder).
 int layers_on_stage(int n_layer, int pp, int stage);
+// The layout's: its vs_layers summed over the stage's chunks, or balanced.
+int layers_on_stage(int n_layer, const Layout& l, int stage);
+// Layers of virtual stage vs (its vs_layers entry, or the stage's share).
+double layers_of_chunk(int n_layer, const Layout& l, int vs);
 
 }  // namespace loom::planner

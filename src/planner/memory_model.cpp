@@ -74,7 +74,7 @@ int head_stage(const Layout& l) {
 double stage_parameters(const ModelConfig& m, const Layout& l, int stage) {
   const ParameterCounts p = parameter_counts(m);
   const double t = l.tp;
-  double n = layers_on_stage(m.n_layer, l.pp, stage) * (p.layer_split / t + p.layer_replicated);
+  double n = layers_on_stage(m.n_layer, l, stage) * (p.layer_split / t + p.layer_replicated);
   if (stage == 0) n += p.embedding / t + p.positions;  // vocabulary-parallel token table, positions
   if (stage == head_stage(l)) {  // the last virtual stage's: pp - 1, or 0 in ZB-V's V
     // The output head: its own matrix when untied, else the tied table
@@ -101,7 +101,7 @@ MemoryBreakdown stage_memory(const Workload& w, const Layout& l, const ClusterSp
   // has not, as the schedule itself bounds it.
   const double scale = activation_scale(l.precision);
   const int in_flight = pp::max_in_flight(l.schedule(), l.pp, l.micro_batches, l.v, stage);
-  const double layers_per_chunk = double(layers_on_stage(m.n_layer, l.pp, stage)) / l.v;
+  const double layers_per_chunk = double(layers_on_stage(m.n_layer, l, stage)) / l.v;
   // The tiled attention keeps no probabilities: selective recomputation
   // drops nothing from it (model/block_stage.h), as none.
   const Recompute kept = tiled && l.recompute == Recompute::selective ? Recompute::none : l.recompute;

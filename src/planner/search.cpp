@@ -71,6 +71,7 @@ SearchResult search_layouts(const Workload& w, const ClusterSpec& c, const Searc
       // Each cp rank holds two equal chunks of every sequence.
       if (!allowed(space.cp, cp) || !cp_split_problem(m, cp).empty()) continue;
       for (int pp : divisors(devices / (tp * cp), m.n_layer)) {
+        if (!space.pp_layers.empty() && int(space.pp_layers.size()) % pp != 0) continue;
         const int dp = devices / (tp * cp * pp);
         if (!allowed(space.pp, pp) || !allowed(space.dp, dp) || w.global_batch % dp != 0) continue;
         links_store.push_back(std::make_unique<GroupLinks>(group_links(c, dp, tp, pp, cp)));
@@ -81,7 +82,9 @@ SearchResult search_layouts(const Workload& w, const ClusterSpec& c, const Searc
           const int mbs = rows / b;
           for (int v = 1; v <= (pp > 1 ? space.max_v : 1); v++) {
             if (!allowed(space.v, v)) continue;
-            if (v > 1 && m.n_layer % (pp * v) != 0) continue;
+            if (!space.pp_layers.empty() ? int(space.pp_layers.size()) != pp * v
+                                         : v > 1 && m.n_layer % (pp * v) != 0)
+              continue;
             // Interleaving needs m % pp == 0; ZB-H1 (v 1) and ZB-V (v 2) a
             // micro-batch per stage to fill the bubble.
             const bool plain_runs = v == 1 || mbs % pp == 0;
@@ -98,7 +101,7 @@ SearchResult search_layouts(const Workload& w, const ClusterSpec& c, const Searc
                     if (!allowed(space.zero_bubble, zb)) continue;
                     for (ComputePrecision p : precisions) {
                       Candidate cand;
-                      cand.layout = Layout{dp, tp, pp, v, b, mbs, zero, r, sp == 1, p, zb == 1, cp};
+                      cand.layout = Layout{dp, tp, pp, v, b, mbs, zero, r, sp == 1, p, zb == 1, cp, space.pp_layers};
                       cand.memory = peak_memory(w, cand.layout, c);
                       result.considered++;
                       const double excess = cand.memory.total() - c.memory_bytes;

@@ -32,6 +32,9 @@ struct SearchSpace {
   // Time the layouts that do not fit too (each marked: Candidate::fits), to
   // see what a layout would cost on larger devices (loom plan --ignore-memory).
   bool ignore_memory = false;
+  // Layers per virtual stage (loom plan --pp-layers): only layouts with
+  // pp x v of them, split so; empty: balanced, layers dividing pp x v.
+  std::vector<int> pp_layers;
 };
 
 struct Candidate {

@@ -184,3 +184,38 @@ TEST(PlannerCli, IgnoreMemoryTimesAFixedLayoutThatDoesNotFit) {
 }
 
 }  // namespace
+
+namespace {
+
+double step_seconds(const std::string& output) {
+  const size_t at = output.find("\nStep: ");
+  return at == std::string::npos ? -1 : std::stod(output.substr(at + 7));
+}
+
+// --pp-layers: uneven pipeline stages (and interleaving where the layers do
+// not divide pp x v, as Llama 3 405B's 126 layers on 16 stages of 2 chunks);
+// an unbalanced split is slower than the balanced one; a wrong sum or an
+// empty stage exits 2 naming the flag.
+TEST(PlannerCli, UnevenPipelineStages) {
+  const std::string base = "plan --model gpt2-124m --cluster h100-80gb --devices 8 --pp 2 --top 1 --pp-layers ";
+  CliResult even = run_loom(base + "6,6"), uneven = run_loom(base + "2,10");
+  ASSERT_EQ(even.code, 0) << even.output;
+  ASSERT_EQ(uneven.code, 0) << uneven.output;
+  EXPECT_NE(uneven.output.find("| layers 2,10"), std::string::npos) << uneven.output;
+  EXPECT_GT(step_seconds(uneven.output), 1.2 * step_seconds(even.output)) << uneven.output;
+  std::string llama3 = "3";
+  for (int i = 0; i < 30; i++) llama3 += ",4";
+  llama3 += ",3";  // 126 layers over 16 stages x 2 chunks
+  CliResult r = run_loom("plan --model llama3-405b --cluster h100-80gb --devices 1024 --tp 8 --pp 16 --v 2 --top 1 "
+                         "--pp-layers " + llama3);
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("| layers 3,4,4"), std::string::npos) << r.output;
+  CliResult sum = run_loom(base + "5,8");
+  EXPECT_EQ(sum.code, 2) << sum.output;
+  EXPECT_NE(sum.output.find("--pp-layers gives 13 layers in all, the model has 12"), std::string::npos) << sum.output;
+  CliResult empty = run_loom(base + "12,0");
+  EXPECT_EQ(empty.code, 2) << empty.output;
+  EXPECT_NE(empty.output.find("--pp-layers"), std::string::npos) << empty.output;
+}
+
+}  // namespace
