@@ -325,6 +325,8 @@ commands:
                  table and memo marking it DOES NOT FIT. --pp-layers 3,4,...: layers per virtual
                  stage (pp x v entries, in order; uneven stages, or interleaving where the layers do
                  not divide pp x v); exit 2 unless they sum to the layers, each at least 1.
+                 --grads fp32: gradients accumulated and reduced in fp32 under 16-bit compute
+                 (Megatron's 18 bytes per parameter; default compute: 16 bytes).
           The sched column: 1f1b, int (interleaved), zb-h1 or zb-v (zero-bubble: backward split
                  into input and weight passes, the weight passes filling the idle time); the
                  memo gives the bubble each schedule leaves on the chosen stages.

@@ -91,6 +91,11 @@ PlanOptions parse(const Args& args) {
     else if (a == "--vocab") o.vocab = parse_int(a, value());
     else if (a == "--ignore-memory") o.space.ignore_memory = true;
     else if (a == "--pp-layers") o.space.pp_layers = parse_ints(a, value(), 1);
+    else if (a == "--grads") {
+      const std::string g = value();
+      LOOM_USER_CHECK(g == "fp32" || g == "compute", "plan: --grads takes fp32 or compute, got '%s'", g.c_str());
+      o.space.fp32_grads = g == "fp32";
+    }
     else if (a == "--attention") {
       const std::string kind = value();
       const auto k = parse_attention_kind(kind);

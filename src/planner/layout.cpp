@@ -9,9 +9,10 @@ namespace loom::planner {
 std::string Layout::describe() const {
   std::string layers;
   for (size_t i = 0; i < vs_layers.size(); i++) layers += (i ? "," : " | layers ") + std::to_string(vs_layers[i]);
-  return strprintf("dp %d tp %d pp %d%s v %d | micro-batch %d x %d | zero %d | %s | recompute %s%s%s%s", dp, tp, pp,
-                   cp > 1 ? strprintf(" cp %d", cp).c_str() : "", v, micro_batch, micro_batches, zero,
-                   compute_precision_name(precision), to_string(recompute),
+  return strprintf("dp %d tp %d pp %d%s v %d | micro-batch %d x %d | zero %d | %s%s | recompute %s%s%s%s", dp, tp,
+                   pp, cp > 1 ? strprintf(" cp %d", cp).c_str() : "", v, micro_batch, micro_batches, zero,
+                   compute_precision_name(precision),
+                   fp32_grads && precision != ComputePrecision::fp32 ? " (fp32 gradients)" : "", to_string(recompute),
                    seq_parallel ? " | seq-parallel" : "", zero_bubble ? (v == 2 ? " | zb-v" : " | zb-h1") : "",
                    layers.c_str());
 }

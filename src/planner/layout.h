@@ -43,6 +43,11 @@ struct Layout {
   // Layers of each virtual stage (pp x v of them, in virtual-stage order, as
   // parallel.pp_layers); empty: balanced (the first stages take the rest).
   std::vector<int> vs_layers;
+  // Gradients accumulated and reduced in fp32 under 16-bit compute
+  // (Megatron's main_grad: 18 bytes per parameter instead of 16).
+  bool fp32_grads = false;
+  // Bytes per gradient element.
+  double grad_bytes() const { return precision == ComputePrecision::fp32 || fp32_grads ? 4 : 2; }
 
   int devices() const { return dp * tp * pp * cp; }
   int data() const { return dp * cp; }  // the data group: gradient reduction, ZeRO shards

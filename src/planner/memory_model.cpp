@@ -94,7 +94,7 @@ MemoryBreakdown stage_memory(const Workload& w, const Layout& l, const ClusterSp
 
   const double n = stage_parameters(m, l, stage);
   mem.params = n * param_bytes(l.precision) / (l.zero >= 3 ? l.data() : 1);
-  mem.grads = n * param_bytes(l.precision) / (l.zero >= 2 ? l.data() : 1);
+  mem.grads = n * l.grad_bytes() / (l.zero >= 2 ? l.data() : 1);
   mem.optimizer = n * optimizer_bytes(l.precision) / (l.zero >= 1 ? l.data() : 1);
 
   // Activations: every (micro-batch, chunk) whose forward ran and backward

@@ -101,7 +101,9 @@ SearchResult search_layouts(const Workload& w, const ClusterSpec& c, const Searc
                     if (!allowed(space.zero_bubble, zb)) continue;
                     for (ComputePrecision p : precisions) {
                       Candidate cand;
-                      cand.layout = Layout{dp, tp, pp, v, b, mbs, zero, r, sp == 1, p, zb == 1, cp, space.pp_layers};
+                      cand.layout =
+                          Layout{dp, tp, pp, v, b, mbs, zero, r, sp == 1, p, zb == 1, cp, space.pp_layers,
+                                 space.fp32_grads};
                       cand.memory = peak_memory(w, cand.layout, c);
                       result.considered++;
                       const double excess = cand.memory.total() - c.memory_bytes;

@@ -35,6 +35,7 @@ struct SearchSpace {
   // Layers per virtual stage (loom plan --pp-layers): only layouts with
   // pp x v of them, split so; empty: balanced, layers dividing pp x v.
   std::vector<int> pp_layers;
+  bool fp32_grads = false;  // Layout::fp32_grads for every layout (loom plan --grads fp32)
 };
 
 struct Candidate {

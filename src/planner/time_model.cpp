@@ -136,12 +136,12 @@ StepTime step_time(const Workload& w, const Layout& l, const ClusterSpec& c, con
   for (int s = 0; s < l.pp; s++) {
     // Data-parallel reduction of this stage's gradients; it starts bucket by
     // bucket during the last micro-batch's backward and hides behind it.
-    const double grads = stage_parameters(w.model, l, s) * pbytes;
+    const double params = stage_parameters(w.model, l, s), grads = params * l.grad_bytes();
     double reduce = 0, gather = 0, window = 0;
     if (l.zero == 0) reduce = all_reduce_seconds(grads, l.data(), out.links.dp);
     if (l.zero == 1 || l.zero == 2) {
       reduce = reduce_scatter_seconds(grads, l.data(), out.links.dp);
-      gather = all_gather_seconds(grads, l.data(), out.links.dp);  // updated parameters, after the step
+      gather = all_gather_seconds(params * pbytes, l.data(), out.links.dp);  // updated parameters, after the step
     }
     for (int chunk = 0; chunk < l.v; chunk++) window += d.backward[size_t(map.virtual_stage(s, chunk))];
     const double exposed = std::max(0.0, reduce - window) + gather;

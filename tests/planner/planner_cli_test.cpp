@@ -219,3 +219,26 @@ TEST(PlannerCli, UnevenPipelineStages) {
 }
 
 }  // namespace
+
+namespace {
+
+// --grads fp32: Megatron's fp32 gradient accumulation, 18 bytes per
+// parameter under bf16 instead of 16: the gradients' GiB double.
+TEST(PlannerCli, Fp32GradientsCostTwoBytesMorePerParameter) {
+  const std::string fixed = "plan --model gpt3-6.7b --cluster a100-80gb --devices 8 --dp 1 --tp 8 --pp 1 --zero 0 "
+                            "--precision bf16 --micro-batch 1 --recompute full --top 1 --grads ";
+  CliResult lowp = run_loom(fixed + "compute"), wide = run_loom(fixed + "fp32");
+  ASSERT_EQ(lowp.code, 0) << lowp.output;
+  ASSERT_EQ(wide.code, 0) << wide.output;
+  auto gradients = [](const std::string& out) {
+    const size_t at = out.find("gradients ");
+    return at == std::string::npos ? -1.0 : std::stod(out.substr(at + 10));
+  };
+  EXPECT_NEAR(gradients(wide.output), 2 * gradients(lowp.output), 0.02) << wide.output;
+  EXPECT_NE(wide.output.find("bf16 (fp32 gradients)"), std::string::npos) << wide.output;
+  CliResult bad = run_loom(fixed + "fp8");
+  EXPECT_EQ(bad.code, 2) << bad.output;
+  EXPECT_NE(bad.output.find("--grads"), std::string::npos) << bad.output;
+}
+
+}  // namespace
