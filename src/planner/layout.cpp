@@ -68,9 +68,9 @@ int layers_on_stage(int n_layer, const Layout& l, int stage) {
   return n;
 }
 
-double layers_of_chunk(int n_layer, const Layout& l, int vs) {
+double layers_of_chunk(int n_layer, const Layout& l, int vs, int stage) {
   if (!l.vs_layers.empty()) return l.vs_layers[size_t(vs)];
-  return double(layers_on_stage(n_layer, l.pp, pp::chunk_map(l.schedule(), l.pp, l.v).stage_of(vs))) / l.v;
+  return double(layers_on_stage(n_layer, l.pp, stage)) / l.v;
 }
 
 }  // namespace loom::planner

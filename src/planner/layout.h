@@ -77,7 +77,8 @@ RunConfig with_layout(RunConfig cfg, const Layout& l);
 int layers_on_stage(int n_layer, int pp, int stage);
 // The layout's: its vs_layers summed over the stage's chunks, or balanced.
 int layers_on_stage(int n_layer, const Layout& l, int stage);
-// Layers of virtual stage vs (its vs_layers entry, or the stage's share).
-double layers_of_chunk(int n_layer, const Layout& l, int vs);
+// Layers of virtual stage vs on pipeline stage `stage` (its vs_layers
+// entry, or the stage's share).
+double layers_of_chunk(int n_layer, const Layout& l, int vs, int stage);
 
 }  // namespace loom::planner

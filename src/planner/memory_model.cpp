@@ -110,7 +110,8 @@ MemoryBreakdown stage_memory(const Workload& w, const Layout& l, const ClusterSp
   if (l.recompute == Recompute::full)  // the layer being recomputed holds everything once
     mem.activations += scale * layer_activation_bytes(m, s, b, l.tp, l.seq_parallel, Recompute::none, tiled);
   const double sbh_bytes = s * b * h * 2 * scale / (l.seq_parallel ? l.tp : 1);
-  if (stage == 0) mem.activations += in_flight * sbh_bytes;  // embedding output
+  // (The embedding's output is the first layer's input, which the layer's
+  // own count already holds: nothing more on stage 0.)
   if (stage == head_stage(l))  // final layernorm input, and fp32 logits for the loss (one micro-batch)
     mem.activations += sbh_bytes + 4 * s * b * m.vocab_size / l.tp;
 

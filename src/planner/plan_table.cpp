@@ -14,7 +14,7 @@ std::string format_plan_table(const std::vector<Candidate>& plans) {
     const StepTime& t = plans[i].time;
     // The pipeline schedule: none without stages.
     const char* sched = l.pp == 1 ? "-" : l.schedule() == pp::ScheduleKind::Interleaved1F1B ? "int" : l.schedule_name();
-    out += strprintf("%3zu %5d %3d %3d %3d %2d %5s %4d %5d %4d %4s %9s %2s | %7.1f%s %8.3f %11.0f %4.0f%% %5.1f%%%s\n",
+    out += strprintf("%3zu %5d %3d %3d %3d %2d %5s %4d %5d %4d %4s %9s %2s | %8.1f%s%8.3f %11.0f %4.0f%% %5.1f%%%s\n",
                      i + 1, l.dp, l.tp, l.pp, l.cp, l.v, sched, l.micro_batch, l.micro_batches, l.zero,
                      compute_precision_name(l.precision),
                      to_string(l.recompute), l.seq_parallel ? "y" : "n", plans[i].memory.total() / kGiB,

@@ -60,7 +60,7 @@ ChunkCosts chunk_costs(const Workload& w, const Layout& l, const ClusterSpec& c,
     v->assign(stages, 0);
   for (int vs = 0; vs < stages; vs++) {
     const int stage = map.stage_of(vs);
-    const double layers = layers_of_chunk(m.n_layer, l, vs);
+    const double layers = layers_of_chunk(m.n_layer, l, vs, stage);
     k.f_compute[vs] = layers * f_layer + (vs == stages - 1 ? f_head : 0);
     k.b_compute[vs] = layers * b_layer + (vs == stages - 1 ? 2 * f_head : 0);
     k.b_weight[vs] = layers * w_layer;

@@ -113,8 +113,9 @@ TEST(PlannerLlama, ActivationsPerLayerByHand) {
   EXPECT_DOUBLE_EQ(first.params, 2 * n0);
   EXPECT_DOUBLE_EQ(first.grads, 2 * n0);
   EXPECT_DOUBLE_EQ(first.optimizer, 12 * n0);
-  const double sbh2 = s * b * h * 2;  // one [N, C] 16-bit tensor: embedding output, pipeline message
-  EXPECT_DOUBLE_EQ(first.activations, 2 * 2 * (whole + (split + probs) / 2) + 2 * sbh2);
+  const double sbh2 = s * b * h * 2;  // one [N, C] 16-bit tensor: the final norm's input, a pipeline message
+  // The embedding's output is the first layer's input, already in its count.
+  EXPECT_DOUBLE_EQ(first.activations, 2 * 2 * (whole + (split + probs) / 2));
   // The last stage: one micro-batch in flight, the final norm's input and the fp32 logits over tp.
   const MemoryBreakdown last = stage_memory(w, l, c, 1);
   EXPECT_DOUBLE_EQ(last.activations, 2 * (whole + (split + probs) / 2) + sbh2 + 4 * s * b * 1000 / 2);
@@ -217,7 +218,8 @@ TEST(PlannerLlama, GptFiguresUnchanged) {
   const SearchResult megatron = search_layouts(w, c, no_zero3, 1);
   ASSERT_FALSE(megatron.top.empty());
   EXPECT_NEAR(megatron.top[0].time.step, 19.412, 0.0005);
-  EXPECT_NEAR(megatron.top[0].memory.total() / (1 << 30), 66.5, 0.05);
+  // 66.5 until the embedding's output stopped being counted twice (issue 38).
+  EXPECT_NEAR(megatron.top[0].memory.total() / (1 << 30), 66.1, 0.05);
 }
 
 }  // namespace
