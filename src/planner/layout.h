@@ -2,7 +2,9 @@
 // replica runs its share of the global batch.
 #pragma once
 
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "config/run_config.h"
@@ -19,10 +21,24 @@ using loom::ComputePrecision;
 using loom::Recompute;
 
 // What is trained: the model and the step's batch.
+struct ParameterCounts {
+  double layer_split = 0;       // per layer: weight matrices and column-split biases (1/tp on each rank)
+  double layer_replicated = 0;  // per layer: norms and row-parallel biases (whole on each rank)
+  double layer_matrices = 0;    // per layer: weight-matrix elements (2 forward FLOPs per token each)
+  double embedding = 0;         // token table, vocabulary-parallel (1/tp), first stage
+  double positions = 0;         // GPT-2's learned position table, first stage
+  double head = 0;              // LLaMA's untied lm_head (vocabulary-parallel), last stage; 0 when tied
+  double final_norm = 0;        // last stage
+};
+
 struct Workload {
   ModelConfig model;
   int global_batch = 1;  // sequences per optimizer step
   int seq_len() const { return model.seq_len; }
+  // parameter_counts(model), kept for the model it was counted for: the
+  // search asks for it for every layout (hundreds of thousands).
+  const ParameterCounts& counts() const;
+  mutable std::optional<std::pair<ModelConfig, ParameterCounts>> counted{};
 };
 
 struct Layout {

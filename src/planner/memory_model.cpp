@@ -1,6 +1,7 @@
 #include "planner/memory_model.h"
 
 #include <algorithm>
+#include <tuple>
 
 #include "model/param_layout.h"
 
@@ -71,8 +72,21 @@ int head_stage(const Layout& l) {
   return pp::chunk_map(l.schedule(), l.pp, l.v).stage_of(l.pp * l.v - 1);
 }
 
+const ParameterCounts& Workload::counts() const {
+  // Again when a field that shapes the parameters changed since.
+  auto shape = [](const ModelConfig& m) {
+    return std::make_tuple(m.vocab_size, m.n_layer, m.n_head, m.d_model, m.seq_len, int(m.family), m.n_kv_head,
+                           m.ffn_hidden, m.ffn_multiple_of, m.tie_embeddings, m.qkv_bias);
+  };
+  if (!counted || shape(counted->first) != shape(model)) counted.emplace(model, parameter_counts(model));
+  return counted->second;
+}
+
 double stage_parameters(const ModelConfig& m, const Layout& l, int stage) {
-  const ParameterCounts p = parameter_counts(m);
+  return stage_parameters(parameter_counts(m), m, l, stage);
+}
+
+double stage_parameters(const ParameterCounts& p, const ModelConfig& m, const Layout& l, int stage) {
   const double t = l.tp;
   double n = layers_on_stage(m.n_layer, l, stage) * (p.layer_split / t + p.layer_replicated);
   if (stage == 0) n += p.embedding / t + p.positions;  // vocabulary-parallel token table, positions
@@ -92,7 +106,7 @@ MemoryBreakdown stage_memory(const Workload& w, const Layout& l, const ClusterSp
   MemoryBreakdown mem;
   mem.stage = stage;
 
-  const double n = stage_parameters(m, l, stage);
+  const double n = stage_parameters(w.counts(), m, l, stage);
   mem.params = n * param_bytes(l.precision) / (l.zero >= 3 ? l.data() : 1);
   mem.grads = n * l.grad_bytes() / (l.zero >= 2 ? l.data() : 1);
   mem.optimizer = n * optimizer_bytes(l.precision) / (l.zero >= 1 ? l.data() : 1);
@@ -128,7 +142,7 @@ MemoryBreakdown stage_memory(const Workload& w, const Layout& l, const ClusterSp
   if (tiled && l.precision != ComputePrecision::fp32)
     mem.activations += 4 * s * b * (2 * (h / l.tp + kv_cols) + h / l.tp);
   if (l.pp > 1) mem.comm_buffers += 2 * sbh_bytes;
-  if (l.zero >= 3) mem.comm_buffers += 2 * (parameter_counts(m).layer_matrices / l.tp) * param_bytes(l.precision);
+  if (l.zero >= 3) mem.comm_buffers += 2 * (w.counts().layer_matrices / l.tp) * param_bytes(l.precision);
   mem.overhead = c.overhead_bytes;
   return mem;
 }

@@ -53,15 +53,6 @@ double layer_activation_bytes(const ModelConfig& m, double s, double b, int t, b
                               bool tiled = false);
 
 // A model's parameters as tensor and pipeline parallelism place them.
-struct ParameterCounts {
-  double layer_split = 0;       // per layer: weight matrices and column-split biases (1/tp on each rank)
-  double layer_replicated = 0;  // per layer: norms and row-parallel biases (whole on each rank)
-  double layer_matrices = 0;    // per layer: weight-matrix elements (2 forward FLOPs per token each)
-  double embedding = 0;         // token table, vocabulary-parallel (1/tp), first stage
-  double positions = 0;         // GPT-2's learned position table, first stage
-  double head = 0;              // LLaMA's untied lm_head (vocabulary-parallel), last stage; 0 when tied
-  double final_norm = 0;        // last stage
-};
 // GPT-2: per layer qkv 3h^2 + 3h, projection h^2 + h, fc 4h^2 + 4h, fc
 // projection 4h^2 + h, two layernorms 4h. LLaMA: per layer q/k/v
 // (n_head + 2 n_kv_head) hd x h, o_proj h^2, gate/up/down 3 F h, two RMSNorm
@@ -76,6 +67,8 @@ ParameterCounts parameter_counts(const ModelConfig& m);
 // gradient is summed with the embedding's); LLaMA's untied lm_head is a
 // separate V x h matrix, there always.
 double stage_parameters(const ModelConfig& m, const Layout& l, int stage);
+// The same from counts already made (Workload::counts).
+double stage_parameters(const ParameterCounts& p, const ModelConfig& m, const Layout& l, int stage);
 // The stage holding the final norm and the head: the last virtual stage's
 // (pp - 1; stage 0 under ZB-V's V).
 int head_stage(const Layout& l);

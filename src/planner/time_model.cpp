@@ -32,7 +32,7 @@ ChunkCosts chunk_costs(const Workload& w, const Layout& l, const ClusterSpec& c,
   // four GEMMs 24 h^2; LLaMA's q/k/v of n_head + 2 n_kv_head heads, o_proj
   // and three MLP matrices of width F), 4 s h for the attention scores and
   // their weighted sum (ModelConfig counts the same).
-  const double f_layer = tokens * (2 * parameter_counts(m).layer_matrices + 4 * s * h) / t / rate;
+  const double f_layer = tokens * (2 * w.counts().layer_matrices + 4 * s * h) / t / rate;
   // The tiled attention keeps no probabilities: selective recomputes nothing.
   const bool tiled = m.tiled_attention(w.seq_len(), l.cp);
   const double recompute = l.recompute == Recompute::full                          ? f_layer
@@ -54,7 +54,7 @@ ChunkCosts chunk_costs(const Workload& w, const Layout& l, const ClusterSpec& c,
   const int stages = l.pp * l.v;
   const pp::ChunkMap map = pp::chunk_map(l.schedule(), l.pp, l.v);
   ChunkCosts k;
-  const double w_layer = tokens * 2 * parameter_counts(m).layer_matrices / t / rate;
+  const double w_layer = tokens * 2 * w.counts().layer_matrices / t / rate;
   for (auto* v : {&k.f_compute, &k.b_compute, &k.f_tp, &k.b_tp, &k.f_zero3, &k.b_zero3, &k.zero3_total, &k.b_weight,
                  &k.f_cp, &k.b_cp})
     v->assign(stages, 0);
@@ -71,7 +71,7 @@ ChunkCosts chunk_costs(const Workload& w, const Layout& l, const ClusterSpec& c,
       // Each pass gathers the chunk's parameters (prefetched while the
       // previous layer computes); backward also reduce-scatters gradients.
       // One collective per layer, so each pays the ring's latency.
-      const double chunk_params = stage_parameters(m, l, stage) / l.v;
+      const double chunk_params = stage_parameters(w.counts(), m, l, stage) / l.v;
       const double extra_latency = std::max(0.0, layers - 1) * (l.data() - 1) * links.dp.latency;
       const double gather = all_gather_seconds(chunk_params * pbytes, l.data(), links.dp) + extra_latency;
       const double scatter = reduce_scatter_seconds(chunk_params * pbytes, l.data(), links.dp) + extra_latency;
@@ -84,10 +84,10 @@ ChunkCosts chunk_costs(const Workload& w, const Layout& l, const ClusterSpec& c,
   return k;
 }
 
-double optimizer_seconds(const ModelConfig& m, const Layout& l, const ClusterSpec& c, int stage) {
+double optimizer_seconds(const Workload& w, const Layout& l, const ClusterSpec& c, int stage) {
   // AdamW reads parameter, gradient and two moments and writes three of
   // them back: about 28 bytes per parameter it updates.
-  const double updated = stage_parameters(m, l, stage) / (l.zero >= 1 ? l.data() : 1);
+  const double updated = stage_parameters(w.counts(), w.model, l, stage) / (l.zero >= 1 ? l.data() : 1);
   return updated * 28 / c.memory_bandwidth;
 }
 
@@ -136,7 +136,7 @@ StepTime step_time(const Workload& w, const Layout& l, const ClusterSpec& c, con
   for (int s = 0; s < l.pp; s++) {
     // Data-parallel reduction of this stage's gradients; it starts bucket by
     // bucket during the last micro-batch's backward and hides behind it.
-    const double params = stage_parameters(w.model, l, s), grads = params * l.grad_bytes();
+    const double params = stage_parameters(w.counts(), w.model, l, s), grads = params * l.grad_bytes();
     double reduce = 0, gather = 0, window = 0;
     if (l.zero == 0) reduce = all_reduce_seconds(grads, l.data(), out.links.dp);
     if (l.zero == 1 || l.zero == 2) {
@@ -145,7 +145,7 @@ StepTime step_time(const Workload& w, const Layout& l, const ClusterSpec& c, con
     }
     for (int chunk = 0; chunk < l.v; chunk++) window += d.backward[size_t(map.virtual_stage(s, chunk))];
     const double exposed = std::max(0.0, reduce - window) + gather;
-    const double opt = optimizer_seconds(w.model, l, c, s);
+    const double opt = optimizer_seconds(w, l, c, s);
     const double end = timing.stage_finish[s] + exposed + opt;
     if (end > out.step) {
       out.step = end;
@@ -183,7 +183,7 @@ double step_time_lower_bound(const Workload& w, const Layout& l, const ClusterSp
       const int vs = map.virtual_stage(s, chunk);
       busy += k.forward(vs) + k.backward(vs);
     }
-    bound = std::max(bound, l.micro_batches * busy + optimizer_seconds(w.model, l, c, s));
+    bound = std::max(bound, l.micro_batches * busy + optimizer_seconds(w, l, c, s));
   }
   return bound;
 }
