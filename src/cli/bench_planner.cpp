@@ -31,12 +31,14 @@
 #include "kernels/cpu/isa.h"
 #include "obs/run_reader.h"
 #include "planner/predict.h"
+#include "planner/published_runs.h"
 
 namespace loom::cli {
 namespace {
 
 struct Options {
   bool quick = false;
+  bool published = false;  // --published: the planner against published runs, no runs here
   int steps = 0;  // 0: 5, or 3 with --quick
   std::string out;  // JSON file ("" = none)
 };
@@ -50,6 +52,7 @@ Options parse(const Args& args) {
     };
     const std::string& a = args[i];
     if (a == "--quick") o.quick = true;
+    else if (a == "--published") o.published = true;
     else if (a == "--steps") o.steps = int_option(value(), "bench planner", "--steps", 2, 1000);
     else if (a == "--out") o.out = value();
     else throw UserError(strprintf("bench planner: unknown option '%s' (try loom bench --help)", a.c_str()));
@@ -111,10 +114,38 @@ PlannerRun run_layout(const BenchLayout& layout, int steps, const std::string& d
   return run;
 }
 
+// --published: each published run's own layout timed by the planner on the
+// cluster it ran on, predicted TFLOP/s per GPU against the published.
+int print_published_check() {
+  const planner::ClusterSpec nodes = planner::load_cluster("a100-80gb", planner::default_root());
+  std::printf("loom bench planner --published: Narayanan et al. 2021 (SC21), Table 1, each row's published layout\n"
+              "timed by the planner on %s (%s); seq 2048, vocab 51200, fp16, full recompute, no ZeRO,\n"
+              "no sequence parallelism, fp32 gradients; TFLOP/s per GPU by the paper's eq. 3 (recompute counted)\n\n",
+              nodes.name.c_str(), nodes.description.c_str());
+  std::printf("%-6s %6s %3s %3s %2s %4s %5s | %9s %9s %6s\n", "model", "GPUs", "tp", "pp", "v", "mb", "batch",
+              "published", "predicted", "ratio");
+  double lo = 1e30, hi = 0;
+  int within = 0;
+  const std::vector<planner::PublishedRun> runs = planner::narayanan_2021_runs();
+  for (const planner::PublishedRun& r : runs) {
+    const double predicted = planner::predicted_tflops_per_gpu(r, nodes), ratio = predicted / r.tflops_per_gpu;
+    lo = std::min(lo, ratio), hi = std::max(hi, ratio);
+    within += std::abs(ratio - 1) <= 0.10;
+    std::printf("%-6s %6d %3d %3d %2d %4d %5d | %9.0f %9.1f %5.2fx\n", r.name.c_str(), r.layout.devices(),
+                r.layout.tp, r.layout.pp, r.layout.v, r.layout.micro_batch, r.workload.global_batch,
+                r.tflops_per_gpu, predicted, ratio);
+  }
+  std::printf("\nwithin 10%% of the published figure: %d of %zu rows; ratios %.2f to %.2f, spread %.2f "
+              "(issue 38's targets: every row, spread at most 1.15)\n",
+              within, runs.size(), lo, hi, hi / lo);
+  return 0;
+}
+
 }  // namespace
 
 int cmd_bench_planner(const Args& args) {
   const Options o = parse(args);
+  if (o.published) return print_published_check();
   const std::vector<BenchLayout> rows = planner_bench_matrix(o.quick);
   std::set<int> rank_counts;
   std::vector<std::pair<const BenchModel*, int64_t>> params;  // each model once, in the matrix's order

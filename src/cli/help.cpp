@@ -239,6 +239,10 @@ commands:
           place of cluster.overhead_bytes; then the worst row of each. Step time is judged after
           loom bench calibrate (the table says when it is not). --quick: 6 rows on a smaller
           model. Exit 0 when it ran, whatever the errors. See docs/planner.md.
+            loom bench planner --published
+          The planner against published runs (no runs here): Narayanan et al. 2021 (Megatron-LM,
+          SC21) Table 1, each row's published layout timed on the a100-80gb preset; predicted
+          against published TFLOP/s per GPU (the paper's FLOP count), the ratios and their spread.
             loom bench checkpoint [--mb 256] [--ranks 4] [--repeat 3] [--dir PATH]
                                   [--stall-model gpt2-124m|PRESET|RUN.toml|none]
           Checkpoint save (rank files + sha256 + fsync + commit) and load (verify + assemble
