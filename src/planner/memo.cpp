@@ -233,10 +233,12 @@ std::string write_memo(const Workload& w, const ClusterSpec& c, const Candidate&
   const Bottleneck b = likely_bottleneck(best, c);
   out += strprintf(
       "Step: %.3f s ~ compute %.3f + tensor-parallel %.3f%s + bubble %.3f + pipeline messages (in the bubble "
-      "figure) + exposed data-parallel %.3f + ZeRO-3 gathers %.3f + optimizer %.3f; %.0f tokens/s, %.1f%% MFU.\n",
+      "figure) + exposed data-parallel %.3f + ZeRO-3 gathers %.3f + optimizer %.3f; %.0f tokens/s, %.1f%% MFU "
+      "(model FLOPs: 6N + 12Lhs a token)%s.\n",
       t.step, t.compute, t.tp_comm,
       best.layout.cp > 1 ? strprintf(" + context-parallel ring %.3f", t.cp_comm).c_str() : "", t.bubble,
-      t.dp_exposed, t.zero3_comm, t.optimizer, t.tokens_per_s, 100 * t.mfu);
+      t.dp_exposed, t.zero3_comm, t.optimizer, t.tokens_per_s, 100 * t.mfu,
+      t.hfu > t.mfu ? strprintf(", %.1f%% with the recomputed work (hardware FLOPs)", 100 * t.hfu).c_str() : "");
   out += strprintf("Likely bottleneck: %s (%.3f s, %.0f%% of the step). First mitigation: %s.\n", b.what.c_str(),
                    b.seconds, 100 * b.seconds / t.step, b.mitigation.c_str());
   if (t.zero3_total > 0.5 * t.compute)

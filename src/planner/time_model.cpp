@@ -168,8 +168,18 @@ StepTime step_time(const Workload& w, const Layout& l, const ClusterSpec& c, con
   out.bubble_fraction = timing.bubble_fraction();
   const double tokens = double(w.global_batch) * w.seq_len();
   out.tokens_per_s = tokens / out.step;
-  out.mfu = w.model.train_flops_per_token(w.seq_len()) * tokens /
-            (out.step * l.devices() * c.peak_flops(l.precision));
+  // One basis everywhere (ModelConfig::train_flops_per_token): 6 N + 12 L h s
+  // per token, no recomputation; the hardware figure adds what is run again.
+  const ModelConfig& mc = w.model;
+  const double s = w.seq_len(), model_flops = mc.train_flops_per_token(w.seq_len()) * tokens;
+  const bool tiled = mc.tiled_attention(w.seq_len(), l.cp);
+  const double redone = l.recompute == Recompute::full ? model_flops / 3  // one more forward
+                        : l.recompute == Recompute::selective && !tiled
+                            ? 4.0 * mc.n_layer * mc.d_model * s * tokens  // the attention core's two products
+                            : 0;
+  const double peak = out.step * l.devices() * c.peak_flops(l.precision);
+  out.mfu = model_flops / peak;
+  out.hfu = (model_flops + redone) / peak;
   return out;
 }
 

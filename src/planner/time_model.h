@@ -29,6 +29,9 @@ struct StepTime {
   double bubble_fraction = 0;   // from the simulated schedule
   double tokens_per_s = 0;
   double mfu = 0;               // model FLOPs / (step x devices x peak of the precision)
+  // Hardware FLOPs utilisation: with the recomputed forward counted too
+  // (full: every block's; selective: the attention core's); = mfu without.
+  double hfu = 0;
   GroupLinks links;
 };
 

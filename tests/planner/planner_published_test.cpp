@@ -11,6 +11,7 @@
 
 #include "cli/run_loom.h"
 #include "planner/published_runs.h"
+#include "planner/time_model.h"
 
 namespace loom::planner {
 namespace {
@@ -54,6 +55,25 @@ TEST(PlannerPublished, BenchPrintsEveryRowAgainstItsPublishedThroughput) {
   EXPECT_GT(ratio, 0.5);  // the same order as the published figure: the set-up is the paper's
   EXPECT_LT(ratio, 2.0);
   EXPECT_NE(r.output.find("within 10% of the published figure:"), std::string::npos) << r.output;
+}
+
+// MFU on one basis (model FLOPs, 6N + 12Lhs a token, as the trainer's log),
+// hardware FLOPs beside it: full recomputation runs the forward again (4/3
+// of the model FLOPs), none adds nothing.
+TEST(PlannerMfu, ModelFlopsAndHardwareFlopsBeside) {
+  const PublishedRun run = narayanan_2021_runs()[0];
+  const ClusterSpec c = with_devices(load_cluster("a100-80gb", LOOM_SOURCE_DIR), run.layout.devices());
+  Layout l = run.layout;
+  const StepTime full = step_time(run.workload, l, c);
+  const double tokens = double(run.workload.global_batch) * run.workload.seq_len();
+  EXPECT_NEAR(full.mfu, run.workload.model.train_flops_per_token(2048) * tokens /
+                            (full.step * l.devices() * c.peak_flops(l.precision)),
+              1e-12);
+  EXPECT_NEAR(full.hfu, full.mfu * 4 / 3, 1e-12);
+  l.recompute = Recompute::none;
+  const StepTime none = step_time(run.workload, l, c);
+  EXPECT_DOUBLE_EQ(none.hfu, none.mfu);
+  EXPECT_GT(none.mfu, full.mfu);  // the same model FLOPs in less time
 }
 
 }  // namespace
