@@ -55,6 +55,11 @@ TEST(PlannerPublished, BenchPrintsEveryRowAgainstItsPublishedThroughput) {
   EXPECT_GT(ratio, 0.5);  // the same order as the published figure: the set-up is the paper's
   EXPECT_LT(ratio, 2.0);
   EXPECT_NE(r.output.find("within 10% of the published figure:"), std::string::npos) << r.output;
+  // Beside each row, the free search's best plan and where its gain comes from.
+  const size_t own = r.output.find("the planner's own best plan for each row");
+  ASSERT_NE(own, std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("\n1T ", own), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("x  dp ", own), std::string::npos) << r.output;
 }
 
 // MFU on one basis (model FLOPs, 6N + 12Lhs a token, as the trainer's log),
