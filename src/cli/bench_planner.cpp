@@ -195,10 +195,19 @@ int cmd_bench_planner(const Args& args) {
     if (std::find_if(params.begin(), params.end(), [&](const auto& p) { return p.first == l.model; }) == params.end())
       params.emplace_back(l.model, n);
   }
-  const planner::ClusterSpec cluster = planner::local_cluster_or_default();
+  // Every row runs 1 thread per rank: without loom bench calibrate's file,
+  // the runs predict from the automatic calibration for 1 thread (taken
+  // here once, as a single-rank loom train would: mpirun's ranks do not).
   const bool by_bench = std::filesystem::exists(planner::local_cluster_path(planner::default_root()));
-  const bool by_run = std::filesystem::exists(planner::auto_calibration_path(
-      planner::default_root(), std::max(1u, std::thread::hardware_concurrency())));
+  const std::string one_thread = planner::auto_calibration_path(planner::default_root(), 1);
+  if (!by_bench && !std::filesystem::exists(one_thread)) {
+    const CommandResult c = run_command(strprintf("'%s' bench calibrate --quick --threads 1 --out '%s' 2>&1",
+                                                  self_exe().c_str(), one_thread.c_str()));
+    if (c.status != 0) std::printf("calibration for 1 thread failed: %s\n", c.output.c_str());
+  }
+  const bool by_run = std::filesystem::exists(one_thread);
+  const planner::ClusterSpec cluster = by_bench || !by_run ? planner::local_cluster_or_default()
+                                                           : planner::load_cluster_file(one_thread);
   const bool calibrated = by_bench || by_run;
   double load = 0;
   ::getloadavg(&load, 1);
@@ -212,7 +221,7 @@ int cmd_bench_planner(const Args& args) {
     std::printf("  %-7s = %s, %.2fM parameters\n", model->name, model->describe().c_str(), double(n) * 1e-6);
   std::printf("step time: %s\n",
               by_bench ? "calibrated (.cache/cluster-local.toml from loom bench calibrate)"
-              : by_run ? "calibrated automatically (.cache/calibration/, loom bench calibrate --quick, all cores)"
+              : by_run ? "calibrated automatically (.cache/calibration/, loom bench calibrate --quick --threads 1)"
                        : "UNCALIBRATED (no .cache/cluster-local.toml: the planner assumes a third of a quickly "
                          "measured fp32 peak; run loom bench calibrate first)");
   std::printf("memory: the planner adds cluster.overhead_bytes = %.1f MiB per process (%s)\n\n",

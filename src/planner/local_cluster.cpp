@@ -110,9 +110,12 @@ ClusterSpec local_cluster_or_default() {
   return measure_local_cluster_quickly();
 }
 
-ClusterSpec cluster_for_run(const std::string& name_or_path, int nodes) {
+ClusterSpec cluster_for_run(const std::string& name_or_path, int nodes, int threads) {
   if (!name_or_path.empty() && name_or_path != "local") return load_cluster(name_or_path, default_root());
   ClusterSpec c = local_cluster_or_default();
+  if (threads > 0 && !std::filesystem::exists(local_cluster_path(default_root())))
+    if (const std::string own = auto_calibration_path(default_root(), threads); std::filesystem::exists(own))
+      c = load_cluster_file(own);
   if (nodes > 1 && c.nodes == 1) {
     c.nodes = nodes;
     c.description += strprintf(", as %d such nodes", nodes);

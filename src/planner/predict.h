@@ -67,7 +67,10 @@ std::string auto_calibration_path(const std::string& root, int threads);
 // each node has this machine's cores, and groups that span nodes use its
 // [inter_node] link (calibrate it on the cluster: `loom bench calibrate --mpi`
 // under the job's mpirun).
-ClusterSpec cluster_for_run(const std::string& name_or_path, int nodes);
+// threads > 0: the run's threads per rank; without `loom bench calibrate`'s
+// file, the automatic calibration for that many threads is preferred (a
+// rank of N threads reaches its own share of the peak).
+ClusterSpec cluster_for_run(const std::string& name_or_path, int nodes, int threads = 0);
 // This machine's physical memory (MemTotal), 0 if unknown.
 double machine_memory_bytes();
 // UserError (before anything is allocated) when the run's predicted memory

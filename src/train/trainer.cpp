@@ -260,7 +260,7 @@ TrainResult train(const RunConfig& cfg, const ParallelContext& ctx, FILE* log, c
     // The planner's prediction for this very run, checked at the end.
     try {
       prediction = planner::predict_loom_run(cfg, ctx.grid().world_size(),
-                                             planner::cluster_for_run(options.cluster, ctx.nodes().nodes()));
+                                             planner::cluster_for_run(options.cluster, ctx.nodes().nodes(), threads));
       std::fprintf(log, "plan: predicted %s\n", prediction->describe().c_str());
     } catch (const UserError& e) {
       std::fprintf(log, "plan: no prediction (%s)\n", e.what());
