@@ -1,6 +1,7 @@
 #include <sys/stat.h>
 
 #include <omp.h>
+#include <stdlib.h>  // getloadavg
 
 #include <chrono>
 #include <cstdio>
@@ -9,6 +10,7 @@
 
 #include "cli/bench_util.h"
 #include "cli/commands.h"
+#include "core/atomic_file.h"
 #include "comm/mpi_comm.h"
 #include "config/run_config.h"
 #include "core/check.h"
@@ -75,13 +77,19 @@ static void choose_layout_on_rank0(RunConfig& cfg, MpiRuntime& mpi, const std::s
 // cluster file to use, or "" (then the planner's uncalibrated guesses).
 // Started by mpirun or srun (even as one rank) it only reads the cache: a
 // child forked by an MPI process of a launched job confuses the launcher
-// (OpenMPI's finalize then waits forever).
+// (OpenMPI's finalize then waits forever). A calibration taken while other
+// work loaded the machine (1-minute load average above half the cores) is
+// marked (PATH.busy) and taken again by the first run on a quieter machine.
 std::string automatic_calibration(const RunConfig& cfg, bool launched) {
   const std::string root = planner::default_root();
   if (std::filesystem::exists(planner::local_cluster_path(root))) return "";
   const int threads = cfg.runtime.threads > 0 ? cfg.runtime.threads : omp_get_num_procs();
-  const std::string path = planner::auto_calibration_path(root, threads);
-  if (std::filesystem::exists(path)) {
+  const std::string path = planner::auto_calibration_path(root, threads), busy_mark = path + ".busy";
+  double load = 0;
+  if (::getloadavg(&load, 1) != 1) load = 0;
+  const bool busy = load > 0.5 * omp_get_num_procs();
+  const bool cached = std::filesystem::exists(path);
+  if (cached && (busy || launched || !std::filesystem::exists(busy_mark))) {
     std::printf("calibration: %s (taken automatically for %d threads; loom bench calibrate measures more)\n",
                 path.c_str(), threads);
     return path;
@@ -100,7 +108,16 @@ std::string automatic_calibration(const RunConfig& cfg, bool launched) {
     std::printf("calibration: failed (%s); the prediction uses uncalibrated guesses\n", r.output.c_str());
     return "";
   }
-  std::printf("calibration: took %.1f s, cached in %s\n", s, path.c_str());
+  std::error_code ec;
+  if (busy) {
+    write_file_atomically(busy_mark, strprintf("load average %.2f on %d cores\n", load, omp_get_num_procs()));
+    std::printf("calibration: took %.1f s with the machine busy (load average %.2f): cached in %s until a quieter "
+                "run measures again\n",
+                s, load, path.c_str());
+  } else {
+    std::filesystem::remove(busy_mark, ec);
+    std::printf("calibration: took %.1f s, cached in %s\n", s, path.c_str());
+  }
   return path;
 }
 
