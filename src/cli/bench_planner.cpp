@@ -143,8 +143,8 @@ int print_published_check() {
               "timed by the planner on %s (%s); seq 2048, vocab 51200, fp16, full recompute, no ZeRO,\n"
               "no sequence parallelism, fp32 gradients; TFLOP/s per GPU by the paper's eq. 3 (recompute counted)\n\n",
               nodes.name.c_str(), nodes.description.c_str());
-  std::printf("%-6s %6s %3s %3s %2s %4s %5s | %9s %9s %6s\n", "model", "GPUs", "tp", "pp", "v", "mb", "batch",
-              "published", "predicted", "ratio");
+  std::printf("%-6s %6s %3s %3s %2s %4s %5s | %9s %9s %6s | %s\n", "model", "GPUs", "tp", "pp", "v", "mb", "batch",
+              "published", "predicted", "ratio", "predicted step: compute, tp, bubble, dp exposed, optimizer");
   double lo = 1e30, hi = 0;
   int within = 0;
   const std::vector<planner::PublishedRun> runs = planner::narayanan_2021_runs();
@@ -152,9 +152,12 @@ int print_published_check() {
     const double predicted = planner::predicted_tflops_per_gpu(r, nodes), ratio = predicted / r.tflops_per_gpu;
     lo = std::min(lo, ratio), hi = std::max(hi, ratio);
     within += std::abs(ratio - 1) <= 0.10;
-    std::printf("%-6s %6d %3d %3d %2d %4d %5d | %9.0f %9.1f %5.2fx\n", r.name.c_str(), r.layout.devices(),
-                r.layout.tp, r.layout.pp, r.layout.v, r.layout.micro_batch, r.workload.global_batch,
-                r.tflops_per_gpu, predicted, ratio);
+    const planner::StepTime t = planner::step_time(r.workload, r.layout, planner::with_devices(nodes, r.layout.devices()));
+    std::printf("%-6s %6d %3d %3d %2d %4d %5d | %9.0f %9.1f %5.2fx | %6.2f s: %2.0f%%, %2.0f%%, %2.0f%%, %2.0f%%, %2.0f%%\n",
+                r.name.c_str(), r.layout.devices(), r.layout.tp, r.layout.pp, r.layout.v, r.layout.micro_batch,
+                r.workload.global_batch, r.tflops_per_gpu, predicted, ratio, t.step, 100 * t.compute / t.step,
+                100 * t.tp_comm / t.step, 100 * t.bubble / t.step, 100 * t.dp_exposed / t.step,
+                100 * t.optimizer / t.step);
   }
   std::printf("\nwithin 10%% of the published figure: %d of %zu rows; ratios %.2f to %.2f, spread %.2f "
               "(issue 38's targets: every row, spread at most 1.15)\n",

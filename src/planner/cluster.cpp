@@ -80,6 +80,12 @@ void ClusterSpec::validate(const std::string& origin) const {
   need(peak_flops_bf16 >= 0 && peak_flops_fp16 >= 0, "device.peak_tflops_bf16/fp16", "must be >= 0");
   need(matmul_efficiency > 0 && matmul_efficiency <= 1, "device.matmul_efficiency", "must be in (0, 1]");
   need(memory_bandwidth > 0, "device.memory_gbps", "must be > 0");
+  need(memory_efficiency > 0 && memory_efficiency <= 1, "device.memory_efficiency", "must be in (0, 1]");
+  need(gemm_tile_m >= 1 && gemm_tile_n >= 1, "device.gemm_tile_m/n", "must be at least 1");
+  need(gemm_k_half >= 0 && gemm_k_half < 1e9 && gemm_mn_half >= 0 && gemm_mn_half < 1e9, "device.gemm_k_half/mn_half",
+       "must be >= 0 and below 1e9");
+  need(intra_efficiency > 0 && intra_efficiency <= 1, "intra_node.efficiency", "must be in (0, 1]");
+  need(inter_efficiency > 0 && inter_efficiency <= 1, "inter_node.efficiency", "must be in (0, 1]");
   need(overhead_bytes >= 0 && overhead_bytes < memory_bytes, "device.overhead_gib",
        "must be >= 0 and below the device memory");
   need(intra_bandwidth > 0, "intra_node.bandwidth_gbps", "must be > 0 (devices in a node must be able to talk)");
@@ -125,12 +131,20 @@ ClusterSpec parse_cluster_toml(const std::string& text, const std::string& origi
   c.peak_flops_bf16 = r.number("device.peak_tflops_bf16", 0) * 1e12;
   c.peak_flops_fp16 = r.number("device.peak_tflops_fp16", 0) * 1e12;
   c.matmul_efficiency = r.number("device.matmul_efficiency", 0.5);
+  c.gemm_units = r.integer("device.gemm_units", 0);
+  c.gemm_tile_m = r.integer("device.gemm_tile_m", 1);
+  c.gemm_tile_n = r.integer("device.gemm_tile_n", 1);
+  c.gemm_k_half = r.number("device.gemm_k_half", 0);
+  c.gemm_mn_half = r.number("device.gemm_mn_half", 0);
   c.memory_bandwidth = r.number("device.memory_gbps", 0) * 1e9;
+  c.memory_efficiency = r.number("device.memory_efficiency", 1);
   c.overhead_bytes = r.number("device.overhead_gib", 0) * kGiB;
   c.intra_bandwidth = r.number("intra_node.bandwidth_gbps", 0) * 1e9;
   c.intra_latency = r.number("intra_node.latency_us", 0) * 1e-6;
   c.inter_bandwidth = r.number("inter_node.bandwidth_gbit", 0) * 1e9 / 8;
   c.inter_latency = r.number("inter_node.latency_us", 0) * 1e-6;
+  c.intra_efficiency = r.number("intra_node.efficiency", 1);
+  c.inter_efficiency = r.number("inter_node.efficiency", 1);
   r.reject_unknown(root, "");
   c.validate(origin);
   return c;
@@ -149,12 +163,20 @@ std::string ClusterSpec::to_toml() const {
     << "peak_tflops_bf16 = " << peak_flops_bf16 / 1e12 << "\n"
     << "peak_tflops_fp16 = " << peak_flops_fp16 / 1e12 << "\n"
     << "matmul_efficiency = " << matmul_efficiency << "\n"
+    << "gemm_units = " << gemm_units << "\n"
+    << "gemm_tile_m = " << gemm_tile_m << "\n"
+    << "gemm_tile_n = " << gemm_tile_n << "\n"
+    << "gemm_k_half = " << gemm_k_half << "\n"
+    << "gemm_mn_half = " << gemm_mn_half << "\n"
     << "memory_gbps = " << memory_bandwidth / 1e9 << "\n"
+    << "memory_efficiency = " << memory_efficiency << "\n"
     << "overhead_gib = " << overhead_bytes / kGiB << "\n\n[intra_node]\n"
     << "bandwidth_gbps = " << intra_bandwidth / 1e9 << "\n"
-    << "latency_us = " << intra_latency * 1e6 << "\n\n[inter_node]\n"
+    << "latency_us = " << intra_latency * 1e6 << "\n"
+    << "efficiency = " << intra_efficiency << "\n\n[inter_node]\n"
     << "bandwidth_gbit = " << inter_bandwidth * 8 / 1e9 << "\n"
-    << "latency_us = " << inter_latency * 1e6 << "\n";
+    << "latency_us = " << inter_latency * 1e6 << "\n"
+    << "efficiency = " << inter_efficiency << "\n";
   return o.str();
 }
 

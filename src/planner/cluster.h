@@ -21,13 +21,24 @@ struct ClusterSpec {
   double peak_flops_fp32 = 0;       // per device, dense
   double peak_flops_bf16 = 0;       // 0: not supported
   double peak_flops_fp16 = 0;
-  double matmul_efficiency = 0.5;   // share of peak a training step's GEMMs reach (calibrated)
-  double memory_bandwidth = 0;      // per device, for the memory-bound optimizer step
+  // The GEMM model (planner/work_model.h): the share of peak a large,
+  // aligned GEMM reaches; tile and wave quantisation over `gemm_units`
+  // processors (0: none); the K and min(M, N) at which short reductions and
+  // skinny outputs halve the rate (0: no penalty).
+  double matmul_efficiency = 0.5;
+  int gemm_units = 0;
+  int gemm_tile_m = 1, gemm_tile_n = 1;
+  double gemm_k_half = 0, gemm_mn_half = 0;
+  double memory_bandwidth = 0;      // per device, for the memory-bound work
+  double memory_efficiency = 1;     // share of memory_bandwidth streaming kernels reach
   double overhead_bytes = 0;        // per device: runtime, context, allocator slack
   double intra_bandwidth = 0;       // per device, one direction, inside a node
   double intra_latency = 0;
   double inter_bandwidth = 0;       // per node (all its NICs), one direction
   double inter_latency = 0;
+  // Share of the nominal link bandwidth a large collective reaches (NCCL's
+  // bus bandwidth over the link's): inside a node and across nodes.
+  double intra_efficiency = 1, inter_efficiency = 1;
 
   int devices() const { return nodes * devices_per_node; }
   double peak_flops(ComputePrecision p) const;

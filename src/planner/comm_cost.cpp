@@ -14,10 +14,12 @@ Link link_of(const ClusterSpec& c, const ParallelGrid& grid, GroupKind kind, int
   const int node = members[0] / ranks_per_node;
   int on_node = 0;
   for (int r : members) on_node += r / ranks_per_node == node;
-  if (on_node == int(members.size())) return {c.intra_bandwidth, c.intra_latency, false};
+  // What a large collective reaches of each link's nominal bandwidth.
+  const double intra = c.intra_bandwidth * c.intra_efficiency;
+  if (on_node == int(members.size())) return {intra, c.intra_latency, false};
   // ranks_per_node / on_node groups of this kind leave each node at once and share its NICs.
-  const double share = c.inter_bandwidth * on_node / ranks_per_node;
-  return {std::min(c.intra_bandwidth, share), std::max(c.intra_latency, c.inter_latency), true};
+  const double share = c.inter_bandwidth * c.inter_efficiency * on_node / ranks_per_node;
+  return {std::min(intra, share), std::max(c.intra_latency, c.inter_latency), true};
 }
 
 }  // namespace

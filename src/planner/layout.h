@@ -34,6 +34,9 @@ struct ParameterCounts {
 struct Workload {
   ModelConfig model;
   int global_batch = 1;  // sequences per optimizer step
+  // Hidden and attention dropout (Megatron-LM's default 0.1; loom has none):
+  // memory-bound work the time model adds.
+  bool dropout = false;
   int seq_len() const { return model.seq_len; }
   // parameter_counts(model), kept for the model it was counted for: the
   // search asks for it for every layout (hundreds of thousands).
@@ -62,6 +65,9 @@ struct Layout {
   // Gradients accumulated and reduced in fp32 under 16-bit compute
   // (Megatron's main_grad: 18 bytes per parameter instead of 16).
   bool fp32_grads = false;
+  // The data-parallel reduction starts bucket by bucket during the last
+  // backward (loom, Megatron's --overlap-grad-reduce); false: after it.
+  bool overlap_grad_reduce = true;
   // Bytes per gradient element.
   double grad_bytes() const { return precision == ComputePrecision::fp32 || fp32_grads ? 4 : 2; }
 

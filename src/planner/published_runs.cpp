@@ -24,11 +24,17 @@ std::vector<PublishedRun> narayanan_2021_runs() {
     run.name = r.name;
     run.workload.model = ModelConfig{kVocab, r.layers, r.heads, r.hidden, kSeq};
     run.workload.global_batch = r.batch;
+    // The paper's Megatron-LM: attention materialized (no fused flash
+    // kernel in 2021), dropout 0.1 on hidden states and attention, and the
+    // data-parallel all-reduce after the backward (its DDP then had no overlap).
+    run.workload.model.attention = AttentionKind::materialized;
+    run.workload.dropout = true;
     Layout& l = run.layout;
     l.tp = r.tp, l.pp = r.pp, l.v = r.v, l.dp = r.gpus / (r.tp * r.pp);
     l.micro_batch = r.micro_batch, l.micro_batches = r.batch / (l.dp * r.micro_batch);
     l.zero = 0, l.recompute = Recompute::full, l.seq_parallel = false;
     l.precision = ComputePrecision::fp16, l.fp32_grads = true;
+    l.overlap_grad_reduce = false;
     // 530B's 105 layers on 35 stages of 3 chunks: one layer a chunk.
     run.tflops_per_gpu = r.tflops;
     const double B = r.batch, s = kSeq, L = r.layers, h = r.hidden, V = kVocab;

@@ -4,6 +4,7 @@
 
 #include "config/pipeline_plan.h"
 #include "planner/memory_model.h"
+#include "planner/work_model.h"
 
 namespace loom::planner {
 namespace {
@@ -25,36 +26,38 @@ ChunkCosts chunk_costs(const Workload& w, const Layout& l, const ClusterSpec& c,
   const ModelConfig& m = w.model;
   // Context parallelism: a rank's queries are s / cp of each sequence; its
   // attention still reads all s keys.
-  const double s = w.seq_len(), h = m.d_model, V = m.vocab_size, t = l.tp;
+  const double s = w.seq_len(), h = m.d_model, t = l.tp;
   const double tokens = double(l.micro_batch) * s / l.cp;
-  const double rate = c.peak_flops(l.precision) * c.matmul_efficiency;
-  // Forward FLOPs per layer and token: 2 per weight-matrix element (GPT-2's
-  // four GEMMs 24 h^2; LLaMA's q/k/v of n_head + 2 n_kv_head heads, o_proj
-  // and three MLP matrices of width F), 4 s h for the attention scores and
-  // their weighted sum (ModelConfig counts the same).
-  const double f_layer = tokens * (2 * w.counts().layer_matrices + 4 * s * h) / t / rate;
+  // One block's and the head's work from their shapes (planner/work_model.h).
+  const DeviceRates rates = device_rates(c, l.precision);
+  BlockShape shape;
+  shape.model = m, shape.sequences = l.micro_batch, shape.cp = l.cp, shape.tp = l.tp;
+  shape.seq_parallel = l.seq_parallel, shape.dropout = w.dropout, shape.act_bytes = act_bytes(l.precision);
+  const PassSeconds block = block_seconds(shape, rates), head = head_seconds(shape, rates);
+  const double f_layer = block.forward;
   // The tiled attention keeps no probabilities: selective recomputes nothing.
   const bool tiled = m.tiled_attention(w.seq_len(), l.cp);
   const double recompute = l.recompute == Recompute::full                          ? f_layer
-                           : l.recompute == Recompute::selective && !tiled ? tokens * 4 * s * h / t / rate
+                           : l.recompute == Recompute::selective && !tiled ? block.attention_forward
                                                                             : 0;
-  const double b_layer = 2 * f_layer + recompute;
+  const double b_layer = block.backward() + recompute;
   // Two all-reduces of the layer's output per pass (attention, MLP), in both
   // families; with sequence parallelism an all-gather + reduce-scatter pair
   // moves the same. The data-parallel reduction below covers every stage's
   // own parameters (an untied LLaMA head is the last stage's alone).
   const double ar = all_reduce_seconds(tokens * h * act_bytes(l.precision), l.tp, links.tp);
   const double f_tp = 2 * ar, b_tp = 2 * ar + (l.recompute == Recompute::full ? 2 * ar : 0);
-  const double f_head = tokens * 2 * V * h / t / rate;
+  const double f_head = head.forward;
   const double pbytes = act_bytes(l.precision);
-  // Context parallelism: the ring's fp32 key/value blocks.
+  // Context parallelism: the ring's fp32 key/value blocks, against the
+  // attention core they hide behind.
   const RingSeconds ring = ring_attention_seconds(4 * tokens * 2 * double(m.kv_heads()) / t * m.head_dim(),
-                                                  tokens * 4 * s * h / t / rate, l.cp, links.cp);
+                                                  block.attention_forward, l.cp, links.cp);
 
   const int stages = l.pp * l.v;
   const pp::ChunkMap map = pp::chunk_map(l.schedule(), l.pp, l.v);
   ChunkCosts k;
-  const double w_layer = tokens * 2 * w.counts().layer_matrices / t / rate;
+  const double w_layer = block.backward_weight;
   for (auto* v : {&k.f_compute, &k.b_compute, &k.f_tp, &k.b_tp, &k.f_zero3, &k.b_zero3, &k.zero3_total, &k.b_weight,
                  &k.f_cp, &k.b_cp})
     v->assign(stages, 0);
@@ -62,11 +65,18 @@ ChunkCosts chunk_costs(const Workload& w, const Layout& l, const ClusterSpec& c,
     const int stage = map.stage_of(vs);
     const double layers = layers_of_chunk(m.n_layer, l, vs, stage);
     k.f_compute[vs] = layers * f_layer + (vs == stages - 1 ? f_head : 0);
-    k.b_compute[vs] = layers * b_layer + (vs == stages - 1 ? 2 * f_head : 0);
-    k.b_weight[vs] = layers * w_layer;
+    k.b_compute[vs] = layers * b_layer + (vs == stages - 1 ? head.backward() : 0);
+    k.b_weight[vs] = layers * w_layer + (vs == stages - 1 ? head.backward_weight : 0);
     k.f_tp[vs] = layers * f_tp + (vs == 0 ? ar : 0);  // vocab-parallel embedding sums its output
     k.b_tp[vs] = layers * b_tp;
     k.f_cp[vs] = layers * ring.forward, k.b_cp[vs] = layers * ring.backward;
+    if (l.fp32_grads && l.precision != ComputePrecision::fp32) {
+      // fp32 gradient accumulation: each micro-batch's 16-bit weight
+      // gradients are added into the fp32 buffer (Megatron-LM's main_grad:
+      // read 2 + 4 bytes, write 4, per parameter of the chunk).
+      const double chunk_params = stage_parameters(w.counts(), m, l, stage) / l.v;
+      k.b_compute[vs] += chunk_params * 10 / rates.bandwidth;
+    }
     if (l.zero >= 3) {
       // Each pass gathers the chunk's parameters (prefetched while the
       // previous layer computes); backward also reduce-scatters gradients.
@@ -88,7 +98,7 @@ double optimizer_seconds(const Workload& w, const Layout& l, const ClusterSpec& 
   // AdamW reads parameter, gradient and two moments and writes three of
   // them back: about 28 bytes per parameter it updates.
   const double updated = stage_parameters(w.counts(), w.model, l, stage) / (l.zero >= 1 ? l.data() : 1);
-  return updated * 28 / c.memory_bandwidth;
+  return updated * 28 / (c.memory_bandwidth * c.memory_efficiency);
 }
 
 }  // namespace
@@ -144,6 +154,8 @@ StepTime step_time(const Workload& w, const Layout& l, const ClusterSpec& c, con
       gather = all_gather_seconds(params * pbytes, l.data(), out.links.dp);  // updated parameters, after the step
     }
     for (int chunk = 0; chunk < l.v; chunk++) window += d.backward[size_t(map.virtual_stage(s, chunk))];
+    // Megatron-LM's 2021 DDP reduced after the whole backward (Layout::overlap_grad_reduce).
+    if (!l.overlap_grad_reduce) window = 0;
     const double exposed = std::max(0.0, reduce - window) + gather;
     const double opt = optimizer_seconds(w, l, c, s);
     const double end = timing.stage_finish[s] + exposed + opt;

@@ -6,6 +6,7 @@
 // published TFLOP/s per GPU for every row.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -60,6 +61,21 @@ TEST(PlannerPublished, BenchPrintsEveryRowAgainstItsPublishedThroughput) {
   ASSERT_NE(own, std::string::npos) << r.output;
   EXPECT_NE(r.output.find("\n1T ", own), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("x  dp ", own), std::string::npos) << r.output;
+}
+
+// The shape-based model against the published table: measured here, the
+// ratios (predicted over published) lie within 1.03-1.17 with a spread of
+// 1.14 (issue 38's target: at most 1.15); a change that breaks that shows.
+TEST(PlannerPublished, RatiosStayCloseTogether) {
+  const ClusterSpec nodes = load_cluster("a100-80gb", LOOM_SOURCE_DIR);
+  double lo = 1e30, hi = 0;
+  for (const PublishedRun& r : narayanan_2021_runs()) {
+    const double ratio = predicted_tflops_per_gpu(r, nodes) / r.tflops_per_gpu;
+    EXPECT_GT(ratio, 0.9) << r.name;
+    EXPECT_LT(ratio, 1.2) << r.name;
+    lo = std::min(lo, ratio), hi = std::max(hi, ratio);
+  }
+  EXPECT_LE(hi / lo, 1.15);
 }
 
 // MFU on one basis (model FLOPs, 6N + 12Lhs a token, as the trainer's log),

@@ -102,7 +102,7 @@ TEST(PlannerScenarios, EightBillionLlamaFitsOneNode) {
     const SearchResult r = search_layouts(preset_workload(name), preset("a100-80gb", 8), SearchSpace{}, 1);
     ASSERT_FALSE(r.top.empty()) << name;
     EXPECT_GT(r.top[0].time.mfu, 0.2) << name;
-    EXPECT_LT(r.top[0].time.mfu, 0.7) << name;
+    EXPECT_LT(r.top[0].time.mfu, 0.87) << name;  // a100-80gb's GEMM ceiling
   }
 }
 
@@ -131,9 +131,10 @@ TEST(PlannerScenarios, RankOrderDecidesTheLink) {
   GroupLinks inside = group_links(c, 8, 8, 1);  // tp innermost: 8 tp ranks fill one node
   EXPECT_FALSE(inside.tp.crosses_nodes);
   EXPECT_TRUE(inside.dp.crosses_nodes);
-  EXPECT_DOUBLE_EQ(inside.tp.bandwidth, c.intra_bandwidth);
+  // What a large collective reaches of each link (the preset's efficiencies).
+  EXPECT_DOUBLE_EQ(inside.tp.bandwidth, c.intra_bandwidth * c.intra_efficiency);
   // 8 dp rings leave each node at once and share its NICs.
-  EXPECT_DOUBLE_EQ(inside.dp.bandwidth, c.inter_bandwidth / 8);
+  EXPECT_DOUBLE_EQ(inside.dp.bandwidth, c.inter_bandwidth * c.inter_efficiency / 8);
   GroupLinks across = group_links(c, 4, 16, 1);
   EXPECT_TRUE(across.tp.crosses_nodes);
   GroupLinks dp_in_node = group_links(c, 2, 4, 8);  // a dp pair shares a node
@@ -161,7 +162,7 @@ TEST(PlannerScenarios, ThousandDevices175BSearchesEveryLayout) {
   ASSERT_EQ(r.top.size(), 10u);
   EXPECT_GT(r.considered, 10000);
   EXPECT_GT(r.top[0].time.mfu, 0.2);
-  EXPECT_LT(r.top[0].time.mfu, 0.7);  // never above the assumed GEMM efficiency
+  EXPECT_LT(r.top[0].time.mfu, 0.87);  // never above the GEMM ceiling
 }
 
 }  // namespace

@@ -1,0 +1,119 @@
+#include "planner/work_model.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace loom::planner {
+
+DeviceRates device_rates(const ClusterSpec& c, ComputePrecision p, double cores) {
+  DeviceRates d;
+  d.peak = c.peak_flops(p) * cores;
+  d.ceiling = c.matmul_efficiency;
+  d.units = c.gemm_units;
+  d.tile_m = std::max(1, c.gemm_tile_m), d.tile_n = std::max(1, c.gemm_tile_n);
+  d.k_half = c.gemm_k_half, d.mn_half = c.gemm_mn_half;
+  d.bandwidth = c.memory_bandwidth * c.memory_efficiency * cores;
+  d.gemm_bytes = p == ComputePrecision::fp32 ? 4 : 2;
+  return d;
+}
+
+double gemm_efficiency(const DeviceRates& d, double m, double n, double k, double batch) {
+  double eff = d.ceiling;
+  if (d.units > 0) {
+    // The output in tiles, the tiles in waves over the units: a last wave
+    // that is partly empty and tiles that hang over the edge do no work.
+    const double tiles = std::ceil(m / d.tile_m) * std::ceil(n / d.tile_n) * batch;
+    const double waves = std::ceil(tiles / d.units);
+    eff *= m * n * batch / (waves * d.units * double(d.tile_m) * d.tile_n);
+  }
+  if (d.k_half > 0) eff *= k / (k + d.k_half);
+  if (d.mn_half > 0) eff *= std::min(m, n) / (std::min(m, n) + d.mn_half);
+  return eff;
+}
+
+double gemm_seconds(const DeviceRates& d, double m, double n, double k, double batch) {
+  if (m <= 0 || n <= 0 || k <= 0 || batch <= 0) return 0;
+  const double compute = 2 * m * n * k * batch / (d.peak * gemm_efficiency(d, m, n, k, batch));
+  // Each operand read once and the output written once, at best.
+  const double traffic = (m * k + k * n + m * n) * batch * d.gemm_bytes / d.bandwidth;
+  return std::max(compute, traffic);
+}
+
+namespace {
+
+// A weight product Y[rows, out] = X[rows, in] W^T: forward, then backward's
+// dX = dY W (rows x in x out) and dW = dY^T X (out x in x rows).
+void add_linear(PassSeconds& s, const DeviceRates& d, double rows, double out, double in) {
+  s.forward += gemm_seconds(d, rows, out, in);
+  s.backward_input += gemm_seconds(d, rows, in, out);
+  s.backward_weight += gemm_seconds(d, out, in, rows);
+}
+
+// Backward of the memory-bound kernels: each reads what it saved and the
+// incoming gradient and writes one gradient, about 1.5 x its forward traffic
+// (a norm, an activation, a softmax: 3 tensors against 2).
+constexpr double kBackwardTraffic = 1.5;
+
+}  // namespace
+
+PassSeconds block_seconds(const BlockShape& b, const DeviceRates& d) {
+  const ModelConfig& m = b.model;
+  const double t = b.tp, h = m.d_model, hd = m.head_dim(), F = m.ffn(), e = b.act_bytes;
+  const double s_q = double(m.seq_len) / b.cp, s_k = m.seq_len;
+  const double rows = b.sequences * s_q;                       // tokens on this rank
+  const double rows_rep = b.seq_parallel && b.tp > 1 ? rows / t : rows;  // rows of norms and residuals
+  const double heads = double(m.n_head) / t, kv = double(m.kv_heads()) / t;
+  PassSeconds s;
+  // The weight products, as the engine runs them (fused q/k/v; LLaMA's gate
+  // and up fused).
+  add_linear(s, d, rows, (heads + 2 * kv) * hd, h);
+  add_linear(s, d, rows, h, heads * hd);
+  if (m.is_llama()) {
+    add_linear(s, d, rows, 2 * F / t, h);
+    add_linear(s, d, rows, h, F / t);
+  } else {
+    add_linear(s, d, rows, F / t, h);
+    add_linear(s, d, rows, h, F / t);
+  }
+  // The attention core over sequences x heads: scores S = Q K^T [s_q, s_k]
+  // (K = head_dim) and context P V [s_q, hd] (K = s_k). Materialized: whole
+  // score matrices written, softmaxed and read back; backward two products
+  // each. Tiled: causal tiles only (half), nothing s^2 in memory, and the
+  // backward recomputes the scores.
+  const double batch = b.sequences * heads;
+  const bool tiled = m.tiled_attention(m.seq_len, b.cp);
+  const double kcols = tiled ? s_k / 2 : s_k;  // key columns worked per query
+  double attn_f = gemm_seconds(d, s_q, kcols, hd, batch) + gemm_seconds(d, s_q, hd, kcols, batch);
+  double attn_b = 2 * attn_f + (tiled ? gemm_seconds(d, s_q, kcols, hd, batch) : 0);
+  double bytes_f = 0;
+  if (!tiled) {
+    const double scores = batch * s_q * s_k;
+    bytes_f += 2 * scores * e;                            // softmax: read scores, write probabilities
+    if (b.dropout) bytes_f += (2 * e + 1) * scores;       // attention dropout (1-byte mask)
+  }
+  if (m.is_llama()) bytes_f += 2 * rows * (heads + kv) * hd * e;  // rope on q and k
+  // Two norms, two residual adds, the MLP's activation.
+  bytes_f += 2 * 2 * rows_rep * h * e + 2 * 3 * rows_rep * h * e;
+  bytes_f += m.is_llama() ? 3 * rows * F / t * e : 2 * rows * F / t * e;
+  if (b.dropout) bytes_f += 2 * (2 * e + 1) * rows_rep * h;
+  const double mem_f = bytes_f / d.bandwidth;
+  s.attention_forward = attn_f + (tiled ? 0 : 2 * batch * s_q * s_k * e / d.bandwidth);
+  s.forward += attn_f + mem_f;
+  s.backward_input += attn_b + kBackwardTraffic * mem_f;
+  return s;
+}
+
+PassSeconds head_seconds(const BlockShape& b, const DeviceRates& d) {
+  const ModelConfig& m = b.model;
+  const double rows = b.sequences * double(m.seq_len) / b.cp, h = m.d_model, V = double(m.vocab_size) / b.tp;
+  PassSeconds s;
+  add_linear(s, d, rows, V, h);
+  // Final norm; cross-entropy reads the fp32 logits and writes their
+  // gradient in the same pass.
+  const double mem = (2 * rows * h * b.act_bytes + 2 * rows * V * 4) / d.bandwidth;
+  s.forward += mem;
+  s.backward_input += kBackwardTraffic * 2 * rows * h * b.act_bytes / d.bandwidth;
+  return s;
+}
+
+}  // namespace loom::planner
