@@ -1,8 +1,10 @@
 #include "cli/bench_planner_table.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <functional>
+#include <thread>
 #include <nlohmann/json.hpp>
 
 #include "core/check.h"
@@ -13,7 +15,7 @@ namespace {
 constexpr double kMiB = 1 << 20;
 // The issue's targets: memory within 10% on every row, step time within 20%
 // after `loom bench calibrate`.
-constexpr double kMemTarget = 0.10, kStepTarget = 0.20;
+constexpr double kMemTarget = 0.10, kStepTarget = 0.20, kOversubscribedStepTarget = 0.30;
 
 // pred / meas - 1, as loom train's "plan vs measured" line: + is over-predicted.
 double rel_error(double pred, double meas) { return pred / meas - 1; }
@@ -128,9 +130,19 @@ void print_summary(const std::vector<PlannerRun>& runs, double planner_overhead,
               stats(runs, kMemTarget,
                     [](const PlannerRun& r) { return rel_error(r.pred_mem_measured_overhead, r.meas_mem); }),
               kMemTarget, runs);
-  print_stats(calibrated ? "step time (calibrated):" : "step time (UNCALIBRATED):",
-              stats(runs, kStepTarget, [](const PlannerRun& r) { return rel_error(r.pred_step, r.meas_step); }),
+  // Rows whose ranks outnumber the cores time-share them: reported apart,
+  // against a wider target (issue 38: 30%).
+  const int cores = std::max(1u, std::thread::hardware_concurrency());
+  const std::string fits = strprintf("step time%s, ranks <= %d cores:", calibrated ? "" : " (UNCALIBRATED)", cores);
+  const std::string over = strprintf("step time%s, ranks > %d cores:", calibrated ? "" : " (UNCALIBRATED)", cores);
+  print_stats(fits.c_str(), stats(runs, kStepTarget, [cores](const PlannerRun& r) {
+                return r.layout.ranks <= cores ? rel_error(r.pred_step, r.meas_step) : NAN;
+              }),
               kStepTarget, runs);
+  print_stats(over.c_str(), stats(runs, kOversubscribedStepTarget, [cores](const PlannerRun& r) {
+                return r.layout.ranks > cores ? rel_error(r.pred_step, r.meas_step) : NAN;
+              }),
+              kOversubscribedStepTarget, runs);
   std::printf(
       "\nnp, dp, tp, pp = ranks and the grid; Z = ZeRO stage; v = chunks per stage; m = micro-batches per step\n"
       "pred MiB  = the planner's peak memory per rank (the rank that needs the most), as the run printed it\n"
@@ -139,7 +151,8 @@ void print_summary(const std::vector<PlannerRun>& runs, double planner_overhead,
       "pred* MiB = pred with the planner's %.1f MiB per-process overhead replaced by the one measured above at the\n"
       "            same rank count (= the probe's peak RSS less the planner's bytes for the probe model's buffers)\n"
       "pred ms   = the planner's step time; meas ms = the mean of the run's steps after the first\n"
-      "targets (issue 18): memory within 10%% on every row; step time within 20%% after loom bench calibrate\n",
+      "targets (issues 18, 38): memory within 10%% on every row; step time within 20%% (30%% where ranks outnumber\n"
+      "            the cores) with the automatic calibration\n",
       planner_overhead / kMiB);
 }
 

@@ -3,8 +3,9 @@
 //
 // One "device" is one core: loom runs one rank per core or per group of
 // cores. Measured: the fp32 FMA peak over all cores, memcpy bandwidth, the
-// share of that peak a real loom training step reaches (the default model's
-// shape), and with --mpi the all-reduce bandwidth and latency of 2 ranks
+// GEMM model the planner prices products with (the engine's own fp32,
+// bf16 and fp16 products on three shapes), the rate a real loom training
+// step reaches (the default model's shape, printed beside), and with --mpi the all-reduce bandwidth and latency of 2 ranks
 // (mpirun, like `loom bench comm`), and the per-process memory beyond the
 // model's own buffers.
 //
@@ -27,7 +28,11 @@
 #include "cli/commands.h"
 #include "core/atomic_file.h"
 #include "core/check.h"
+#include "core/dtype.h"
 #include "core/rng.h"
+#include "kernels/cpu/attention_tiled.h"
+#include "kernels/cpu/matmul.h"
+#include "kernels/cpu/matmul_lowp.h"
 #include "model/stage_module.h"
 #include "obs/peak_flops.h"
 #include "optim/adamw.h"
@@ -53,6 +58,76 @@ double memcpy_traffic_bytes_per_s(size_t mib, int reps) {
     std::swap(a, b);
   }
   return best;
+}
+
+// Seconds of the fastest of `reps` runs of fn (after one warm-up run).
+template <class F>
+double best_seconds(int reps, F&& fn) {
+  fn();
+  double best = 1e30;
+  for (int i = 0; i < reps; i++) {
+    auto t0 = Clock::now();
+    fn();
+    best = std::min(best, since(t0));
+  }
+  return best;
+}
+
+// The GEMM model of this machine (planner/work_model.h), from the engine's
+// own products (y = x W^T, as a linear layer runs them) on `threads`
+// threads: the large product's share of the FMA peak is the ceiling; a
+// short reduction (K 64) and a skinny output (M 64) give the K and
+// min(M, N) at which the rate halves; bf16 and fp16 products' rates on
+// the large shape set their peaks (peak x ceiling = the measured rate).
+struct GemmFigures {
+  double fp32 = 0, short_k = 0, skinny = 0, bf16 = 0, fp16 = 0;  // FLOP/s
+};
+
+GemmFigures measure_gemms(int threads, bool quick) {
+  set_threads(threads);
+  constexpr int64_t L = 1024, S = 64;
+  const int reps = quick ? 2 : 4;
+  std::vector<float> a(L * L), b(L * L), c(L * L);
+  for (size_t i = 0; i < a.size(); i++) a[i] = float(rng_uniform(5, 1, i) - 0.5), b[i] = float(rng_uniform(5, 2, i) - 0.5);
+  cpu::MatmulEngine eng;
+  auto rate = [&](int64_t M, int64_t N, int64_t K) {
+    return 2.0 * M * N * K / best_seconds(reps, [&] { eng.gemm(c.data(), a.data(), b.data(), nullptr, M, N, K, false, true, false); });
+  };
+  GemmFigures g;
+  g.fp32 = rate(L, L, L);
+  g.short_k = rate(L, L, S);
+  g.skinny = rate(S, L, L);
+  std::vector<bf16> ab(a.size()), bb(b.size());
+  std::vector<f16> ah(a.size()), bh(b.size());
+  for (size_t i = 0; i < a.size(); i++) {
+    ab[i] = float_to_bf16(a[i]), bb[i] = float_to_bf16(b[i]);
+    ah[i] = float_to_f16(a[i]), bh[i] = float_to_f16(b[i]);
+  }
+  cpu::LowpMatmulEngine lowp;
+  const double flops = 2.0 * L * L * L;
+  g.bf16 = flops / best_seconds(reps, [&] { lowp.gemm(c.data(), ab.data(), bb.data(), nullptr, L, L, L, false, true, false); });
+  g.fp16 = flops / best_seconds(reps, [&] { lowp.gemm(c.data(), ah.data(), bh.data(), nullptr, L, L, L, false, true, false); });
+  return g;
+}
+
+// Share of the FMA peak loom's tiled attention reaches on its causal work
+// (forward 4 B T^2/2 C FLOPs, backward 2.5x that), at the default model's
+// shape.
+double measure_tiled_attention(int threads, double peak, bool quick) {
+  set_threads(threads);
+  const ModelConfig m;
+  const int B = 4, T = m.seq_len, C = m.d_model, NH = m.n_head;
+  std::vector<float> qkv(size_t(B) * T * 3 * C), out(size_t(B) * T * C), lse(size_t(B) * NH * T),
+      dout(out.size()), dqkv(qkv.size()), work(cpu::attention_tiled_work_floats(threads));
+  for (size_t i = 0; i < qkv.size(); i++) qkv[i] = float(rng_uniform(7, 1, i) - 0.5);
+  for (size_t i = 0; i < dout.size(); i++) dout[i] = float(rng_uniform(7, 2, i) - 0.5);
+  const double seconds = best_seconds(quick ? 2 : 4, [&] {
+    cpu::attention_tiled_forward(out.data(), lse.data(), qkv.data(), work.data(), B, T, C, NH);
+    cpu::attention_tiled_backward(dqkv.data(), work.data(), dout.data(), qkv.data(), out.data(), lse.data(), B, T, C,
+                                  NH);
+  });
+  const double forward = 4.0 * B * T * (T / 2.0) * C;
+  return std::clamp(3.5 * forward / seconds / peak, 1e-3, 1.0);
 }
 
 struct StepFigures {
@@ -118,15 +193,29 @@ int cmd_bench_calibrate(const Args& args) {
               cores, c.memory_bytes / (1 << 30), threads);
   const double peak = measure_peak_gflops(threads, quick ? 0.1 : 0.3) * 1e9;
   c.peak_flops_fp32 = peak / threads;
-  c.peak_flops_bf16 = c.peak_flops_fp32 * planner::bf16_speedup_of_this_cpu();
   std::printf("  fp32 FMA peak:        %.1f GFLOP/s over %d threads (%.1f per core)\n", peak * 1e-9, threads,
               c.peak_flops_fp32 * 1e-9);
   // Before the memcpy buffers, so that the peak RSS is the training step's.
   const StepFigures step = measure_training_step(threads);
-  c.matmul_efficiency = std::min(1.0, step.flops_per_s / peak);
+  const GemmFigures g = measure_gemms(threads, quick);
+  c.matmul_efficiency = std::clamp(g.fp32 / peak, 1e-3, 1.0);
+  // eff(K) = ceiling x K / (K + k_half): k_half = K (ceiling / eff - 1).
+  c.gemm_k_half = std::max(0.0, 64 * (g.fp32 / g.short_k - 1));
+  c.gemm_mn_half = std::max(0.0, 64 * (g.fp32 / g.skinny - 1));
+  c.peak_flops_bf16 = g.bf16 / c.matmul_efficiency / threads;
+  c.peak_flops_fp16 = g.fp16 / c.matmul_efficiency / threads;
+  c.tiled_attention_efficiency = measure_tiled_attention(threads, peak, quick);
   c.overhead_bytes = step.overhead_bytes;
+  std::printf("  fp32 GEMM 1024^3:     %.1f GFLOP/s = %.1f%% of peak (the ceiling); K 64: %.1f (K at half rate %.0f), "
+              "M 64: %.1f (min(M,N) at half rate %.0f)\n",
+              g.fp32 * 1e-9, 100 * c.matmul_efficiency, g.short_k * 1e-9, c.gemm_k_half, g.skinny * 1e-9,
+              c.gemm_mn_half);
+  std::printf("  16-bit GEMM 1024^3:   bf16 %.1f GFLOP/s (%.2fx fp32), fp16 %.1f (%.2fx)\n", g.bf16 * 1e-9,
+              g.bf16 / g.fp32, g.fp16 * 1e-9, g.fp16 / g.fp32);
+  std::printf("  tiled attention:      %.1f%% of peak on its causal work (default model's shape, forward + backward)\n",
+              100 * c.tiled_attention_efficiency);
   std::printf("  loom training step:   %.1f GFLOP/s = %.1f%% of peak (default model, batch 4, %d threads)\n",
-              step.flops_per_s * 1e-9, 100 * c.matmul_efficiency, threads);
+              step.flops_per_s * 1e-9, 100 * step.flops_per_s / peak, threads);
   std::printf("  process overhead:     %.1f MiB beyond the model's buffers (peak RSS)\n",
               c.overhead_bytes / (1 << 20));
   c.memory_bandwidth = quick ? memcpy_traffic_bytes_per_s(64, 3) : memcpy_traffic_bytes_per_s(128, 4);

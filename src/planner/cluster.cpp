@@ -84,6 +84,10 @@ void ClusterSpec::validate(const std::string& origin) const {
   need(gemm_tile_m >= 1 && gemm_tile_n >= 1, "device.gemm_tile_m/n", "must be at least 1");
   need(gemm_k_half >= 0 && gemm_k_half < 1e9 && gemm_mn_half >= 0 && gemm_mn_half < 1e9, "device.gemm_k_half/mn_half",
        "must be >= 0 and below 1e9");
+  need(tiled_attention_efficiency >= 0 && tiled_attention_efficiency <= 1, "device.tiled_attention_efficiency",
+       "must be in [0, 1] (0: priced as GEMMs)");
+  need(tiled_attention_efficiency == 0 || tiled_attention_efficiency >= 1e-3, "device.tiled_attention_efficiency",
+       "must be 0 or at least 0.001");
   need(intra_efficiency > 0 && intra_efficiency <= 1, "intra_node.efficiency", "must be in (0, 1]");
   need(inter_efficiency > 0 && inter_efficiency <= 1, "inter_node.efficiency", "must be in (0, 1]");
   need(overhead_bytes >= 0 && overhead_bytes < memory_bytes, "device.overhead_gib",
@@ -136,6 +140,7 @@ ClusterSpec parse_cluster_toml(const std::string& text, const std::string& origi
   c.gemm_tile_n = r.integer("device.gemm_tile_n", 1);
   c.gemm_k_half = r.number("device.gemm_k_half", 0);
   c.gemm_mn_half = r.number("device.gemm_mn_half", 0);
+  c.tiled_attention_efficiency = r.number("device.tiled_attention_efficiency", 0);
   c.memory_bandwidth = r.number("device.memory_gbps", 0) * 1e9;
   c.memory_efficiency = r.number("device.memory_efficiency", 1);
   c.overhead_bytes = r.number("device.overhead_gib", 0) * kGiB;
@@ -168,6 +173,7 @@ std::string ClusterSpec::to_toml() const {
     << "gemm_tile_n = " << gemm_tile_n << "\n"
     << "gemm_k_half = " << gemm_k_half << "\n"
     << "gemm_mn_half = " << gemm_mn_half << "\n"
+    << "tiled_attention_efficiency = " << tiled_attention_efficiency << "\n"
     << "memory_gbps = " << memory_bandwidth / 1e9 << "\n"
     << "memory_efficiency = " << memory_efficiency << "\n"
     << "overhead_gib = " << overhead_bytes / kGiB << "\n\n[intra_node]\n"

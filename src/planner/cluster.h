@@ -29,6 +29,9 @@ struct ClusterSpec {
   int gemm_units = 0;
   int gemm_tile_m = 1, gemm_tile_n = 1;
   double gemm_k_half = 0, gemm_mn_half = 0;
+  // Share of peak the tiled (flash-style) attention kernel reaches on its
+  // causal work, forward and backward (measured on CPUs; 0: priced as GEMMs).
+  double tiled_attention_efficiency = 0;
   double memory_bandwidth = 0;      // per device, for the memory-bound work
   double memory_efficiency = 1;     // share of memory_bandwidth streaming kernels reach
   double overhead_bytes = 0;        // per device: runtime, context, allocator slack

@@ -74,10 +74,12 @@ ClusterSpec measure_local_cluster_quickly() {
   c.memory_bytes = (mem > 0 ? mem : 4.0 * (1ull << 30)) / cores;
   c.peak_flops_fp32 = measure_peak_gflops(cores) * 1e9 / cores;
   c.peak_flops_bf16 = c.peak_flops_fp32 * bf16_speedup_of_this_cpu();
-  // Uncalibrated guesses, replaced by `loom bench calibrate`: loom's steps
-  // reach about a third of the fp32 peak (README), a core streams ~10 GB/s,
+  // Uncalibrated guesses, replaced by `loom bench calibrate` (and the
+  // automatic calibration a run takes): oneDNN's large fp32 products reach
+  // about 70% of the FMA peak (bench/matmul_bench), a core streams ~10 GB/s,
   // MPI over shared memory moves a few GB/s.
-  c.matmul_efficiency = 0.33;
+  c.matmul_efficiency = 0.7;
+  c.tiled_attention_efficiency = 0.18;  // measured on a 2-core Xeon (avx512_bf16) at T 256
   c.memory_bandwidth = 10e9;
   c.overhead_bytes = 150 * kMiB;
   c.intra_bandwidth = 4e9;

@@ -10,6 +10,7 @@
 #include "model/param_layout.h"
 #include "model/stage_module.h"
 #include "planner/comm_cost.h"
+#include "planner/work_model.h"
 #include "planner/memory_model.h"
 #include "planner/pipeline_sim.h"
 
@@ -240,40 +241,41 @@ RunPrediction predict_loom_run(const RunConfig& cfg, int world_size, const Clust
     }
   }
 
-  // Compute rate: bf16 products run at the cluster's bf16 peak when it names
-  // one; on a CPU with avx512_bf16 bench/matmul_bench measured 1.7-1.9x the
-  // fp32 rate, so 1.8x stands in for an uncalibrated one. fp16 has no
-  // arithmetic here: its products run in fp32 on widened operands.
+  // Work from the shapes of the products (planner/work_model.h) on the
+  // rank's cores. bf16 products run at the cluster's bf16 rate when it
+  // names one (loom bench calibrate measures it); otherwise at 1.8x the
+  // fp32 rate, what bench/matmul_bench measured with avx512_bf16. fp16 has
+  // no arithmetic here: without a measured rate its products run at fp32's.
   const double cores = rank_cores(cfg, r, cluster);
-  double speedup = 1;
-  if (r.compute == ComputePrecision::bf16)
-    speedup = cluster.peak_flops_bf16 > 0 ? cluster.peak_flops_bf16 / cluster.peak_flops_fp32 : 1.8;
-  const double rate = cluster.peak_flops_fp32 * cores * cluster.matmul_efficiency * speedup;
+  DeviceRates rates = device_rates(cluster, r.compute, cores);
+  if (rates.peak <= 0) rates.peak = cluster.peak_flops_fp32 * cores * (r.compute == ComputePrecision::bf16 ? 1.8 : 1);
   const double mem_bw = cluster.memory_bandwidth * cores;
   const GroupLinks links = group_links(cluster, r.dp, r.tp, r.pp, r.cp, cfg.parallel.order);
 
-  // One micro-batch's FLOPs on one rank: a block's forward is 2 per weight
-  // (its matrices, biases and norms) and 4 T C for attention's two products,
-  // per token, over tp; the head's V x C product (and the final norm) on the
-  // last virtual stage; backward twice the forward. Recomputation adds to
-  // backward what it runs again: full the block's whole forward (and its
-  // two tensor-parallel all-reduces), selective the attention core's
-  // forward, 4 B T^2 C / tp per block (both products; the softmax is
-  // memory-bound and left out).
+  // One micro-batch's block on one rank: its products by shape, the
+  // attention core by its kernel, norms, activations and residuals by
+  // bytes (16-bit activations under bf16/fp16); the head's V x C product,
+  // final norm and cross-entropy on the last virtual stage. Recomputation
+  // adds to backward what it runs again: full the block's whole forward
+  // (and its two tensor-parallel all-reduces), selective the attention core.
   const ModelConfig& m = cfg.model;
   const ParameterCounts pc = parameter_counts(m);
   // Context parallelism: a rank's queries are T / cp of each sequence, its
   // attention still reads all T keys.
-  const double C = m.d_model, T = m.seq_len, V = m.vocab_size, tokens = double(r.micro) * T / r.cp;
-  const double f_block = tokens * (2 * (pc.layer_split + pc.layer_replicated) + 4 * T * C) / r.tp / rate;
+  const double C = m.d_model, T = m.seq_len, tokens = double(r.micro) * T / r.cp;
+  BlockShape shape;
+  shape.model = m, shape.sequences = r.micro, shape.cp = r.cp, shape.tp = r.tp;
+  shape.seq_parallel = r.tp > 1 && cfg.parallel.sequence_parallel, shape.act_bytes = r.lowp() ? 2 : 4;
+  const PassSeconds block = block_seconds(shape, rates), head = head_seconds(shape, rates);
+  const double f_block = block.forward, f_head = head.forward;
+  const double rate = rates.peak * rates.ceiling;  // for the frozen products' share
   // Context parallelism: the ring's fp32 key/value blocks.
   const RingSeconds ring = ring_attention_seconds(4 * tokens * 2 * double(m.kv_heads() / r.tp) * m.head_dim(),
-                                                  tokens * 4 * T * C / r.tp / rate, r.cp, links.cp);
-  const double f_head = tokens * 2 * (V * C + pc.final_norm) / r.tp / rate;
+                                                  block.attention_forward, r.cp, links.cp);
   // (The tiled attention keeps no probabilities: selective recomputes nothing.)
   const bool tiled = m.tiled_attention(m.seq_len, r.cp);
   const double redo = r.recompute == Recompute::full                  ? f_block
-                      : r.recompute == Recompute::selective && !tiled ? tokens * 4 * T * C / r.tp / rate
+                      : r.recompute == Recompute::selective && !tiled ? block.attention_forward
                                                                       : 0;
   // Two all-reduces of a block's fp32 output per pass (attention, MLP), or
   // with sequence parallelism an all-gather + reduce-scatter pair moving the same.
@@ -293,7 +295,7 @@ RunPrediction predict_loom_run(const RunConfig& cfg, int world_size, const Clust
     const StagePlan& owner = stages[size_t(r.plan.map().stage_of(vs))];
     const double w_frozen =
         tokens * 2 * owner.chunk_frozen_products[size_t(r.plan.map().chunk_of(vs))] / rate;
-    k.b_compute = 2 * k.f_compute + layers * redo - w_frozen;
+    k.b_compute = layers * (block.backward() + redo) + (vs == n_vs - 1 ? head.backward() : 0) - w_frozen;
     k.f_tp = 2 * layers * tp_ar;
     k.b_tp = tp_per_block_b * layers * tp_ar;
     k.f_cp = layers * ring.forward, k.b_cp = layers * ring.backward;
@@ -314,7 +316,7 @@ RunPrediction predict_loom_run(const RunConfig& cfg, int world_size, const Clust
     d.backward.push_back(k.backward());
     // A split backward (zero-bubble schedules): W is the blocks' weight
     // products, as many FLOPs as their forward products; B is the rest.
-    const double w = layers * tokens * 2 * pc.layer_matrices / r.tp / rate - w_frozen;
+    const double w = layers * block.backward_weight - w_frozen;
     d.backward_weight.push_back(w);
     d.backward_input.push_back(k.backward() - w);
   }

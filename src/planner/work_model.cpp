@@ -12,6 +12,7 @@ DeviceRates device_rates(const ClusterSpec& c, ComputePrecision p, double cores)
   d.units = c.gemm_units;
   d.tile_m = std::max(1, c.gemm_tile_m), d.tile_n = std::max(1, c.gemm_tile_n);
   d.k_half = c.gemm_k_half, d.mn_half = c.gemm_mn_half;
+  d.tiled_attention = c.tiled_attention_efficiency;
   d.bandwidth = c.memory_bandwidth * c.memory_efficiency * cores;
   d.gemm_bytes = p == ComputePrecision::fp32 ? 4 : 2;
   return d;
@@ -85,6 +86,12 @@ PassSeconds block_seconds(const BlockShape& b, const DeviceRates& d) {
   const double kcols = tiled ? s_k / 2 : s_k;  // key columns worked per query
   double attn_f = gemm_seconds(d, s_q, kcols, hd, batch) + gemm_seconds(d, s_q, hd, kcols, batch);
   double attn_b = 2 * attn_f + (tiled ? gemm_seconds(d, s_q, kcols, hd, batch) : 0);
+  if (tiled && d.tiled_attention > 0) {
+    // A measured kernel: its causal FLOPs (forward two products, backward
+    // five with the recomputed scores) at its measured share of peak.
+    attn_f = 4 * s_q * kcols * hd * batch / (d.peak * d.tiled_attention);
+    attn_b = 2.5 * attn_f;
+  }
   double bytes_f = 0;
   if (!tiled) {
     const double scores = batch * s_q * s_k;

@@ -26,6 +26,7 @@ struct DeviceRates {
   int units = 0;         // processors tiles are spread over (GPU SMs); 0: no quantisation
   int tile_m = 1, tile_n = 1;
   double k_half = 0, mn_half = 0;
+  double tiled_attention = 0;  // share of peak the tiled attention reaches (0: priced as GEMMs)
   double bandwidth = 0;  // achieved bytes/s of streaming kernels
   double gemm_bytes = 2; // bytes per GEMM operand element
 };

@@ -22,7 +22,7 @@ TEST(BenchPlanner, QuickPrintsEveryRowAndColumnAndExits0) {
   ASSERT_EQ(r.code, 0) << r.output;
   for (const char* text : {"per-process overhead, measured", "overhead MiB", "pred MiB", "meas MiB", "pred* MiB",
                            "err*", "pred ms", "meas ms", "recompute", "schedule", "worst row",
-                           "memory, as loom train prints it", "memory, measured overhead substituted", "step time ("})
+                           "memory, as loom train prints it", "memory, measured overhead substituted", "step time, ranks <="})
     EXPECT_NE(r.output.find(text), std::string::npos) << text << "\n" << r.output;
   // Rows 1..6, each a finished run with a percentage error.
   std::istringstream lines(r.output);

@@ -77,7 +77,7 @@ TEST(PlannerPredict, ChooseLayoutFollowsLoomsRules) {
   RunConfig cfg = small_run();
   for (int world : {1, 2, 4, 8}) {
     const Layout p = choose_layout(cfg, world, test_machine(2, 4));
-    EXPECT_EQ(p.dp * p.tp * p.pp, world);
+    EXPECT_EQ(p.dp * p.tp * p.pp * p.cp, world);
     EXPECT_EQ(cfg.model.n_head % p.tp, 0);
     EXPECT_LE(p.pp, cfg.model.n_layer);
     EXPECT_EQ(cfg.train.batch_size % (p.dp * p.micro_batch), 0);
