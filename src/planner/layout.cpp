@@ -37,6 +37,7 @@ Layout layout_of(const RunConfig& cfg, int world_size) {
   l.recompute = cfg.train.recompute_mode();
   l.seq_parallel = p.sequence_parallel;
   l.precision = cfg.precision.compute_precision();
+  l.bucket_bytes = double(cfg.parallel.bucket_mb) * (1 << 20);
   l.zero_bubble = p.schedule == "zb-h1" || p.schedule == "zb-v";
   return l;
 }

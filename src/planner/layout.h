@@ -68,6 +68,9 @@ struct Layout {
   // The data-parallel reduction starts bucket by bucket during the last
   // backward (loom, Megatron's --overlap-grad-reduce); false: after it.
   bool overlap_grad_reduce = true;
+  // Bytes of gradients per data-parallel reduction (loom's parallel.bucket_mb,
+  // 4 MiB by default); 0: one collective over the whole buffer.
+  double bucket_bytes = 4.0 * (1 << 20);
   // Bytes per gradient element.
   double grad_bytes() const { return precision == ComputePrecision::fp32 || fp32_grads ? 4 : 2; }
 

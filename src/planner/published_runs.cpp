@@ -34,7 +34,7 @@ std::vector<PublishedRun> narayanan_2021_runs() {
     l.micro_batch = r.micro_batch, l.micro_batches = r.batch / (l.dp * r.micro_batch);
     l.zero = 0, l.recompute = Recompute::full, l.seq_parallel = false;
     l.precision = ComputePrecision::fp16, l.fp32_grads = true;
-    l.overlap_grad_reduce = false;
+    l.overlap_grad_reduce = false, l.bucket_bytes = 0;  // one all-reduce of the contiguous buffer
     // 530B's 105 layers on 35 stages of 3 chunks: one layer a chunk.
     run.tflops_per_gpu = r.tflops;
     const double B = r.batch, s = kSeq, L = r.layers, h = r.hidden, V = kVocab;

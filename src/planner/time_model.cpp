@@ -1,6 +1,7 @@
 #include "planner/time_model.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "config/pipeline_plan.h"
 #include "planner/memory_model.h"
@@ -144,19 +145,26 @@ StepTime step_time(const Workload& w, const Layout& l, const ClusterSpec& c, con
   const double pbytes = act_bytes(l.precision);
   int busiest = 0;
   for (int s = 0; s < l.pp; s++) {
-    // Data-parallel reduction of this stage's gradients; it starts bucket by
-    // bucket during the last micro-batch's backward and hides behind it.
+    // Data-parallel reduction of this stage's gradients, in the buckets the
+    // engine cuts (Layout::bucket_bytes; each collective pays the ring's
+    // latency). They fill evenly over the last micro-batch's backward and
+    // the link takes them one at a time: bucket i of b is ready i / b into
+    // that window, so the last is never hidden and a slow link queues the
+    // rest behind it (as predict_loom_run).
     const double params = stage_parameters(w.counts(), w.model, l, s), grads = params * l.grad_bytes();
-    double reduce = 0, gather = 0, window = 0;
-    if (l.zero == 0) reduce = all_reduce_seconds(grads, l.data(), out.links.dp);
+    const double buckets = l.bucket_bytes > 0 ? std::max(1.0, std::ceil(grads / l.bucket_bytes)) : 1;
+    double one = 0, gather = 0, window = 0;
+    if (l.zero == 0) one = all_reduce_seconds(grads / buckets, l.data(), out.links.dp);
     if (l.zero == 1 || l.zero == 2) {
-      reduce = reduce_scatter_seconds(grads, l.data(), out.links.dp);
+      one = reduce_scatter_seconds(grads / buckets, l.data(), out.links.dp);
       gather = all_gather_seconds(params * pbytes, l.data(), out.links.dp);  // updated parameters, after the step
     }
+    if (l.zero == 3) one = 0;  // reduce-scattered layer by layer inside the passes (zero3_total)
+    const double reduce = buckets * one;
     for (int chunk = 0; chunk < l.v; chunk++) window += d.backward[size_t(map.virtual_stage(s, chunk))];
     // Megatron-LM's 2021 DDP reduced after the whole backward (Layout::overlap_grad_reduce).
     if (!l.overlap_grad_reduce) window = 0;
-    const double exposed = std::max(0.0, reduce - window) + gather;
+    const double exposed = std::max(one, reduce - window * (buckets - 1) / buckets) + gather;
     const double opt = optimizer_seconds(w, l, c, s);
     const double end = timing.stage_finish[s] + exposed + opt;
     if (end > out.step) {

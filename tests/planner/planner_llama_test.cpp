@@ -221,10 +221,11 @@ TEST(PlannerLlama, GptFiguresUnchanged) {
   no_zero3.zero = {0, 1};
   const SearchResult megatron = search_layouts(w, c, no_zero3, 1);
   ASSERT_FALSE(megatron.top.empty());
-  EXPECT_NEAR(megatron.top[0].time.step, 15.879, 0.0005);
+  EXPECT_NEAR(megatron.top[0].time.step, 16.410, 0.0005);
   // 66.5 until the embedding's output stopped being counted twice (issue 38),
-  // then 66.1 until the shape-based model picked another micro-batching.
-  EXPECT_NEAR(megatron.top[0].memory.total() / (1 << 30), 68.8, 0.05);
+  // then 66.1 until the shape-based model and the engine's gradient buckets
+  // picked another layout.
+  EXPECT_NEAR(megatron.top[0].memory.total() / (1 << 30), 59.1, 0.05);
 }
 
 }  // namespace
