@@ -79,16 +79,20 @@ ChunkCosts chunk_costs(const Workload& w, const Layout& l, const ClusterSpec& c,
       k.b_compute[vs] += chunk_params * 10 / rates.bandwidth;
     }
     if (l.zero >= 3) {
-      // Each pass gathers the chunk's parameters (prefetched while the
-      // previous layer computes); backward also reduce-scatters gradients.
-      // One collective per layer, so each pays the ring's latency.
+      // Each pass gathers the chunk's parameters one layer at a time, the
+      // next layer's while this one computes; backward also reduce-scatters
+      // each layer's gradients. The first layer's gather has nothing before
+      // it to hide behind; each later one hides behind the previous layer's
+      // compute as far as that lasts. One collective per layer: each pays
+      // the ring's latency.
       const double chunk_params = stage_parameters(w.counts(), m, l, stage) / l.v;
-      const double extra_latency = std::max(0.0, layers - 1) * (l.data() - 1) * links.dp.latency;
-      const double gather = all_gather_seconds(chunk_params * pbytes, l.data(), links.dp) + extra_latency;
-      const double scatter = reduce_scatter_seconds(chunk_params * pbytes, l.data(), links.dp) + extra_latency;
-      k.f_zero3[vs] = std::max(0.0, gather - k.f_compute[vs]);
-      k.b_zero3[vs] = std::max(0.0, gather + scatter - k.b_compute[vs]);
-      k.zero3_total[vs] = 2 * gather + scatter;
+      const double units = std::max(1.0, layers);
+      const double gather = all_gather_seconds(chunk_params * pbytes / units, l.data(), links.dp);
+      const double scatter = reduce_scatter_seconds(chunk_params * pbytes / units, l.data(), links.dp);
+      const double f_unit = k.f_compute[vs] / units, b_unit = k.b_compute[vs] / units;
+      k.f_zero3[vs] = gather + (units - 1) * std::max(0.0, gather - f_unit);
+      k.b_zero3[vs] = gather + (units - 1) * std::max(0.0, gather + scatter - b_unit) + scatter;
+      k.zero3_total[vs] = units * (2 * gather + scatter);
     }
   }
   k.p2p = p2p_seconds(tokens * h * act_bytes(l.precision) / (l.seq_parallel ? t : 1), links.pp);
