@@ -208,10 +208,29 @@ Bottleneck likely_bottleneck(const Candidate& best, const ClusterSpec& c) {
                                 [](const Bottleneck& a, const Bottleneck& b) { return a.seconds < b.seconds; });
   if (worst->seconds < 0.05 * t.step)
     return {"compute (every overhead is under 5% of the step)",
-            strprintf("larger micro-batches for bigger GEMMs, or faster kernels (the model assumes %.0f%% of peak)",
+            strprintf("larger micro-batches for bigger GEMMs, or faster kernels (the model prices a product at up "
+                      "to %.0f%% of peak, less for small or oddly shaped ones)",
                       100 * c.matmul_efficiency),
             t.compute};
   return *worst;
+}
+
+// The part of the prediction that would move it most if the model is wrong.
+std::string least_certain(const Candidate& best, const ClusterSpec& c) {
+  const StepTime& t = best.time;
+  if (t.zero3_total > 0.5 * t.compute)
+    return strprintf("whether ZeRO-3's %.3f s of gathers and reduce-scatters per step hide behind compute as the model "
+                     "assumes (each layer's gather behind the previous layer's compute)",
+                     t.zero3_total);
+  const double comm = t.tp_comm + t.cp_comm + t.pp_comm + t.dp_exposed;
+  if (comm > 0.2 * t.step)
+    return strprintf("the collectives' achieved bandwidth (%.0f%% of the step; the links are priced at %.0f%% of "
+                     "nominal inside a node and %.0f%% across)",
+                     100 * comm / t.step, 100 * c.intra_efficiency, 100 * c.inter_efficiency);
+  return strprintf("the GEMM rate: compute is %.0f%% of the step, priced from the best rate a large product reaches "
+                   "(%.0f%% of peak) by its shape; Megatron-LM's published runs ran 3-17%% slower than this model "
+                   "predicts for them (loom bench planner --published), so read the step as that much optimistic",
+                   100 * t.compute / t.step, 100 * c.matmul_efficiency);
 }
 
 std::string write_memo(const Workload& w, const ClusterSpec& c, const Candidate& best) {
@@ -241,6 +260,7 @@ std::string write_memo(const Workload& w, const ClusterSpec& c, const Candidate&
       t.hfu > t.mfu ? strprintf(", %.1f%% with the recomputed work (hardware FLOPs)", 100 * t.hfu).c_str() : "");
   out += strprintf("Likely bottleneck: %s (%.3f s, %.0f%% of the step). First mitigation: %s.\n", b.what.c_str(),
                    b.seconds, 100 * b.seconds / t.step, b.mitigation.c_str());
+  out += "Least certain: " + least_certain(best, c) + ".\n";
   if (t.zero3_total > 0.5 * t.compute)
     out += strprintf("Risk: ZeRO-3 moves %.3f s of parameters and gradients per step, which this model assumes "
                      "hides behind %.3f s of compute (perfect prefetch); if the overlap falls short, that traffic "
