@@ -215,9 +215,11 @@ commands:
           .cache/cluster-emulated-2x2-RATE.toml, for loom plan --cluster): measured against
           predicted step time, communication and link cost, and the two rankings.
             loom bench calibrate [--mpi] [--out FILE] [--quick] [--threads N]
-          Measures this machine (fp32 peak per core, memcpy bandwidth, a loom training step's share
-          of peak; with --mpi, 2-rank MPI all-reduce bandwidth and latency) and writes the cluster
-          file loom plan reads as --cluster local (default .cache/cluster-local.toml). --quick
+          Measures this machine for the planner's shape model (fp32 peak per core; the engine's
+          fp32 products on three shapes: the GEMM ceiling, short-K and skinny-M penalties; bf16 and
+          fp16 product rates; the tiled attention kernel; memcpy bandwidth; the process overhead
+          beside a loom training step; with --mpi, 2-rank MPI all-reduce bandwidth and latency)
+          and writes the cluster file loom plan reads as --cluster local (default .cache/cluster-local.toml). --quick
           --threads N: shorter, on N threads: what a single-rank loom train takes by itself (about
           2 s, once per CPU, thread count and build, cached in .cache/calibration/) when there is
           no .cache/cluster-local.toml.
@@ -236,13 +238,15 @@ commands:
           with 1 thread per rank. Per row: predicted and measured peak memory per rank (the
           largest peak RSS) and step time, with errors; memory also with the per-process
           overhead measured in the same invocation (the smallest model at each rank count) in
-          place of cluster.overhead_bytes; then the worst row of each. Step time is judged after
-          loom bench calibrate (the table says when it is not). --quick: 6 rows on a smaller
+          place of cluster.overhead_bytes; then the worst row of each, step time apart for rows
+          whose ranks outnumber the cores. Step time comes from the automatic calibration (or
+          loom bench calibrate's file; the table says when neither). --quick: 6 rows on a smaller
           model. Exit 0 when it ran, whatever the errors. See docs/planner.md.
             loom bench planner --published
           The planner against published runs (no runs here): Narayanan et al. 2021 (Megatron-LM,
           SC21) Table 1, each row's published layout timed on the a100-80gb preset; predicted
-          against published TFLOP/s per GPU (the paper's FLOP count), the ratios and their spread.
+          against published TFLOP/s per GPU (the paper's FLOP count), the ratios and their spread,
+          where each predicted step goes, and the free search's best plan beside each row.
             loom bench checkpoint [--mb 256] [--ranks 4] [--repeat 3] [--dir PATH]
                                   [--stall-model gpt2-124m|PRESET|RUN.toml|none]
           Checkpoint save (rank files + sha256 + fsync + commit) and load (verify + assemble

@@ -67,6 +67,16 @@ TEST(PlannerBadInput, ClusterFilesThatCannotTrain) {
                     "nodes x devices_per_node");
   expect_user_error(replaced(kGoodCluster, "bandwidth_gbit = 100", "bandwidth_gbit = 1e-300"),
                     "inter_node.bandwidth_gbit");
+  // The GEMM model and the achieved shares of bandwidth (issue 38).
+  expect_user_error(replaced(kGoodCluster, "memory_gib = 16", "memory_gib = 16\nmemory_efficiency = 1.5"),
+                    "device.memory_efficiency");
+  expect_user_error(replaced(kGoodCluster, "memory_gib = 16", "memory_gib = 16\ngemm_tile_m = 0"), "device.gemm_tile_m");
+  expect_user_error(replaced(kGoodCluster, "memory_gib = 16", "memory_gib = 16\ngemm_k_half = -1"),
+                    "device.gemm_k_half");
+  expect_user_error(replaced(kGoodCluster, "memory_gib = 16", "memory_gib = 16\ntiled_attention_efficiency = 2"),
+                    "device.tiled_attention_efficiency");
+  expect_user_error(replaced(kGoodCluster, "latency_us = 5", "latency_us = 5\nefficiency = 0"), "intra_node.efficiency");
+  expect_user_error(replaced(kGoodCluster, "memory_gib = 16", "memory_gib = 16\ngemm_unit = 108"), "device.gemm_unit");
   // A name with quotes and a newline survives the round trip.
   ClusterSpec odd = parse_cluster_toml(replaced(kGoodCluster, "name = \"t\"", "name = \"a\\\"b\\nc\""), "odd");
   EXPECT_EQ(odd.name, "a\"b\nc");
