@@ -22,9 +22,11 @@
 #include <cstring>
 #include <filesystem>
 #include <sstream>
+#include <thread>
 #include <vector>
 
 #include "cli/bench_util.h"
+#include "cli/calibrate.h"
 #include "cli/commands.h"
 #include "core/atomic_file.h"
 #include "core/check.h"
@@ -170,6 +172,50 @@ StepFigures measure_training_step(int threads) {
 
 }  // namespace
 
+planner::ClusterSpec measure_this_machine(int threads, bool quick, bool with_step) {
+  planner::ClusterSpec c = planner::measure_local_cluster_quickly();
+  const int cores = c.devices_per_node;
+  // The threads the products run on: every core, or (--threads) a run's own.
+  if (threads <= 0) threads = cores;
+  std::printf("loom bench calibrate%s: %d cores, %.1f GiB memory per core, %d threads\n", quick ? " --quick" : "",
+              cores, c.memory_bytes / (1 << 30), threads);
+  const double peak = measure_peak_gflops(threads, quick ? 0.1 : 0.3) * 1e9;
+  c.peak_flops_fp32 = peak / threads;
+  std::printf("  fp32 FMA peak:        %.1f GFLOP/s over %d threads (%.1f per core)\n", peak * 1e-9, threads,
+              c.peak_flops_fp32 * 1e-9);
+  // Before the memcpy buffers, so that the peak RSS is the training step's.
+  const StepFigures step = with_step ? measure_training_step(threads) : StepFigures{};
+  const GemmFigures g = measure_gemms(threads, quick);
+  c.matmul_efficiency = std::clamp(g.fp32 / peak, 1e-3, 1.0);
+  // eff(K) = ceiling x K / (K + k_half): k_half = K (ceiling / eff - 1).
+  c.gemm_k_half = std::max(0.0, 64 * (g.fp32 / g.short_k - 1));
+  c.gemm_mn_half = std::max(0.0, 64 * (g.fp32 / g.skinny - 1));
+  c.peak_flops_bf16 = g.bf16 / c.matmul_efficiency / threads;
+  c.peak_flops_fp16 = g.fp16 / c.matmul_efficiency / threads;
+  c.tiled_attention_efficiency = measure_tiled_attention(threads, peak, quick);
+  if (with_step) c.overhead_bytes = step.overhead_bytes;
+  std::printf("  fp32 GEMM 1024^3:     %.1f GFLOP/s = %.1f%% of peak (the ceiling); K 64: %.1f (K at half rate %.0f), "
+              "M 64: %.1f (min(M,N) at half rate %.0f)\n",
+              g.fp32 * 1e-9, 100 * c.matmul_efficiency, g.short_k * 1e-9, c.gemm_k_half, g.skinny * 1e-9,
+              c.gemm_mn_half);
+  std::printf("  16-bit GEMM 1024^3:   bf16 %.1f GFLOP/s (%.2fx fp32), fp16 %.1f (%.2fx)\n", g.bf16 * 1e-9,
+              g.bf16 / g.fp32, g.fp16 * 1e-9, g.fp16 / g.fp32);
+  std::printf("  tiled attention:      %.1f%% of peak on its causal work (default model's shape, forward + backward)\n",
+              100 * c.tiled_attention_efficiency);
+  if (with_step) {
+    std::printf("  loom training step:   %.1f GFLOP/s = %.1f%% of peak (default model, batch 4, %d threads)\n",
+                step.flops_per_s * 1e-9, 100 * step.flops_per_s / peak, threads);
+    std::printf("  process overhead:     %.1f MiB beyond the model's buffers (peak RSS)\n",
+                c.overhead_bytes / (1 << 20));
+  }
+  c.memory_bandwidth = quick ? memcpy_traffic_bytes_per_s(64, 3) : memcpy_traffic_bytes_per_s(128, 4);
+  std::printf("  memcpy traffic:       %.1f GB/s (one thread, read + write)\n", c.memory_bandwidth * 1e-9);
+  return c;
+}
+
+namespace {
+}  // namespace
+
 int cmd_bench_calibrate(const Args& args) {
   std::string out = planner::local_cluster_path(planner::default_root());
   bool mpi = false, quick = false;
@@ -185,41 +231,8 @@ int cmd_bench_calibrate(const Args& args) {
                                 "try loom bench --help)",
                                 args[i].c_str()));
   }
-  planner::ClusterSpec c = planner::measure_local_cluster_quickly();
-  const int cores = c.devices_per_node;
-  // The threads the step runs on: every core, or (--threads) a run's own.
-  if (threads <= 0) threads = cores;
-  std::printf("loom bench calibrate%s: %d cores, %.1f GiB memory per core, %d threads\n", quick ? " --quick" : "",
-              cores, c.memory_bytes / (1 << 30), threads);
-  const double peak = measure_peak_gflops(threads, quick ? 0.1 : 0.3) * 1e9;
-  c.peak_flops_fp32 = peak / threads;
-  std::printf("  fp32 FMA peak:        %.1f GFLOP/s over %d threads (%.1f per core)\n", peak * 1e-9, threads,
-              c.peak_flops_fp32 * 1e-9);
-  // Before the memcpy buffers, so that the peak RSS is the training step's.
-  const StepFigures step = measure_training_step(threads);
-  const GemmFigures g = measure_gemms(threads, quick);
-  c.matmul_efficiency = std::clamp(g.fp32 / peak, 1e-3, 1.0);
-  // eff(K) = ceiling x K / (K + k_half): k_half = K (ceiling / eff - 1).
-  c.gemm_k_half = std::max(0.0, 64 * (g.fp32 / g.short_k - 1));
-  c.gemm_mn_half = std::max(0.0, 64 * (g.fp32 / g.skinny - 1));
-  c.peak_flops_bf16 = g.bf16 / c.matmul_efficiency / threads;
-  c.peak_flops_fp16 = g.fp16 / c.matmul_efficiency / threads;
-  c.tiled_attention_efficiency = measure_tiled_attention(threads, peak, quick);
-  c.overhead_bytes = step.overhead_bytes;
-  std::printf("  fp32 GEMM 1024^3:     %.1f GFLOP/s = %.1f%% of peak (the ceiling); K 64: %.1f (K at half rate %.0f), "
-              "M 64: %.1f (min(M,N) at half rate %.0f)\n",
-              g.fp32 * 1e-9, 100 * c.matmul_efficiency, g.short_k * 1e-9, c.gemm_k_half, g.skinny * 1e-9,
-              c.gemm_mn_half);
-  std::printf("  16-bit GEMM 1024^3:   bf16 %.1f GFLOP/s (%.2fx fp32), fp16 %.1f (%.2fx)\n", g.bf16 * 1e-9,
-              g.bf16 / g.fp32, g.fp16 * 1e-9, g.fp16 / g.fp32);
-  std::printf("  tiled attention:      %.1f%% of peak on its causal work (default model's shape, forward + backward)\n",
-              100 * c.tiled_attention_efficiency);
-  std::printf("  loom training step:   %.1f GFLOP/s = %.1f%% of peak (default model, batch 4, %d threads)\n",
-              step.flops_per_s * 1e-9, 100 * step.flops_per_s / peak, threads);
-  std::printf("  process overhead:     %.1f MiB beyond the model's buffers (peak RSS)\n",
-              c.overhead_bytes / (1 << 20));
-  c.memory_bandwidth = quick ? memcpy_traffic_bytes_per_s(64, 3) : memcpy_traffic_bytes_per_s(128, 4);
-  std::printf("  memcpy traffic:       %.1f GB/s (one thread, read + write)\n", c.memory_bandwidth * 1e-9);
+  if (threads <= 0) threads = int(std::max(1u, std::thread::hardware_concurrency()));
+  planner::ClusterSpec c = measure_this_machine(threads, quick, true);
   if (mpi) {
     MpiFigures f = measure_all_reduce(mpirun_prefix(2, 1), "64M");
     LOOM_USER_CHECK(f.ok, "bench calibrate: the MPI measurement failed (is mpirun installed?); run without --mpi");

@@ -51,8 +51,9 @@ commands:
             --cluster NAME    the cluster the run's own prediction (and --layout auto) is made for:
                               a configs/clusters preset or a cluster .toml (e.g. the emulated one
                               loom bench cluster writes); default: this machine's calibration
-                              (loom bench calibrate; without it, a single-rank run takes one
-                              itself, once, in .cache/calibration/), as many nodes as the run finds
+                              (loom bench calibrate; without it, a run takes one itself, once,
+                              in .cache/calibration/: a single-rank run in a child process, a
+                              launched one on rank 0 inside the run), as many nodes as it finds
             --fault SPEC      for tests and demos only: make a rank fail on purpose. SPEC is
                               kill:rank=R:step=S (SIGKILL as step S begins), stop:rank=R:step=S
                               (SIGSTOP: a hang), slow:rank=R:step=S:ms=M (M ms more compute per

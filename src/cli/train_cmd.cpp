@@ -7,8 +7,12 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <malloc.h>
+#include <unistd.h>
 
 #include "cli/bench_util.h"
+#include "cli/calibrate.h"
 #include "cli/commands.h"
 #include "core/atomic_file.h"
 #include "comm/mpi_comm.h"
@@ -121,6 +125,68 @@ std::string automatic_calibration(const RunConfig& cfg, bool launched) {
   return path;
 }
 
+// This process's resident memory now (VmRSS), in bytes.
+double resident_bytes() {
+  std::ifstream status("/proc/self/status");
+  for (std::string key; status >> key;) {
+    double kib = 0;
+    if (key == "VmRSS:" && status >> kib) return kib * 1024;
+    status.ignore(1 << 16, '\n');
+  }
+  return 0;
+}
+
+// A run started by mpirun or srun, or of several ranks, cannot fork the
+// calibration (above), so rank 0 takes it in this process before anything
+// else is allocated, while the other ranks sleep (a barrier that polls
+// would take the cores being measured): the products, the tiled attention
+// and memory bandwidth as `loom bench calibrate --quick` measures them,
+// without its training step. The process overhead is then this process's
+// resident memory after the probe (libraries, MPI, threads, oneDNN's
+// kernels), not a fresh process's beside a step; the file is marked so that
+// the first single-rank run on a quiet machine measures it all again. The
+// probe's buffers are freed and the peak-RSS mark reset, so the run's own
+// measured peak does not include them.
+void calibrate_inside_run(const RunConfig& cfg, MpiRuntime& mpi) {
+  const std::string root = planner::default_root();
+  const int threads = cfg.runtime.threads > 0 ? cfg.runtime.threads : omp_get_num_procs();
+  const std::string path = planner::auto_calibration_path(root, threads);
+  int have = std::filesystem::exists(planner::local_cluster_path(root)) || std::filesystem::exists(path);
+  MPI_Bcast(&have, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  if (have) return;
+  int ok = 0;
+  if (mpi.world_rank() == 0) {
+    std::printf("calibration: none for %d threads yet; rank 0 measures this machine for the planner ...\n", threads);
+    const auto t0 = std::chrono::steady_clock::now();
+    try {
+      set_threads(threads);
+      planner::ClusterSpec c = measure_this_machine(threads, true, false);
+      ::malloc_trim(0);  // the probe's freed buffers back to the system, not counted as overhead
+      c.overhead_bytes = resident_bytes();
+      c.description = strprintf("this machine, measured inside a launched loom train (rank 0, %d threads)", threads);
+      std::filesystem::create_directories(std::filesystem::path(path).parent_path());
+      write_file_atomically(path, c.to_toml());
+      write_file_atomically(path + ".busy", "taken inside a launched run: its overhead is not a fresh process's\n");
+      std::ofstream("/proc/self/clear_refs") << "5";  // reset the peak-RSS mark the probe raised
+      ok = 1;
+      std::printf("calibration: took %.1f s (overhead %.1f MiB resident), cached in %s until a single-rank run "
+                  "measures it all\n",
+                  std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
+                  c.overhead_bytes / (1 << 20), path.c_str());
+    } catch (const std::exception& e) {
+      std::printf("calibration: failed (%s); the prediction uses uncalibrated guesses\n", e.what());
+    }
+    std::fflush(stdout);
+  }
+  MPI_Request done;
+  MPI_Ibcast(&ok, 1, MPI_INT, 0, MPI_COMM_WORLD, &done);
+  for (int finished = 0;;) {
+    MPI_Test(&done, &finished, MPI_STATUS_IGNORE);
+    if (finished) break;
+    ::usleep(10000);
+  }
+}
+
 int cmd_train(const Args& args, MpiRuntime& mpi) {
   const bool rank0 = mpi.world_rank() == 0;
   RunConfig cfg;
@@ -162,6 +228,10 @@ int cmd_train(const Args& args, MpiRuntime& mpi) {
     // Before --layout auto, which plans with it too.
     if (options.cluster.empty() && mpi.world_size() == 1)
       options.cluster = automatic_calibration(cfg, mpi.launched());
+    if (options.cluster.empty() && (mpi.world_size() > 1 || mpi.launched())) {
+      calibrate_inside_run(cfg, mpi);
+      if (mpi.world_size() == 1) options.cluster = automatic_calibration(cfg, true);  // now cached
+    }
     if (layout == "auto") choose_layout_on_rank0(cfg, mpi, options.cluster);
     cfg.data.path = resolve_path(cfg.data.path);
     LOOM_USER_CHECK(exists(cfg.data.path), "data %s '%s' (data.path) not found%s",

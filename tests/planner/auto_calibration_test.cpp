@@ -4,11 +4,13 @@
 // count, in a child process), caches it under .cache/calibration/ keyed by
 // CPU, thread count and build, says so in its log and predicts from it; the
 // next run reads the cache; a `loom bench calibrate` file takes precedence;
-// a rank started by mpirun measures nothing.
+// a run started by mpirun (or of several ranks) measures inside itself on
+// rank 0, without forking, marked for a single-rank run to measure again.
 #include <gtest/gtest.h>
 
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <string>
 
 #include "cli/run_loom.h"
@@ -39,6 +41,14 @@ size_t files_in(const std::string& dir) {
   std::error_code ec;
   for (const auto& e : fs::directory_iterator(dir, ec)) n += e.path().extension() == ".toml" ? 1 : 0;
   return n;
+}
+
+std::set<std::string> tomls_in(const std::string& dir) {
+  std::set<std::string> out;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec))
+    if (e.path().extension() == ".toml") out.insert(e.path().string());
+  return out;
 }
 
 // As if every calibration so far had been taken on a quiet machine (tests
@@ -80,22 +90,48 @@ TEST(AutoCalibration, TheFirstRunMeasuresLaterRunsReadTheCache) {
   EXPECT_EQ(files_in(home + "/.cache/calibration"), 2u);
   forget_busy_marks(home + "/.cache/calibration");
 
-  // Under mpirun (one rank) nothing is measured: a process of a launched
-  // job must not fork one (OpenMPI's finalize would wait forever).
-  r = loom::test::run_loom(train_args() + " --set runtime.threads=4",
-                           env + " OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 120 mpirun "
-                                 "--oversubscribe --bind-to none -np 1");
+  // Under mpirun nothing is forked (a process of a launched job must not:
+  // OpenMPI's finalize would wait forever): rank 0 measures inside the run
+  // while the other waits, and marks the file for a single-rank run to
+  // measure again (its overhead is not a fresh process's).
+  const std::string mpirun =
+      env + " OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 120 mpirun --oversubscribe --bind-to none";
+  const std::set<std::string> before = tomls_in(home + "/.cache/calibration");
+  r = loom::test::run_loom(train_args() + " --set runtime.threads=4", mpirun + " -np 2");
   ASSERT_EQ(r.code, 0) << r.output;
-  EXPECT_EQ(r.output.find("calibration:"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("rank 0 measures this machine"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("calibration: measuring"), std::string::npos) << r.output;  // no child
   EXPECT_NE(r.output.find("plan vs measured:"), std::string::npos) << r.output;
-  EXPECT_EQ(files_in(home + "/.cache/calibration"), 2u);
+  EXPECT_EQ(files_in(home + "/.cache/calibration"), 3u);
+  std::string inside;
+  for (const std::string& f : tomls_in(home + "/.cache/calibration"))
+    if (!before.count(f)) inside = f;
+  ASSERT_FALSE(inside.empty());
+  EXPECT_TRUE(fs::exists(inside + ".busy"));
+  const loom::planner::ClusterSpec in_run = loom::planner::load_cluster_file(inside);
+  EXPECT_GT(in_run.overhead_bytes, 1 << 20);  // this process's resident memory after the probe
+  EXPECT_LT(in_run.overhead_bytes, 1 << 30);
+  EXPECT_GT(in_run.matmul_efficiency, 0.01);
+  // The next launched run reads it; a single-rank run measures it all again.
+  r = loom::test::run_loom(train_args() + " --set runtime.threads=4", mpirun + " -np 1");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_EQ(r.output.find("measures this machine"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("taken automatically for 4 threads"), std::string::npos) << r.output;
+  r = loom::test::run_loom(train_args() + " --set runtime.threads=4", env);
+  ASSERT_EQ(r.code, 0) << r.output;
+  // Measured again, or (the load average above half the cores) read as it is.
+  EXPECT_TRUE(r.output.find("calibration: measuring this machine") != std::string::npos ||
+              r.output.find("taken automatically for 4 threads") != std::string::npos)
+      << r.output;
+  EXPECT_EQ(files_in(home + "/.cache/calibration"), 3u);
+  forget_busy_marks(home + "/.cache/calibration");
 
   // `loom bench calibrate`'s own file is used as it is: nothing measured.
   fs::copy_file(cached, home + "/.cache/cluster-local.toml");
   r = loom::test::run_loom(train_args() + " --set runtime.threads=3", env);
   ASSERT_EQ(r.code, 0) << r.output;
   EXPECT_EQ(r.output.find("calibration:"), std::string::npos) << r.output;
-  EXPECT_EQ(files_in(home + "/.cache/calibration"), 2u);
+  EXPECT_EQ(files_in(home + "/.cache/calibration"), 3u);
 }
 
 }  // namespace
