@@ -93,7 +93,9 @@ std::string automatic_calibration(const RunConfig& cfg, bool launched) {
   if (::getloadavg(&load, 1) != 1) load = 0;
   const bool busy = load > 0.5 * omp_get_num_procs();
   const bool cached = std::filesystem::exists(path);
-  if (cached && (busy || launched || !std::filesystem::exists(busy_mark))) {
+  // Marked: taken on a loaded machine, or inside a launched run (PATH.partial).
+  const bool marked = std::filesystem::exists(busy_mark) || std::filesystem::exists(path + ".partial");
+  if (cached && (busy || launched || !marked)) {
     std::printf("calibration: %s (taken automatically for %d threads; loom bench calibrate measures more)\n",
                 path.c_str(), threads);
     return path;
@@ -122,6 +124,7 @@ std::string automatic_calibration(const RunConfig& cfg, bool launched) {
     std::filesystem::remove(busy_mark, ec);
     std::printf("calibration: took %.1f s, cached in %s\n", s, path.c_str());
   }
+  std::filesystem::remove(path + ".partial", ec);  // measured whole now, in a fresh process
   return path;
 }
 
@@ -144,14 +147,21 @@ double resident_bytes() {
 // without its training step. The process overhead is then this process's
 // resident memory after the probe (libraries, MPI, threads, oneDNN's
 // kernels), not a fresh process's beside a step; the file is marked so that
-// the first single-rank run on a quiet machine measures it all again. The
+// the first single-rank run on a quiet machine measures it all again (and
+// a launched run on a quiet machine measures it again inside the run). The
 // probe's buffers are freed and the peak-RSS mark reset, so the run's own
 // measured peak does not include them.
 void calibrate_inside_run(const RunConfig& cfg, MpiRuntime& mpi) {
   const std::string root = planner::default_root();
   const int threads = cfg.runtime.threads > 0 ? cfg.runtime.threads : omp_get_num_procs();
   const std::string path = planner::auto_calibration_path(root, threads);
-  int have = std::filesystem::exists(planner::local_cluster_path(root)) || std::filesystem::exists(path);
+  // Rank 0 decides: a file taken on a loaded machine (PATH.busy) is
+  // measured again when the machine is quiet now.
+  double load = 0;
+  if (::getloadavg(&load, 1) != 1) load = 0;
+  const bool quiet = load <= 0.5 * omp_get_num_procs();
+  int have = std::filesystem::exists(planner::local_cluster_path(root)) ||
+             (std::filesystem::exists(path) && !(quiet && std::filesystem::exists(path + ".busy")));
   MPI_Bcast(&have, 1, MPI_INT, 0, MPI_COMM_WORLD);
   if (have) return;
   int ok = 0;
@@ -166,7 +176,9 @@ void calibrate_inside_run(const RunConfig& cfg, MpiRuntime& mpi) {
       c.description = strprintf("this machine, measured inside a launched loom train (rank 0, %d threads)", threads);
       std::filesystem::create_directories(std::filesystem::path(path).parent_path());
       write_file_atomically(path, c.to_toml());
-      write_file_atomically(path + ".busy", "taken inside a launched run: its overhead is not a fresh process's\n");
+      write_file_atomically(path + ".partial", "taken inside a launched run: its overhead is not a fresh process's\n");
+      if (!quiet) write_file_atomically(path + ".busy", strprintf("load average %.2f\n", load));
+      else std::filesystem::remove(path + ".busy");
       std::ofstream("/proc/self/clear_refs") << "5";  // reset the peak-RSS mark the probe raised
       ok = 1;
       std::printf("calibration: took %.1f s (overhead %.1f MiB resident), cached in %s until a single-rank run "

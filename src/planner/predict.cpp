@@ -6,6 +6,7 @@
 #include "config/layout_rules.h"
 #include "config/pipeline_plan.h"
 #include "core/check.h"
+#include "kernels/cpu/isa.h"
 #include "model/param_groups.h"
 #include "model/param_layout.h"
 #include "model/stage_module.h"
@@ -227,9 +228,10 @@ RunPrediction predict_loom_run(const RunConfig& cfg, int world_size, const Clust
   // fp16 products (and bf16 ones on CPUs without avx512_bf16) widen their
   // operands to fp32 one panel at a time (kernels/cpu/matmul_lowp.h): at most
   // 512 x 1024 of A, 1024 x 1024 of B and a 512 x 1024 fp32 output panel,
-  // 8 MiB, once per process. Counted for both 16-bit types: native bf16
-  // allocates none of it.
-  out.overhead_bytes = cluster.overhead_bytes + (r.lowp() ? 4.0 * (512 * 1024 + 1024 * 1024 + 512 * 1024) : 0);
+  // 8 MiB, once per process. Native bf16 products (this CPU's) allocate none.
+  const bool widened = r.compute == ComputePrecision::fp16 ||
+                       (r.compute == ComputePrecision::bf16 && !cpu::native_bf16_products());
+  out.overhead_bytes = cluster.overhead_bytes + (widened ? 4.0 * (512 * 1024 + 1024 * 1024 + 512 * 1024) : 0);
   for (int s = 0; s < r.pp; s++) {
     const StageFigures f = stage_memory(cfg, r, stages[size_t(s)]);
     const double total = f.params + f.grads + f.optimizer + f.activations + f.checkpoint + out.overhead_bytes;
