@@ -329,6 +329,18 @@ RunPrediction predict_loom_run(const RunConfig& cfg, int world_size, const Clust
   }
   // The configured schedule's own action lists (the ones the executor runs).
   const PipelineTiming timing = simulate_pipeline(r.plan.actions, r.plan.map(), d);
+  // Ranks that outnumber the cores time-share them: the durations above give
+  // each rank its share of the cores all the time, but a rank idle in the
+  // pipeline's bubble leaves its share to the others. The cores then finish
+  // the node's work (every stage's busy time at that share, averaged over the
+  // stages) unless the critical path at full speed is longer.
+  const double share = std::min(1.0, cores / rank_threads(cfg, r, cluster));
+  double mean_busy = 0;
+  for (int s = 0; s < r.pp; s++) mean_busy += timing.stage_busy[size_t(s)] / r.pp;
+  auto finish_of = [&](int s) {
+    const double f = timing.stage_finish[size_t(s)];
+    return share < 1 ? std::max(f * share, mean_busy) : f;
+  };
 
   for (int s = 0; s < r.pp; s++) {
     // Only the trained parameters are reduced, gathered and updated.
@@ -361,7 +373,7 @@ RunPrediction predict_loom_run(const RunConfig& cfg, int world_size, const Clust
     const double exposed = std::max(reduce, buckets * reduce - hidden * (buckets - 1) / buckets) + gather;
     // zero_grads writes 4 B, the norm reads 4 B, AdamW moves about 28 B per parameter it updates.
     const double opt = (4 * n + 32 * n / (r.zero >= 1 ? dp : 1)) / mem_bw;
-    const double end = timing.stage_finish[size_t(s)] + exposed + opt;
+    const double end = finish_of(s) + exposed + opt;
     if (end > out.step_seconds) {
       out.step_seconds = end;
       out.compute_seconds = 0, out.comm_seconds = exposed;
@@ -371,7 +383,7 @@ RunPrediction predict_loom_run(const RunConfig& cfg, int world_size, const Clust
         out.comm_seconds += r.accumulation * (k.f_tp + k.b_tp + k.f_zero3 + k.b_zero3 + k.f_cp + k.b_cp);
       }
       out.optimizer_seconds = opt;
-      out.bubble_seconds = timing.makespan - timing.stage_busy[size_t(s)];
+      out.bubble_seconds = std::max(0.0, (share < 1 ? finish_of(s) : timing.makespan) - timing.stage_busy[size_t(s)]);
     }
   }
   out.plan = r.plan;

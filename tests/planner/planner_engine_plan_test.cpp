@@ -161,7 +161,7 @@ TEST(PlannerEnginePlan, SimulatesTheConfiguredSchedule) {
   cfg.parallel.pp = 2;
   auto run = [&](const char* schedule, int v) {
     cfg.parallel.schedule = schedule, cfg.parallel.virtual_stages = v;
-    return predict_loom_run(cfg, 2, roomy_cluster(2));
+    return predict_loom_run(cfg, 2, roomy_cluster(2 * cfg.runtime.threads));  // a core per thread
   };
   const RunPrediction gpipe = run("gpipe", 1), one = run("1f1b", 1), inter = run("interleaved", 2);
   EXPECT_EQ(gpipe.plan.schedule, pp::ScheduleKind::GPipe);
@@ -177,6 +177,20 @@ TEST(PlannerEnginePlan, SimulatesTheConfiguredSchedule) {
   // Interleaving needs the micro-batches to be a multiple of pp, as the trainer does.
   cfg.train.micro_batch_size = 8;  // m = 1
   EXPECT_THROW(run("interleaved", 2), UserError);
+}
+
+// Ranks that outnumber the cores share them: a stage idle in the bubble
+// leaves its cores to the other, so two pipeline stages on half the cores
+// take less than twice as long, and no less than the busier stage's work
+// at full speed.
+TEST(PlannerEnginePlan, OversubscribedPipelinesShareTheCoresInTheBubble) {
+  RunConfig cfg = tiny();
+  cfg.parallel.pp = 2, cfg.train.micro_batch_size = 1, cfg.runtime.threads = 1;
+  const RunPrediction own = predict_loom_run(cfg, 2, roomy_cluster(2));     // a core per rank
+  const RunPrediction shared = predict_loom_run(cfg, 2, roomy_cluster(1));  // two ranks on one core
+  EXPECT_GT(own.bubble_seconds, 0);
+  EXPECT_LT(shared.step_seconds, 2 * own.step_seconds * (1 - 1e-3));
+  EXPECT_GT(shared.step_seconds, own.step_seconds);
 }
 
 // Model states by ZeRO stage (n parameters per rank, dp = 4): fp32 ZeRO 0-2
