@@ -190,8 +190,11 @@ planner::ClusterSpec measure_this_machine(int threads, bool quick, bool with_ste
   // eff(K) = ceiling x K / (K + k_half): k_half = K (ceiling / eff - 1).
   c.gemm_k_half = std::max(0.0, 64 * (g.fp32 / g.short_k - 1));
   c.gemm_mn_half = std::max(0.0, 64 * (g.fp32 / g.skinny - 1));
-  c.peak_flops_bf16 = g.bf16 / c.matmul_efficiency / threads;
-  c.peak_flops_fp16 = g.fp16 / c.matmul_efficiency / threads;
+  // 16-bit products at their measured rate relative to fp32's on the same
+  // shape (the ceiling stays fp32's; a busy machine can measure the FMA peak
+  // below the GEMM, clamping the ceiling, and the ratio still holds).
+  c.peak_flops_bf16 = c.peak_flops_fp32 * g.bf16 / g.fp32;
+  c.peak_flops_fp16 = c.peak_flops_fp32 * g.fp16 / g.fp32;
   c.tiled_attention_efficiency = measure_tiled_attention(threads, peak, quick);
   if (with_step) c.overhead_bytes = step.overhead_bytes;
   std::printf("  fp32 GEMM 1024^3:     %.1f GFLOP/s = %.1f%% of peak (the ceiling); K 64: %.1f (K at half rate %.0f), "
