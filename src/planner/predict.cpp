@@ -237,6 +237,14 @@ RunPrediction predict_loom_run(const RunConfig& cfg, int world_size, const Clust
   // by 0.75 MiB per MiB of parallel.bucket_mb, 144 MiB at 1 MiB to 154 at
   // one 14 MiB bucket); the calibration's single process has none.
   if (r.data() > 1) out.overhead_bytes += double(cfg.parallel.bucket_mb) * kMiB;
+  // Sharded masters (ZeRO 1 and 2 in 16 bits) publish the updated weights
+  // bucket by bucket through two fp32 staging buffers of the largest bucket
+  // (ShardedOptimizer::publish), every step.
+  if ((r.zero == 1 || r.zero == 2) && r.lowp()) {
+    double trained = 0;
+    for (const StagePlan& sp : stages) trained = std::max(trained, sp.params - sp.frozen);
+    out.overhead_bytes += 2 * std::min(4 * trained, double(cfg.parallel.bucket_mb) * kMiB);
+  }
   for (int s = 0; s < r.pp; s++) {
     const StageFigures f = stage_memory(cfg, r, stages[size_t(s)]);
     const double total = f.params + f.grads + f.optimizer + f.activations + f.checkpoint + out.overhead_bytes;
