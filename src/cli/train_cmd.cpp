@@ -74,6 +74,19 @@ static void choose_layout_on_rank0(RunConfig& cfg, MpiRuntime& mpi, const std::s
                 chosen[4], chosen[5], cfg.train.recompute.c_str());
 }
 
+// The threads a run's calibration is for: the run's own per rank.
+int calibration_threads(const RunConfig& cfg) {
+  return cfg.runtime.threads > 0 ? cfg.runtime.threads : omp_get_num_procs();
+}
+
+// The 1-minute load average (0 when unknown); above half the cores the
+// machine is too loaded for a calibration to stand.
+double load_average() {
+  double load = 0;
+  return ::getloadavg(&load, 1) == 1 ? load : 0;
+}
+bool loaded(double load) { return load > 0.5 * omp_get_num_procs(); }
+
 // A single-rank run without `loom bench calibrate`'s file predicts itself
 // from the calibration `loom bench calibrate --quick` takes for its thread
 // count, once per CPU, thread count and build (planner::auto_calibration_path),
@@ -87,11 +100,10 @@ static void choose_layout_on_rank0(RunConfig& cfg, MpiRuntime& mpi, const std::s
 std::string automatic_calibration(const RunConfig& cfg, bool launched) {
   const std::string root = planner::default_root();
   if (std::filesystem::exists(planner::local_cluster_path(root))) return "";
-  const int threads = cfg.runtime.threads > 0 ? cfg.runtime.threads : omp_get_num_procs();
+  const int threads = calibration_threads(cfg);
   const std::string path = planner::auto_calibration_path(root, threads), busy_mark = path + ".busy";
-  double load = 0;
-  if (::getloadavg(&load, 1) != 1) load = 0;
-  const bool busy = load > 0.5 * omp_get_num_procs();
+  const double load = load_average();
+  const bool busy = loaded(load);
   const bool cached = std::filesystem::exists(path);
   // Marked: taken on a loaded machine, or inside a launched run (PATH.partial).
   const bool marked = std::filesystem::exists(busy_mark) || std::filesystem::exists(path + ".partial");
@@ -153,13 +165,12 @@ double resident_bytes() {
 // measured peak does not include them.
 void calibrate_inside_run(const RunConfig& cfg, MpiRuntime& mpi) {
   const std::string root = planner::default_root();
-  const int threads = cfg.runtime.threads > 0 ? cfg.runtime.threads : omp_get_num_procs();
+  const int threads = calibration_threads(cfg);
   const std::string path = planner::auto_calibration_path(root, threads);
   // Rank 0 decides: a file taken on a loaded machine (PATH.busy) is
   // measured again when the machine is quiet now.
-  double load = 0;
-  if (::getloadavg(&load, 1) != 1) load = 0;
-  const bool quiet = load <= 0.5 * omp_get_num_procs();
+  const double load = load_average();
+  const bool quiet = !loaded(load);
   int have = std::filesystem::exists(planner::local_cluster_path(root)) ||
              (std::filesystem::exists(path) && !(quiet && std::filesystem::exists(path + ".busy")));
   MPI_Bcast(&have, 1, MPI_INT, 0, MPI_COMM_WORLD);

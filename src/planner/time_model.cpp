@@ -71,11 +71,11 @@ ChunkCosts chunk_costs(const Workload& w, const Layout& l, const ClusterSpec& c,
     k.f_tp[vs] = layers * f_tp + (vs == 0 ? ar : 0);  // vocab-parallel embedding sums its output
     k.b_tp[vs] = layers * b_tp;
     k.f_cp[vs] = layers * ring.forward, k.b_cp[vs] = layers * ring.backward;
+    const double chunk_params = stage_parameters(w.counts(), m, l, stage) / l.v;
     if (l.fp32_grads && l.precision != ComputePrecision::fp32) {
       // fp32 gradient accumulation: each micro-batch's 16-bit weight
       // gradients are added into the fp32 buffer (Megatron-LM's main_grad:
       // read 2 + 4 bytes, write 4, per parameter of the chunk).
-      const double chunk_params = stage_parameters(w.counts(), m, l, stage) / l.v;
       k.b_compute[vs] += chunk_params * 10 / rates.bandwidth;
     }
     if (l.zero >= 3) {
@@ -85,7 +85,6 @@ ChunkCosts chunk_costs(const Workload& w, const Layout& l, const ClusterSpec& c,
       // it to hide behind; each later one hides behind the previous layer's
       // compute as far as that lasts. One collective per layer: each pays
       // the ring's latency.
-      const double chunk_params = stage_parameters(w.counts(), m, l, stage) / l.v;
       const double units = std::max(1.0, layers);
       const double gather = all_gather_seconds(chunk_params * pbytes / units, l.data(), links.dp);
       const double scatter = reduce_scatter_seconds(chunk_params * pbytes / units, l.data(), links.dp);

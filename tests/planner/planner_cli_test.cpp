@@ -169,10 +169,6 @@ TEST(PlannerCli, H200PresetAndTheAttentionKernel) {
   EXPECT_NE(bad.output.find("--attention"), std::string::npos) << bad.output;
 }
 
-}  // namespace
-
-namespace {
-
 // --ignore-memory: a fixed layout timed though it does not fit, marked so in
 // the table and the memo; without a fixed layout it is refused naming the flag.
 TEST(PlannerCli, IgnoreMemoryTimesAFixedLayoutThatDoesNotFit) {
@@ -190,10 +186,6 @@ TEST(PlannerCli, IgnoreMemoryTimesAFixedLayoutThatDoesNotFit) {
   EXPECT_EQ(loose.code, 2) << loose.output;
   EXPECT_NE(loose.output.find("--ignore-memory times a fixed layout"), std::string::npos) << loose.output;
 }
-
-}  // namespace
-
-namespace {
 
 double step_seconds(const std::string& output) {
   const size_t at = output.find("\nStep: ");
@@ -225,10 +217,6 @@ TEST(PlannerCli, UnevenPipelineStages) {
   EXPECT_EQ(empty.code, 2) << empty.output;
   EXPECT_NE(empty.output.find("--pp-layers"), std::string::npos) << empty.output;
 }
-
-}  // namespace
-
-namespace {
 
 // --grads fp32: Megatron's fp32 gradient accumulation, 18 bytes per
 // parameter under bf16 instead of 16: the gradients' GiB double.
