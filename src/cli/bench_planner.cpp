@@ -159,7 +159,7 @@ int print_published_check() {
                 100 * t.tp_comm / t.step, 100 * t.bubble / t.step, 100 * t.dp_exposed / t.step,
                 100 * t.optimizer / t.step);
   }
-  std::printf("\nwithin 10%% of the published figure: %d of %zu rows; ratios %.2f to %.2f, spread %.2f "
+  std::printf("\nwithin 10%% of the published figure: %d of %zu rows; ratios %.3f to %.3f, spread %.3f "
               "(issue 38's targets: every row, spread at most 1.15)\n",
               within, runs.size(), lo, hi, hi / lo);
   // The free search's best plan (same GPUs, batch, fp16 with fp32 gradients)
