@@ -140,7 +140,8 @@ def make_adamw(model, lr, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1):
     (matmul weights and both embeddings), none on biases and LayerNorm."""
     decay, no_decay = [], []
     for _, p in model.named_parameters():
-        (decay if p.dim() >= 2 else no_decay).append(p)
+        if p.requires_grad:  # frozen parameters (a LoRA base) take no step
+            (decay if p.dim() >= 2 else no_decay).append(p)
     groups = [
         {"params": decay, "weight_decay": weight_decay},
         {"params": no_decay, "weight_decay": 0.0},

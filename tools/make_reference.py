@@ -1,6 +1,6 @@
 """Write a golden reference file for loom's tests.
 
-Usage: /usr/bin/python3 tools/make_reference.py [--family gpt2|llama] [--kv-heads N] [--masked] OUT_PATH
+Usage: /usr/bin/python3 tools/make_reference.py [--family gpt2|llama] [--kv-heads N] [--masked] [--lora] OUT_PATH
 
 Builds a tiny GPT-2 (tools/gpt_torch.py; the default family) or a tiny LLaMA
 (tools/llama_torch.py, Hugging Face LlamaForCausalLM semantics, untied
@@ -20,6 +20,13 @@ these options.
 of 3 to T/2 tokens) and a few scattered targets are -1 (not learned from);
 the loss is the mean over the remaining targets (cross_entropy's
 ignore_index), as loom normalises over the valid targets of the batch.
+
+--lora: LoRA fine-tuning (tools/lora_torch.py): rank LORA_RANK, alpha
+LORA_ALPHA adapters on every linear layer of the blocks (GPT-2: c_attn,
+c_proj, c_fc; LLaMA: q/k/v/o_proj, gate/up/down_proj), B drawn N(0, 0.02)
+instead of zero so that both factors have gradients from the first step;
+the base frozen. grad/ and final/ then hold the trained factors only, and
+the ints lora_rank, the floats lora_alpha are added.
 
 Records (tensors): param/<name>, inputs, targets, logits, loss, grad/<name>,
 adam/losses, adam/grad_norms, final/<name>.
@@ -45,6 +52,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from gpt_torch import GPT, GPTConfig, make_adamw  # noqa: E402
 from llama_torch import Llama, LlamaConfig  # noqa: E402
+from lora_torch import add_lora, loom_name  # noqa: E402
 
 MAGIC = b"LOOMREF\0"
 VERSION = 1
@@ -77,6 +85,13 @@ LLAMA_EXTRA_INTS = {
 LLAMA_EXTRA_FLOATS = {
     "rope_theta": 10000.0,
     "norm_eps": 1e-5,
+}
+
+
+LORA_RANK, LORA_ALPHA = 4, 8.0  # scale 2: a missing alpha / rank cannot pass
+LORA_TARGETS = {
+    "gpt2": ["c_attn", "c_proj", "c_fc"],
+    "llama": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
 }
 
 
@@ -126,11 +141,13 @@ def pack_tensor(name, t):
     return out
 
 
-def compute(tensors, ints, floats, make_model, masked=False):
+def compute(tensors, ints, floats, make_model, masked=False, lora_targets=None):
     """Fill `tensors` (an ordered dict name -> tensor) with the reference data."""
     B, T, V = ints["batch_size"], ints["seq_len"], ints["vocab_size"]
 
     model = make_model()
+    if lora_targets:
+        add_lora(model, lora_targets, LORA_RANK, LORA_ALPHA, b_std=0.02)
     inputs = torch.randint(0, V, (B, T))
     targets = torch.randint(0, V, (B, T))
     if masked:
@@ -140,7 +157,7 @@ def compute(tensors, ints, floats, make_model, masked=False):
     initial = {n: p.detach().clone() for n, p in model.named_parameters()}
 
     for n, p in initial.items():
-        tensors[f"param/{n}"] = p
+        tensors[f"param/{loom_name(n)}"] = p
     tensors["inputs"] = inputs.to(torch.int32)
     tensors["targets"] = targets.to(torch.int32)
 
@@ -150,7 +167,8 @@ def compute(tensors, ints, floats, make_model, masked=False):
     tensors["logits"] = logits.detach().clone()
     tensors["loss"] = loss.detach().reshape(1).clone()
     for n, p in model.named_parameters():
-        tensors[f"grad/{n}"] = p.grad.detach().clone()
+        if p.requires_grad:
+            tensors[f"grad/{loom_name(n)}"] = p.grad.detach().clone()
 
     # Training run, restarting from the initial weights.
     with torch.no_grad():
@@ -159,7 +177,7 @@ def compute(tensors, ints, floats, make_model, masked=False):
     model.zero_grad(set_to_none=True)
     opt = make_adamw(model, lr=floats["lr"], betas=(floats["beta1"], floats["beta2"]),
                      eps=floats["eps"], weight_decay=floats["weight_decay"])
-    params = list(model.parameters())
+    params = [p for p in model.parameters() if p.requires_grad]
     losses, norms = [], []
     for _ in range(ints["adam_steps"]):
         _, loss = model(inputs, targets)
@@ -173,7 +191,8 @@ def compute(tensors, ints, floats, make_model, masked=False):
     tensors["adam/losses"] = torch.tensor(losses, dtype=torch.float32)
     tensors["adam/grad_norms"] = torch.tensor(norms, dtype=torch.float32)
     for n, p in model.named_parameters():
-        tensors[f"final/{n}"] = p.detach().clone()
+        if p.requires_grad:
+            tensors[f"final/{loom_name(n)}"] = p.detach().clone()
 
 
 def main():
@@ -183,6 +202,7 @@ def main():
     ap.add_argument("--kv-heads", type=int, default=None,
                     help="LLaMA n_kv_head (default 2; n_head is 4)")
     ap.add_argument("--masked", action="store_true", help="targets masked as supervised fine-tuning's")
+    ap.add_argument("--lora", action="store_true", help="LoRA adapters on every block linear, base frozen")
     ap.add_argument("out_path")
     args = ap.parse_args()
     if args.family == "gpt2" and args.kv_heads is not None:
@@ -196,7 +216,11 @@ def main():
     torch.set_default_dtype(torch.float32)
 
     tensors = {}
-    compute(tensors, ints, floats, make_model, masked=args.masked)
+    lora_targets = LORA_TARGETS[args.family] if args.lora else None
+    if args.lora:
+        ints = {**ints, "lora_rank": LORA_RANK}
+        floats = {**floats, "lora_alpha": LORA_ALPHA}
+    compute(tensors, ints, floats, make_model, masked=args.masked, lora_targets=lora_targets)
 
     blob = bytearray(MAGIC)
     blob += struct.pack("<I", VERSION)

@@ -138,6 +138,25 @@ void model_from_hf(const FieldReader& r, RunConfig& c) {
   c.model = m;
 }
 
+// [lora]: adapters on the named layers, the base frozen (model/lora/).
+void read_lora(FieldReader& r, LoraConfig& lora) {
+  r.get("lora.rank", &lora.rank);
+  r.get("lora.alpha", &lora.alpha);
+  r.get("lora.targets", &lora.targets);
+  std::string bias = lora.train_biases ? "all" : "none";
+  r.get("lora.bias", &bias);
+  LOOM_USER_CHECK(bias == "none" || bias == "all",
+                  "config field 'lora.bias' must be \"none\" (biases frozen with the base) or \"all\" (every bias "
+                  "trained), got \"%s\"",
+                  bias.c_str());
+  lora.train_biases = bias == "all";
+  int64_t seed = int64_t(lora.seed);
+  r.get("lora.seed", &seed);
+  LOOM_USER_CHECK(seed >= 0, "config field 'lora.seed' must be >= 0 (got %lld)", (long long)seed);
+  lora.seed = uint64_t(seed);
+  r.get("lora.dropout", &lora.dropout);
+}
+
 void read_fields(FieldReader& r, RunConfig& c) {
   std::string family = model_family_name(c.model.family);
   r.get("model.family", &family);
@@ -195,6 +214,7 @@ void read_fields(FieldReader& r, RunConfig& c) {
   r.get("train.freeze", &c.train.freeze);
   r.get("train.init_from", &c.train.init_from);
   if (c.train.init_from.rfind("hf:", 0) == 0) model_from_hf(r, c);
+  read_lora(r, c.model.lora);
   r.get("train.seed", &c.train.seed);
   r.get("train.run_dir", &c.train.run_dir);
   r.get("train.run_name", &c.train.run_name);
@@ -484,6 +504,13 @@ std::string RunConfig::to_toml() const {
     << toml_escaped(precision.grad_reduce) << "\"\n[runtime]\nthreads = " << runtime.threads
     << "\ncomm_timeout_s = " << runtime.comm_timeout_s
     << "\nisa = \"" << toml_escaped(runtime.isa) << "\"\n";
+  if (model.lora.enabled()) {
+    const LoraConfig& l = model.lora;
+    s << "[lora]\nrank = " << l.rank << "\nalpha = " << toml_number(l.alpha) << "\ntargets = [";
+    for (size_t i = 0; i < l.targets.size(); i++) s << (i ? ", \"" : "\"") << toml_escaped(l.targets[i]) << "\"";
+    s << "]\nbias = \"" << (l.train_biases ? "all" : "none") << "\"\nseed = " << l.seed
+      << "\ndropout = " << toml_number(l.dropout) << "\n";
+  }
   return s.str();
 }
 

@@ -29,6 +29,7 @@ struct BlockWork {
   float* datt = nullptr;        // [B, NHl, T, T]: materialized attention's backward scratch
   float* dmlp_out = nullptr;    // [N, Fl]: the MLP activation's output gradient
   void* dmlp_in = nullptr;      // A, [N, Fl or 2 Fl]: the MLP activation's input gradient
+  float* lora = nullptr;        // LoRA adapters' work space (model/lora/lora_block.h)
 };
 
 struct BlockContext {

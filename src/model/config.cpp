@@ -133,6 +133,7 @@ void ModelConfig::validate() const {
                     "%d must be even",
                     head_dim());
   }
+  validate_lora(lora, *this);
 }
 
 int64_t ModelConfig::num_parameters() const {

@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "model/lora/lora_config.h"
+
 namespace loom {
 
 enum class ModelFamily { gpt2, llama };
@@ -62,6 +64,8 @@ struct ModelConfig {
   bool qkv_bias = false;    // LLaMA: biases on the q/k/v projections (Qwen2); GPT-2 always has its own
   RopeScaling rope_scaling;
   AttentionKind attention = AttentionKind::auto_;  // a kernel choice: same parameters and results either way
+  // LoRA adapters ([lora]): their tensors join the layout, the base is frozen.
+  LoraConfig lora;
 
   int head_dim() const { return d_model / n_head; }
   int kv_heads() const { return n_kv_head > 0 ? n_kv_head : n_head; }

@@ -18,6 +18,13 @@ bool frozen_by(const std::vector<std::string>& freeze, const std::string& name) 
   return false;
 }
 
+// Frozen by train.freeze's patterns or, with LoRA, as part of the base.
+bool frozen_in_run(const LoraConfig& lora, const std::vector<std::string>& freeze, const std::string& name) {
+  if (frozen_by(freeze, name)) return true;
+  if (!lora.enabled() || is_lora_tensor(name)) return false;
+  return !(lora.train_biases && name.ends_with(".bias"));
+}
+
 int64_t global_numel(const ParamSpec& p) {
   int64_t n = 1;
   for (int64_t d : p.shape) n *= d;
@@ -27,12 +34,13 @@ int64_t global_numel(const ParamSpec& p) {
 }  // namespace
 
 std::vector<ParamGroupSpec> param_groups(const ModelConfig& model, const std::vector<std::string>& freeze) {
+  // With LoRA the base is frozen: every tensor but the adapters (and, with
+  // lora.bias = "all", the biases).
+  const LoraConfig lora = model.lora;
+  auto frozen = [freeze, lora](const std::string& name) { return frozen_in_run(lora, freeze, name); };
   std::vector<ParamGroupSpec> groups;
-  groups.push_back({"trained", false, GroupKind::data,
-                    [freeze](const std::string& name) { return !frozen_by(freeze, name); }});
-  if (!freeze.empty())
-    groups.push_back({"frozen", true, GroupKind::data,
-                      [freeze](const std::string& name) { return frozen_by(freeze, name); }});
+  groups.push_back({"trained", false, GroupKind::data, [frozen](const std::string& name) { return !frozen(name); }});
+  if (!freeze.empty() || lora.enabled()) groups.push_back({"frozen", true, GroupKind::data, frozen});
   // Only the groups some tensor of the whole model falls in.
   const ParamLayout whole = ParamLayout::for_model(model);
   std::vector<bool> used(groups.size(), false);
@@ -78,7 +86,7 @@ FrozenShare frozen_share(const ModelConfig& model, const std::vector<std::string
   FrozenShare s;
   for (const ParamSpec& p : ParamLayout::for_model(model).params) {
     s.total += global_numel(p);
-    if (frozen_by(freeze, p.name)) s.frozen += global_numel(p), s.tensors++;
+    if (frozen_in_run(model.lora, freeze, p.name)) s.frozen += global_numel(p), s.tensors++;
   }
   return s;
 }

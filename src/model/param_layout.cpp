@@ -47,7 +47,7 @@ void ParamLayout::init_parameters(float* buffer, uint64_t seed) const {
       case Init::Normal: {
         // Each value is keyed by its index in the global tensor.
         std::fill(dst, dst + p.numel, 0.f);  // padding rows stay 0
-        const uint64_t stream = stable_hash(p.name.c_str());
+        const uint64_t stream = stable_hash(p.name.c_str()) ^ p.init_salt;
         const int64_t global_cols = p.shape.size() > 1 ? p.shape[1] : 1;
         for (const TensorPiece& piece : pieces(int(i))) {
           const int64_t rows = piece.shape[0], cols = piece.shape.size() > 1 ? piece.shape[1] : 1;
@@ -74,7 +74,7 @@ void ParamLayout::init_range(float* out, int64_t begin, int64_t end, uint64_t se
     if (lo >= hi) continue;
     if (p.init == Init::Ones) std::fill(out + (lo - begin), out + (hi - begin), 1.f);
     if (p.init != Init::Normal) continue;
-    const uint64_t stream = stable_hash(p.name.c_str());
+    const uint64_t stream = stable_hash(p.name.c_str()) ^ p.init_salt;
     const int64_t global_cols = p.shape.size() > 1 ? p.shape[1] : 1;
     for (const TensorPiece& piece : pieces(int(i))) {
       const int64_t cols = piece.shape.size() > 1 ? piece.shape[1] : 1;

@@ -48,10 +48,15 @@ struct ParamSpec {
   bool weight_decay = false;  // 2-D matrices (embeddings included)
   Init init = Init::Zeros;
   float init_std = 0.f;  // for Init::Normal
+  uint64_t init_salt = 0;  // mixed into the tensor's RNG stream (LoRA's lora.seed); 0: the name alone
   // Family facts the train loop acts on without knowing the family:
   // with sequence parallelism each tp rank's gradient covers only its rows
   // (norm weights, a position table): summed over the tp group once a step.
   bool sequence_partial = false;
+  // Its gradient is a partial sum on each tp rank whatever the sequence
+  // split (a LoRA factor kept whole beside a split one): summed over the tp
+  // group once a step.
+  bool tp_partial = false;
   // Held by the first stage (embedding) and the last (tied head) under
   // pipeline parallelism: the two copies' gradients are summed.
   bool tied_across_stages = false;

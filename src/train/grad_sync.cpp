@@ -43,8 +43,9 @@ void sum_sequence_partial(ParamGroups& groups, const std::vector<ParamLayout>& l
     std::vector<int> partial;  // members, in order
     for (size_t j = 0; j < g->members().size(); j++) {
       const ParamGroup::Member& m = g->members()[j];
-      if (shards[size_t(m.chunk)].sequence_parallel &&
-          layouts[size_t(m.chunk)].params[size_t(m.tensor)].sequence_partial)
+      const ModelShard& shard = shards[size_t(m.chunk)];
+      const ParamSpec& p = layouts[size_t(m.chunk)].params[size_t(m.tensor)];
+      if ((shard.sequence_parallel && p.sequence_partial) || (shard.tp_size > 1 && p.tp_partial))
         partial.push_back(int(j));
     }
     if (partial.empty()) continue;

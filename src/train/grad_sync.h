@@ -28,7 +28,8 @@ void sum_tied_copies(const std::vector<std::unique_ptr<StageModule>>& chunks,
                      Communicator& embedding);
 
 // With sequence parallelism each tp rank's norm (and position-table)
-// gradients cover its own rows only. The sum over tp commutes with the sum
+// gradients cover its own rows only; a LoRA factor kept whole beside a split
+// one has a partial gradient on each tp rank in any case (tp_partial). The sum over tp commutes with the sum
 // over dp, so it runs once per step on what this rank holds of each trained
 // group after its reduction (all of it, or its ZeRO shard: the same ranges
 // on every tp rank, whose layouts have equal sizes).

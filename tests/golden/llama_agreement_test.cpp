@@ -28,22 +28,7 @@ const ReferenceFile& reference(const std::string& name) {
   return it->second;
 }
 
-// The reference's values of loom tensor `name` under `prefix` ("param/",
-// "grad/", "final/"): fused tensors are the row-wise stack of HF's parts.
-std::vector<float> reference_values(const ReferenceFile& ref, const std::string& prefix, const std::string& name) {
-  auto stack = [&](const std::string& base, std::initializer_list<const char*> parts) {
-    std::vector<float> out;
-    for (const char* part : parts) {
-      const auto& t = ref.tensor(prefix + base + part + ".weight").f32;
-      out.insert(out.end(), t.begin(), t.end());
-    }
-    return out;
-  };
-  const std::string qkv = "self_attn.qkv_proj.weight", gate_up = "mlp.gate_up_proj.weight";
-  if (name.ends_with(qkv)) return stack(name.substr(0, name.size() - qkv.size()) + "self_attn.", {"q_proj", "k_proj", "v_proj"});
-  if (name.ends_with(gate_up)) return stack(name.substr(0, name.size() - gate_up.size()) + "mlp.", {"gate_proj", "up_proj"});
-  return ref.tensor(prefix + name).f32;
-}
+using loom::test::loom_tensor_values;
 
 struct LoadedModel {
   loom::ModelConfig cfg;
@@ -66,7 +51,7 @@ LoadedModel make_model(const ReferenceFile& ref) {
   // Every loom tensor from the reference's initial weights, by name.
   for (size_t i = 0; i < s.model->layout().params.size(); i++) {
     const auto& spec = s.model->layout().params[i];
-    const std::vector<float> values = reference_values(ref, "param/", spec.name);
+    const std::vector<float> values = loom_tensor_values(ref, "param/", spec.name);
     EXPECT_EQ(int64_t(values.size()), spec.numel) << spec.name;
     std::memcpy(s.model->param(int(i)), values.data(), values.size() * sizeof(float));
   }
@@ -93,7 +78,7 @@ TEST_P(LlamaAgreement, EveryGradient) {
   EXPECT_NEAR(loss, ref.tensor("loss").f32[0], 1e-6 * std::abs(ref.tensor("loss").f32[0]));
   for (size_t i = 0; i < s.model->layout().params.size(); i++) {
     const auto& name = s.model->layout().params[i].name;
-    EXPECT_LT(rel_frobenius(s.model->grad(int(i)), reference_values(ref, "grad/", name)), 1e-5) << name;
+    EXPECT_LT(rel_frobenius(s.model->grad(int(i)), loom_tensor_values(ref, "grad/", name)), 1e-5) << name;
   }
 }
 
@@ -118,7 +103,7 @@ TEST_P(LlamaAgreement, TenAdamWStepsWithClipping) {
   }
   for (size_t i = 0; i < s.model->layout().params.size(); i++) {
     const auto& name = s.model->layout().params[i].name;
-    EXPECT_LT(rel_frobenius(s.model->param(int(i)), reference_values(ref, "final/", name)), 1e-5) << name;
+    EXPECT_LT(rel_frobenius(s.model->param(int(i)), loom_tensor_values(ref, "final/", name)), 1e-5) << name;
   }
 }
 

@@ -131,4 +131,21 @@ const ReferenceFile::Tensor& ReferenceFile::tensor(const std::string& name) cons
   return it->second;
 }
 
+std::vector<float> loom_tensor_values(const ReferenceFile& ref, const std::string& prefix, const std::string& name) {
+  auto stack = [&](const std::string& base, std::initializer_list<const char*> parts) {
+    std::vector<float> out;
+    for (const char* part : parts) {
+      const auto& t = ref.tensor(prefix + base + part + ".weight").f32;
+      out.insert(out.end(), t.begin(), t.end());
+    }
+    return out;
+  };
+  const std::string qkv = "self_attn.qkv_proj.weight", gate_up = "mlp.gate_up_proj.weight";
+  if (name.ends_with(qkv))
+    return stack(name.substr(0, name.size() - qkv.size()) + "self_attn.", {"q_proj", "k_proj", "v_proj"});
+  if (name.ends_with(gate_up))
+    return stack(name.substr(0, name.size() - gate_up.size()) + "mlp.", {"gate_proj", "up_proj"});
+  return ref.tensor(prefix + name).f32;
+}
+
 }  // namespace loom::test

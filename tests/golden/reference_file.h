@@ -47,6 +47,11 @@ struct ReferenceFile {
   const Tensor& tensor(const std::string& name) const;
 };
 
+// The reference's values of loom tensor `name` under `prefix` ("param/",
+// "grad/", "final/"): LLaMA's fused q/k/v and gate/up tensors are the
+// row-wise stack of Hugging Face's parts, as loom fuses them.
+std::vector<float> loom_tensor_values(const ReferenceFile& ref, const std::string& prefix, const std::string& name);
+
 // ||got - want|| / ||want|| (Frobenius; got holds want.size() values).
 inline double rel_frobenius(const float* got, const std::vector<float>& want) {
   double diff = 0, norm = 0;

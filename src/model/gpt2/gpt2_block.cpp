@@ -1,5 +1,8 @@
 #include "model/gpt2/gpt2_block.h"
 
+#include <algorithm>
+
+#include "model/lora/lora_block.h"
 #include "parallel/tp/linear.h"
 
 namespace loom::gpt2 {
@@ -35,6 +38,8 @@ void plan_block_work(ActivationPlan& plan, BlockWork& w, const ModelConfig& cfg,
   plan.want(&w.dattn_out, N * Cl), plan.want(&w.dqkv, N * 3 * Cl, a);
   plan.want(&w.dmlp_out, N * Fl), plan.want(&w.datt, Attention::scratch_floats(tiled, B, T, int(NHl)));
   if (a != sizeof(float)) plan.want(&w.dmlp_in, N * Fl, a);
+  const int C = cfg.d_model, F = cfg.ffn();
+  if (cfg.lora.enabled()) plan.want(&w.lora, lora::block_work_floats(cfg, int(N), std::max(C, F), std::max(3 * C, F)));
   // fp32: GELU's backward runs in place (dmlp_in = dmlp_out), set by the stage.
 }
 
@@ -52,16 +57,24 @@ void block_forward(const BlockContext& ctx, const BlockTensors& p, BlockActs& a,
   ops.layernorm_forward(ln1, a.ln1_mean, a.ln1_rstd, res, w.param(p.ln1_w), w.param(p.ln1_b), R, C);
   const A* x = ctx.tp.gather_rows(ln1, work, N, C);
   tp::column_parallel_forward(ops.matmul(), qkv, x, w.weight<A>(p.qkv_w), w.param(p.qkv_b), N, C, 3 * Cl);
+  lora::column_forward<A>(ctx, p.qkv_lora, qkv, 3 * Cl, 0, x, C, 3 * Cl);
   ctx.attn.forward(atty, a.att, qkv, ctx.B, ctx.T, Cl, NHl, NHl, ctx.doc);
+  auto attn_proj_lora = [&](float* partial) { lora::row_forward<A>(ctx, p.attn_proj_lora, partial, atty, Cl, C); };
+  const tp::PartialTerm attn_proj_term(attn_proj_lora);
   tp::row_parallel_forward(ops.matmul(), ctx.tp, a.res2, sp ? ctx.work.grad_work : a.res2, atty,
-                           w.weight<A>(p.attn_proj_w), w.param(p.attn_proj_b), res, N, Cl, C);
+                           w.weight<A>(p.attn_proj_w), w.param(p.attn_proj_b), res, N, Cl, C,
+                           p.attn_proj_lora.on() ? &attn_proj_term : nullptr);
   // MLP: res3 = res2 + fc_proj(gelu(fc(ln2(res2))))
   ops.layernorm_forward(ln2, a.ln2_mean, a.ln2_rstd, a.res2, w.param(p.ln2_w), w.param(p.ln2_b), R, C);
   x = ctx.tp.gather_rows(ln2, work, N, C);
   tp::column_parallel_forward(ops.matmul(), fch, x, w.weight<A>(p.fc_w), w.param(p.fc_b), N, C, Fl);
+  lora::column_forward<A>(ctx, p.fc_lora, fch, Fl, 0, x, C, Fl);
   ops.gelu_forward(fch_gelu, fch, size_t(N) * Fl);
+  auto fc_proj_lora = [&](float* partial) { lora::row_forward<A>(ctx, p.fc_proj_lora, partial, fch_gelu, Fl, C); };
+  const tp::PartialTerm fc_proj_term(fc_proj_lora);
   tp::row_parallel_forward(ops.matmul(), ctx.tp, a.res3, sp ? ctx.work.grad_work : a.res3, fch_gelu,
-                           w.weight<A>(p.fc_proj_w), w.param(p.fc_proj_b), a.res2, N, Fl, C);
+                           w.weight<A>(p.fc_proj_w), w.param(p.fc_proj_b), a.res2, N, Fl, C,
+                           p.fc_proj_lora.on() ? &fc_proj_term : nullptr);
 }
 
 template <class A>
@@ -88,6 +101,10 @@ void block_backward(const BlockContext& ctx, const BlockTensors& p, BlockActs& a
   auto weight_ready = [&](int i) {
     if (!split) ctx.grad_ready(i);
   };
+  // LoRA: a row-parallel product's output gradient as its backward gathered
+  // it, and a norm's output on every row (a split backward gathers it here).
+  auto dout_rows = [&] { return sp ? dres_a.rows() : dres_a.local(); };
+  auto x_rows = [&](const A* local) { return !sp ? local : split ? ctx.tp.gather_rows(local, gathered, N, C) : gathered; };
   if (split) stash_w(a.res3, dres, size_t(R) * C);  // fc_proj's output gradient
   // MLP. Sequence parallel: ln2's rows are gathered again (not kept whole),
   // while the row-parallel backward runs.
@@ -96,10 +113,15 @@ void block_backward(const BlockContext& ctx, const BlockTensors& p, BlockActs& a
   tp::row_parallel_backward(ops.matmul(), ctx.tp, k.dmlp_out, dweight(p.fc_proj_w), dweight(p.fc_proj_b),
                             dres_a.local(), dres_a.rows(), fch_gelu, w.weight<A>(p.fc_proj_w), N, Fl, C);
   weight_ready(p.fc_proj_w), weight_ready(p.fc_proj_b);
+  lora::row_backward<A>(ctx, p.fc_proj_lora, k.dmlp_out, dout_rows(), fch_gelu, Fl, C);
   ops.gelu_backward(dfch, fch, k.dmlp_out, size_t(N) * Fl);
+  auto fc_lora = [&](float* part) { lora::column_backward_input<A>(ctx, p.fc_lora, part, dfch, Fl, 0, C, Fl); };
+  const tp::PartialTerm fc_term(fc_lora);
   tp::column_parallel_backward(ops.matmul(), ctx.tp, dnorm, partial, dweight(p.fc_w), dweight(p.fc_b), dfch,
-                               sp ? gathered : ln2, w.weight<A>(p.fc_w), N, C, Fl, ln2_ready.get());
+                               sp ? gathered : ln2, w.weight<A>(p.fc_w), N, C, Fl, ln2_ready.get(),
+                               p.fc_lora.on() ? &fc_term : nullptr);
   weight_ready(p.fc_w), weight_ready(p.fc_b);
+  if (p.fc_lora.on()) lora::column_backward_weights<A>(ctx, p.fc_lora, dfch, Fl, 0, x_rows(ln2), C, Fl);
   if (split) stash_w(a.fch, dfch, size_t(N) * Fl);
   ops.layernorm_backward(dres, w.grad(p.ln2_w), w.grad(p.ln2_b), dnorm, a.res2, w.param(p.ln2_w), a.ln2_mean,
                          a.ln2_rstd, R, C);
@@ -111,10 +133,17 @@ void block_backward(const BlockContext& ctx, const BlockTensors& p, BlockActs& a
   tp::row_parallel_backward(ops.matmul(), ctx.tp, k.dattn_out, dweight(p.attn_proj_w), dweight(p.attn_proj_b),
                             dres_a.local(), dres_a.rows(), atty, w.weight<A>(p.attn_proj_w), N, Cl, C);
   weight_ready(p.attn_proj_w), weight_ready(p.attn_proj_b);
+  lora::row_backward<A>(ctx, p.attn_proj_lora, k.dattn_out, dout_rows(), atty, Cl, C);
   ctx.attn.backward(dqkv, k.datt, k.dattn_out, qkv, atty, a.att, ctx.B, ctx.T, Cl, NHl, NHl, ctx.doc);
+  auto qkv_lora = [&](float* part) {
+    lora::column_backward_input<A>(ctx, p.qkv_lora, part, dqkv, 3 * Cl, 0, C, 3 * Cl);
+  };
+  const tp::PartialTerm qkv_term(qkv_lora);
   tp::column_parallel_backward(ops.matmul(), ctx.tp, dnorm, partial, dweight(p.qkv_w), dweight(p.qkv_b), dqkv,
-                               sp ? gathered : ln1, w.weight<A>(p.qkv_w), N, C, 3 * Cl, ln1_ready.get());
+                               sp ? gathered : ln1, w.weight<A>(p.qkv_w), N, C, 3 * Cl, ln1_ready.get(),
+                               p.qkv_lora.on() ? &qkv_term : nullptr);
   weight_ready(p.qkv_w), weight_ready(p.qkv_b);
+  if (p.qkv_lora.on()) lora::column_backward_weights<A>(ctx, p.qkv_lora, dqkv, 3 * Cl, 0, x_rows(ln1), C, 3 * Cl);
   if (split) stash_w(a.qkv, dqkv, size_t(N) * 3 * Cl);
   ops.layernorm_backward(dres, w.grad(p.ln1_w), w.grad(p.ln1_b), dnorm, res_in, w.param(p.ln1_w), a.ln1_mean,
                          a.ln1_rstd, R, C);

@@ -30,14 +30,19 @@ ParamLayout make_layout(const ModelConfig& cfg, const ModelShard& shard, Tensors
     lay.adding_block = l;
     BlockTensors& b = t.blocks[size_t(l - first)];
     b.fc_proj_w = lay.add(h + "mlp.c_proj.weight", {C, F}, Init::Normal, proj_std, cols);
+    b.fc_proj_lora = lora::add_row(lay, cfg.lora, h + "mlp.c_proj", "transformer." + h + "mlp.c_proj", F, C);
     b.fc_proj_b = lay.add(h + "mlp.c_proj.bias", {C}, Init::Zeros, 0, whole);
     b.fc_w = lay.add(h + "mlp.c_fc.weight", {F, C}, Init::Normal, std, rows);
+    b.fc_lora = lora::add_column(lay, cfg.lora, h + "mlp.c_fc", "transformer." + h + "mlp.c_fc", C, F);
     b.fc_b = lay.add(h + "mlp.c_fc.bias", {F}, Init::Zeros, 0, rows);
     b.ln2_w = norm(h + "ln_2.weight", Init::Ones);
     b.ln2_b = norm(h + "ln_2.bias", Init::Zeros);
     b.attn_proj_w = lay.add(h + "attn.c_proj.weight", {C, C}, Init::Normal, proj_std, cols);
+    b.attn_proj_lora = lora::add_row(lay, cfg.lora, h + "attn.c_proj", "transformer." + h + "attn.c_proj", C, C);
     b.attn_proj_b = lay.add(h + "attn.c_proj.bias", {C}, Init::Zeros, 0, whole);
     b.qkv_w = lay.add(h + "attn.c_attn.weight", {3 * C, C}, Init::Normal, std, qkv_rows);
+    b.qkv_lora = lora::add_column(lay, cfg.lora, h + "attn.c_attn", "transformer." + h + "attn.c_attn", C, 3 * C,
+                                  {C, C, C});
     b.qkv_b = lay.add(h + "attn.c_attn.bias", {3 * C}, Init::Zeros, 0, qkv_rows);
     b.ln1_w = norm(h + "ln_1.weight", Init::Ones);
     b.ln1_b = norm(h + "ln_1.bias", Init::Zeros);

@@ -4,6 +4,7 @@
 
 #include <vector>
 
+#include "model/lora/lora_layout.h"
 #include "model/param_layout.h"
 
 namespace loom::gpt2 {
@@ -12,6 +13,8 @@ namespace loom::gpt2 {
 struct BlockTensors {
   int ln1_w, ln1_b, qkv_w, qkv_b, attn_proj_w, attn_proj_b;
   int ln2_w, ln2_b, fc_w, fc_b, fc_proj_w, fc_proj_b;
+  // LoRA adapters ([lora]) on the four products; off where not a target.
+  lora::Adapter qkv_lora, attn_proj_lora, fc_lora, fc_proj_lora;
 };
 
 struct Tensors {

@@ -1,5 +1,8 @@
 #include "model/llama/llama_block.h"
 
+#include <algorithm>
+
+#include "model/lora/lora_block.h"
 #include "parallel/tp/linear.h"
 
 namespace loom::llama {
@@ -20,6 +23,8 @@ struct LocalShape {
         qkv(int(cfg.qkv_rows() / t)),
         Cl(cfg.d_model / t),
         Fl(cfg.ffn() / t) {}
+  int ql() const { return NHl * hd; }    // q's columns of the local qkv output
+  int kvl() const { return NKVl * hd; }  // k's (and v's)
 };
 
 }  // namespace
@@ -42,6 +47,9 @@ void plan_block_work(ActivationPlan& plan, BlockWork& w, const ModelConfig& cfg,
   plan.want(&w.dattn_out, N * s.Cl), plan.want(&w.dqkv, N * s.qkv, a);
   plan.want(&w.datt, Attention::scratch_floats(tiled, B, T, s.NHl));
   plan.want(&w.dmlp_out, N * s.Fl), plan.want(&w.dmlp_in, N * 2 * s.Fl, a);
+  const int C = cfg.d_model, F = cfg.ffn(), q = cfg.n_head * cfg.head_dim();
+  if (cfg.lora.enabled())
+    plan.want(&w.lora, lora::block_work_floats(cfg, int(N), std::max({C, F, q}), std::max({C, F, q})));
 }
 
 template <class A>
@@ -60,17 +68,26 @@ void block_forward(const BlockContext& ctx, const RopeTables& rope, const BlockT
   ops.rmsnorm_forward(attn_in, a.attn_rstd, res, w.param(p.attn_norm), R, C, eps);
   const A* x = ctx.tp.gather_rows(attn_in, work, N, C);
   tp::column_parallel_forward(ops.matmul(), qkv, x, w.weight<A>(p.qkv), w.param(p.qkv_bias), N, C, s.qkv);
+  lora::column_forward<A>(ctx, p.q_lora, qkv, s.qkv, 0, x, C, s.ql());
+  lora::column_forward<A>(ctx, p.k_lora, qkv, s.qkv, s.ql(), x, C, s.kvl());
+  lora::column_forward<A>(ctx, p.v_lora, qkv, s.qkv, s.ql() + s.kvl(), x, C, s.kvl());
   ops.rope_forward(qkv, rope.cos, rope.sin, N, ctx.T, s.NHl, s.NKVl, s.hd, ctx.pos);
   ctx.attn.forward(atty, a.att, qkv, ctx.B, ctx.T, s.Cl, s.NHl, s.NKVl, ctx.doc);
+  auto o_lora = [&](float* partial) { lora::row_forward<A>(ctx, p.o_lora, partial, atty, s.Cl, C); };
+  const tp::PartialTerm o_term(o_lora);
   tp::row_parallel_forward(ops.matmul(), ctx.tp, a.res2, sp ? ctx.work.grad_work : a.res2, atty,
-                           w.weight<A>(p.o_proj), nullptr, res, N, s.Cl, C);
+                           w.weight<A>(p.o_proj), nullptr, res, N, s.Cl, C, p.o_lora.on() ? &o_term : nullptr);
   // MLP: res3 = res2 + down(silu(gate) * up), gate/up of rmsnorm(res2)
   ops.rmsnorm_forward(mlp_in, a.mlp_rstd, a.res2, w.param(p.mlp_norm), R, C, eps);
   x = ctx.tp.gather_rows(mlp_in, work, N, C);
   tp::column_parallel_forward(ops.matmul(), gate_up, x, w.weight<A>(p.gate_up), nullptr, N, C, 2 * s.Fl);
+  lora::column_forward<A>(ctx, p.gate_lora, gate_up, 2 * s.Fl, 0, x, C, s.Fl);
+  lora::column_forward<A>(ctx, p.up_lora, gate_up, 2 * s.Fl, s.Fl, x, C, s.Fl);
   ops.swiglu_forward(hidden, gate_up, N, s.Fl);
+  auto down_lora = [&](float* partial) { lora::row_forward<A>(ctx, p.down_lora, partial, hidden, s.Fl, C); };
+  const tp::PartialTerm down_term(down_lora);
   tp::row_parallel_forward(ops.matmul(), ctx.tp, a.res3, sp ? ctx.work.grad_work : a.res3, hidden,
-                           w.weight<A>(p.down), nullptr, a.res2, N, s.Fl, C);
+                           w.weight<A>(p.down), nullptr, a.res2, N, s.Fl, C, p.down_lora.on() ? &down_term : nullptr);
 }
 
 template <class A>
@@ -98,6 +115,12 @@ void block_backward(const BlockContext& ctx, const RopeTables& rope, const Block
   auto weight_ready = [&](int i) {
     if (!split) ctx.grad_ready(i);
   };
+  // LoRA: a row-parallel product's output gradient as its backward gathered
+  // it, and a norm's output on every row (a split backward gathers it here).
+  auto dout_rows = [&] { return sp ? dres_a.rows() : dres_a.local(); };
+  auto x_rows = [&](const A* local) { return !sp ? local : split ? ctx.tp.gather_rows(local, gathered, N, C) : gathered; };
+  const bool gate_up_lora = p.gate_lora.on() || p.up_lora.on();
+  const bool qkv_lora = p.q_lora.on() || p.k_lora.on() || p.v_lora.on();
   if (split) stash_w(a.res3, dres, size_t(R) * C);  // down's output gradient
   // MLP (sequence parallel: mlp_in's rows gathered again while the
   // row-parallel backward runs).
@@ -106,10 +129,22 @@ void block_backward(const BlockContext& ctx, const RopeTables& rope, const Block
   tp::row_parallel_backward(ops.matmul(), ctx.tp, k.dmlp_out, dweight(p.down), nullptr, dres_a.local(),
                             dres_a.rows(), hidden, w.weight<A>(p.down), N, s.Fl, C);
   weight_ready(p.down);
+  lora::row_backward<A>(ctx, p.down_lora, k.dmlp_out, dout_rows(), hidden, s.Fl, C);
   ops.swiglu_backward(dgate_up, gate_up, k.dmlp_out, N, s.Fl);
+  auto gate_up_input = [&](float* part) {
+    lora::column_backward_input<A>(ctx, p.gate_lora, part, dgate_up, 2 * s.Fl, 0, C, s.Fl);
+    lora::column_backward_input<A>(ctx, p.up_lora, part, dgate_up, 2 * s.Fl, s.Fl, C, s.Fl);
+  };
+  const tp::PartialTerm gate_up_term(gate_up_input);
   tp::column_parallel_backward(ops.matmul(), ctx.tp, dnorm, partial, dweight(p.gate_up), nullptr, dgate_up,
-                               sp ? gathered : mlp_in, w.weight<A>(p.gate_up), N, C, 2 * s.Fl, mlp_in_ready.get());
+                               sp ? gathered : mlp_in, w.weight<A>(p.gate_up), N, C, 2 * s.Fl, mlp_in_ready.get(),
+                               gate_up_lora ? &gate_up_term : nullptr);
   weight_ready(p.gate_up);
+  if (gate_up_lora) {
+    const A* x = x_rows(mlp_in);
+    lora::column_backward_weights<A>(ctx, p.gate_lora, dgate_up, 2 * s.Fl, 0, x, C, s.Fl);
+    lora::column_backward_weights<A>(ctx, p.up_lora, dgate_up, 2 * s.Fl, s.Fl, x, C, s.Fl);
+  }
   if (split) stash_w(a.gate_up, dgate_up, size_t(N) * 2 * s.Fl);
   ops.rmsnorm_backward(dres, w.grad(p.mlp_norm), dnorm, a.res2, w.param(p.mlp_norm), a.mlp_rstd, R, C);
   ctx.grad_ready(p.mlp_norm);
@@ -120,11 +155,25 @@ void block_backward(const BlockContext& ctx, const RopeTables& rope, const Block
   tp::row_parallel_backward(ops.matmul(), ctx.tp, k.dattn_out, dweight(p.o_proj), nullptr, dres_a.local(),
                             dres_a.rows(), atty, w.weight<A>(p.o_proj), N, s.Cl, C);
   weight_ready(p.o_proj);
+  lora::row_backward<A>(ctx, p.o_lora, k.dattn_out, dout_rows(), atty, s.Cl, C);
   ctx.attn.backward(dqkv, k.datt, k.dattn_out, qkv, atty, a.att, ctx.B, ctx.T, s.Cl, s.NHl, s.NKVl, ctx.doc);
   ops.rope_backward(dqkv, rope.cos, rope.sin, N, ctx.T, s.NHl, s.NKVl, s.hd, ctx.pos);
+  auto qkv_input = [&](float* part) {
+    lora::column_backward_input<A>(ctx, p.q_lora, part, dqkv, s.qkv, 0, C, s.ql());
+    lora::column_backward_input<A>(ctx, p.k_lora, part, dqkv, s.qkv, s.ql(), C, s.kvl());
+    lora::column_backward_input<A>(ctx, p.v_lora, part, dqkv, s.qkv, s.ql() + s.kvl(), C, s.kvl());
+  };
+  const tp::PartialTerm qkv_term(qkv_input);
   tp::column_parallel_backward(ops.matmul(), ctx.tp, dnorm, partial, dweight(p.qkv), dweight(p.qkv_bias), dqkv,
-                               sp ? gathered : attn_in, w.weight<A>(p.qkv), N, C, s.qkv, attn_in_ready.get());
+                               sp ? gathered : attn_in, w.weight<A>(p.qkv), N, C, s.qkv, attn_in_ready.get(),
+                               qkv_lora ? &qkv_term : nullptr);
   weight_ready(p.qkv), weight_ready(p.qkv_bias);
+  if (qkv_lora) {
+    const A* x = x_rows(attn_in);
+    lora::column_backward_weights<A>(ctx, p.q_lora, dqkv, s.qkv, 0, x, C, s.ql());
+    lora::column_backward_weights<A>(ctx, p.k_lora, dqkv, s.qkv, s.ql(), x, C, s.kvl());
+    lora::column_backward_weights<A>(ctx, p.v_lora, dqkv, s.qkv, s.ql() + s.kvl(), x, C, s.kvl());
+  }
   if (split) stash_w(a.qkv, dqkv, size_t(N) * s.qkv);
   ops.rmsnorm_backward(dres, w.grad(p.attn_norm), dnorm, res_in, w.param(p.attn_norm), a.attn_rstd, R, C);
   ctx.grad_ready(p.attn_norm);

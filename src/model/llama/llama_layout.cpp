@@ -36,11 +36,18 @@ ParamLayout make_layout(const ModelConfig& cfg, const ModelShard& shard, Tensors
     lay.adding_block = l;
     BlockTensors& b = t.blocks[size_t(l - first)];
     b.down = lay.add(h + "mlp.down_proj.weight", {C, F}, Init::Normal, proj_std, cols);
+    b.down_lora = lora::add_row(lay, cfg.lora, h + "mlp.down_proj", h + "mlp.down_proj", F, C);
     b.gate_up = lay.add(h + "mlp.gate_up_proj.weight", {2 * F, C}, Init::Normal, std, TensorSplit{0, {F, F}});
+    b.up_lora = lora::add_column(lay, cfg.lora, h + "mlp.up_proj", h + "mlp.up_proj", C, F);
+    b.gate_lora = lora::add_column(lay, cfg.lora, h + "mlp.gate_proj", h + "mlp.gate_proj", C, F);
     b.mlp_norm = norm(h + "post_attention_layernorm.weight");
     b.o_proj = lay.add(h + "self_attn.o_proj.weight", {C, q_rows}, Init::Normal, proj_std, cols);
+    b.o_lora = lora::add_row(lay, cfg.lora, h + "self_attn.o_proj", h + "self_attn.o_proj", q_rows, C);
     b.qkv = lay.add(h + "self_attn.qkv_proj.weight", {q_rows + 2 * kv_rows, C}, Init::Normal, std,
                     TensorSplit{0, {q_rows, kv_rows, kv_rows}});
+    b.v_lora = lora::add_column(lay, cfg.lora, h + "self_attn.v_proj", h + "self_attn.v_proj", C, kv_rows);
+    b.k_lora = lora::add_column(lay, cfg.lora, h + "self_attn.k_proj", h + "self_attn.k_proj", C, kv_rows);
+    b.q_lora = lora::add_column(lay, cfg.lora, h + "self_attn.q_proj", h + "self_attn.q_proj", C, q_rows);
     if (cfg.qkv_bias)
       b.qkv_bias = lay.add(h + "self_attn.qkv_proj.bias", {q_rows + 2 * kv_rows}, Init::Zeros, 0,
                            TensorSplit{0, {q_rows, kv_rows, kv_rows}});

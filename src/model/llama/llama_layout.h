@@ -8,6 +8,7 @@
 
 #include <vector>
 
+#include "model/lora/lora_layout.h"
 #include "model/param_layout.h"
 
 namespace loom::llama {
@@ -15,6 +16,10 @@ namespace loom::llama {
 struct BlockTensors {
   int attn_norm, qkv, o_proj, mlp_norm, gate_up, down;
   int qkv_bias = -1;  // -1: none (Qwen2 has one)
+  // LoRA adapters ([lora]), one per HF projection (off where not a target):
+  // q, k, v on blocks of the fused qkv product's columns, gate and up on
+  // gate_up's.
+  lora::Adapter q_lora, k_lora, v_lora, o_lora, gate_lora, up_lora, down_lora;
 };
 
 struct Tensors {

@@ -13,9 +13,10 @@ void column_parallel_forward(cpu::LowpMatmulEngine& eng, Out* out, const A* x, c
 template <class A>
 void column_parallel_backward(cpu::LowpMatmulEngine& eng, const TensorParallel& tp, float* dx, float* work,
                               float* dweight, float* dbias, const A* dout, const A* x, const A* weight, int N, int C,
-                              int OCl, Work* x_ready) {
+                              int OCl, Work* x_ready, const PartialTerm* extra) {
   // Input gradient first, so that its reduction overlaps the weight gradient.
   cpu::matmul_backward(eng, work, nullptr, nullptr, dout, x, weight, N, C, OCl);
+  if (extra) (*extra)(work);
   auto reduction = tp.reduce_rows_async(work, dx, N, C);
   tp.wait(x_ready);
   if (dweight || dbias) cpu::matmul_backward(eng, nullptr, dweight, dbias, dout, x, weight, N, C, OCl);
@@ -24,8 +25,10 @@ void column_parallel_backward(cpu::LowpMatmulEngine& eng, const TensorParallel& 
 
 template <class A>
 void row_parallel_forward(cpu::LowpMatmulEngine& eng, const TensorParallel& tp, float* out, float* work, const A* x,
-                          const A* weight, const float* bias, const float* residual, int N, int ICl, int C) {
+                          const A* weight, const float* bias, const float* residual, int N, int ICl, int C,
+                          const PartialTerm* extra) {
   cpu::matmul_forward(eng, work, x, weight, nullptr, N, ICl, C);
+  if (extra) (*extra)(work);
   float* reduced = tp.sequence_parallel() ? out : work;
   tp.reduce_rows(work, reduced, N, C);
   cpu::residual_bias_forward(out, reduced, bias, residual, tp.local_rows(N), C);
@@ -48,9 +51,10 @@ void linear_weight_backward(cpu::LowpMatmulEngine& eng, float* dweight, float* d
   template void column_parallel_forward<A, A>(cpu::LowpMatmulEngine&, A*, const A*, const A*, const float*, int, \
                                               int, int);                                                          \
   template void column_parallel_backward<A>(cpu::LowpMatmulEngine&, const TensorParallel&, float*, float*,       \
-                                            float*, float*, const A*, const A*, const A*, int, int, int, Work*);   \
+                                            float*, float*, const A*, const A*, const A*, int, int, int, Work*,  \
+                                            const PartialTerm*);   \
   template void row_parallel_forward<A>(cpu::LowpMatmulEngine&, const TensorParallel&, float*, float*, const A*,  \
-                                        const A*, const float*, const float*, int, int, int);                     \
+                                        const A*, const float*, const float*, int, int, int, const PartialTerm*);                     \
   template void row_parallel_backward<A>(cpu::LowpMatmulEngine&, const TensorParallel&, float*, float*, float*,   \
                                          const A*, A*, const A*, const A*, int, int, int);            \
   template void linear_weight_backward<A>(cpu::LowpMatmulEngine&, float*, float*, const A*, const A*, int, int, int);

@@ -22,6 +22,20 @@
 
 namespace loom::tp {
 
+// A term added to a product's fp32 partial sums [N, C] before their
+// reduction over tp (a LoRA adapter's low-rank term), by reference to a
+// callable that outlives the call; nothing allocated.
+class PartialTerm {
+ public:
+  template <class F>
+  explicit PartialTerm(F& f) : obj_(&f), call_([](void* o, float* partial) { (*static_cast<F*>(o))(partial); }) {}
+  void operator()(float* partial) const { call_(obj_, partial); }
+
+ private:
+  void* obj_;
+  void (*call_)(void*, float*);
+};
+
 // out[N, OCl] = x[N, C] @ weight[OCl, C]^T + bias[OCl]; Out is A or float.
 template <class A, class Out>
 void column_parallel_forward(cpu::LowpMatmulEngine& eng, Out* out, const A* x, const A* weight, const float* bias,
@@ -33,17 +47,20 @@ void column_parallel_forward(cpu::LowpMatmulEngine& eng, Out* out, const A* x, c
 // waited on after. `x_ready`, if given, is waited on before x is read (an
 // all-gather of x that ran meanwhile). dweight == nullptr: the input
 // gradient alone (a zero-bubble schedule's B; linear_weight_backward later).
+// `extra`, if given, adds to work before the reduction.
 template <class A>
 void column_parallel_backward(cpu::LowpMatmulEngine& eng, const TensorParallel& tp, float* dx, float* work,
                               float* dweight, float* dbias, const A* dout, const A* x, const A* weight, int N, int C,
-                              int OCl, Work* x_ready = nullptr);
+                              int OCl, Work* x_ready = nullptr, const PartialTerm* extra = nullptr);
 
 // out[local_rows, C] = reduce(x[N, ICl] @ weight[C, ICl]^T) + bias[C] + residual[local_rows, C]
 // The partial product goes to work[N, C] (work may be out without sequence
-// parallelism); out must not alias residual.
+// parallelism); out must not alias residual. `extra`, if given, adds to the
+// partial product before the reduction.
 template <class A>
 void row_parallel_forward(cpu::LowpMatmulEngine& eng, const TensorParallel& tp, float* out, float* work, const A* x,
-                          const A* weight, const float* bias, const float* residual, int N, int ICl, int C);
+                          const A* weight, const float* bias, const float* residual, int N, int ICl, int C,
+                          const PartialTerm* extra = nullptr);
 
 // dout[local_rows, C] gathered to every row (into work[N, C] with sequence
 // parallelism), then dx[N, ICl] = dout @ weight, dweight += dout^T @ x,
