@@ -15,10 +15,11 @@ test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 # GPT-2 (configs/tiny.toml) and LLaMA (configs/llama-tiny.toml) trained a few
 # steps, exported, loaded by transformers from .venv: logits and greedy
-# generations against loom's (tests/checkpoint/hf_interop_test.cpp).
+# generations against loom's (tests/checkpoint/hf_interop_test.cpp); LoRA
+# adapters both ways with peft (tests/checkpoint/peft_interop_test.cpp).
 interop: build venv
 	OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=2 LOOM_REQUIRE_HF_INTEROP=1 \
-	  $(BUILD)/tests/loom_tests --gtest_filter='HfInterop.*:HfExport*'
+	  $(BUILD)/tests/loom_tests --gtest_filter='HfInterop.*:HfExport*:PeftInterop.*'
 bench: build
 	$(BUILD)/loom bench step
 # AddressSanitizer + UndefinedBehaviorSanitizer build in build-sanitize/, then

@@ -29,6 +29,8 @@ PY_PACKAGES=(
   jinja2==3.1.4 MarkupSafe==2.1.5   # apply_chat_template (tests/data/chat_template_test.cpp)
   # TensorBoard's own reader for tools/check_tensorboard.py (and `tensorboard --logdir runs`).
   tensorboard==2.16.2 protobuf==4.25.3 absl-py==2.1.0 six==1.16.0
+  # PEFT's LoRA loader for tools/check_peft.py (the last release on torch 1.13's era).
+  peft==0.13.2 accelerate==0.34.2 psutil==6.0.0
 )
 
 setup_venv() {

@@ -5,6 +5,7 @@
 #include <toml++/toml.h>
 #include <utility>
 
+#include "checkpoint/checkpoint_model.h"
 #include "checkpoint/model_fields.h"
 #include "core/atomic_file.h"
 #include "core/check.h"
@@ -32,7 +33,7 @@ std::vector<float> transposed(const std::vector<float>& a, int64_t rows, int64_t
 // The HF tensors, read from a checkpoint's global parameters.
 class HfTensors {
  public:
-  explicit HfTensors(const Checkpoint& ckpt) : ckpt_(ckpt) {}
+  HfTensors(const GlobalTensors& model, std::string origin) : model_(model), origin_(std::move(origin)) {}
 
   // Parameter `loom_name` of shape `shape` as `hf_name`, transposed
   // ([out, in] -> [in, out]) when asked.
@@ -83,14 +84,14 @@ class HfTensors {
 
  private:
   std::vector<float> read(const std::string& loom_name, const std::vector<int64_t>& shape) const {
-    const std::string stored = parameter_key(ckpt_, loom_name);
-    LOOM_USER_CHECK(ckpt_.tensors().global_shape(stored) == shape,
-                    "checkpoint '%s': parameter '%s' does not have the shape its model needs", ckpt_.dir().c_str(),
-                    stored.c_str());
-    return ckpt_.tensors().read_global(stored);
+    LOOM_USER_CHECK(model_.has(loom_name), "%s has no parameter '%s'", origin_.c_str(), loom_name.c_str());
+    LOOM_USER_CHECK(model_.global_shape(loom_name) == shape,
+                    "%s: parameter '%s' does not have the shape its model needs", origin_.c_str(), loom_name.c_str());
+    return model_.read_global(loom_name);
   }
 
-  const Checkpoint& ckpt_;
+  const GlobalTensors& model_;
+  std::string origin_;
   std::vector<HfTensor> out_;
 };
 
@@ -200,14 +201,26 @@ std::vector<float> read_parameter(const Checkpoint& ckpt, const std::string& nam
 }
 
 HfExportResult export_hf(const Checkpoint& ckpt, const std::string& out_dir, const HfExportOptions& opt) {
+  const CheckpointModel model(ckpt, opt.base_dir);
+  const ModelConfig& cfg = model.config();
+  if (!cfg.lora.enabled()) return export_hf(model, cfg, ckpt.manifest().step, "checkpoint '" + ckpt.dir() + "'", out_dir, opt);
+  LOOM_USER_CHECK(opt.merge_lora,
+                  "export: checkpoint '%s' holds LoRA adapters: --format hf writes a plain model, so it needs --merge "
+                  "(the adapters folded into the base); --format peft writes the adapters alone",
+                  ckpt.dir().c_str());
+  const MergedLora merged(model, cfg);
+  return export_hf(merged, merged.config(), ckpt.manifest().step, "checkpoint '" + ckpt.dir() + "' merged", out_dir,
+                   opt);
+}
+
+HfExportResult export_hf(const GlobalTensors& model, const ModelConfig& cfg, int64_t step, const std::string& origin,
+                         const std::string& out_dir, const HfExportOptions& opt) {
   LOOM_USER_CHECK(opt.dtype != StDType::I32, "export: weights cannot be I32");
-  const ModelConfig cfg =
-      model_config_from_fields(ckpt.manifest().model, ckpt.manifest().model_real, ckpt.dir() + "/manifest.json");
   for (std::optional<int> id : {opt.tokens.bos, opt.tokens.eos})
     LOOM_USER_CHECK(!id || (*id >= 0 && *id < cfg.vocab_size), "export: token id %d is outside the model's vocabulary of %d",
                     *id, cfg.vocab_size);
 
-  HfTensors tensors(ckpt);
+  HfTensors tensors(model, origin);
   add_all(tensors, cfg);
   const std::vector<StEntry> entries = tensors.entries(opt.dtype);
 
@@ -229,7 +242,7 @@ HfExportResult export_hf(const Checkpoint& ckpt, const std::string& out_dir, con
   const char* dtype = opt.dtype == StDType::F32 ? "float32" : opt.dtype == StDType::BF16 ? "bfloat16" : "float16";
   config["dtype"] = dtype;
   config["torch_dtype"] = dtype;
-  config["loom_checkpoint_step"] = ckpt.manifest().step;
+  config["loom_checkpoint_step"] = step;
   write_file_atomically(r.config_path, config.dump(2) + "\n");
   return r;
 }

@@ -11,6 +11,7 @@
 
 #include "checkpoint/checkpoint_reader.h"
 #include "checkpoint/safetensors.h"
+#include "model/config.h"
 
 namespace loom {
 
@@ -34,6 +35,11 @@ struct HfSpecialTokens {
 struct HfExportOptions {
   StDType dtype = StDType::F32;  // of the tensors: F32, BF16 or F16
   HfSpecialTokens tokens;
+  // A LoRA checkpoint (adapters alone): fold them into the base (required
+  // for a plain model), and where the base is if its folder moved ("":
+  // where the run took it).
+  bool merge_lora = false;
+  std::string base_dir;
 };
 
 // The data a checkpoint's run read, as its recorded config names it:
@@ -54,6 +60,10 @@ std::vector<float> read_parameter(const Checkpoint& ckpt, const std::string& nam
 // Writes <out_dir>/model.safetensors and <out_dir>/config.json for the
 // checkpoint's model family, each atomically. Throws UserError naming the
 // checkpoint and tensor when a tensor is missing or has the wrong shape.
+// A LoRA checkpoint needs opt.merge_lora (checkpoint/checkpoint_model.h).
 HfExportResult export_hf(const Checkpoint& ckpt, const std::string& out_dir, const HfExportOptions& opt = {});
+// The same from any global tensors of model `cfg` (`origin` names them in errors).
+HfExportResult export_hf(const GlobalTensors& model, const ModelConfig& cfg, int64_t step, const std::string& origin,
+                         const std::string& out_dir, const HfExportOptions& opt);
 
 }  // namespace loom

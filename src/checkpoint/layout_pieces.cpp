@@ -40,10 +40,11 @@ std::vector<CheckpointPiece> layout_pieces(const ParamLayout& layout, const floa
 }
 
 void fill_from_checkpoint(const GlobalTensors& tensors, const ParamLayout& layout, float* data,
-                          const std::string& name_prefix, int64_t begin, int64_t end) {
+                          const std::string& name_prefix, int64_t begin, int64_t end, bool absent_ok) {
   for_each_piece_in(layout, begin, end, [&](const ParamSpec& p, const TensorPiece& piece, int64_t lo, int64_t hi,
                                             int64_t at) {
     const std::string name = name_prefix + p.name;
+    if (absent_ok && !tensors.has(name)) return;
     LOOM_USER_CHECK(tensors.global_shape(name) == p.shape, "checkpoint tensor '%s' does not have this model's shape",
                     name.c_str());
     if (lo == 0 && hi == shape_numel(piece.shape)) {

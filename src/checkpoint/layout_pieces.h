@@ -25,8 +25,10 @@ std::vector<CheckpointPiece> layout_pieces(const ParamLayout& layout, const floa
 // The reverse, for resuming under any layout: fills every tensor of `layout`
 // in buffer[begin, end) (data points at element begin) from the checkpoint's
 // global tensors named name_prefix + global name; padding is left as it is.
+// absent_ok: a tensor `tensors` does not have is left as it is too.
 class GlobalTensors;
 void fill_from_checkpoint(const GlobalTensors& tensors, const ParamLayout& layout, float* data,
-                          const std::string& name_prefix = "", int64_t begin = 0, int64_t end = -1);
+                          const std::string& name_prefix = "", int64_t begin = 0, int64_t end = -1,
+                          bool absent_ok = false);
 
 }  // namespace loom

@@ -216,12 +216,19 @@ void check_model_matches(const CheckpointManifest& m, const std::map<std::string
                       there == 1 ? "LLaMA" : "GPT-2", want == 1 ? "llama" : "gpt2");
       continue;
     }
-    LOOM_USER_CHECK(it != m.model.end(), "checkpoint '%s' does not record model.%s; it cannot be checked against this run",
-                    path.c_str(), field.c_str());
+    // LoRA's fields are its section's ("lora_rank": lora.rank).
+    const std::string shown = field.rfind("lora_", 0) == 0 ? "lora." + field.substr(5) : "model." + field;
+    LOOM_USER_CHECK(it != m.model.end(), "checkpoint '%s' does not record %s; it cannot be checked against this run",
+                    path.c_str(), shown.c_str());
     LOOM_USER_CHECK(it->second == want,
-                    "checkpoint '%s' is from a different model: model.%s is %lld there, %lld in this run's config",
-                    path.c_str(), field.c_str(), (long long)it->second, (long long)want);
+                    "checkpoint '%s' is from a different model: %s is %lld there, %lld in this run's config",
+                    path.c_str(), shown.c_str(), (long long)it->second, (long long)want);
   }
+  // Adapters without the run's [lora]: the checkpoint holds no base to resume.
+  const auto rank = m.model.find("lora_rank");
+  LOOM_USER_CHECK(rank == m.model.end() || expected.count("lora_rank"),
+                  "checkpoint '%s' holds LoRA adapters (rank %lld) and not their base; this run has no [lora] section",
+                  path.c_str(), (long long)(rank == m.model.end() ? 0 : rank->second));
 }
 
 }  // namespace loom

@@ -19,12 +19,24 @@ std::map<std::string, int64_t> model_fields(const ModelConfig& cfg) {
       f["rope_original_max_positions"] = cfg.rope_scaling.original_max_positions;
     }
   }
+  if (cfg.lora.enabled()) {  // the adapters' shapes: which layers, what rank
+    const std::vector<std::string> names = lora_target_names(cfg.is_llama());
+    int64_t mask = 0;
+    for (size_t i = 0; i < names.size(); i++)
+      for (const std::string& t : cfg.lora.targets)
+        if (t == names[i]) mask |= int64_t(1) << i;
+    f["lora_rank"] = cfg.lora.rank;
+    f["lora_targets"] = mask;
+    f["lora_bias_all"] = cfg.lora.train_biases ? 1 : 0;
+  }
   return f;
 }
 
 std::map<std::string, double> model_real_fields(const ModelConfig& cfg) {
-  if (!cfg.is_llama()) return {};
-  std::map<std::string, double> f = {{"rope_theta", cfg.rope_theta}, {"norm_eps", cfg.norm_eps}};
+  std::map<std::string, double> f;
+  if (cfg.lora.enabled()) f["lora_alpha"] = cfg.lora.alpha;
+  if (!cfg.is_llama()) return f;
+  f["rope_theta"] = cfg.rope_theta, f["norm_eps"] = cfg.norm_eps;
   if (cfg.rope_scaling.kind == RopeScaling::Kind::llama3) {
     f["rope_factor"] = cfg.rope_scaling.factor;
     f["rope_low_freq_factor"] = cfg.rope_scaling.low_freq_factor;
@@ -71,6 +83,17 @@ ModelConfig model_config_from_fields(const std::map<std::string, int64_t>& field
       real_field("rope_low_freq_factor", &c.rope_scaling.low_freq_factor);
       real_field("rope_high_freq_factor", &c.rope_scaling.high_freq_factor);
     }
+  }
+  if (fields.count("lora_rank")) {
+    c.lora.rank = get("lora_rank");
+    const std::vector<std::string> names = lora_target_names(c.is_llama());
+    const int mask = get("lora_targets");
+    for (size_t i = 0; i < names.size(); i++)
+      if (mask & (1 << i)) c.lora.targets.push_back(names[i]);
+    c.lora.train_biases = fields.count("lora_bias_all") && get("lora_bias_all") != 0;
+    auto alpha = real.find("lora_alpha");
+    LOOM_USER_CHECK(alpha != real.end(), "%s: model field 'lora_alpha' (model_real) is missing", origin.c_str());
+    c.lora.alpha = alpha->second;
   }
   c.validate();
   return c;

@@ -3,7 +3,9 @@
 // "n_kv_head", "ffn_hidden", "tie_embeddings"; and, real-valued, "rope_theta"
 // and "norm_eps"; where set, "qkv_bias" and the llama3 rope scaling's
 // "rope_scaling", "rope_original_max_positions", "rope_factor",
-// "rope_low_freq_factor", "rope_high_freq_factor"), and back.
+// "rope_low_freq_factor", "rope_high_freq_factor"; with LoRA "lora_rank",
+// "lora_targets" (a bit per name of lora_target_names), "lora_bias_all" and,
+// real-valued, "lora_alpha"), and back.
 #pragma once
 
 #include <cstdint>

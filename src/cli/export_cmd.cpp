@@ -3,9 +3,12 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <nlohmann/json.hpp>
 
+#include "checkpoint/checkpoint_model.h"
 #include "checkpoint/checkpoint_reader.h"
 #include "checkpoint/hf_export.h"
+#include "checkpoint/peft_adapter.h"
 #include "cli/commands.h"
 #include "core/atomic_file.h"
 #include "core/check.h"
@@ -44,7 +47,8 @@ std::unique_ptr<TextTokenizer> run_tokenizer(const Checkpoint& ckpt, const std::
 }  // namespace
 
 int cmd_export(const Args& args) {
-  std::string checkpoint, out, format = "hf", dtype_name = "f32", tokenizer;
+  std::string checkpoint, out, format = "hf", dtype_name = "f32", tokenizer, base;
+  bool merge = false;
   for (size_t i = 0; i < args.size(); i++) {
     std::string a = args[i], inline_value;
     bool has_inline = false;
@@ -60,19 +64,35 @@ int cmd_export(const Args& args) {
     else if (a == "--format") format = value();
     else if (a == "--dtype") dtype_name = value();
     else if (a == "--tokenizer") tokenizer = value();
+    else if (a == "--base") base = value();
+    else if (a == "--merge") merge = true;
     else throw UserError(strprintf("export: unknown option '%s' (try loom export --help)", a.c_str()));
   }
   LOOM_USER_CHECK(!checkpoint.empty(), "export: --checkpoint DIR is required");
   LOOM_USER_CHECK(!out.empty(), "export: --out DIR is required");
-  LOOM_USER_CHECK(format == "hf", "export: unknown --format '%s' (hf)", format.c_str());
+  LOOM_USER_CHECK(format == "hf" || format == "peft", "export: unknown --format '%s' (hf, peft)", format.c_str());
+  LOOM_USER_CHECK(!merge || format == "hf", "export: --merge is for --format hf (the adapters folded into the base)");
   HfExportOptions opt;
   if (dtype_name == "f32" || dtype_name == "fp32") opt.dtype = StDType::F32;
   else if (dtype_name == "bf16") opt.dtype = StDType::BF16;
   else if (dtype_name == "f16" || dtype_name == "fp16") opt.dtype = StDType::F16;
   else throw UserError(strprintf("export: unknown --dtype '%s' (f32, bf16, f16)", dtype_name.c_str()));
 
+  opt.merge_lora = merge, opt.base_dir = base;
+
   ResumeChoice chosen = resolve_resume(checkpoint, "");  // verifies every file's sha256
   Checkpoint ckpt = Checkpoint::open(chosen.dir);
+  if (format == "peft") {
+    const CheckpointModel model(ckpt, base);
+    const std::string& source = model.base_source();
+    const std::string base_name = source.rfind("hf:", 0) == 0 ? source.substr(3) : "";
+    const PeftExportResult r = export_peft(model, model.config(), base_name, out, opt.dtype);
+    std::printf("export: %s (step %lld) -> %s (%d tensors: LoRA rank %d on %s, %.2f MB) and %s; base %s\n",
+                ckpt.dir().c_str(), (long long)ckpt.manifest().step, r.weights_path.c_str(), r.tensors,
+                model.config().lora.rank, nlohmann::json(model.config().lora.targets).dump().c_str(),
+                double(r.bytes) / 1e6, r.config_path.c_str(), source.c_str());
+    return 0;
+  }
   const std::unique_ptr<TextTokenizer> tok = run_tokenizer(ckpt, tokenizer);
   if (tok) opt.tokens = tokens_of(*tok);
   HfExportResult r = export_hf(ckpt, out, opt);

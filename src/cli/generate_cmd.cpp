@@ -12,6 +12,7 @@
 #include <memory>
 #include <numeric>
 
+#include "checkpoint/checkpoint_model.h"
 #include "checkpoint/checkpoint_reader.h"
 #include "checkpoint/hf_export.h"
 #include "checkpoint/model_fields.h"
@@ -30,14 +31,15 @@ namespace {
 // ---- The one place that knows the model class. ----------------------------
 
 // A model for one sequence of up to cfg.seq_len tokens, holding the
-// checkpoint's global parameters.
-std::unique_ptr<StageModule> load_model(const Checkpoint& ckpt, const ModelConfig& cfg) {
+// checkpoint's global parameters (a LoRA checkpoint's adapters on their base).
+std::unique_ptr<StageModule> load_model(const CheckpointModel& source) {
+  const ModelConfig& cfg = source.config();
   auto model = make_model(cfg, 1, cfg.seq_len);
   for (size_t i = 0; i < model->layout().params.size(); i++) {
     const ParamSpec& spec = model->layout().params[i];
-    std::vector<float> values = read_parameter(ckpt, spec.name);
-    LOOM_USER_CHECK(int64_t(values.size()) == spec.numel, "checkpoint '%s': parameter '%s' has %zu values, the model needs %lld",
-                    ckpt.dir().c_str(), spec.name.c_str(), values.size(), (long long)spec.numel);
+    std::vector<float> values = source.read_global(spec.name);
+    LOOM_CHECK(int64_t(values.size()) == spec.numel, "%s: %zu values, the model needs %lld", spec.name.c_str(),
+               values.size(), (long long)spec.numel);
     std::copy(values.begin(), values.end(), model->param(int(i)));
   }
   return model;
@@ -66,7 +68,7 @@ double number(const std::string& s, const char* flag) {
 }  // namespace
 
 int cmd_generate(const Args& args) {
-  std::string checkpoint, prompt, tokenizer, chat_template, system;
+  std::string checkpoint, prompt, tokenizer, chat_template, system, base;
   bool chat = false;
   float temperature = 0.8f;
   int top_k = 40, max_tokens = 100, threads = 0;
@@ -91,6 +93,7 @@ int cmd_generate(const Args& args) {
     if (a == "--checkpoint") checkpoint = value();
     else if (a == "--prompt") prompt = value(), prompt_given = true;
     else if (a == "--tokenizer") tokenizer = value();
+    else if (a == "--base") base = value();
     else if (a == "--chat") chat = true;
     else if (a == "--chat-template") chat_template = value(), chat = true;
     else if (a == "--system") system = value(), chat = true;
@@ -110,9 +113,12 @@ int cmd_generate(const Args& args) {
   ResumeChoice chosen = resolve_resume(checkpoint, "");
   Checkpoint ckpt = Checkpoint::open(chosen.dir);
   const std::string origin = "checkpoint '" + ckpt.dir() + "'";
-  const ModelConfig cfg = model_config_from_fields(ckpt.manifest().model, ckpt.manifest().model_real, origin);
+  const CheckpointModel source(ckpt, base);
+  const ModelConfig& cfg = source.config();
   TextCodec codec = codec_for(ckpt.manifest(), origin, tokenizer);
-  std::unique_ptr<StageModule> model = load_model(ckpt, cfg);
+  std::unique_ptr<StageModule> model = load_model(source);
+  if (cfg.lora.enabled())
+    std::fprintf(stderr, "generate: LoRA adapters (rank %d) on the base %s\n", cfg.lora.rank, source.base_source().c_str());
 
   std::vector<int32_t> tokens;
   int stop = codec.eos();

@@ -213,6 +213,7 @@ void read_fields(FieldReader& r, RunConfig& c) {
   r.get("train.sample_prompt", &c.train.sample_prompt);
   r.get("train.freeze", &c.train.freeze);
   r.get("train.init_from", &c.train.init_from);
+  r.get("train.init_adapter", &c.train.init_adapter);
   if (c.train.init_from.rfind("hf:", 0) == 0) model_from_hf(r, c);
   read_lora(r, c.model.lora);
   r.get("train.seed", &c.train.seed);
@@ -334,6 +335,8 @@ void RunConfig::validate() const {
           "appears in logs and reports)");
   require(t.init_from.empty() || (t.init_from.rfind("hf:", 0) == 0 && t.init_from.size() > 3), "train.init_from",
           "\"hf:DIR\" (a Hugging Face checkpoint folder: config.json and safetensors) or empty");
+  require(t.init_adapter.empty() || model.lora.enabled(), "train.init_adapter",
+          "empty without a [lora] section (the adapter's rank and targets)");
   if (!t.freeze.empty()) {
     const std::string problem = freeze_problem(model, t.freeze);
     LOOM_USER_CHECK(problem.empty(), "config field 'train.freeze': %s", problem.c_str());
@@ -476,6 +479,7 @@ std::string RunConfig::to_toml() const {
          return list;
        }() << "]"
     << "\ninit_from = \"" << toml_escaped(train.init_from) << "\""
+    << "\ninit_adapter = \"" << toml_escaped(train.init_adapter) << "\""
     << "\ncheckpoint_every = " << train.checkpoint_every << "\ncheckpoint_dir = \""
     << toml_escaped(train.checkpoint_dir) << "\"\nkeep_checkpoints = " << train.keep_checkpoints
     << "\nasync_checkpoint = " << (train.async_checkpoint ? "true" : "false")

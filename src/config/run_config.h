@@ -72,6 +72,11 @@ struct TrainConfig {
   // the run's layout, the optimizer and the data order start fresh. ""
   // none. A resumed run takes its weights from its own checkpoint.
   std::string init_from;
+  // A LoRA run's adapters from a PEFT adapter folder (adapter_config.json +
+  // adapter_model.safetensors, written by PEFT or `loom export --format
+  // peft`) instead of fresh ones; its r, lora_alpha, target_modules and bias
+  // must be the run's [lora]. "" none.
+  std::string init_adapter;
   Recompute recompute_mode() const { return parse_recompute(recompute); }
 };
 

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <functional>
 
+#include "checkpoint/base_fingerprint.h"
 #include "checkpoint/checkpoint_dir.h"
 #include "checkpoint/checkpoint_reader.h"
 #include "checkpoint/checkpoint_writer.h"
@@ -64,6 +65,18 @@ TrainPosition TrainCheckpoints::resume(const std::string& spec, Replica& replica
   LOOM_USER_CHECK(m.seed == cfg_.train.seed,
                   "checkpoint %s was trained with train.seed = %lld; this run has %lld (the data order would differ)",
                   dir.c_str(), (long long)m.seed, (long long)cfg_.train.seed);
+  // LoRA: the checkpoint holds the adapters only; they go on the base they
+  // were trained on (rank 0 judges, every rank gets its verdict).
+  std::string base_error;
+  if (cfg_.model.lora.enabled() && ctx_.is_logging_rank()) {
+    const std::string there = m.extra.value("lora_base", std::string("(none recorded)"));
+    if (there != base_identity())
+      base_error = strprintf("checkpoint %s holds LoRA adapters trained on the base '%s'; this run's base is '%s' "
+                             "(train.init_from = \"%s\"): resume on the base the adapters were trained on",
+                             dir.c_str(), there.c_str(), base_identity().c_str(), cfg_.train.init_from.c_str());
+  }
+  base_error = broadcast_text(ctx_.world(), base_error, 0);
+  LOOM_USER_CHECK(base_error.empty(), "%s", base_error.c_str());
   TrainPosition position{m.data.step, m.extra.value("data_skip", int64_t(0)),
                          m.extra.value("loss_guard", nlohmann::json::object())};
   replica.load(checkpoint, m.extra.value("adam_steps", 0));
@@ -90,7 +103,14 @@ CheckpointManifest TrainCheckpoints::manifest(const TrainPosition& position, Rep
   m.seed = cfg_.train.seed;
   m.loss_scaler = replica.scaler().state();
   m.extra = {{"adam_steps", replica.adam_steps()}, {"data_skip", position.data_skip}, {"loss_guard", position.guard}};
+  // LoRA: the adapters alone are written; their base is named.
+  if (cfg_.model.lora.enabled()) m.extra["lora_base"] = base_identity();
   return m;
+}
+
+const std::string& TrainCheckpoints::base_identity() const {
+  if (base_identity_.empty()) base_identity_ = lora_base_identity(cfg_.train.init_from, cfg_.train.seed);
+  return base_identity_;
 }
 
 void TrainCheckpoints::save(const TrainPosition& position, Replica& replica, const FaultPlan& faults, FILE* log) {

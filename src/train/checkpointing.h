@@ -63,6 +63,10 @@ class TrainCheckpoints {
   CheckpointManifest manifest(const TrainPosition& position, Replica& replica) const;
   void settle(FILE* log);  // collective: the save in flight, finished and agreed on
 
+  // LoRA: which base the adapters belong to (checkpoint/base_fingerprint.h),
+  // worked out once, when first needed.
+  const std::string& base_identity() const;
+  mutable std::string base_identity_;
   const RunConfig& cfg_;
   const ParallelContext& ctx_;
   std::string last_;

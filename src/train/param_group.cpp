@@ -214,19 +214,19 @@ std::vector<CheckpointPiece> ParamGroup::checkpoint_pieces(bool writes_params, b
   return pieces;
 }
 
-void ParamGroup::fill_params(const GlobalTensors& tensors) {
+void ParamGroup::fill_params(const GlobalTensors& tensors, bool absent_ok) {
   if (!sharded_storage())
     for_held_parts(false, [&](size_t, const ParamLayout& lay, int64_t b, int64_t e, int64_t at) {
-      fill_from_checkpoint(tensors, lay, whole_values() + at, "", b, e);
+      fill_from_checkpoint(tensors, lay, whole_values() + at, "", b, e, absent_ok);
     });
   else
     for_held_parts(true, [&](size_t, const ParamLayout& lay, int64_t b, int64_t e, int64_t at) {
-      fill_from_checkpoint(tensors, lay, shard_values() + at, "", b, e);
+      fill_from_checkpoint(tensors, lay, shard_values() + at, "", b, e, absent_ok);
     });
 }
 
-void ParamGroup::load_params(const GlobalTensors& tensors) {
-  fill_params(tensors);
+void ParamGroup::load_params(const GlobalTensors& tensors, bool absent_ok) {
+  fill_params(tensors, absent_ok);
   publish();
 }
 

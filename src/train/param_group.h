@@ -98,7 +98,7 @@ class ParamGroup {
   void load(const Checkpoint& checkpoint);
   // The parameters alone from any global tensors (a Hugging Face
   // checkpoint: train.init_from); the optimizer state stays fresh.
-  void load_params(const GlobalTensors& tensors);
+  void load_params(const GlobalTensors& tensors, bool absent_ok = false);
   // The whole fp32 values into per-member destinations (every rank of the
   // group calls it when sharded: it gathers).
   void copy_whole_params(const std::vector<float*>& into);
@@ -124,7 +124,7 @@ class ParamGroup {
   float* shard_values() const;  // sharded storage: the master (trained) or frozen shard
   float* whole_values() const;  // the whole fp32 buffer (not sharded) or the read copy
   void publish();               // the model's copies from the shards / fp32 values
-  void fill_params(const GlobalTensors& tensors);
+  void fill_params(const GlobalTensors& tensors, bool absent_ok = false);
   bool sharded_storage() const { return sharded_masters_ || (frozen() && zero_ == 3); }
 
   ParamGroupSpec spec_;

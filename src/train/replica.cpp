@@ -44,6 +44,7 @@ std::vector<std::pair<int, int>> zero3_segments(const ModelConfig& model, const 
 Replica::Replica(const RunConfig& cfg, const ParallelContext& ctx, int micro_batch, int micro_batches)
     : ctx_(ctx),
       zero_(cfg.parallel.zero),
+      base_outside_checkpoints_(cfg.model.lora.enabled()),
       micro_batch_(micro_batch),
       micro_batches_(micro_batches),
       sharded_masters_(zero_ == 3 || (zero_ >= 1 && cfg.precision.compute_precision() != ComputePrecision::fp32)),
@@ -351,6 +352,7 @@ void Replica::gather_whole_params() {
 std::vector<CheckpointPiece> Replica::checkpoint_pieces() {
   std::vector<CheckpointPiece> pieces;
   for (const auto& g : groups_) {
+    if (g->frozen() && base_outside_checkpoints_) continue;
     auto p = g->checkpoint_pieces(ctx_.dp().rank() == 0, writes_checkpoint());
     pieces.insert(pieces.end(), std::make_move_iterator(p.begin()), std::make_move_iterator(p.end()));
   }
@@ -369,13 +371,14 @@ std::vector<CheckpointPiece> Replica::without_repeats(std::vector<CheckpointPiec
 
 void Replica::load(const Checkpoint& checkpoint, int adam_steps) {
   for (auto& g : groups_) {
+    if (g->frozen() && base_outside_checkpoints_) continue;
     g->load(checkpoint);
     g->set_adam_steps(adam_steps);
   }
 }
 
-void Replica::load_parameters(const GlobalTensors& tensors) {
-  for (auto& g : groups_) g->load_params(tensors);
+void Replica::load_parameters(const GlobalTensors& tensors, bool absent_ok) {
+  for (auto& g : groups_) g->load_params(tensors, absent_ok);
 }
 
 double Replica::tp_comm_seconds() const {

@@ -151,7 +151,9 @@ class Replica {
   void load(const Checkpoint& checkpoint, int adam_steps);
   // The parameters alone, from any global tensors (train.init_from), each
   // rank reading its own pieces; the optimizer state stays fresh.
-  void load_parameters(const GlobalTensors& tensors);
+  // absent_ok: tensors the source lacks keep their values (LoRA's adapters
+  // beside a Hugging Face base; a PEFT adapter beside the base).
+  void load_parameters(const GlobalTensors& tensors, bool absent_ok = false);
 
   const pp::StageTimeline& timeline() const { return executor_->timeline(); }
   // Forward and backward spans of each micro-batch go here (nullptr: none).
@@ -162,6 +164,9 @@ class Replica {
 
   const ParallelContext& ctx_;
   int zero_, micro_batch_, micro_batches_;
+  // LoRA: the frozen base is the run's starting point (train.init_from or
+  // the seed), not written to checkpoints or read back from them.
+  bool base_outside_checkpoints_ = false;
   bool sharded_masters_;  // ZeRO 3, or ZeRO 1 / 2 in bf16 / fp16
   // Per step: valid targets in the global batch (each one's loss weighs the
   // loss scaler's scale over that count in backward).

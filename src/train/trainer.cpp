@@ -17,6 +17,7 @@
 #include "kernels/cpu/grad_norm.h"
 #include "kernels/cpu/isa.h"
 #include "model/stage_module.h"
+#include "model/lora/lora_layout.h"
 #include "model/param_groups.h"
 #include "model/sampling.h"
 #include "obs/peak_flops.h"
@@ -25,6 +26,7 @@
 #include "parallel/pp/partition.h"
 #include "planner/predict.h"
 #include "checkpoint/hf_checkpoint.h"
+#include "checkpoint/peft_adapter.h"
 #include "checkpoint/loss_guard.h"
 #include "train/checkpointing.h"
 #include "train/pass_times.h"
@@ -98,7 +100,7 @@ void init_from_hf(const RunConfig& cfg, Replica& replica, FILE* log) {
   const std::string dir = cfg.train.init_from.substr(3);
   const HfModelConfig hf = read_hf_config(dir);
   const std::unique_ptr<HfCheckpoint> ck = HfCheckpoint::open(dir, cfg.model);
-  replica.load_parameters(*ck);
+  replica.load_parameters(*ck, cfg.model.lora.enabled());  // the adapters are not in it
   if (!log) return;
   std::fprintf(log,
                "init from %s (%s): each rank reads its own pieces (this one %.1f of the %.1f MiB of files); "
@@ -161,6 +163,11 @@ TrainResult train(const RunConfig& cfg, const ParallelContext& ctx, FILE* log, c
   std::vector<float> params_at_start;
   replica.init_parameters(uint64_t(cfg.train.seed));
   if (!cfg.train.init_from.empty()) init_from_hf(cfg, replica, log);
+  if (!cfg.train.init_adapter.empty()) {
+    // The adapter's factors (and, with bias "all", its biases); the rest stays.
+    replica.load_parameters(*PeftAdapter::open(cfg.train.init_adapter, cfg.model), true);
+    if (log) std::fprintf(log, "init adapter from %s (PEFT format)\n", cfg.train.init_adapter.c_str());
+  }
   if (options.keep_params) params_at_start = replica.gather_params();
   LrSchedule schedule{cfg.train.lr, cfg.train.min_lr, cfg.train.warmup_steps, cfg.train.steps};
 
@@ -218,15 +225,26 @@ TrainResult train(const RunConfig& cfg, const ParallelContext& ctx, FILE* log, c
                    cfg.parallel.sequence_parallel ? "on" : "off");
     }
     const double mib = 1 << 20, grads_mib = double(replica.grad_floats()) * 4 / mib;
-    if (!cfg.train.freeze.empty()) {
+    const LoraConfig& lora = cfg.model.lora;
+    if (lora.enabled()) {
+      std::string targets;
+      for (const std::string& t : lora.targets) targets += (targets.empty() ? "" : ", ") + t;
+      std::fprintf(log, "LoRA: rank %d, alpha %g (scale %g) on %s: %zu adapters%s; checkpoints hold the adapters "
+                   "and their optimizer state, the base is %s\n",
+                   lora.rank, lora.alpha, double(lora.scale()), targets.c_str(), lora::adapter_sites(cfg.model).size(),
+                   lora.train_biases ? ", biases trained (bias = \"all\")" : "",
+                   cfg.train.init_from.empty() ? "loom's initialization from train.seed" : cfg.train.init_from.c_str());
+    }
+    if (!cfg.train.freeze.empty() || lora.enabled()) {
       // What a frozen tensor does not keep: its gradient and AdamW moments
       // (each divided over the data ranks where ZeRO shards them).
       const FrozenShare share = frozen_share(cfg.model, cfg.train.freeze);
       const double f = double(replica.frozen_floats()), d = double(ctx.dp().size());
       const double saved = f * 4 / (replica.zero_stage() >= 2 ? d : 1) + f * 8 / (replica.zero_stage() >= 1 ? d : 1);
-      std::fprintf(log, "frozen (train.freeze): %d tensors, %.2fM of %.2fM parameters; this rank holds %.1f MiB of "
-                   "them with no gradient or AdamW state: %.1f MiB saved\n",
-                   share.tensors, double(share.frozen) / 1e6, double(share.total) / 1e6, f * 4 / mib, saved / mib);
+      std::fprintf(log, "frozen (%s): %d tensors, %.2fM of %.2fM parameters (%.2fM trained); this rank holds %.1f MiB "
+                   "of them with no gradient or AdamW state: %.1f MiB saved\n",
+                   lora.enabled() ? "the LoRA base" : "train.freeze", share.tensors, double(share.frozen) / 1e6,
+                   double(share.total) / 1e6, double(share.total - share.frozen) / 1e6, f * 4 / mib, saved / mib);
     }
     const char* masters = replica.zero_stage() == 3 ? " (fp32 master shard; blocks gathered as used)"
                           : replica.sharded_masters() ? " (fp32 master shard and the fp32 tensors the model reads)"

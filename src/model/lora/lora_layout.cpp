@@ -1,5 +1,6 @@
 #include "model/lora/lora_layout.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace loom::lora {
@@ -39,6 +40,37 @@ Adapter add_row(ParamLayout& lay, const LoraConfig& lora, const std::string& mod
   ad.a = lay.add(module + ".lora_A.weight", {r, in}, Init::Normal, a_std(in), TensorSplit{1, {}});
   mark(lay, ad.b, lora, true), mark(lay, ad.a, lora, false);
   return ad;
+}
+
+std::vector<AdapterSite> adapter_sites(const ModelConfig& cfg) {
+  std::vector<AdapterSite> out;
+  if (!cfg.lora.enabled()) return out;
+  const ParamLayout lay = ParamLayout::for_model(cfg);
+  const int64_t q = int64_t(cfg.n_head) * cfg.head_dim(), kv = int64_t(cfg.kv_heads()) * cfg.head_dim(),
+                F = cfg.ffn();
+  const std::string suffix = ".lora_B.weight";
+  for (const ParamSpec& p : lay.params) {
+    if (!p.name.ends_with(suffix)) continue;
+    AdapterSite s;
+    s.module = p.name.substr(0, p.name.size() - suffix.size());
+    s.hf_module = cfg.is_llama() ? s.module : "transformer." + s.module;
+    s.a = s.module + ".lora_A.weight", s.b = p.name;
+    s.rows = p.shape[0], s.in = lay.find(s.a)->shape[1];
+    s.base = s.module + ".weight";
+    // LLaMA's per-projection adapters on its fused products.
+    const std::string dir = s.module.substr(0, s.module.rfind('.') + 1), proj = s.module.substr(dir.size());
+    if (proj == "q_proj" || proj == "k_proj" || proj == "v_proj") {
+      s.base = dir + "qkv_proj.weight";
+      s.row0 = proj == "q_proj" ? 0 : proj == "k_proj" ? q : q + kv;
+    } else if (proj == "gate_proj" || proj == "up_proj") {
+      s.base = dir + "gate_up_proj.weight";
+      s.row0 = proj == "gate_proj" ? 0 : F;
+    }
+    out.push_back(std::move(s));
+  }
+  // The layout lists the last layer first.
+  std::reverse(out.begin(), out.end());
+  return out;
 }
 
 }  // namespace loom::lora

@@ -32,4 +32,15 @@ Adapter add_column(ParamLayout& lay, const LoraConfig& lora, const std::string& 
 Adapter add_row(ParamLayout& lay, const LoraConfig& lora, const std::string& module, const std::string& hf_module,
                 int64_t in, int64_t out);
 
+// Where an adapter of a model sits: its module's loom name ("h.3.attn.c_attn")
+// and HF path ("transformer.h.3.attn.c_attn": PEFT's keys and
+// target_modules), its factors, and the rows [row0, row0 + rows) of the
+// base tensor its product B A adds to (a block of a fused q/k/v or gate/up).
+struct AdapterSite {
+  std::string module, hf_module, a, b, base;
+  int64_t row0 = 0, rows = 0, in = 0;
+};
+// Every adapter of `cfg` (none without LoRA), in layer order.
+std::vector<AdapterSite> adapter_sites(const ModelConfig& cfg);
+
 }  // namespace loom::lora
