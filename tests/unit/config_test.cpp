@@ -165,3 +165,45 @@ TEST(Config, SyntaxErrorNamesFileAndLine) {
 }
 
 }  // namespace
+
+namespace {
+
+// [lora] (issue 39): read, written back by to_toml, and every bad value
+// refused naming its field.
+TEST(Config, LoraFieldsRoundTripAndBadOnesAreNamed) {
+  const std::vector<std::string> lora = {"lora.rank=8", "lora.alpha=16", "lora.targets=[\"c_attn\", \"mlp.c_proj\"]",
+                                         "lora.bias=\"all\"", "lora.seed=3"};
+  const auto c = loom::load_run_config("", lora);
+  EXPECT_EQ(c.model.lora.rank, 8);
+  EXPECT_EQ(c.model.lora.scale(), 2.f);
+  EXPECT_TRUE(c.model.lora.train_biases);
+  EXPECT_TRUE(c.model.lora.targets_module("transformer.h.3.mlp.c_proj"));
+  EXPECT_FALSE(c.model.lora.targets_module("transformer.h.3.attn.c_proj"));
+  const std::string path = write_temp("lora_roundtrip.toml", c.to_toml());
+  EXPECT_EQ(loom::load_run_config(path, {}).model.lora, c.model.lora);
+  EXPECT_FALSE(loom::load_run_config("", {}).model.lora.enabled());
+
+  auto expect = [&](std::vector<std::string> sets, const char* field) {
+    const std::string e = error_of("", sets);
+    EXPECT_NE(e.find(field), std::string::npos) << e;
+  };
+  const std::string targets = "lora.targets=[\"c_attn\"]";
+  expect({"lora.rank=0", targets}, "'lora.rank'");
+  expect({"lora.rank=-2", targets}, "'lora.rank'");
+  expect({"lora.rank=300", targets}, "'lora.rank'");  // above d_model 256
+  expect({"lora.rank=4", "lora.alpha=0", targets}, "'lora.alpha'");
+  expect({"lora.rank=4", "lora.targets=[\"q_proj\"]"}, "'lora.targets'");  // a LLaMA name on GPT-2
+  expect({"lora.rank=4", "lora.targets=[]"}, "'lora.targets'");
+  expect({"lora.rank=4", targets, "lora.dropout=0.1"}, "'lora.dropout'");
+  expect({"lora.rank=4", targets, "lora.bias=\"lora_only\""}, "'lora.bias'");
+  expect({"lora.rank=4", targets, "lora.seed=-1"}, "'lora.seed'");
+  expect({"lora.rnak=4"}, "'lora.rnak'");
+  expect({"train.init_adapter=\"somewhere\""}, "'train.init_adapter'");  // without [lora]
+  // LLaMA: its own names; the rank bound by the smaller side (k/v: kv heads x head_dim).
+  const std::string llama = LOOM_SOURCE_DIR "/configs/llama-tiny.toml";
+  EXPECT_EQ(loom::load_run_config(llama, {"lora.rank=4", "lora.targets=[\"q_proj\", \"down_proj\"]"}).model.lora.rank, 4);
+  const std::string e = error_of(llama, {"lora.rank=40", "lora.targets=[\"k_proj\"]"});
+  EXPECT_NE(e.find("'lora.rank'"), std::string::npos) << e;  // k_proj is 32 x 64
+}
+
+}  // namespace
