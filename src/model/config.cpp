@@ -154,7 +154,10 @@ double ModelConfig::train_flops_per_token(int T) const {
                           : tied()                    ? 0
                                                       : int64_t(vocab_size) * d_model;
   double n = double(num_parameters() - lookups);
-  return 6.0 * n + 12.0 * n_layer * d_model * double(T);
+  // LoRA: the frozen base's products run forward and for the input
+  // gradient (4 N), never for its weight gradient; the adapters all three.
+  const double products = lora.enabled() ? 4.0 * n + 6.0 * double(lora_parameters(*this)) : 6.0 * n;
+  return products + 12.0 * n_layer * d_model * double(T);
 }
 
 }  // namespace loom

@@ -89,7 +89,8 @@ struct ModelConfig {
   int64_t num_parameters() const;
   // Training FLOPs per token: 6 N + 12 L C T (PaLM / nanoGPT estimate; N
   // without the tables that are only looked up: GPT-2's positions, an untied
-  // token embedding).
+  // token embedding). With LoRA 4 N + 6 N_adapters + 12 L C T: no weight
+  // gradient of the frozen base.
   double train_flops_per_token(int T) const;
 };
 

@@ -66,3 +66,48 @@ TEST(ParamGroups, FreezeProblemsAreNamed) {
 }
 
 }  // namespace
+
+namespace {
+
+// LoRA (issue 39): the adapters are the trained group, the base frozen (with
+// bias "all" the biases trained too); their count is lora_parameters'; a
+// tp split gives each rank B's rows of a column product and A's columns of a
+// row product, the whole factor marked tp_partial.
+TEST(ParamGroups, LoraTrainsTheAdaptersAloneOnAFrozenBase) {
+  for (const bool llama : {false, true}) {
+    loom::ModelConfig cfg = gpt2();
+    if (llama) cfg.family = loom::ModelFamily::llama, cfg.n_kv_head = 2;
+    cfg.lora.rank = 8;
+    cfg.lora.targets = llama ? std::vector<std::string>{"q_proj", "v_proj", "down_proj"}
+                             : std::vector<std::string>{"c_attn", "mlp.c_proj"};
+    for (const bool biases : {false, true}) {
+      cfg.lora.train_biases = biases;
+      const auto lay = loom::ParamLayout::for_model(cfg);
+      const auto groups = loom::param_groups(cfg, {});
+      const auto of = loom::group_of_tensors(groups, lay);
+      int64_t adapters = 0;
+      for (size_t i = 0; i < of.size(); i++) {
+        const std::string& name = lay.params[i].name;
+        const bool trained = loom::is_lora_tensor(name) || (biases && name.ends_with(".bias"));
+        EXPECT_EQ(groups[size_t(of[i])].frozen, !trained) << name;
+        if (loom::is_lora_tensor(name)) adapters += lay.params[i].numel;
+      }
+      EXPECT_EQ(adapters, loom::lora_parameters(cfg));
+      EXPECT_EQ(adapters, int64_t(cfg.n_layer) * 8 * (llama ? (128 + 128) + (128 + 64) + (cfg.ffn() + 128)
+                                                             : (128 + 384) + (512 + 128)));
+    }
+    // tp = 2: this rank's pieces.
+    loom::ModelShard shard;
+    shard.tp_size = 2, shard.tp_rank = 1;
+    const auto half = loom::ParamLayout::for_model(cfg, shard);
+    const std::string col = llama ? "model.layers.0.self_attn.q_proj" : "h.0.attn.c_attn";
+    const std::string row = llama ? "model.layers.0.mlp.down_proj" : "h.0.mlp.c_proj";
+    EXPECT_EQ(half.find(col + ".lora_B.weight")->local_shape[0], llama ? 64 : 192);
+    EXPECT_TRUE(half.find(col + ".lora_A.weight")->tp_partial);
+    EXPECT_FALSE(half.find(col + ".lora_B.weight")->tp_partial);
+    EXPECT_EQ(half.find(row + ".lora_A.weight")->local_shape[1], cfg.ffn() / 2);
+    EXPECT_TRUE(half.find(row + ".lora_B.weight")->tp_partial);
+  }
+}
+
+}  // namespace

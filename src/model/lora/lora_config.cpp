@@ -63,6 +63,28 @@ void validate_lora(const LoraConfig& lora, const ModelConfig& model) {
                   lora.dropout);
 }
 
+int64_t lora_parameters(const ModelConfig& m) {
+  if (!m.lora.enabled()) return 0;
+  const int64_t C = m.d_model, F = m.ffn(), q = int64_t(m.n_head) * m.head_dim(),
+                kv = int64_t(m.kv_heads()) * m.head_dim();
+  struct Linear {
+    const char* path;  // in a block, HF's module path after the layer's prefix
+    int64_t in, out;
+  };
+  const std::vector<Linear> linears =
+      m.is_llama() ? std::vector<Linear>{{"self_attn.q_proj", C, q},  {"self_attn.k_proj", C, kv},
+                                         {"self_attn.v_proj", C, kv}, {"self_attn.o_proj", q, C},
+                                         {"mlp.gate_proj", C, F},     {"mlp.up_proj", C, F},
+                                         {"mlp.down_proj", F, C}}
+                   : std::vector<Linear>{{"attn.c_attn", C, 3 * C}, {"attn.c_proj", C, C}, {"mlp.c_fc", C, F},
+                                         {"mlp.c_proj", F, C}};
+  int64_t n = 0;
+  for (const Linear& l : linears)
+    if (m.lora.targets_module(std::string(m.is_llama() ? "model.layers.0." : "transformer.h.0.") + l.path))
+      n += int64_t(m.lora.rank) * (l.in + l.out);
+  return n * m.n_layer;
+}
+
 bool is_lora_tensor(const std::string& name) {
   return name.find(".lora_A.") != std::string::npos || name.find(".lora_B.") != std::string::npos;
 }

@@ -41,6 +41,10 @@ std::vector<std::string> lora_target_names(bool llama);
 // ("lora.rank", "lora.targets", ...). Nothing to check when rank is 0.
 void validate_lora(const LoraConfig& lora, const ModelConfig& model);
 
+// Parameters of all the adapters of `model` (r (in + out) per adapted
+// linear layer), 0 without LoRA.
+int64_t lora_parameters(const ModelConfig& model);
+
 // Whether a global tensor name is an adapter factor (".lora_A." / ".lora_B.").
 bool is_lora_tensor(const std::string& name);
 
