@@ -203,6 +203,7 @@ int cmd_bench(const Args& args) {
   std::vector<Recompute> recompute;  // --recompute: the recomputation table instead
   std::vector<std::string> freeze;   // --freeze: the frozen-tensors table instead
   bool replica_child = false;        // step-child --replica: the trainer's Replica step
+  int lora_rank = 0;                 // --lora RANK: full fine-tuning against LoRA instead
   for (size_t i = 1; i < args.size(); i++) {
     auto value = [&](const char* flag) {
       LOOM_USER_CHECK(i + 1 < args.size(), "bench: %s needs a value", flag);
@@ -225,6 +226,9 @@ int cmd_bench(const Args& args) {
     else if (a == "--freeze") {
       freeze = split(value("--freeze"));
       LOOM_USER_CHECK(!freeze.empty(), "bench: --freeze needs tensor name patterns, e.g. 'wte.weight,h.[0-5].*'");
+    } else if (a == "--lora") {
+      lora_rank = parse_int(value("--lora"), "--lora");
+      LOOM_USER_CHECK(lora_rank >= 1, "bench: --lora needs a rank >= 1");
     } else if (a == "--replica" && child) replica_child = true;
     else if (a == "--recompute")
       for (auto& r : split(value("--recompute"))) recompute.push_back(parse_recompute(r, "bench: --recompute"));
@@ -235,11 +239,29 @@ int cmd_bench(const Args& args) {
   LOOM_USER_CHECK(!(autocast && !pytorch), "bench: --torch-autocast runs PyTorch; it cannot go with --no-pytorch");
   if (child && replica_child)
     return run_replica_step_child(find_shape(shapes.at(0)).model, find_shape(shapes.at(0)).B, threads.at(0),
-                                  steps > 0 ? steps : find_shape(shapes.at(0)).default_steps, precisions.at(0), freeze);
+                                  steps > 0 ? steps : find_shape(shapes.at(0)).default_steps, precisions.at(0), freeze,
+                                  lora_rank);
   if (child) {
     const BenchShape& s = find_shape(shapes.at(0));
     return run_child(s, threads.at(0), steps > 0 ? steps : s.default_steps, precisions.at(0),
                      recompute.empty() ? Recompute::none : recompute.at(0));
+  }
+  if (lora_rank > 0) {
+    std::printf("loom bench step --lora: the trainer's step (one process, parameter groups) training every tensor, "
+                "then LoRA adapters on a frozen base; median step after 1 warm-up, each run in its own process; "
+                "time x / state x / RSS x: LoRA against full fine-tuning, this run (state: parameters + gradients + "
+                "AdamW moments)\n%s\n\n",
+                cpu::describe_dispatch().line().c_str());
+    for (const auto& name : shapes)
+      for (int t : threads)
+        for (ComputePrecision p : precisions) {
+          const int n = steps > 0 ? steps : find_shape(name).default_steps;
+          print_lora_table(name, find_shape(name).model,
+                           strprintf("'%s' bench step-child --shape %s --threads %d --steps %d", self_exe().c_str(),
+                                     name.c_str(), t, n),
+                           t, n, p, lora_rank);
+        }
+    return 0;
   }
   if (!freeze.empty()) {
     std::printf("loom bench step --freeze: the trainer's step (one process, parameter groups) with every tensor "

@@ -16,10 +16,16 @@
 namespace loom::cli {
 
 int run_replica_step_child(const ModelConfig& model, int B, int threads, int steps, ComputePrecision precision,
-                           const std::vector<std::string>& freeze) {
+                           const std::vector<std::string>& freeze, int lora_rank) {
   set_threads(threads);
   RunConfig cfg;
   cfg.model = model;
+  if (lora_rank > 0) {
+    cfg.model.lora.rank = lora_rank, cfg.model.lora.alpha = 2.0 * lora_rank;
+    cfg.model.lora.targets = lora_target_names(model.is_llama());
+    if (!model.is_llama()) cfg.model.lora.targets = {"c_attn", "c_proj", "c_fc"};
+    cfg.model.validate();
+  }
   cfg.train.batch_size = B, cfg.train.micro_batch_size = B;
   cfg.precision.compute = compute_precision_name(precision);
   cfg.train.freeze = freeze;
@@ -85,6 +91,38 @@ void print_freeze_table(const std::string& shape, const ModelConfig& model, cons
   }
   std::printf("  frozen: %s (%d tensors, %.1fM of %.1fM parameters)\n", list.c_str(), share.tensors,
               double(share.frozen) / 1e6, double(share.total) / 1e6);
+}
+
+void print_lora_table(const std::string& shape, const ModelConfig& model, const std::string& child_command,
+                      int threads, int steps, ComputePrecision precision, int rank) {
+  std::printf("%-10s %3s %5s %-5s | %-16s | %10s %8s | %9s %9s %9s %9s | %7s %8s %7s\n", "shape", "thr", "steps",
+              "prec", "trained", "tok/s", "RSS MiB", "param MiB", "grad MiB", "AdamW MiB", "state MiB", "time x",
+              "state x", "RSS x");
+  struct Row {
+    double tok_s = 0, rss = 0, state = 0;
+  } rows[2];
+  for (int lora = 0; lora < 2; lora++) {
+    const std::string cmd = child_command + " --precision " + compute_precision_name(precision) + " --replica" +
+                            (lora ? " --lora " + std::to_string(rank) : std::string()) + " 2>&1";
+    const std::string json = run_for_json(cmd);
+    Row& r = rows[lora];
+    const double param = json_number(json, "param_mib"), grad = json_number(json, "grad_mib"),
+                 adam = json_number(json, "adam_mib");
+    r.tok_s = json_number(json, "tokens_per_s"), r.rss = json_number(json, "peak_rss_mb"), r.state = param + grad + adam;
+    const bool ok = r.tok_s > 0 && rows[0].tok_s > 0;
+    std::printf("%-10s %3d %5d %-5s | %-16s | %10.0f %8.0f | %9.1f %9.1f %9.1f %9.1f | %7s %8s %7s\n", shape.c_str(),
+                threads, steps, compute_precision_name(precision),
+                lora ? strprintf("LoRA rank %d", rank).c_str() : "every tensor", r.tok_s, r.rss, param, grad, adam,
+                r.state, ok ? strprintf("%.2fx", rows[0].tok_s / r.tok_s).c_str() : "-",
+                ok ? strprintf("%.2fx", r.state / rows[0].state).c_str() : "-",
+                ok ? strprintf("%.2fx", r.rss / rows[0].rss).c_str() : "-");
+    std::fflush(stdout);
+  }
+  ModelConfig with = model;
+  with.lora.rank = rank, with.lora.targets = lora_target_names(model.is_llama());
+  if (!model.is_llama()) with.lora.targets = {"c_attn", "c_proj", "c_fc"};
+  std::printf("  LoRA: rank %d, alpha %d on every linear layer of the blocks: %.2fM trained of %.1fM parameters\n", rank,
+              2 * rank, double(lora_parameters(with)) / 1e6, double(model.num_parameters()) / 1e6);
 }
 
 }  // namespace loom::cli

@@ -88,6 +88,13 @@ commands:
                           freeze (["wte.weight", "h.[0-5].*"]: shell patterns of global tensor
                           names kept fixed, with no gradients or AdamW state; the run log
                           and the plan show the bytes saved)
+                          init_adapter ("DIR": a LoRA run's adapters from a PEFT folder:
+                          adapter_config.json + adapter_model.safetensors)
+                  [lora] rank (0 = off) alpha (scale alpha / rank) targets (PEFT's names:
+                         LLaMA q_proj k_proj v_proj o_proj gate_proj up_proj down_proj;
+                         GPT-2 c_attn c_proj c_fc, or attn.c_proj / mlp.c_proj) bias
+                         ("none" | "all") seed dropout (only 0): the base frozen, adapters
+                         trained in any layout; checkpoints hold the adapters alone
                   [data] path format (shards | bytes) val_fraction rows ("windows": seq_len + 1
                          tokens tiling the stream | "padded": one instruction sample a row |
                          "packed": samples end to end, each attending to itself only, positions
@@ -285,17 +292,23 @@ commands:
           exit code 2 only when none can be read.
           Example: loom diagnose runs/20261202-171500 --json
   export  Write a checkpoint (any layout) as Hugging Face files (GPT2LMHeadModel or LlamaForCausalLM).
-            loom export --checkpoint DIR --out DIR2 [--format hf] [--dtype f32|bf16|f16] [--tokenizer FILE]
+            loom export --checkpoint DIR --out DIR2 [--format hf|peft] [--merge] [--base HFDIR]
+                        [--dtype f32|bf16|f16] [--tokenizer FILE]
           DIR is a checkpoint folder (runs/x/checkpoints/step_000100) or a root with `latest`;
           every file's sha256 is checked first. Writes DIR2/model.safetensors and DIR2/config.json
           with Hugging Face's names: GPT-2 (transformer.*, Conv1D weights as [in, out], LM head
           tied) or LLaMA (model.layers.*, q/k/v and gate/up cut out of loom's fused tensors,
           lm_head unless tied); bos/eos ids from the run's tokenizer (null for byte-level data).
           tools/check_hf_interop.py (make interop) loads both with transformers.
+          A LoRA run's checkpoint: --format peft writes the adapter as PEFT does
+          (adapter_config.json, adapter_model.safetensors: PeftModel.from_pretrained loads it on
+          the base); --format hf --merge folds it into the base, W + alpha/r B A. The base is
+          the run's train.init_from folder (its fingerprint checked) or, if moved, --base HFDIR.
           Example: loom export --checkpoint checkpoints --out hf-model --dtype bf16
   generate  Sample text from a checkpoint, single process.
             loom generate --checkpoint DIR --prompt TEXT [--temperature 0.8] [--top-k 40]
                           [--max-tokens 100] [--seed 1] [--tokenizer PATH] [--threads N]
+                          [--base HFDIR]  (a LoRA checkpoint: its base, if it moved)
           The run's tokenizer (data.format shards: the one <data.path>/dataset.toml names; bytes:
           one token per byte) unless --tokenizer (a .model, tokenizer.json or HF folder) is given;
           the prompt starts with the tokenizer's BOS when it adds one. --temperature 0 is greedy;

@@ -32,6 +32,11 @@ TEST(Config, DefaultFileEqualsBuiltInDefaults) {
 TEST(Config, EveryBundledConfigLoads) {
   for (const char* name : {"default", "tiny", "gpt2-124m", "llama-tiny", "llama-small"})
     EXPECT_NO_THROW(loom::load_run_config(std::string(LOOM_SOURCE_DIR "/configs/") + name + ".toml", {})) << name;
+  // The fine-tuning examples name a checkpoint folder the user has: on a LLaMA shape instead.
+  const auto lora = loom::load_run_config(LOOM_SOURCE_DIR "/configs/lora-llama3.toml",
+                                          {"train.init_from=\"\"", "model.family=\"llama\"", "model.d_model=256"});
+  EXPECT_EQ(lora.model.lora.rank, 16);
+  EXPECT_EQ(lora.model.lora.targets.size(), 7u);
 }
 
 TEST(Config, OverridesApply) {
