@@ -40,7 +40,7 @@ std::vector<ParamGroupSpec> param_groups(const ModelConfig& model, const std::ve
   auto frozen = [freeze, lora](const std::string& name) { return frozen_in_run(lora, freeze, name); };
   std::vector<ParamGroupSpec> groups;
   groups.push_back({"trained", false, GroupKind::data, [frozen](const std::string& name) { return !frozen(name); }});
-  if (!freeze.empty() || lora.enabled()) groups.push_back({"frozen", true, GroupKind::data, frozen});
+  if (!freeze.empty() || lora.enabled()) groups.push_back({"frozen", true, GroupKind::data, frozen, lora.enabled()});
   // Only the groups some tensor of the whole model falls in.
   const ParamLayout whole = ParamLayout::for_model(model);
   std::vector<bool> used(groups.size(), false);

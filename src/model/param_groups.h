@@ -32,6 +32,11 @@ struct ParamGroupSpec {
   GroupKind ranks = GroupKind::data;
   // Whether it holds the tensor with this global name.
   std::function<bool(const std::string& name)> holds;
+  // Frozen, in 16-bit compute below ZeRO-3: the tensors only products read
+  // are kept in the compute type alone (2 bytes a parameter, not 4 + 2), as
+  // LoRA's base is; the group is then neither checkpointed nor read back
+  // whole in fp32 except by widening.
+  bool compute_type_storage = false;
 };
 
 // The run's groups: the tensors train.freeze's patterns match are frozen,

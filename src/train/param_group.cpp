@@ -1,5 +1,6 @@
 #include "train/param_group.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "checkpoint/layout_pieces.h"
@@ -72,7 +73,16 @@ ParamGroup::ParamGroup(ParamGroupSpec spec, std::vector<Member> members, const s
   const bool lowp = compute_ != ComputePrecision::fp32;
   const DType gathered = lowp ? compute_dtype(compute_) : DType::f32;
   if (!frozen()) grads_ = std::make_unique<PagedBuffer>(plan_.padded_total());
-  if (!sharded_storage()) {
+  weights_only_ = spec_.compute_type_storage && frozen() && lowp && zero_ < 3;
+  if (weights_only_) {
+    int64_t total = 0;
+    for (const FlatTensor& t : flat_.tensors) {
+      fp32_at_.push_back(t.products_only ? -1 : total);
+      if (!t.products_only) total += (t.numel + 15) / 16 * 16;
+    }
+    params_.reserve(size_t(std::max<int64_t>(total, 16)) * sizeof(float));
+    params_.allocate();
+  } else if (!sharded_storage()) {
     params_.reserve(size_t(plan_.padded_total()) * sizeof(float));
     params_.allocate();
   } else if (zero_ < 3) {
@@ -103,6 +113,7 @@ ParamGroup::ParamGroup(ParamGroupSpec spec, std::vector<Member> members, const s
 ParamGroup::~ParamGroup() = default;
 
 float* ParamGroup::whole_values() const {
+  if (weights_only_) return nullptr;
   if (params_.allocated()) return params_.at<float>(0);
   return read_params_ ? read_params_->data() : nullptr;
 }
@@ -114,7 +125,14 @@ float* ParamGroup::shard_values() const {
 
 float* ParamGroup::param_at(int j) const {
   if (gather_) return gather_->tensor_params()[size_t(j)];
+  if (weights_only_) return fp32_at_[size_t(j)] < 0 ? nullptr : params_.at<float>(0) + fp32_at_[size_t(j)];
   return whole_values() + flat_.tensors[size_t(j)].offset;
+}
+
+void ParamGroup::store(size_t j, int64_t at, const float* values, int64_t n) {
+  narrow_into(weights16_.at<uint16_t>(0) + at, compute_, values, size_t(n));
+  if (fp32_at_[j] >= 0)
+    std::memcpy(params_.at<float>(0) + fp32_at_[j] + (at - flat_.tensors[j].offset), values, size_t(n) * sizeof(float));
 }
 
 void* ParamGroup::weight_at(int j) const {
@@ -141,6 +159,7 @@ void ParamGroup::for_held_parts(bool sharded, F&& f) const {
 }
 
 void ParamGroup::publish() {
+  if (weights_only_) return;  // store() wrote both copies
   if (sharded_masters_ && zero_ < 3)
     optimizer_->publish(read_params_->data(), {weights16_.base(), compute_dtype(compute_)});
   else if (!sharded_storage() && weights16_.allocated())
@@ -148,6 +167,15 @@ void ParamGroup::publish() {
 }
 
 void ParamGroup::init(uint64_t seed) {
+  if (weights_only_) {
+    std::vector<float> values;
+    for_held_parts(false, [&](size_t j, const ParamLayout& lay, int64_t b, int64_t e, int64_t at) {
+      values.assign(size_t(e - b), 0.f);
+      lay.init_range(values.data(), b, e, seed);
+      store(j, at, values.data(), e - b);
+    });
+    return;
+  }
   if (!sharded_storage()) {
     float* values = params_.at<float>(0);
     std::memset(values, 0, size_t(plan_.padded_total()) * sizeof(float));
@@ -193,6 +221,8 @@ std::vector<float> ParamGroup::gather_grads() const {
 }
 
 std::vector<CheckpointPiece> ParamGroup::checkpoint_pieces(bool writes_params, bool writes_state) const {
+  LOOM_CHECK(!weights_only_, "parameter group '%s' keeps its tensors in the compute type: it is not checkpointed",
+             spec_.name.c_str());
   std::vector<CheckpointPiece> pieces;
   auto add = [&](std::vector<CheckpointPiece> p) { pieces.insert(pieces.end(), p.begin(), p.end()); };
   if (!sharded_storage() && writes_params)
@@ -215,6 +245,17 @@ std::vector<CheckpointPiece> ParamGroup::checkpoint_pieces(bool writes_params, b
 }
 
 void ParamGroup::fill_params(const GlobalTensors& tensors, bool absent_ok) {
+  if (weights_only_) {
+    std::vector<float> values;
+    for_held_parts(false, [&](size_t j, const ParamLayout& lay, int64_t b, int64_t e, int64_t at) {
+      values.assign(size_t(e - b), 0.f);
+      if (!absent_ok || tensors.has(lay.params[size_t(members_[j].tensor)].name)) {
+        fill_from_checkpoint(tensors, lay, values.data(), "", b, e, absent_ok);
+        store(j, at, values.data(), e - b);
+      }
+    });
+    return;
+  }
   if (!sharded_storage())
     for_held_parts(false, [&](size_t, const ParamLayout& lay, int64_t b, int64_t e, int64_t at) {
       fill_from_checkpoint(tensors, lay, whole_values() + at, "", b, e, absent_ok);
@@ -244,6 +285,15 @@ void ParamGroup::load(const Checkpoint& checkpoint) {
 }
 
 void ParamGroup::copy_whole_params(const std::vector<float*>& into) {
+  if (weights_only_) {  // fp32 where kept, else widened from the compute type
+    for (size_t j = 0; j < members_.size(); j++) {
+      const FlatTensor& t = flat_.tensors[j];
+      if (fp32_at_[j] >= 0) std::memcpy(into[j], params_.at<float>(0) + fp32_at_[j], size_t(t.numel) * sizeof(float));
+      else if (compute_ == ComputePrecision::bf16) cpu::widen(into[j], weights16_.at<bf16>(0) + t.offset, size_t(t.numel));
+      else cpu::widen(into[j], weights16_.at<f16>(0) + t.offset, size_t(t.numel));
+    }
+    return;
+  }
   std::vector<float> gathered;
   const float* whole = whole_values();
   if (sharded_storage()) {

@@ -68,7 +68,7 @@ class ParamGroup {
   ParamGather* gather() const { return gather_.get(); }
   // The whole fp32 buffer laid out as flat() when the group keeps one (not
   // sharded), else nullptr.
-  const float* whole_buffer() const { return sharded_storage() ? nullptr : params_.at<float>(0); }
+  const float* whole_buffer() const { return sharded_storage() || weights_only_ ? nullptr : params_.at<float>(0); }
 
   // Fills the parameters (each rank its part: its shard when sharded).
   void init(uint64_t seed);
@@ -126,6 +126,10 @@ class ParamGroup {
   void publish();               // the model's copies from the shards / fp32 values
   void fill_params(const GlobalTensors& tensors, bool absent_ok = false);
   bool sharded_storage() const { return sharded_masters_ || (frozen() && zero_ == 3); }
+  // Compute-type storage (ParamGroupSpec::compute_type_storage): the values
+  // of member j, flat range [at, at + n), into the 16-bit copy and, where
+  // the member keeps fp32 values, those.
+  void store(size_t j, int64_t at, const float* values, int64_t n);
 
   ParamGroupSpec spec_;
   std::vector<Member> members_;
@@ -138,7 +142,11 @@ class ParamGroup {
   std::vector<std::pair<int, int>> segments_;  // ZeRO-3
   BucketPlan plan_;
   std::unique_ptr<PagedBuffer> grads_;        // trained
-  Arena params_;                              // the whole fp32 buffer (not sharded)
+  Arena params_;                              // the whole fp32 buffer (not sharded); compact: see fp32_at_
+  // Compute-type storage: per member, its fp32 values' offset in params_
+  // (-1: read by products only, kept in 16 bits alone).
+  bool weights_only_ = false;
+  std::vector<int64_t> fp32_at_;
   std::unique_ptr<PagedBuffer> read_params_;  // ZeRO 1 / 2 sharded masters: the fp32 values the model reads
   Arena weights16_;                           // bf16 / fp16 below ZeRO 3: laid out as the flat buffer
   Arena frozen_shard_;                        // frozen under ZeRO-3: this rank's shard
