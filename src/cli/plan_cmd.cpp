@@ -16,6 +16,7 @@
 #include "core/check.h"
 #include "planner/cluster.h"
 #include "planner/layout.h"
+#include "model/lora/lora_config.h"
 #include "planner/memo.h"
 #include "planner/model_presets.h"
 #include "planner/plan_table.h"
@@ -35,6 +36,10 @@ struct PlanOptions {
   std::optional<AttentionKind> attention;  // --attention: the attention kernel planned (model.attention)
   double inter_node_gbit = 0, tokens = 0, deadline_days = 0;
   bool cluster_given = false;
+  // --lora RANK: plan LoRA fine-tuning (adapters on every linear layer of
+  // the blocks, alpha 2 RANK); 0: full training only, never LoRA; -1 (not
+  // given): LoRA at rank 16 when full training fits nowhere.
+  int lora = -1;
   SearchSpace space;
 };
 
@@ -82,6 +87,7 @@ PlanOptions parse(const Args& args) {
     else if (a == "--cluster") o.cluster = value(), o.cluster_given = true;
     else if (a == "--devices") o.devices = parse_int(a, value());
     else if (a == "--batch") o.batch = parse_int(a, value());
+    else if (a == "--lora") o.lora = parse_int(a, value(), 0);
     else if (a == "--seq") o.seq = parse_int(a, value());
     else if (a == "--layers") o.layers = parse_int(a, value());
     else if (a == "--d-model") o.d_model = parse_int(a, value());
@@ -150,6 +156,14 @@ PlanOptions parse(const Args& args) {
   return o;
 }
 
+// LoRA as the planner proposes it: rank r, alpha 2 r, every linear layer of the blocks.
+LoraConfig default_lora(const ModelConfig& m, int rank) {
+  LoraConfig l;
+  l.rank = rank, l.alpha = 2.0 * rank;
+  l.targets = m.is_llama() ? lora_target_names(true) : std::vector<std::string>{"c_attn", "c_proj", "c_fc"};
+  return l;
+}
+
 Workload workload(const PlanOptions& o) {
   Workload w;
   if (!o.config.empty()) {
@@ -176,6 +190,7 @@ Workload workload(const PlanOptions& o) {
   if (o.seq) w.model.seq_len = o.seq;
   if (o.batch) w.global_batch = o.batch;
   if (o.attention) w.model.attention = *o.attention;
+  if (o.lora > 0) w.model.lora = default_lora(w.model, o.lora);
   w.model.validate();
   if (!o.space.pp_layers.empty()) {
     int sum = 0;
@@ -266,6 +281,22 @@ int cmd_plan(const Args& args) {
       std::printf("\nThe fewest %s devices on which it fits: %d (%d node%s). Plans there:\n\n%s\n%s\n",
                   cluster.name.c_str(), enough, bigger.nodes, bigger.nodes > 1 ? "s" : "",
                   format_plan_table(larger.top).c_str(), write_memo(w, bigger, larger.top[0]).c_str());
+    }
+    if (o.lora < 0 && !w.model.lora.enabled()) {
+      // Full training fits nowhere: LoRA on a frozen base, as the engine runs it.
+      Workload lora = w;
+      lora.model.lora = default_lora(w.model, 16);
+      const SearchResult lr = search_layouts(lora, cluster, o.space, o.top);
+      if (!lr.top.empty()) {
+        std::printf("\nWith LoRA (rank 16, alpha 32, on every linear layer of the blocks; the base frozen) it fits "
+                    "on these %d devices (--lora RANK plans another rank, --lora 0 never): searched %lld layouts, "
+                    "%lld fit.\n\n%s\n%s",
+                    cluster.devices(),
+                    (long long)lr.considered, (long long)lr.fitting, format_plan_table(lr.top).c_str(),
+                    write_memo(lora, cluster, lr.top[0]).c_str());
+        if (!o.emit_config.empty()) emit_config(o, lora, lr.top[0].layout);
+        return 0;
+      }
     }
     const Candidate& c = r.closest;
     throw UserError(strprintf(

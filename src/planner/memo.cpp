@@ -1,5 +1,7 @@
 #include "planner/memo.h"
 
+#include "model/lora/lora_config.h"
+
 #include <algorithm>
 #include <cmath>
 
@@ -238,6 +240,19 @@ std::string write_memo(const Workload& w, const ClusterSpec& c, const Candidate&
   std::string out = "Memo for plan #1: " + best.layout.describe() + "\n";
   out += model_paragraph(w, best.layout);
   const Layout& l = best.layout;
+  if (w.model.lora.enabled()) {
+    const LoraConfig& lora = w.model.lora;
+    std::string targets;
+    for (const std::string& t : lora.targets) targets += (targets.empty() ? "" : ", ") + t;
+    out += strprintf(
+        "LoRA: rank %d, alpha %g on %s: %.3gB adapter parameters trained (gradients, AdamW moments, the "
+        "data-parallel reduction: %.2f%% of the model), the %.2fB base frozen (%s a parameter, no gradient, no "
+        "weight-gradient products: about 2/3 of full training's compute).\n",
+        lora.rank, lora.alpha, targets.c_str(), double(lora_parameters(w.model)) / 1e9,
+        100.0 * double(lora_parameters(w.model)) / double(w.model.num_parameters()),
+        double(w.model.num_parameters()) / 1e9,
+        l.zero >= 3 ? "an fp32 ZeRO-3 shard of 4 B" : l.precision == ComputePrecision::fp32 ? "4 B" : "2 B");
+  }
   if (l.cp > 1)
     out += strprintf("Context parallelism: each sequence's %d tokens over cp = %d ranks (%d each, two chunks for "
                      "causal balance), tiled attention over a ring of key/value blocks; gradients and ZeRO shards "
@@ -253,10 +268,11 @@ std::string write_memo(const Workload& w, const ClusterSpec& c, const Candidate&
   out += strprintf(
       "Step: %.3f s ~ compute %.3f + tensor-parallel %.3f%s + bubble %.3f + pipeline messages (in the bubble "
       "figure) + exposed data-parallel %.3f + ZeRO-3 gathers %.3f + optimizer %.3f; %.0f tokens/s, %.1f%% MFU "
-      "(model FLOPs: 6N + 12Lhs a token)%s.\n",
+      "(model FLOPs: %s a token)%s.\n",
       t.step, t.compute, t.tp_comm,
       best.layout.cp > 1 ? strprintf(" + context-parallel ring %.3f", t.cp_comm).c_str() : "", t.bubble,
       t.dp_exposed, t.zero3_comm, t.optimizer, t.tokens_per_s, 100 * t.mfu,
+      w.model.lora.enabled() ? "4N + 6N_adapters + 12Lhs, no weight gradient of the frozen base" : "6N + 12Lhs",
       t.hfu > t.mfu ? strprintf(", %.1f%% with the recomputed work (hardware FLOPs)", 100 * t.hfu).c_str() : "");
   out += strprintf("Likely bottleneck: %s (%.3f s, %.0f%% of the step). First mitigation: %s.\n", b.what.c_str(),
                    b.seconds, 100 * b.seconds / t.step, b.mitigation.c_str());
@@ -301,8 +317,9 @@ std::string write_no_fit_memo(const Workload& w, const ClusterSpec& c, const Sea
   }
   out += strprintf(
       "Beyond what loom models: offloading the fp32 master weights and moments to host memory (12 B x %.2fB = %.0f "
-      "GB there) leaves 4 B per parameter on the devices, %.1f GiB each over %d; training only adapters (LoRA) on "
-      "frozen 16-bit weights leaves about 2 B, %.1f GiB each; both before activations.\n",
+      "GB there) leaves 4 B per parameter on the devices, %.1f GiB each over %d. Training only adapters (LoRA, "
+      "`--lora RANK`, [lora] in a config) on frozen 16-bit weights leaves about 2 B, %.1f GiB each; both before "
+      "activations.\n",
       n / 1e9, 12 * n / 1e9, 4 * n / devices / kGiB, devices, 2 * n / devices / kGiB);
   return out;
 }

@@ -42,7 +42,9 @@ double layer_activation_bytes(const ModelConfig& m, double s, double b, int t, b
 // Counted from the family's own parameter layout (model/<family>/), so the
 // planner holds what the engine allocates: one block, the embedding side and
 // the head side of the whole model, each tensor by its global shape.
-ParameterCounts parameter_counts(const ModelConfig& m) {
+ParameterCounts parameter_counts(const ModelConfig& with_adapters) {
+  ModelConfig m = with_adapters;
+  m.lora = {};  // the base: the adapters are trained_parameters'
   auto numel = [](const ParamSpec& p) {
     double n = 1;
     for (int64_t d : p.shape) n *= double(d);
@@ -74,12 +76,18 @@ int head_stage(const Layout& l) {
 
 const ParameterCounts& Workload::counts() const {
   // Again when a field that shapes the parameters changed since.
-  auto shape = [](const ModelConfig& m) {
+  auto shape = [](const ModelConfig& m) {  // the base's (parameter_counts leaves the adapters out)
     return std::make_tuple(m.vocab_size, m.n_layer, m.n_head, m.d_model, m.seq_len, int(m.family), m.n_kv_head,
                            m.ffn_hidden, m.ffn_multiple_of, m.tie_embeddings, m.qkv_bias);
   };
   if (!counted || shape(counted->first) != shape(model)) counted.emplace(model, parameter_counts(model));
   return counted->second;
+}
+
+double trained_parameters(const Workload& w, const Layout& l, int stage) {
+  const ModelConfig& m = w.model;
+  if (!m.lora.enabled()) return stage_parameters(w.counts(), m, l, stage);
+  return double(lora_parameters(m)) / m.n_layer * layers_on_stage(m.n_layer, l, stage) / l.tp;
 }
 
 double stage_parameters(const ModelConfig& m, const Layout& l, int stage) {
@@ -106,10 +114,20 @@ MemoryBreakdown stage_memory(const Workload& w, const Layout& l, const ClusterSp
   MemoryBreakdown mem;
   mem.stage = stage;
 
-  const double n = stage_parameters(w.counts(), m, l, stage);
-  mem.params = n * param_bytes(l.precision) / (l.zero >= 3 ? l.data() : 1);
-  mem.grads = n * l.grad_bytes() / (l.zero >= 2 ? l.data() : 1);
-  mem.optimizer = n * optimizer_bytes(l.precision) / (l.zero >= 1 ? l.data() : 1);
+  const double n = stage_parameters(w.counts(), m, l, stage), trained = trained_parameters(w, l, stage);
+  if (m.lora.enabled()) {
+    // LoRA (loom's engine): the frozen base in the compute type below ZeRO-3
+    // (the token table, which lookups read, also in fp32), under ZeRO-3 an
+    // fp32 shard; the adapters fp32 (+ the 16-bit copy) and trained.
+    const bool lowp = l.precision != ComputePrecision::fp32;
+    const double table = stage == 0 ? w.counts().embedding / l.tp : 0;
+    mem.params = l.zero >= 3 ? 4 * n / l.data() : n * param_bytes(l.precision) + (lowp ? 4 * table : 0);
+    mem.params += trained * (lowp ? 6 : 4) / (l.zero >= 3 ? l.data() : 1);
+  } else {
+    mem.params = n * param_bytes(l.precision) / (l.zero >= 3 ? l.data() : 1);
+  }
+  mem.grads = trained * l.grad_bytes() / (l.zero >= 2 ? l.data() : 1);
+  mem.optimizer = trained * optimizer_bytes(l.precision) / (l.zero >= 1 ? l.data() : 1);
 
   // Activations: every (micro-batch, chunk) whose forward ran and backward
   // has not, as the schedule itself bounds it.

@@ -57,7 +57,12 @@ double layer_activation_bytes(const ModelConfig& m, double s, double b, int t, b
 // projection 4h^2 + h, two layernorms 4h. LLaMA: per layer q/k/v
 // (n_head + 2 n_kv_head) hd x h, o_proj h^2, gate/up/down 3 F h, two RMSNorm
 // weights 2h; embedding and lm_head V x h each (untied), final norm h.
+// With LoRA: the base's (the adapters are counted by trained_parameters).
 ParameterCounts parameter_counts(const ModelConfig& m);
+// Parameters a rank of `stage` trains (gradients, reduction, optimizer): all
+// of its parameters, or with LoRA its share of the adapters (r (in + out) a
+// target, tp splitting one factor of each: counted as split).
+double trained_parameters(const Workload& w, const Layout& l, int stage);
 
 // Parameters held by one device of pipeline stage `stage` before any ZeRO
 // sharding: its layers' share over tp, the token embedding (and GPT-2's

@@ -58,7 +58,8 @@ LoomRun loom_run(const RunConfig& cfg, int world) {
 struct StagePlan {
   std::vector<double> chunk_params;  // floats per chunk
   double params = 0;                 // floats, every chunk
-  double frozen = 0;                 // floats of them in the frozen group (train.freeze)
+  double frozen = 0;                 // floats of them in the frozen group (train.freeze, LoRA's base)
+  double frozen_products = 0;        // of which read by products only
   std::vector<double> chunk_frozen_products;  // per chunk: frozen product-only floats (no weight gradient)
   double read_fp32 = 0;              // floats the model reads in fp32 (not products_only), in whole pages
   double gathered = 0;               // ZeRO-3: most floats gathered at once (see zero3_gathered)
@@ -107,7 +108,9 @@ StagePlan stage_plan(const RunConfig& cfg, const LoomRun& r, int stage, int thre
       const int64_t aligned = (p.numel + 15) / 16 * 16;
       if (groups[size_t(group[i])].frozen) {
         s.frozen += double(aligned);
-        if (p.products_only) s.chunk_frozen_products[size_t(c)] += double(p.numel);
+        // (LoRA's base: the work model already leaves out its weight gradients.)
+        if (p.products_only && !cfg.model.lora.enabled()) s.chunk_frozen_products[size_t(c)] += double(p.numel);
+        if (p.products_only) s.frozen_products += double(aligned);
         continue;
       }
       const int64_t at = base;
@@ -157,14 +160,18 @@ struct StageFigures {
 //   AdamW       two fp32 moments, 8n, / dp under ZeRO >= 1.
 //   frozen      (train.freeze) parameters only: fp32 4n (+ the 16-bit copy
 //               2n), under ZeRO 3 a shard 4n / dp gathered as the rest is;
-//               no gradients, masters or moments.
+//               no gradients, masters or moments. LoRA's base in 16 bits
+//               below ZeRO-3 keeps its product-only tensors in the compute
+//               type alone (2 B), and is not in checkpoints.
 StageFigures stage_memory(const RunConfig& cfg, const LoomRun& r, const StagePlan& s) {
   const double n = s.params - s.frozen, nf = s.frozen, dp = r.data();
   StageFigures f;
   if (r.zero == 0) f.params = 4 * n + (r.lowp() ? 2 * n : 0);
   else if (r.zero <= 2) f.params = r.lowp() ? 4 * n / dp + 2 * n + 4 * s.read_fp32 : 4 * n;
   else f.params = 4 * n / dp + (r.lowp() ? 6 : 4) * s.gathered;
-  f.params += r.zero == 3 ? 4 * nf / dp : 4 * nf + (r.lowp() ? 2 * nf : 0);
+  const bool compute_type_base = cfg.model.lora.enabled() && r.lowp() && r.zero < 3;
+  if (compute_type_base) f.params += 2 * s.frozen_products + 6 * (nf - s.frozen_products);
+  else f.params += r.zero == 3 ? 4 * nf / dp : 4 * nf + (r.lowp() ? 2 * nf : 0);
   if (r.zero == 0) f.grads = 4 * n;
   else if (r.zero == 1 || r.accumulation > 1) f.grads = 4 * n + 4 * n / dp;
   else f.grads = std::min(4 * n, 4 * n / dp + 2 * double(cfg.parallel.bucket_mb) * kMiB);
@@ -178,7 +185,8 @@ StageFigures stage_memory(const RunConfig& cfg, const LoomRun& r, const StagePla
   if (cfg.train.checkpoint_every > 0 && cfg.train.async_checkpoint) {
     const bool sharded_masters = r.zero == 3 || (r.zero >= 1 && r.lowp());
     f.checkpoint = sharded_masters ? 12 * n / dp : 4 * n + f.optimizer;
-    f.checkpoint += r.zero == 3 ? 4 * nf / dp : 4 * nf;  // dp rank 0 (ZeRO-3: every rank its shard)
+    if (!cfg.model.lora.enabled())  // LoRA's base is not written
+      f.checkpoint += r.zero == 3 ? 4 * nf / dp : 4 * nf;  // dp rank 0 (ZeRO-3: every rank its shard)
   }
   return f;
 }

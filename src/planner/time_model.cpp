@@ -72,11 +72,12 @@ ChunkCosts chunk_costs(const Workload& w, const Layout& l, const ClusterSpec& c,
     k.b_tp[vs] = layers * b_tp;
     k.f_cp[vs] = layers * ring.forward, k.b_cp[vs] = layers * ring.backward;
     const double chunk_params = stage_parameters(w.counts(), m, l, stage) / l.v;
+    const double chunk_trained = trained_parameters(w, l, stage) / l.v;
     if (l.fp32_grads && l.precision != ComputePrecision::fp32) {
       // fp32 gradient accumulation: each micro-batch's 16-bit weight
       // gradients are added into the fp32 buffer (Megatron-LM's main_grad:
       // read 2 + 4 bytes, write 4, per parameter of the chunk).
-      k.b_compute[vs] += chunk_params * 10 / rates.bandwidth;
+      k.b_compute[vs] += chunk_trained * 10 / rates.bandwidth;
     }
     if (l.zero >= 3) {
       // Each pass gathers the chunk's parameters one layer at a time, the
@@ -87,7 +88,7 @@ ChunkCosts chunk_costs(const Workload& w, const Layout& l, const ClusterSpec& c,
       // the ring's latency.
       const double units = std::max(1.0, layers);
       const double gather = all_gather_seconds(chunk_params * pbytes / units, l.data(), links.dp);
-      const double scatter = reduce_scatter_seconds(chunk_params * pbytes / units, l.data(), links.dp);
+      const double scatter = reduce_scatter_seconds(chunk_trained * pbytes / units, l.data(), links.dp);
       const double f_unit = k.f_compute[vs] / units, b_unit = k.b_compute[vs] / units;
       k.f_zero3[vs] = gather + (units - 1) * std::max(0.0, gather - f_unit);
       k.b_zero3[vs] = gather + (units - 1) * std::max(0.0, gather + scatter - b_unit) + scatter;
@@ -101,7 +102,7 @@ ChunkCosts chunk_costs(const Workload& w, const Layout& l, const ClusterSpec& c,
 double optimizer_seconds(const Workload& w, const Layout& l, const ClusterSpec& c, int stage) {
   // AdamW reads parameter, gradient and two moments and writes three of
   // them back: about 28 bytes per parameter it updates.
-  const double updated = stage_parameters(w.counts(), w.model, l, stage) / (l.zero >= 1 ? l.data() : 1);
+  const double updated = trained_parameters(w, l, stage) / (l.zero >= 1 ? l.data() : 1);
   return updated * 28 / (c.memory_bandwidth * c.memory_efficiency);
 }
 
@@ -154,7 +155,7 @@ StepTime step_time(const Workload& w, const Layout& l, const ClusterSpec& c, con
     // the link takes them one at a time: bucket i of b is ready i / b into
     // that window, so the last is never hidden and a slow link queues the
     // rest behind it (as predict_loom_run).
-    const double params = stage_parameters(w.counts(), w.model, l, s), grads = params * l.grad_bytes();
+    const double params = trained_parameters(w, l, s), grads = params * l.grad_bytes();
     const double buckets = l.bucket_bytes > 0 ? std::max(1.0, std::ceil(grads / l.bucket_bytes)) : 1;
     double one = 0, gather = 0, window = 0;
     if (l.zero == 0) one = all_reduce_seconds(grads / buckets, l.data(), out.links.dp);

@@ -1,5 +1,8 @@
 #include "planner/work_model.h"
 
+#include <string>
+#include <vector>
+
 #include <algorithm>
 #include <cmath>
 
@@ -22,10 +25,17 @@ double gemm_efficiency(const DeviceRates& d, double m, double n, double k, doubl
   double eff = d.ceiling;
   if (d.units > 0) {
     // The output in tiles, the tiles in waves over the units: a last wave
-    // that is partly empty and tiles that hang over the edge do no work.
-    const double tiles = std::ceil(m / d.tile_m) * std::ceil(n / d.tile_n) * batch;
+    // that is partly empty and tiles that hang over the edge do no work. A
+    // side shorter than the tile gets a tile its size (a multiple of 16:
+    // libraries keep narrow kernels), and an output of fewer tiles than
+    // units with a long reduction is split along K over the idle units
+    // (split-K, each part at least 256 deep): LoRA's rank-r products.
+    const double tm = std::min<double>(d.tile_m, 16 * std::ceil(m / 16)), tn = std::min<double>(d.tile_n, 16 * std::ceil(n / 16));
+    double tiles = std::ceil(m / tm) * std::ceil(n / tn) * batch;
+    const double split = std::max(1.0, std::min(std::floor(d.units / tiles), std::floor(k / 256)));
+    tiles *= split, k /= split;
     const double waves = std::ceil(tiles / d.units);
-    eff *= m * n * batch / (waves * d.units * double(d.tile_m) * d.tile_n);
+    eff *= m * n * batch * split / (waves * d.units * tm * tn);
   }
   if (d.k_half > 0) eff *= k / (k + d.k_half);
   if (d.mn_half > 0) eff *= std::min(m, n) / (std::min(m, n) + d.mn_half);
@@ -48,6 +58,17 @@ void add_linear(PassSeconds& s, const DeviceRates& d, double rows, double out, d
   s.forward += gemm_seconds(d, rows, out, in);
   s.backward_input += gemm_seconds(d, rows, in, out);
   s.backward_weight += gemm_seconds(d, out, in, rows);
+}
+
+// A LoRA adapter of rank r on a product [out, in] (this rank's widths), as
+// model/lora/lora_product.cpp runs it: forward u = x A^T, y += s u B^T;
+// backward du = s dy B, dx += du A, dA += du^T x, dB += s dy^T u with u
+// recomputed. The engine computes the factors' gradients with the input
+// gradient (model/lora/lora_block.h), so all of it is backward_input.
+void add_adapter(PassSeconds& s, const DeviceRates& d, double rows, double out, double in, double r) {
+  s.forward += gemm_seconds(d, rows, r, in) + gemm_seconds(d, rows, out, r);
+  s.backward_input += gemm_seconds(d, rows, r, out) + gemm_seconds(d, rows, in, r) + gemm_seconds(d, r, in, rows) +
+                      gemm_seconds(d, rows, r, in) + gemm_seconds(d, out, r, rows);
 }
 
 // Backward of the memory-bound kernels: each reads what it saved and the
@@ -75,6 +96,26 @@ PassSeconds block_seconds(const BlockShape& b, const DeviceRates& d) {
   } else {
     add_linear(s, d, rows, F / t, h);
     add_linear(s, d, rows, h, F / t);
+  }
+  if (m.lora.enabled()) {
+    // The frozen base computes no weight gradient; each target's adapter
+    // (column products: B split over tp; row products: A split).
+    s.backward_weight = 0;
+    const double r = m.lora.rank, q = double(m.n_head) * hd, kvw = double(m.kv_heads()) * hd;
+    struct Target {
+      const char* path;
+      double out, in;
+    };
+    const std::vector<Target> targets =
+        m.is_llama() ? std::vector<Target>{{"self_attn.q_proj", q / t, h},  {"self_attn.k_proj", kvw / t, h},
+                                           {"self_attn.v_proj", kvw / t, h}, {"self_attn.o_proj", h, q / t},
+                                           {"mlp.gate_proj", F / t, h},      {"mlp.up_proj", F / t, h},
+                                           {"mlp.down_proj", h, F / t}}
+                     : std::vector<Target>{{"attn.c_attn", 3 * h / t, h}, {"attn.c_proj", h, h / t},
+                                           {"mlp.c_fc", F / t, h},        {"mlp.c_proj", h, F / t}};
+    for (const Target& x : targets)
+      if (m.lora.targets_module(std::string(m.is_llama() ? "model.layers.0." : "transformer.h.0.") + x.path))
+        add_adapter(s, d, rows, x.out, x.in, r);
   }
   // The attention core over sequences x heads: scores S = Q K^T [s_q, s_k]
   // (K = head_dim) and context P V [s_q, hd] (K = s_k). Materialized: whole
@@ -115,6 +156,7 @@ PassSeconds head_seconds(const BlockShape& b, const DeviceRates& d) {
   const double rows = b.sequences * double(m.seq_len) / b.cp, h = m.d_model, V = double(m.vocab_size) / b.tp;
   PassSeconds s;
   add_linear(s, d, rows, V, h);
+  if (m.lora.enabled()) s.backward_weight = 0;  // the head is part of the frozen base
   // Final norm; cross-entropy reads the fp32 logits and writes their
   // gradient in the same pass.
   const double mem = (2 * rows * h * b.act_bytes + 2 * rows * V * 4) / d.bandwidth;

@@ -9,6 +9,7 @@
 #include <toml++/toml.h>
 
 #include "cli/run_loom.h"
+#include "config/run_config.h"
 #include "kernels/cpu/isa.h"
 
 namespace {
@@ -27,15 +28,36 @@ TEST(PlannerCli, PlansThe175BModelOnAThousandDevices) {
 
 // Scenario 8: llama2-70b on one 8 x 80 GB node does not fit (1104 GB of
 // model states); the plan says why with the figures, shows the fewest
-// devices that do (two nodes) with their plan and memo, and exits 2.
+// devices that do (two nodes) with their plan and memo, and (--lora 0: full
+// training only) exits 2.
 TEST(PlannerCli, Llama70BOnOneNodeSaysWhyAndWhatFits) {
-  CliResult r = run_loom("plan --model llama2-70b --cluster a100-80gb --devices 8 --top 2");
+  CliResult r = run_loom("plan --model llama2-70b --cluster a100-80gb --devices 8 --top 2 --lora 0");
   EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_EQ(r.output.find("With LoRA"), std::string::npos) << r.output;
   for (const char* words : {"68.98B parameters (llama family: 80 layers", "64 heads (8 key/value), MLP 28672",
                             "No layout fits 8 x 80.0 GiB", "= 1104 GB", "Closest:",
                             "The fewest a100-80gb devices on which it fits: 16 (2 nodes)", "Memo for plan #1",
                             "Model: llama family", "its own 32000 x 8192 matrix (untied)", "GiB more per device"})
     EXPECT_NE(r.output.find(words), std::string::npos) << words << "\n" << r.output;
+}
+
+// Without --lora 0 the same question gets LoRA's answer (issue 39): it fits
+// on the 8 devices, with its table and memo, and --emit-config writes a
+// config loom reads back with the [lora] section.
+TEST(PlannerCli, Llama70BOnOneNodeFitsWithLora) {
+  const std::string cfg = std::string(LOOM_BINARY_DIR) + "/plan-lora-70b.toml";
+  std::remove(cfg.c_str());
+  CliResult r = run_loom("plan --model llama2-70b --cluster a100-80gb --devices 8 --top 2 --emit-config " + cfg);
+  EXPECT_EQ(r.code, 0) << r.output;
+  for (const char* words : {"No layout fits 8 x 80.0 GiB", "The fewest a100-80gb devices on which it fits: 16",
+                            "With LoRA (rank 16, alpha 32", "it fits on these 8 devices", "LoRA: rank 16, alpha 32 on "
+                            "q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj: 0.207B adapter parameters",
+                            "4N + 6N_adapters + 12Lhs", "wrote " })
+    EXPECT_NE(r.output.find(words), std::string::npos) << words << "\n" << r.output;
+  const loom::RunConfig back = loom::load_run_config(cfg, {});
+  EXPECT_EQ(back.model.lora.rank, 16);
+  EXPECT_EQ(back.model.lora.targets.size(), 7u);
+  EXPECT_EQ(back.model.n_layer, 80);
 }
 
 TEST(PlannerCli, LlamaPresetsAndOverrides) {

@@ -83,5 +83,32 @@ TEST(WorkModel, ClusterFieldsReachTheRates) {
   EXPECT_DOUBLE_EQ(back.memory_efficiency, 0.5);
 }
 
+// LoRA (issue 39): the frozen base computes no weight gradient, and each
+// adapter adds its rank-r products, priced by their own skinny shapes: at
+// rank 16 on LLaMA-7B's widths a few percent of the block, more than their
+// FLOPs alone (K = 16 and N = 16 run far below the ceiling). Narrow outputs
+// get narrow tiles and, short of a full wave, split-K.
+TEST(WorkModel, LoraDropsTheBaseWeightGradientsAndAddsSkinnyAdapterProducts) {
+  DeviceRates d = gpu_like();
+  d.k_half = 64;  // as the GPU presets
+  BlockShape b;
+  b.model.family = ModelFamily::llama, b.model.n_layer = 32, b.model.n_head = 32, b.model.d_model = 4096;
+  b.model.ffn_hidden = 11008, b.model.vocab_size = 32000, b.model.seq_len = 4096;
+  const PassSeconds full = block_seconds(b, d);
+  b.model.lora.rank = 16, b.model.lora.alpha = 32;
+  b.model.lora.targets = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
+  const PassSeconds lora = block_seconds(b, d);
+  EXPECT_EQ(lora.backward_weight, 0);
+  EXPECT_GT(lora.forward, full.forward);
+  const double added = (lora.forward + lora.backward()) - (full.forward + full.backward_input);
+  const double adapter_flops = 6.0 * 4096 * double(lora_parameters(b.model)) / b.model.n_layer;
+  EXPECT_GT(added, adapter_flops / (d.peak * d.ceiling));  // slower than their FLOPs at the ceiling
+  EXPECT_LT(added, 0.1 * (full.forward + full.backward()));
+  const PassSeconds head = head_seconds(b, d);
+  EXPECT_EQ(head.backward_weight, 0);
+  // u = x A^T: 16 output columns on a 16-wide tile, 16 tiles split 6 ways along K = 4096.
+  EXPECT_NEAR(gemm_efficiency(d, 4096, 16, 4096), 0.87 * (16.0 * 6 / 108) * (4096.0 / 6) / (4096.0 / 6 + 64), 1e-9);
+}
+
 }  // namespace
 }  // namespace loom::planner
