@@ -123,6 +123,18 @@ out=$(timeout 120 "$mpirun" --oversubscribe -np 4 "$loom" train --config "$plan_
 [[ $rc -eq 0 ]] || fail "the planned config did not train: exit $rc: $out"
 echo "$out" | grep -q "^step     2/2" || fail "the planned config ran no step: $out"
 echo "ok: loom plan --emit-config trains (ZeRO-3, full recomputation, pp 2)"
+# A LoRA plan (issue 39): the emitted config keeps [lora] and trains.
+out=$(timeout 60 "$loom" plan --config "$src/configs/tiny.toml" --cluster a100-80gb --devices 2 --lora 4 \
+        --emit-config "$plan_cfg" 2>&1); rc=$?
+[[ $rc -eq 0 ]] || fail "plan --lora 4 --emit-config: exit $rc: $out"
+echo "$out" | grep -q "^LoRA: rank 4, alpha 8 on c_attn, c_proj, c_fc" || fail "the LoRA plan's memo: $out"
+grep -q '^\[lora\]' "$plan_cfg" && grep -q '^rank = 4' "$plan_cfg" || fail "no [lora] in the emitted config: $(cat "$plan_cfg")"
+out=$(timeout 120 "$mpirun" --oversubscribe -np 2 "$loom" train --config "$plan_cfg" --set train.steps=2 \
+        --set runtime.threads=1 --set train.run_dir='""' --set train.sample_tokens=0 \
+        --set "data.path=\"$src/data/sample/kjv.txt\"" 2>&1); rc=$?
+[[ $rc -eq 0 ]] || fail "the planned LoRA config did not train: exit $rc: $out"
+echo "$out" | grep -q "^LoRA: rank 4" && echo "$out" | grep -q "^step     2/2" || fail "the planned LoRA config: $out"
+echo "ok: loom plan --lora --emit-config trains LoRA"
 # ZeRO-3 never gathers the whole model for the closing sample; ZeRO-1 in bf16
 # (sharded masters) gathers them and samples.
 out=$(run 2 --set parallel.zero=3 --set train.run_dir='""'); rc=$?
