@@ -1,0 +1,206 @@
+#include "model/moe/moe_layer.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <type_traits>
+
+#include "kernels/cpu/cast.h"
+#include "kernels/cpu/swiglu.h"
+
+namespace loom::moe {
+namespace {
+
+// C[M,N] (+)= op(A) op(B) with fp32 C, on the engine the layers use.
+template <class A>
+void mm(cpu::LowpMatmulEngine& eng, float* c, const A* a, const A* b, int64_t M, int64_t N, int64_t K, bool ta,
+        bool tb, bool accumulate) {
+  if (M == 0 || N == 0) return;
+  if (K == 0) {  // an expert without rows: nothing to add
+    if (!accumulate) std::fill(c, c + M * N, 0.f);
+    return;
+  }
+  if constexpr (std::is_same_v<A, float>) eng.fp32().gemm(c, a, b, nullptr, M, N, K, ta, tb, accumulate);
+  else eng.gemm(c, a, b, nullptr, M, N, K, ta, tb, accumulate);
+}
+
+// The same with C in the compute type (rounded once).
+template <class A>
+void mm_out(cpu::LowpMatmulEngine& eng, A* c, const A* a, const A* b, int64_t M, int64_t N, int64_t K) {
+  if (M == 0 || N == 0) return;
+  if constexpr (std::is_same_v<A, float>) eng.fp32().gemm(c, a, b, nullptr, M, N, K, false, true, false);
+  else eng.gemm(c, a, b, nullptr, M, N, K, false, true);
+}
+
+template <class A>
+A from_f32(float v) {
+  if constexpr (std::is_same_v<A, float>) return v;
+  else if constexpr (std::is_same_v<A, bf16>) return float_to_bf16(v);
+  else return float_to_f16(v);
+}
+
+template <class A>
+const float* widened(const A* x, float* to, size_t n) {
+  if constexpr (std::is_same_v<A, float>) {
+    (void)to, (void)n;
+    return x;
+  } else {
+    cpu::widen(to, x, n);
+    return to;
+  }
+}
+
+// Softmax, top-k (ties: the lower expert), renormalised weights, and the
+// counting sort that gives each pair its row.
+void route(const float* logits, const float* bias, const Shape& s, Routing& r) {
+  const int E = s.E, k = s.k;
+  std::fill(r.count.begin(), r.count.end(), 0);
+  for (int n = 0; n < s.N; n++) {
+    const float* l = logits + size_t(n) * E;
+    float* p = r.prob.data() + size_t(n) * E;
+    const float mx = *std::max_element(l, l + E);
+    double sum = 0;
+    for (int e = 0; e < E; e++) p[e] = std::exp(l[e] - mx), sum += p[e];
+    for (int e = 0; e < E; e++) p[e] = float(p[e] / sum);
+    int32_t* chosen = r.expert.data() + size_t(n) * k;
+    // k passes of argmax over the not yet chosen: small k, and ties go low.
+    for (int j = 0; j < k; j++) {
+      int best = -1;
+      float best_score = 0;
+      for (int e = 0; e < E; e++) {
+        if (std::find(chosen, chosen + j, e) != chosen + j) continue;
+        const float score = p[e] + (bias ? bias[e] : 0.f);
+        if (best < 0 || score > best_score) best = e, best_score = score;
+      }
+      chosen[j] = best;
+      r.count[size_t(best)]++;
+    }
+    float total = 0;
+    for (int j = 0; j < k; j++) total += p[chosen[j]];
+    for (int j = 0; j < k; j++) r.weight[size_t(n) * k + j] = p[chosen[j]] / total;
+  }
+  r.first[0] = 0;
+  for (int e = 0; e < E; e++) r.first[size_t(e) + 1] = r.first[size_t(e)] + r.count[size_t(e)];
+  std::vector<int32_t>& next = r.count;  // reused as each expert's next free row, then restored
+  for (int e = 0; e < E; e++) next[size_t(e)] = r.first[size_t(e)];
+  for (int64_t i = 0; i < s.pairs(); i++) r.row[size_t(i)] = next[size_t(r.expert[size_t(i)])]++;
+  for (int e = 0; e < E; e++) r.count[size_t(e)] = r.first[size_t(e) + 1] - r.first[size_t(e)];
+}
+
+}  // namespace
+
+void Routing::reserve(const Shape& s) {
+  prob.resize(size_t(s.N) * s.E);
+  expert.resize(size_t(s.pairs()));
+  weight.resize(size_t(s.pairs()));
+  row.resize(size_t(s.pairs()));
+  count.resize(size_t(s.E));
+  first.resize(size_t(s.E) + 1);
+}
+
+template <class A>
+void forward(cpu::LowpMatmulEngine& eng, float* y, const A* x, const float* w_router, const float* bias,
+             const A* w_gate_up, const A* w_down, const Shape& s, Routing& r, const Buffers<A>& b) {
+  const int C = s.C, E = s.E, F = s.F, k = s.k;
+  // Router in fp32: logits into yp's first N x E floats (free until the experts run).
+  const float* x32 = widened(x, b.x32, size_t(s.N) * C);
+  float* logits = b.yp;
+  eng.fp32().gemm(logits, x32, w_router, nullptr, s.N, E, C, false, true, false);
+  route(logits, bias, s, r);
+  // Permute: each pair's token into its expert's rows.
+  for (int n = 0; n < s.N; n++)
+    for (int j = 0; j < k; j++)
+      std::memcpy(b.xp + size_t(r.row[size_t(n) * k + j]) * C, x + size_t(n) * C, size_t(C) * sizeof(A));
+  // Each expert: one product over its rows for gate/up, SwiGLU, one for down.
+  for (int e = 0; e < E; e++) {
+    const int64_t rows = r.count[size_t(e)], at = r.first[size_t(e)];
+    if (rows == 0) continue;
+    mm_out<A>(eng, b.gate_up + at * 2 * F, b.xp + at * C, w_gate_up + int64_t(e) * 2 * F * C, rows, 2 * F, C);
+    cpu::swiglu_forward(b.hidden + at * F, b.gate_up + at * 2 * F, int(rows), F);
+    mm<A>(eng, b.yp + at * C, b.hidden + at * F, w_down + int64_t(e) * C * F, rows, C, F, false, true, false);
+  }
+  // Combine in fp32, slot by slot.
+  for (int n = 0; n < s.N; n++) {
+    float* out = y + size_t(n) * C;
+    std::fill(out, out + C, 0.f);
+    for (int j = 0; j < k; j++) {
+      const float w = r.weight[size_t(n) * k + j];
+      const float* from = b.yp + size_t(r.row[size_t(n) * k + j]) * C;
+      for (int c = 0; c < C; c++) out[c] += w * from[c];
+    }
+  }
+}
+
+template <class A>
+void backward(cpu::LowpMatmulEngine& eng, float* dx, float* dw_router, float* dw_gate_up, float* dw_down,
+              const float* dy, const A* x, const float* w_router, const A* w_gate_up, const A* w_down,
+              const Shape& s, const Routing& r, const Buffers<A>& b, const BackwardWork<A>& w) {
+  const int C = s.C, E = s.E, F = s.F, k = s.k;
+  // Combine's backward: each pair's output gradient w dy (in the compute
+  // type, as the products read it) and its weight's gradient dy . yp.
+  float* dlogits = w.dlogits;
+  std::fill(dlogits, dlogits + size_t(s.N) * E, 0.f);
+  for (int n = 0; n < s.N; n++) {
+    const float* g = dy + size_t(n) * C;
+    const float* p = r.prob.data() + size_t(n) * E;
+    float dws[kMaxTopK];
+    float total = 0, weighted = 0;
+    for (int j = 0; j < k; j++) {
+      const size_t pair = size_t(n) * k + j;
+      const float wt = r.weight[pair];
+      const float* yp = b.yp + size_t(r.row[pair]) * C;
+      A* to = w.dyp + size_t(r.row[pair]) * C;
+      double dot = 0;
+      for (int c = 0; c < C; c++) to[c] = from_f32<A>(wt * g[c]), dot += double(g[c]) * yp[c];
+      dws[j] = float(dot);
+      total += p[r.expert[pair]];
+      weighted += dws[j] * wt;
+    }
+    // w_j = p_j / S over the chosen: dp_j = (dw_j - sum_i w_i dw_i) / S;
+    // then the softmax: dlogit_e = p_e (dp_e - sum_m p_m dp_m).
+    float* dl = dlogits + size_t(n) * E;
+    float pdp = 0;
+    for (int j = 0; j < k; j++) {
+      const int e = r.expert[size_t(n) * k + j];
+      dl[e] = (dws[j] - weighted) / total;  // dp, for now
+      pdp += p[e] * dl[e];
+    }
+    for (int e = 0; e < E; e++) dl[e] = p[e] * (dl[e] - pdp);
+  }
+  // Experts, each over its rows.
+  for (int e = 0; e < E; e++) {
+    const int64_t rows = r.count[size_t(e)], at = r.first[size_t(e)];
+    if (rows == 0) continue;
+    const A* wd = w_down + int64_t(e) * C * F;
+    const A* wgu = w_gate_up + int64_t(e) * 2 * F * C;
+    mm<A>(eng, w.dhidden + at * F, w.dyp + at * C, wd, rows, F, C, false, false, false);                    // dyp wd
+    mm<A>(eng, dw_down + int64_t(e) * C * F, w.dyp + at * C, b.hidden + at * F, C, F, rows, true, false, true);
+    cpu::swiglu_backward(w.dgate_up + at * 2 * F, b.gate_up + at * 2 * F, w.dhidden + at * F, int(rows), F);
+    mm<A>(eng, dw_gate_up + int64_t(e) * 2 * F * C, w.dgate_up + at * 2 * F, b.xp + at * C, 2 * F, C, rows, true,
+          false, true);
+    mm<A>(eng, w.dxp + at * C, w.dgate_up + at * 2 * F, wgu, rows, C, 2 * F, false, false, false);
+  }
+  // Router: dWr += dlogits^T x, dx = dlogits Wr, then each pair's input gradient added back.
+  const float* x32 = widened(x, b.x32, size_t(s.N) * C);
+  eng.fp32().gemm(dw_router, dlogits, x32, nullptr, E, C, s.N, true, false, true);
+  eng.fp32().gemm(dx, dlogits, w_router, nullptr, s.N, C, E, false, false, false);
+  for (int n = 0; n < s.N; n++)
+    for (int j = 0; j < k; j++) {
+      const float* from = w.dxp + size_t(r.row[size_t(n) * k + j]) * C;
+      float* to = dx + size_t(n) * C;
+      for (int c = 0; c < C; c++) to[c] += from[c];
+    }
+}
+
+#define LOOM_MOE(A)                                                                                                 \
+  template void forward<A>(cpu::LowpMatmulEngine&, float*, const A*, const float*, const float*, const A*, const A*, \
+                           const Shape&, Routing&, const Buffers<A>&);                                               \
+  template void backward<A>(cpu::LowpMatmulEngine&, float*, float*, float*, float*, const float*, const A*,          \
+                            const float*, const A*, const A*, const Shape&, const Routing&, const Buffers<A>&,      \
+                            const BackwardWork<A>&);
+LOOM_MOE(float)
+LOOM_MOE(bf16)
+LOOM_MOE(f16)
+#undef LOOM_MOE
+
+}  // namespace loom::moe

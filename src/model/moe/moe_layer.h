@@ -1,0 +1,87 @@
+// A mixture-of-experts MLP on one rank's tokens (issue 40's layer; the
+// family and its layouts build on it): a router, top-k of E SwiGLU experts,
+// dropless, as Mixtral's sparse block computes it.
+//
+//   logits[N, E] = x Wr^T (fp32: the router is kept in fp32)
+//   p = softmax(logits); the k experts of the largest p + bias (bias: the
+//   auxiliary-loss-free balancing's, for selection only; ties to the lowest
+//   expert index); weights w = p over the chosen, renormalised to sum 1
+//   y[n] = sum_j w[n, j] expert_{e(n, j)}(x[n]),  expert(x) = (silu(x G^T) * (x U^T)) D^T
+//
+// Dropless: every token reaches its k experts. The N k (token, expert) pairs
+// are permuted so each expert's rows are contiguous (a counting sort,
+// tokens in order within an expert) and each expert runs one product over
+// its rows; the outputs are combined back in fp32 in a fixed order (j = 0
+// .. k-1). Every buffer is N k rows whatever the routing: no step allocates.
+//
+// Types: x and the expert weights in the compute type A (float, bf16, f16);
+// the router weight, the combine and every gradient fp32. The expert weights
+// are stacked: w_gate_up [E, 2F, C] (gate's rows, then up's, as loom's fused
+// dense MLP), w_down [E, C, F].
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/dtype.h"
+#include "kernels/cpu/matmul_lowp.h"
+
+namespace loom::moe {
+
+constexpr int kMaxTopK = 64;  // experts per token at most
+
+struct Shape {
+  int N = 0;  // tokens
+  int C = 0;  // model width
+  int E = 0;  // experts
+  int k = 0;  // experts per token, 1..min(E, kMaxTopK)
+  int F = 0;  // an expert's MLP width
+  int64_t pairs() const { return int64_t(N) * k; }
+};
+
+// What forward decides and backward reads again, sized once (reserve) so a
+// step allocates nothing.
+struct Routing {
+  std::vector<float> prob;      // [N, E] softmax of the logits
+  std::vector<int32_t> expert;  // [N, k] chosen experts, by descending score
+  std::vector<float> weight;    // [N, k] combine weights
+  std::vector<int32_t> row;     // [N, k] the pair's row in the permuted buffers
+  std::vector<int32_t> count;   // [E] rows per expert
+  std::vector<int32_t> first;   // [E + 1] each expert's first row
+  void reserve(const Shape& s);
+};
+
+// The per-pair buffers (N k rows each) forward fills and backward reads.
+template <class A>
+struct Buffers {
+  A* xp = nullptr;        // [Nk, C] the tokens, permuted
+  A* gate_up = nullptr;   // [Nk, 2F]
+  A* hidden = nullptr;    // [Nk, F] silu(gate) * up
+  float* yp = nullptr;    // [Nk, C] expert outputs
+  float* x32 = nullptr;   // [N, C] x in fp32 for the router (A = float: unused)
+};
+
+// Backward's work space: fp32 [Nk, C] (dxp), [Nk, F] (dhidden), A [Nk, C]
+// (the weighted output gradient), A [Nk, 2F] (dgate_up), fp32 [N, E] (dlogits).
+template <class A>
+struct BackwardWork {
+  float* dxp = nullptr;
+  float* dhidden = nullptr;
+  A* dyp = nullptr;
+  A* dgate_up = nullptr;
+  float* dlogits = nullptr;
+};
+
+// y[N, C] (written) from x[N, C]. bias [E] may be null.
+template <class A>
+void forward(cpu::LowpMatmulEngine& eng, float* y, const A* x, const float* w_router, const float* bias,
+             const A* w_gate_up, const A* w_down, const Shape& s, Routing& r, const Buffers<A>& b);
+
+// From dy[N, C]: dx[N, C] (written), and the weights' gradients added to
+// (fp32: dw_router [E, C], dw_gate_up [E, 2F, C], dw_down [E, C, F]).
+template <class A>
+void backward(cpu::LowpMatmulEngine& eng, float* dx, float* dw_router, float* dw_gate_up, float* dw_down,
+              const float* dy, const A* x, const float* w_router, const A* w_gate_up, const A* w_down,
+              const Shape& s, const Routing& r, const Buffers<A>& b, const BackwardWork<A>& w);
+
+}  // namespace loom::moe

@@ -1,0 +1,66 @@
+"""Write the golden reference of loom's MoE layer (src/model/moe/).
+
+Usage: /usr/bin/python3 tools/make_moe_reference.py OUT_PATH
+
+One SparseMoe (tools/moe_torch.py: 8 experts, top-2, d_model 32, expert
+width 48) on 24 random tokens: the weights, the input, the output and the
+router logits, and after (y * g).sum() with a random g the gradients of the
+input and of every weight. Written in make_reference.py's LOOMREF format:
+ints d_model, ffn, n_experts, top_k, tokens; tensors param/<name>, x, g, y,
+logits, grad/x, grad/<name> (names: gate.weight, experts.E.gate_proj.weight,
+.up_proj.weight, .down_proj.weight).
+"""
+
+import os
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from make_reference import MAGIC, VERSION, pack_name, pack_tensor  # noqa: E402
+from moe_torch import SparseMoe  # noqa: E402
+import struct  # noqa: E402
+
+INTS = {"d_model": 32, "ffn": 48, "n_experts": 8, "top_k": 2, "tokens": 24}
+
+
+def main():
+    if len(sys.argv) != 2:
+        sys.exit(__doc__.strip().splitlines()[2])
+    torch.manual_seed(4321)
+    torch.set_num_threads(1)
+    m = SparseMoe(INTS["d_model"], INTS["ffn"], INTS["n_experts"], INTS["top_k"])
+    with torch.no_grad():  # a router with margins: routing decided well above rounding
+        m.gate.weight.normal_(0.0, 0.5)
+    x = torch.randn(INTS["tokens"], INTS["d_model"], requires_grad=True)
+    g = torch.randn(INTS["tokens"], INTS["d_model"])
+    tensors = {}
+    for n, p in m.named_parameters():
+        tensors[f"param/{n}"] = p.detach().clone()
+    y, logits = m(x)
+    (y * g).sum().backward()
+    tensors["x"] = x.detach().clone()
+    tensors["g"] = g
+    tensors["y"] = y.detach().clone()
+    tensors["logits"] = logits.detach().clone()
+    tensors["grad/x"] = x.grad.detach().clone()
+    for n, p in m.named_parameters():
+        tensors[f"grad/{n}"] = p.grad.detach().clone()
+    blob = bytearray(MAGIC) + struct.pack("<I", VERSION) + struct.pack("<I", len(INTS))
+    for k, v in INTS.items():
+        blob += pack_name(k) + struct.pack("<q", v)
+    blob += struct.pack("<I", 0)
+    blob += struct.pack("<I", len(tensors))
+    for k, t in tensors.items():
+        blob += pack_tensor(k, t)
+    out = sys.argv[1]
+    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+    tmp = f"{out}.tmp.{os.getpid()}"
+    with open(tmp, "wb") as f:
+        f.write(blob)
+    os.replace(tmp, out)
+    print(f"wrote {out}: {len(tensors)} tensors")
+
+
+if __name__ == "__main__":
+    main()
