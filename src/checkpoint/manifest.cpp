@@ -224,6 +224,12 @@ void check_model_matches(const CheckpointManifest& m, const std::map<std::string
                     "checkpoint '%s' is from a different model: %s is %lld there, %lld in this run's config",
                     path.c_str(), shown.c_str(), (long long)it->second, (long long)want);
   }
+  // A mixture of experts resumed as a dense model: the MLP tensors differ.
+  const auto experts = m.model.find("n_experts");
+  LOOM_USER_CHECK(experts == m.model.end() || expected.count("n_experts"),
+                  "checkpoint '%s' is a mixture of experts (%lld experts: model.family = \"mixtral\"); this run's model "
+                  "is dense",
+                  path.c_str(), (long long)(experts == m.model.end() ? 0 : experts->second));
   // Adapters without the run's [lora]: the checkpoint holds no base to resume.
   const auto rank = m.model.find("lora_rank");
   LOOM_USER_CHECK(rank == m.model.end() || expected.count("lora_rank"),

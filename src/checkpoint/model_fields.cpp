@@ -19,6 +19,10 @@ std::map<std::string, int64_t> model_fields(const ModelConfig& cfg) {
       f["rope_original_max_positions"] = cfg.rope_scaling.original_max_positions;
     }
   }
+  if (cfg.is_moe()) {  // the mixtral family's experts
+    f["n_experts"] = cfg.n_experts, f["top_k"] = cfg.top_k;
+    f["moe_ffn_hidden"] = cfg.expert_ffn(), f["moe_every"] = cfg.moe_every;
+  }
   if (cfg.lora.enabled()) {  // the adapters' shapes: which layers, what rank
     const std::vector<std::string> names = lora_target_names(cfg.is_llama());
     int64_t mask = 0;
@@ -83,6 +87,10 @@ ModelConfig model_config_from_fields(const std::map<std::string, int64_t>& field
       real_field("rope_low_freq_factor", &c.rope_scaling.low_freq_factor);
       real_field("rope_high_freq_factor", &c.rope_scaling.high_freq_factor);
     }
+  }
+  if (fields.count("n_experts")) {
+    c.n_experts = get("n_experts"), c.top_k = get("top_k");
+    c.moe_ffn_hidden = get("moe_ffn_hidden"), c.moe_every = get("moe_every");
   }
   if (fields.count("lora_rank")) {
     c.lora.rank = get("lora_rank");

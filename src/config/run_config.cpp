@@ -158,12 +158,24 @@ void read_lora(FieldReader& r, LoraConfig& lora) {
 }
 
 void read_fields(FieldReader& r, RunConfig& c) {
-  std::string family = model_family_name(c.model.family);
+  std::string family = c.model.family_name();
   r.get("model.family", &family);
-  const std::optional<ModelFamily> parsed = parse_model_family(family);
-  LOOM_USER_CHECK(parsed.has_value(), "config field 'model.family' must be \"gpt2\" or \"llama\" (got \"%s\")",
+  // "mixtral": LLaMA with a mixture-of-experts MLP (8 experts, top 2 unless set).
+  const bool mixtral = family == "mixtral";
+  const std::optional<ModelFamily> parsed = mixtral ? ModelFamily::llama : parse_model_family(family);
+  LOOM_USER_CHECK(parsed.has_value(),
+                  "config field 'model.family' must be \"gpt2\", \"llama\" or \"mixtral\" (got \"%s\")",
                   family.c_str());
   c.model.family = *parsed;
+  r.get("model.n_experts", &c.model.n_experts);
+  r.get("model.top_k", &c.model.top_k);
+  r.get("model.moe_ffn_hidden", &c.model.moe_ffn_hidden);
+  r.get("model.moe_every", &c.model.moe_every);
+  if (mixtral && c.model.n_experts == 0) c.model.n_experts = 8;
+  LOOM_USER_CHECK(mixtral || c.model.n_experts == 0,
+                  "config field 'model.n_experts' is set on a %s model: experts are the mixtral family's "
+                  "(model.family = \"mixtral\")",
+                  family.c_str());
   r.get("model.vocab_size", &c.model.vocab_size);
   r.get("model.n_layer", &c.model.n_layer);
   r.get("model.n_head", &c.model.n_head);
@@ -451,7 +463,7 @@ static std::string toml_escaped(const std::string& text) {
 
 std::string RunConfig::to_toml() const {
   std::ostringstream s;
-  s << "[model]\nfamily = \"" << model_family_name(model.family) << "\"\nvocab_size = " << model.vocab_size << "\nn_layer = " << model.n_layer
+  s << "[model]\nfamily = \"" << model.family_name() << "\"\nvocab_size = " << model.vocab_size << "\nn_layer = " << model.n_layer
     << "\nn_head = " << model.n_head << "\nd_model = " << model.d_model << "\nseq_len = " << model.seq_len
     << "\nn_kv_head = " << model.n_kv_head << "\nffn_hidden = " << model.ffn_hidden
     << "\nffn_multiple_of = " << model.ffn_multiple_of << "\nrope_theta = " << toml_number(model.rope_theta)
@@ -466,6 +478,9 @@ std::string RunConfig::to_toml() const {
        }()
     << (model.tie_embeddings < 0 ? "" : model.tie_embeddings ? "\ntie_embeddings = true" : "\ntie_embeddings = false")
     << "\nattention = \"" << attention_kind_name(model.attention) << "\""
+    << (model.is_moe() ? strprintf("\nn_experts = %d\ntop_k = %d\nmoe_ffn_hidden = %d\nmoe_every = %d", model.n_experts,
+                                   model.top_k, model.moe_ffn_hidden, model.moe_every)
+                       : std::string())
     << "\n[train]\nbatch_size = " << train.batch_size
     << "\nmicro_batch_size = " << train.micro_batch_size << "\nsteps = " << train.steps << "\nlr = " << train.lr
     << "\nmin_lr = " << train.min_lr << "\nwarmup_steps = " << train.warmup_steps

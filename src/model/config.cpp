@@ -1,5 +1,6 @@
 #include "model/config.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/check.h"
@@ -132,6 +133,18 @@ void ModelConfig::validate() const {
                     "rotary positions rotate pairs of features: the head dimension model.d_model / model.n_head = "
                     "%d must be even",
                     head_dim());
+  }
+  if (n_experts != 0 || moe_ffn_hidden != 0) {
+    LOOM_USER_CHECK(is_llama(), "config field 'model.n_experts': experts are the mixtral family's (model.family = "
+                                "\"mixtral\": LLaMA's attention with a mixture-of-experts MLP)");
+    LOOM_USER_CHECK(n_experts >= 1 && n_experts <= 256, "config field 'model.n_experts' must be in [1, 256] (got %d)",
+                    n_experts);
+    LOOM_USER_CHECK(top_k >= 1 && top_k <= std::min(n_experts, 64),
+                    "config field 'model.top_k' must be in [1, min(model.n_experts, 64)] = [1, %d] (got %d)",
+                    std::min(n_experts, 64), top_k);
+    LOOM_USER_CHECK(moe_every >= 1 && moe_every <= n_layer,
+                    "config field 'model.moe_every' must be in [1, model.n_layer] (got %d)", moe_every);
+    LOOM_USER_CHECK(moe_ffn_hidden >= 0, "config field 'model.moe_ffn_hidden' must be >= 0 (got %d)", moe_ffn_hidden);
   }
   validate_lora(lora, *this);
 }

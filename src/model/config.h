@@ -66,6 +66,19 @@ struct ModelConfig {
   AttentionKind attention = AttentionKind::auto_;  // a kernel choice: same parameters and results either way
   // LoRA adapters ([lora]): their tensors join the layout, the base is frozen.
   LoraConfig lora;
+  // Mixture of experts (model.family = "mixtral": LLaMA's attention, a
+  // dropless top-k MoE MLP, model/moe/): n_experts SwiGLU experts of width
+  // moe_ffn_hidden (0: ffn()), top_k per token, in every moe_every-th block
+  // (block l when (l + 1) % moe_every == 0; the others dense). 0: dense.
+  int n_experts = 0;
+  int top_k = 2;
+  int moe_ffn_hidden = 0;
+  int moe_every = 1;
+  bool is_moe() const { return n_experts > 0; }
+  bool moe_block(int layer) const { return is_moe() && (layer + 1) % moe_every == 0; }
+  int expert_ffn() const { return moe_ffn_hidden > 0 ? moe_ffn_hidden : ffn(); }
+  // "gpt2", "llama" or "mixtral" (LLaMA with experts).
+  const char* family_name() const { return is_moe() ? "mixtral" : model_family_name(family); }
 
   int head_dim() const { return d_model / n_head; }
   int kv_heads() const { return n_kv_head > 0 ? n_kv_head : n_head; }

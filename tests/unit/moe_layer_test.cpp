@@ -56,7 +56,7 @@ std::vector<A> as(const std::vector<float>& v) {
 
 struct Result {
   std::vector<float> y, dx, drouter, dgate_up, ddown;
-  loom::moe::Routing r;
+  loom::moe::RoutingStorage r;
 };
 
 template <class A>
@@ -67,16 +67,16 @@ Result run(const Layer& l, const std::vector<float>& x32, const std::vector<floa
   std::vector<A> xp(NK * C), gate_up(NK * 2 * F), hidden(NK * F), dyp(NK * C), dgu(NK * 2 * F);
   std::vector<float> yp(NK * C), xw(size_t(s.N) * C), dxp(NK * C), dh(NK * F), dl(size_t(s.N) * s.E);
   Result out;
-  out.r.reserve(s);
+  const loom::moe::Routing routing = out.r.view(s);
   out.y.resize(size_t(s.N) * C), out.dx.resize(out.y.size());
   out.drouter.assign(l.router.size(), 0.f), out.dgate_up.assign(l.gate_up.size(), 0.f);
   out.ddown.assign(l.down.size(), 0.f);
   loom::cpu::LowpMatmulEngine eng;
   const loom::moe::Buffers<A> b{xp.data(), gate_up.data(), hidden.data(), yp.data(), xw.data()};
-  loom::moe::forward<A>(eng, out.y.data(), x.data(), l.router.data(), bias, gu.data(), dn.data(), s, out.r, b);
+  loom::moe::forward<A>(eng, out.y.data(), x.data(), l.router.data(), bias, gu.data(), dn.data(), s, routing, b);
   const loom::moe::BackwardWork<A> w{dxp.data(), dh.data(), dyp.data(), dgu.data(), dl.data()};
   loom::moe::backward<A>(eng, out.dx.data(), out.drouter.data(), out.dgate_up.data(), out.ddown.data(), g.data(),
-                         x.data(), l.router.data(), gu.data(), dn.data(), s, out.r, b, w);
+                         x.data(), l.router.data(), gu.data(), dn.data(), s, routing, b, w);
   return out;
 }
 

@@ -52,17 +52,17 @@ const float* widened(const A* x, float* to, size_t n) {
 
 // Softmax, top-k (ties: the lower expert), renormalised weights, and the
 // counting sort that gives each pair its row.
-void route(const float* logits, const float* bias, const Shape& s, Routing& r) {
+void route(const float* logits, const float* bias, const Shape& s, const Routing& r) {
   const int E = s.E, k = s.k;
-  std::fill(r.count.begin(), r.count.end(), 0);
+  std::fill(r.count, r.count + E, 0);
   for (int n = 0; n < s.N; n++) {
     const float* l = logits + size_t(n) * E;
-    float* p = r.prob.data() + size_t(n) * E;
+    float* p = r.prob + size_t(n) * E;
     const float mx = *std::max_element(l, l + E);
     double sum = 0;
     for (int e = 0; e < E; e++) p[e] = std::exp(l[e] - mx), sum += p[e];
     for (int e = 0; e < E; e++) p[e] = float(p[e] / sum);
-    int32_t* chosen = r.expert.data() + size_t(n) * k;
+    int32_t* chosen = r.expert + size_t(n) * k;
     // k passes of argmax over the not yet chosen: small k, and ties go low.
     for (int j = 0; j < k; j++) {
       int best = -1;
@@ -81,7 +81,7 @@ void route(const float* logits, const float* bias, const Shape& s, Routing& r) {
   }
   r.first[0] = 0;
   for (int e = 0; e < E; e++) r.first[size_t(e) + 1] = r.first[size_t(e)] + r.count[size_t(e)];
-  std::vector<int32_t>& next = r.count;  // reused as each expert's next free row, then restored
+  int32_t* next = r.count;  // reused as each expert's next free row, then restored
   for (int e = 0; e < E; e++) next[size_t(e)] = r.first[size_t(e)];
   for (int64_t i = 0; i < s.pairs(); i++) r.row[size_t(i)] = next[size_t(r.expert[size_t(i)])]++;
   for (int e = 0; e < E; e++) r.count[size_t(e)] = r.first[size_t(e) + 1] - r.first[size_t(e)];
@@ -89,18 +89,16 @@ void route(const float* logits, const float* bias, const Shape& s, Routing& r) {
 
 }  // namespace
 
-void Routing::reserve(const Shape& s) {
-  prob.resize(size_t(s.N) * s.E);
-  expert.resize(size_t(s.pairs()));
-  weight.resize(size_t(s.pairs()));
-  row.resize(size_t(s.pairs()));
-  count.resize(size_t(s.E));
-  first.resize(size_t(s.E) + 1);
+Routing RoutingStorage::view(const Shape& s) {
+  prob.resize(size_t(s.N) * s.E), weight.resize(size_t(s.pairs()));
+  expert.resize(size_t(s.pairs())), row.resize(size_t(s.pairs()));
+  count.resize(size_t(s.E)), first.resize(size_t(s.E) + 1);
+  return {prob.data(), expert.data(), weight.data(), row.data(), count.data(), first.data()};
 }
 
 template <class A>
 void forward(cpu::LowpMatmulEngine& eng, float* y, const A* x, const float* w_router, const float* bias,
-             const A* w_gate_up, const A* w_down, const Shape& s, Routing& r, const Buffers<A>& b) {
+             const A* w_gate_up, const A* w_down, const Shape& s, const Routing& r, const Buffers<A>& b) {
   const int C = s.C, E = s.E, F = s.F, k = s.k;
   // Router in fp32: logits into yp's first N x E floats (free until the experts run).
   const float* x32 = widened(x, b.x32, size_t(s.N) * C);
@@ -142,7 +140,7 @@ void backward(cpu::LowpMatmulEngine& eng, float* dx, float* dw_router, float* dw
   std::fill(dlogits, dlogits + size_t(s.N) * E, 0.f);
   for (int n = 0; n < s.N; n++) {
     const float* g = dy + size_t(n) * C;
-    const float* p = r.prob.data() + size_t(n) * E;
+    const float* p = r.prob + size_t(n) * E;
     float dws[kMaxTopK];
     float total = 0, weighted = 0;
     for (int j = 0; j < k; j++) {
@@ -194,7 +192,7 @@ void backward(cpu::LowpMatmulEngine& eng, float* dx, float* dw_router, float* dw
 
 #define LOOM_MOE(A)                                                                                                 \
   template void forward<A>(cpu::LowpMatmulEngine&, float*, const A*, const float*, const float*, const A*, const A*, \
-                           const Shape&, Routing&, const Buffers<A>&);                                               \
+                           const Shape&, const Routing&, const Buffers<A>&);                                               \
   template void backward<A>(cpu::LowpMatmulEngine&, float*, float*, float*, float*, const float*, const A*,          \
                             const float*, const A*, const A*, const Shape&, const Routing&, const Buffers<A>&,      \
                             const BackwardWork<A>&);

@@ -39,16 +39,22 @@ struct Shape {
   int64_t pairs() const { return int64_t(N) * k; }
 };
 
-// What forward decides and backward reads again, sized once (reserve) so a
-// step allocates nothing.
+// What forward decides and backward reads again (planned buffers: a step
+// allocates nothing).
 struct Routing {
-  std::vector<float> prob;      // [N, E] softmax of the logits
-  std::vector<int32_t> expert;  // [N, k] chosen experts, by descending score
-  std::vector<float> weight;    // [N, k] combine weights
-  std::vector<int32_t> row;     // [N, k] the pair's row in the permuted buffers
-  std::vector<int32_t> count;   // [E] rows per expert
-  std::vector<int32_t> first;   // [E + 1] each expert's first row
-  void reserve(const Shape& s);
+  float* prob = nullptr;      // [N, E] softmax of the logits
+  int32_t* expert = nullptr;  // [N, k] chosen experts, by descending score
+  float* weight = nullptr;    // [N, k] combine weights
+  int32_t* row = nullptr;     // [N, k] the pair's row in the permuted buffers
+  int32_t* count = nullptr;   // [E] rows per expert
+  int32_t* first = nullptr;   // [E + 1] each expert's first row
+};
+
+// Routing's arrays in vectors of their own (tests, tools).
+struct RoutingStorage {
+  std::vector<float> prob, weight;
+  std::vector<int32_t> expert, row, count, first;
+  Routing view(const Shape& s);
 };
 
 // The per-pair buffers (N k rows each) forward fills and backward reads.
@@ -75,7 +81,7 @@ struct BackwardWork {
 // y[N, C] (written) from x[N, C]. bias [E] may be null.
 template <class A>
 void forward(cpu::LowpMatmulEngine& eng, float* y, const A* x, const float* w_router, const float* bias,
-             const A* w_gate_up, const A* w_down, const Shape& s, Routing& r, const Buffers<A>& b);
+             const A* w_gate_up, const A* w_down, const Shape& s, const Routing& r, const Buffers<A>& b);
 
 // From dy[N, C]: dx[N, C] (written), and the weights' gradients added to
 // (fp32: dw_router [E, C], dw_gate_up [E, 2F, C], dw_down [E, C, F]).
