@@ -53,6 +53,32 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from gpt_torch import GPT, GPTConfig, make_adamw  # noqa: E402
 from llama_torch import Llama, LlamaConfig  # noqa: E402
 from lora_torch import add_lora, loom_name  # noqa: E402
+from moe_torch import SparseMoe  # noqa: E402
+
+# mixtral: LLaMA with every block's MLP a SparseMoe (tools/moe_torch.py) of
+# MOE_EXPERTS experts of width MOE_FFN, top MOE_TOP_K; the routers drawn
+# with std MOE_ROUTER_STD so that routing margins stay far above rounding.
+MOE_EXPERTS, MOE_TOP_K, MOE_FFN, MOE_ROUTER_STD = 4, 2, 48, 1.0
+
+
+class MoeMlp(SparseMoe):
+    """SparseMoe on [B, T, C] activations (a DecoderLayer's mlp)."""
+
+    def forward(self, x):
+        y, _ = super().forward(x.reshape(-1, x.shape[-1]))
+        return y.reshape(x.shape)
+
+
+def make_mixtral(make_llama):
+    model = make_llama()
+    torch.manual_seed(99)
+    for layer in model.model.layers:
+        layer.mlp = MoeMlp(model.cfg.d_model, MOE_FFN, MOE_EXPERTS, MOE_TOP_K)
+        with torch.no_grad():
+            layer.mlp.gate.weight.normal_(0.0, MOE_ROUTER_STD)
+            for p in layer.mlp.experts.parameters():
+                p.normal_(0.0, 0.02)
+    return model
 
 MAGIC = b"LOOMREF\0"
 VERSION = 1
@@ -198,7 +224,7 @@ def compute(tensors, ints, floats, make_model, masked=False, lora_targets=None):
 def main():
     usage = __doc__.strip().splitlines()[2].removeprefix("Usage: ")
     ap = argparse.ArgumentParser(usage=usage, description="Write a golden reference file.")
-    ap.add_argument("--family", choices=("gpt2", "llama"), default="gpt2")
+    ap.add_argument("--family", choices=("gpt2", "llama", "mixtral"), default="gpt2")
     ap.add_argument("--kv-heads", type=int, default=None,
                     help="LLaMA n_kv_head (default 2; n_head is 4)")
     ap.add_argument("--masked", action="store_true", help="targets masked as supervised fine-tuning's")
@@ -209,7 +235,12 @@ def main():
         ap.error("--kv-heads is for --family llama")
     out_path = args.out_path
     ints, floats, make_model = family_config(
-        args.family, args.kv_heads if args.kv_heads is not None else LLAMA_EXTRA_INTS["n_kv_head"])
+        "llama" if args.family == "mixtral" else args.family,
+        args.kv_heads if args.kv_heads is not None else LLAMA_EXTRA_INTS["n_kv_head"])
+    if args.family == "mixtral":
+        make_llama = make_model
+        make_model = lambda: make_mixtral(make_llama)  # noqa: E731
+        ints = {**ints, "n_experts": MOE_EXPERTS, "top_k": MOE_TOP_K, "moe_ffn_hidden": MOE_FFN}
 
     torch.manual_seed(1234)
     torch.set_num_threads(1)

@@ -30,6 +30,9 @@ struct BlockWork {
   float* dmlp_out = nullptr;    // [N, Fl]: the MLP activation's output gradient
   void* dmlp_in = nullptr;      // A, [N, Fl or 2 Fl]: the MLP activation's input gradient
   float* lora = nullptr;        // LoRA adapters' work space (model/lora/lora_block.h)
+  // MoE blocks' backward (model/moe/moe_block.h): per (token, expert) pair.
+  float *moe_dxp = nullptr, *moe_dhidden = nullptr, *moe_dlogits = nullptr;
+  void *moe_dyp = nullptr, *moe_dgate_up = nullptr;  // A
 };
 
 struct BlockContext {

@@ -45,6 +45,11 @@ LoadedModel make_model(const ReferenceFile& ref) {
   s.cfg.ffn_hidden = int(ref.ints.at("ffn_hidden"));
   s.cfg.rope_theta = ref.floats.at("rope_theta");
   s.cfg.norm_eps = ref.floats.at("norm_eps");
+  if (ref.ints.count("n_experts")) {  // the mixtral family: every block's MLP a mixture of experts
+    s.cfg.n_experts = int(ref.ints.at("n_experts"));
+    s.cfg.top_k = int(ref.ints.at("top_k"));
+    s.cfg.moe_ffn_hidden = int(ref.ints.at("moe_ffn_hidden"));
+  }
   s.B = int(ref.ints.at("batch_size"));
   s.T = s.cfg.seq_len;
   s.model = loom::make_model(s.cfg, s.B, s.T);
@@ -112,5 +117,8 @@ INSTANTIATE_TEST_SUITE_P(Mha, LlamaAgreement, ::testing::Values("tiny_llama_mha"
 // Supervised fine-tuning: prompts and scattered targets masked (-1), the
 // loss the mean over the rest (issue 37's ten masked SFT steps).
 INSTANTIATE_TEST_SUITE_P(MaskedSft, LlamaAgreement, ::testing::Values("tiny_llama_sft"));
+// The mixtral family (issue 40): 4 experts, top 2, in every block
+// (tools/make_reference.py --family mixtral; routers with wide margins).
+INSTANTIATE_TEST_SUITE_P(Mixtral, LlamaAgreement, ::testing::Values("tiny_mixtral"));
 
 }  // namespace

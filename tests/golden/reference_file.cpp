@@ -145,6 +145,24 @@ std::vector<float> loom_tensor_values(const ReferenceFile& ref, const std::strin
     return stack(name.substr(0, name.size() - qkv.size()) + "self_attn.", {"q_proj", "k_proj", "v_proj"});
   if (name.ends_with(gate_up))
     return stack(name.substr(0, name.size() - gate_up.size()) + "mlp.", {"gate_proj", "up_proj"});
+  // The mixtral reference's MoE MLP (tools/moe_torch.py under "mlp."): the
+  // router, and each expert's tensors stacked by rows, expert by expert.
+  const std::string moe = "block_sparse_moe.";
+  if (const size_t at = name.find(moe); at != std::string::npos) {
+    const std::string layer = name.substr(0, at) + "mlp.", rest = name.substr(at + moe.size());
+    if (rest == "gate.weight") return ref.tensor(prefix + layer + "gate.weight").f32;
+    std::vector<float> out;
+    for (int64_t e = 0; e < ref.ints.at("n_experts"); e++) {
+      const std::string ex = layer + "experts." + std::to_string(e) + ".";
+      const auto parts = rest == "experts.gate_up.weight" ? std::vector<std::string>{"gate_proj", "up_proj"}
+                                                          : std::vector<std::string>{"down_proj"};
+      for (const std::string& part : parts) {
+        const auto& t = ref.tensor(prefix + ex + part + ".weight").f32;
+        out.insert(out.end(), t.begin(), t.end());
+      }
+    }
+    return out;
+  }
   return ref.tensor(prefix + name).f32;
 }
 

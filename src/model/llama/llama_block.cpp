@@ -37,7 +37,10 @@ void plan_block(ActivationPlan& plan, BlockActs& l, const ModelConfig& cfg, cons
   plan.want(&l.qkv, N * s.qkv, a), plan.want(&l.atty, N * s.Cl, a);
   plan.want(&l.att, Attention::saved_bytes(tiled, B, T, s.NHl, a), 1), plan.want(&l.res2, R * C);
   plan.want(&l.mlp_in, R * C, a), plan.want(&l.mlp_rstd, R);
-  plan.want(&l.gate_up, N * 2 * s.Fl, a), plan.want(&l.hidden, N * s.Fl, a), plan.want(&l.res3, R * C);
+  plan.want(&l.res3, R * C);
+  // Dense MLP buffers where some block is dense; the MoE ones where some is MoE.
+  if (!cfg.is_moe() || cfg.moe_every > 1) plan.want(&l.gate_up, N * 2 * s.Fl, a), plan.want(&l.hidden, N * s.Fl, a);
+  if (cfg.is_moe()) moe::plan_acts(plan, l.moe, cfg, int(N), tp.size(), a);
 }
 
 void plan_block_work(ActivationPlan& plan, BlockWork& w, const ModelConfig& cfg, const TensorParallel& tp, int B,
@@ -47,6 +50,7 @@ void plan_block_work(ActivationPlan& plan, BlockWork& w, const ModelConfig& cfg,
   plan.want(&w.dattn_out, N * s.Cl), plan.want(&w.dqkv, N * s.qkv, a);
   plan.want(&w.datt, Attention::scratch_floats(tiled, B, T, s.NHl));
   plan.want(&w.dmlp_out, N * s.Fl), plan.want(&w.dmlp_in, N * 2 * s.Fl, a);
+  if (cfg.is_moe()) moe::plan_work(plan, w, cfg, int(N), tp.size(), a);
   const int C = cfg.d_model, F = cfg.ffn(), q = cfg.n_head * cfg.head_dim();
   if (cfg.lora.enabled())
     plan.want(&w.lora, lora::block_work_floats(cfg, int(N), std::max({C, F, q}), std::max({C, F, q})));
@@ -80,6 +84,10 @@ void block_forward(const BlockContext& ctx, const RopeTables& rope, const BlockT
   // MLP: res3 = res2 + down(silu(gate) * up), gate/up of rmsnorm(res2)
   ops.rmsnorm_forward(mlp_in, a.mlp_rstd, a.res2, w.param(p.mlp_norm), R, C, eps);
   x = ctx.tp.gather_rows(mlp_in, work, N, C);
+  if (p.moe()) {
+    moe::mlp_forward<A>(ctx, p.router, p.experts_gate_up, p.experts_down, a.moe, x, a.res3, a.res2);
+    return;
+  }
   tp::column_parallel_forward(ops.matmul(), gate_up, x, w.weight<A>(p.gate_up), nullptr, N, C, 2 * s.Fl);
   lora::column_forward<A>(ctx, p.gate_lora, gate_up, 2 * s.Fl, 0, x, C, s.Fl);
   lora::column_forward<A>(ctx, p.up_lora, gate_up, 2 * s.Fl, s.Fl, x, C, s.Fl);
@@ -121,6 +129,11 @@ void block_backward(const BlockContext& ctx, const RopeTables& rope, const Block
   auto x_rows = [&](const A* local) { return !sp ? local : split ? ctx.tp.gather_rows(local, gathered, N, C) : gathered; };
   const bool gate_up_lora = p.gate_lora.on() || p.up_lora.on();
   const bool qkv_lora = p.q_lora.on() || p.k_lora.on() || p.v_lora.on();
+  if (p.moe()) {
+    // The MoE MLP (no sequence parallelism: every row here), its weight
+    // gradients included whatever `split` says.
+    moe::mlp_backward<A>(ctx, p.router, p.experts_gate_up, p.experts_down, a.moe, mlp_in, dres, dnorm);
+  } else {
   if (split) stash_w(a.res3, dres, size_t(R) * C);  // down's output gradient
   // MLP (sequence parallel: mlp_in's rows gathered again while the
   // row-parallel backward runs).
@@ -146,6 +159,7 @@ void block_backward(const BlockContext& ctx, const RopeTables& rope, const Block
     lora::column_backward_weights<A>(ctx, p.up_lora, dgate_up, 2 * s.Fl, s.Fl, x, C, s.Fl);
   }
   if (split) stash_w(a.gate_up, dgate_up, size_t(N) * 2 * s.Fl);
+  }
   ops.rmsnorm_backward(dres, w.grad(p.mlp_norm), dnorm, a.res2, w.param(p.mlp_norm), a.mlp_rstd, R, C);
   ctx.grad_ready(p.mlp_norm);
   if (split) stash_w(a.res2, dres, size_t(R) * C);  // o_proj's output gradient
@@ -190,10 +204,12 @@ void block_backward_weight(const BlockContext& ctx, const BlockTensors& p, const
     tp::linear_weight_backward(eng, w.grad(i), w.grad(bias), dout, x, N, in, out);
     ctx.grad_ready(i), ctx.grad_ready(bias);
   };
-  const ResidualGrad<A> ddown(ctx, a.res3);
-  ddown.refresh();
-  weights(p.down, ctx.tp.gather_rows(ddown.local(), ddown.rows(), N, C), as<A>(a.hidden), s.Fl, C);
-  weights(p.gate_up, as<A>(a.gate_up), ctx.tp.gather_rows(as<A>(a.mlp_in), gathered, N, C), C, 2 * s.Fl);
+  if (!p.moe()) {  // an MoE block's MLP gradients came with its backward
+    const ResidualGrad<A> ddown(ctx, a.res3);
+    ddown.refresh();
+    weights(p.down, ctx.tp.gather_rows(ddown.local(), ddown.rows(), N, C), as<A>(a.hidden), s.Fl, C);
+    weights(p.gate_up, as<A>(a.gate_up), ctx.tp.gather_rows(as<A>(a.mlp_in), gathered, N, C), C, 2 * s.Fl);
+  }
   const ResidualGrad<A> do_proj(ctx, a.res2);
   do_proj.refresh();
   weights(p.o_proj, ctx.tp.gather_rows(do_proj.local(), do_proj.rows(), N, C), as<A>(a.atty), s.Cl, C);

@@ -7,6 +7,7 @@
 #pragma once
 
 #include "model/block_context.h"
+#include "model/moe/moe_block.h"
 #include "model/llama/llama_layout.h"
 
 namespace loom::llama {
@@ -17,6 +18,7 @@ namespace loom::llama {
 struct BlockActs {
   void *attn_in, *qkv, *atty, *att, *mlp_in, *gate_up, *hidden;  // A
   float *attn_rstd, *res2, *mlp_rstd, *res3;
+  moe::Acts moe;  // the mixtral family's MoE blocks
 };
 
 // Rotary tables cos/sin [positions, hd/2] (cpu::rope_table), read at

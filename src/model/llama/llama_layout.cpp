@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <string>
+#include <vector>
 
 namespace loom::llama {
 
@@ -35,11 +36,26 @@ ParamLayout make_layout(const ModelConfig& cfg, const ModelShard& shard, Tensors
     const std::string h = "model.layers." + std::to_string(l) + ".";
     lay.adding_block = l;
     BlockTensors& b = t.blocks[size_t(l - first)];
-    b.down = lay.add(h + "mlp.down_proj.weight", {C, F}, Init::Normal, proj_std, cols);
-    b.down_lora = lora::add_row(lay, cfg.lora, h + "mlp.down_proj", h + "mlp.down_proj", F, C);
-    b.gate_up = lay.add(h + "mlp.gate_up_proj.weight", {2 * F, C}, Init::Normal, std, TensorSplit{0, {F, F}});
-    b.up_lora = lora::add_column(lay, cfg.lora, h + "mlp.up_proj", h + "mlp.up_proj", C, F);
-    b.gate_lora = lora::add_column(lay, cfg.lora, h + "mlp.gate_proj", h + "mlp.gate_proj", C, F);
+    if (cfg.moe_block(l)) {
+      const int64_t E = cfg.n_experts, Fe = cfg.expert_ffn();
+      const std::string m = h + "block_sparse_moe.";
+      b.experts_down = lay.add(m + "experts.down.weight", {E * C, Fe}, Init::Normal, proj_std, cols);
+      std::vector<int64_t> rows;  // each expert's gate and up, split over tp
+      for (int64_t e = 0; e < 2 * E; e++) rows.push_back(Fe);
+      b.experts_gate_up = lay.add(m + "experts.gate_up.weight", {E * 2 * Fe, C}, Init::Normal, std, TensorSplit{0, rows});
+      b.router = lay.add(m + "gate.weight", {E, C}, Init::Normal, std, {});
+      // Read in fp32 (the router is kept in fp32); each tp rank's gradient
+      // comes from its slice of the experts' outputs: a partial sum.
+      lay.params[size_t(b.router)].products_only = false;
+      lay.params[size_t(b.router)].tp_partial = true;
+      b.gate_up = b.down = -1;
+    } else {
+      b.down = lay.add(h + "mlp.down_proj.weight", {C, F}, Init::Normal, proj_std, cols);
+      b.down_lora = lora::add_row(lay, cfg.lora, h + "mlp.down_proj", h + "mlp.down_proj", F, C);
+      b.gate_up = lay.add(h + "mlp.gate_up_proj.weight", {2 * F, C}, Init::Normal, std, TensorSplit{0, {F, F}});
+      b.up_lora = lora::add_column(lay, cfg.lora, h + "mlp.up_proj", h + "mlp.up_proj", C, F);
+      b.gate_lora = lora::add_column(lay, cfg.lora, h + "mlp.gate_proj", h + "mlp.gate_proj", C, F);
+    }
     b.mlp_norm = norm(h + "post_attention_layernorm.weight");
     b.o_proj = lay.add(h + "self_attn.o_proj.weight", {C, q_rows}, Init::Normal, proj_std, cols);
     b.o_lora = lora::add_row(lay, cfg.lora, h + "self_attn.o_proj", h + "self_attn.o_proj", q_rows, C);

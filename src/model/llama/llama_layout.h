@@ -20,6 +20,13 @@ struct BlockTensors {
   // q, k, v on blocks of the fused qkv product's columns, gate and up on
   // gate_up's.
   lora::Adapter q_lora, k_lora, v_lora, o_lora, gate_lora, up_lora, down_lora;
+  // A mixture-of-experts block (the mixtral family; gate_up and down are
+  // then -1): the router [E, C] (fp32, whole on every tp rank) and the
+  // experts stacked, gate_up [E x 2F, C] (each expert's gate rows, then its
+  // up rows; tp splits each by rows) and down [E x C, F] (tp splits the F
+  // columns).
+  int router = -1, experts_gate_up = -1, experts_down = -1;
+  bool moe() const { return router >= 0; }
 };
 
 struct Tensors {

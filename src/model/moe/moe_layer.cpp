@@ -172,15 +172,16 @@ void backward(cpu::LowpMatmulEngine& eng, float* dx, float* dw_router, float* dw
     const A* wd = w_down + int64_t(e) * C * F;
     const A* wgu = w_gate_up + int64_t(e) * 2 * F * C;
     mm<A>(eng, w.dhidden + at * F, w.dyp + at * C, wd, rows, F, C, false, false, false);                    // dyp wd
-    mm<A>(eng, dw_down + int64_t(e) * C * F, w.dyp + at * C, b.hidden + at * F, C, F, rows, true, false, true);
+    if (dw_down) mm<A>(eng, dw_down + int64_t(e) * C * F, w.dyp + at * C, b.hidden + at * F, C, F, rows, true, false, true);
     cpu::swiglu_backward(w.dgate_up + at * 2 * F, b.gate_up + at * 2 * F, w.dhidden + at * F, int(rows), F);
-    mm<A>(eng, dw_gate_up + int64_t(e) * 2 * F * C, w.dgate_up + at * 2 * F, b.xp + at * C, 2 * F, C, rows, true,
-          false, true);
+    if (dw_gate_up)
+      mm<A>(eng, dw_gate_up + int64_t(e) * 2 * F * C, w.dgate_up + at * 2 * F, b.xp + at * C, 2 * F, C, rows, true,
+            false, true);
     mm<A>(eng, w.dxp + at * C, w.dgate_up + at * 2 * F, wgu, rows, C, 2 * F, false, false, false);
   }
   // Router: dWr += dlogits^T x, dx = dlogits Wr, then each pair's input gradient added back.
   const float* x32 = widened(x, b.x32, size_t(s.N) * C);
-  eng.fp32().gemm(dw_router, dlogits, x32, nullptr, E, C, s.N, true, false, true);
+  if (dw_router) eng.fp32().gemm(dw_router, dlogits, x32, nullptr, E, C, s.N, true, false, true);
   eng.fp32().gemm(dx, dlogits, w_router, nullptr, s.N, C, E, false, false, false);
   for (int n = 0; n < s.N; n++)
     for (int j = 0; j < k; j++) {

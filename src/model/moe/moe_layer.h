@@ -84,7 +84,8 @@ void forward(cpu::LowpMatmulEngine& eng, float* y, const A* x, const float* w_ro
              const A* w_gate_up, const A* w_down, const Shape& s, const Routing& r, const Buffers<A>& b);
 
 // From dy[N, C]: dx[N, C] (written), and the weights' gradients added to
-// (fp32: dw_router [E, C], dw_gate_up [E, 2F, C], dw_down [E, C, F]).
+// (fp32: dw_router [E, C], dw_gate_up [E, 2F, C], dw_down [E, C, F]; a
+// null one, a frozen tensor's, is skipped).
 template <class A>
 void backward(cpu::LowpMatmulEngine& eng, float* dx, float* dw_router, float* dw_gate_up, float* dw_down,
               const float* dy, const A* x, const float* w_router, const A* w_gate_up, const A* w_down,

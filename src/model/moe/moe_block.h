@@ -1,0 +1,71 @@
+// The mixture-of-experts MLP inside a block (the mixtral family's MoE
+// blocks, model/llama/llama_block.cpp), on moe_layer's math: what a block
+// keeps for backward, the shared work space, and the MLP's forward and
+// backward between the block's norm and its residual.
+//
+// Tensor parallelism splits every expert's width as the dense MLP's: each
+// rank runs all E experts on its F / tp columns, its output is a partial sum
+// reduced over tp with the residual added (as a row-parallel product), and
+// the router (whole on every rank, the same routing everywhere) gets a
+// partial gradient summed over tp (ParamSpec::tp_partial). Sequence
+// parallelism is not built for MoE blocks (RunConfig refuses it). The
+// experts' and router's weight gradients are computed in the block's
+// backward, also in a split (zero-bubble) backward.
+#pragma once
+
+#include <cstdint>
+
+#include "model/block_context.h"
+#include "model/moe/moe_layer.h"
+
+namespace loom::moe {
+
+// What an MoE block keeps for backward: the permuted buffers and the routing.
+struct Acts {
+  void *xp = nullptr, *gate_up = nullptr, *hidden = nullptr;  // A
+  float *yp = nullptr, *x32 = nullptr, *prob = nullptr, *weight = nullptr;
+  void *expert = nullptr, *row = nullptr, *count = nullptr, *first = nullptr;  // int32
+};
+
+inline Shape shape_of(const ModelConfig& cfg, int N, int tp) {
+  return Shape{N, cfg.d_model, cfg.n_experts, cfg.top_k, cfg.expert_ffn() / tp};
+}
+
+inline void plan_acts(ActivationPlan& plan, Acts& m, const ModelConfig& cfg, int N, int tp, size_t a) {
+  const Shape s = shape_of(cfg, N, tp);
+  const size_t NK = size_t(s.pairs()), C = size_t(s.C), F = size_t(s.F), E = size_t(s.E);
+  plan.want(&m.xp, NK * C, a), plan.want(&m.gate_up, NK * 2 * F, a), plan.want(&m.hidden, NK * F, a);
+  plan.want(&m.yp, std::max(NK * C, size_t(N) * E)), plan.want(&m.x32, size_t(N) * C);
+  plan.want(&m.prob, size_t(N) * E), plan.want(&m.weight, NK);
+  plan.want(&m.expert, NK, 4), plan.want(&m.row, NK, 4), plan.want(&m.count, E, 4), plan.want(&m.first, E + 1, 4);
+}
+
+inline void plan_work(ActivationPlan& plan, BlockWork& w, const ModelConfig& cfg, int N, int tp, size_t a) {
+  const Shape s = shape_of(cfg, N, tp);
+  const size_t NK = size_t(s.pairs()), C = size_t(s.C), F = size_t(s.F);
+  plan.want(&w.moe_dxp, NK * C), plan.want(&w.moe_dhidden, NK * F), plan.want(&w.moe_dyp, NK * C, a);
+  plan.want(&w.moe_dgate_up, NK * 2 * F, a), plan.want(&w.moe_dlogits, size_t(N) * s.E);
+}
+
+inline Routing routing(const Acts& m) {
+  return {m.prob, static_cast<int32_t*>(m.expert), m.weight, static_cast<int32_t*>(m.row),
+          static_cast<int32_t*>(m.count), static_cast<int32_t*>(m.first)};
+}
+
+template <class A>
+Buffers<A> buffers(const Acts& m) {
+  return {static_cast<A*>(m.xp), static_cast<A*>(m.gate_up), static_cast<A*>(m.hidden), m.yp, m.x32};
+}
+
+// out[R, C] = reduce_tp(moe(x[N, C])) + residual[R, C].
+template <class A>
+void mlp_forward(const BlockContext& ctx, int router, int gate_up, int down, const Acts& m, const A* x, float* out,
+                 const float* residual);
+
+// From dres[N, C] (the block output's gradient, every row): dnorm[N, C] =
+// reduce_tp(the MoE input's gradient); the router's and experts' gradients added.
+template <class A>
+void mlp_backward(const BlockContext& ctx, int router, int gate_up, int down, const Acts& m, const A* x,
+                  const float* dres, float* dnorm);
+
+}  // namespace loom::moe
