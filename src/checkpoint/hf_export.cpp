@@ -203,6 +203,10 @@ std::vector<float> read_parameter(const Checkpoint& ckpt, const std::string& nam
 HfExportResult export_hf(const Checkpoint& ckpt, const std::string& out_dir, const HfExportOptions& opt) {
   const CheckpointModel model(ckpt, opt.base_dir);
   const ModelConfig& cfg = model.config();
+  LOOM_USER_CHECK(!cfg.is_moe(),
+                  "export: checkpoint '%s' is a mixtral model; its Hugging Face export (MixtralForCausalLM) is not "
+                  "built yet",
+                  ckpt.dir().c_str());
   if (!cfg.lora.enabled()) return export_hf(model, cfg, ckpt.manifest().step, "checkpoint '" + ckpt.dir() + "'", out_dir, opt);
   LOOM_USER_CHECK(opt.merge_lora,
                   "export: checkpoint '%s' holds LoRA adapters: --format hf writes a plain model, so it needs --merge "

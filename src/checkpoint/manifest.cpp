@@ -207,6 +207,10 @@ void write_manifest(const std::string& dir, const CheckpointManifest& m) {
 
 void check_model_matches(const CheckpointManifest& m, const std::map<std::string, int64_t>& expected,
                          const std::string& path) {
+  LOOM_USER_CHECK(!expected.count("n_experts") || m.model.count("n_experts"),
+                  "checkpoint '%s' is a dense model; this run's is a mixture of experts (model.n_experts = %lld): "
+                  "its MLP tensors are not in the checkpoint",
+                  path.c_str(), (long long)(expected.count("n_experts") ? expected.at("n_experts") : 0));
   for (const auto& [field, want] : expected) {
     auto it = m.model.find(field);
     if (field == "family") {

@@ -154,7 +154,10 @@ int64_t ModelConfig::num_parameters() const {
   if (family == ModelFamily::llama) {
     // Norms, fused q/k/v (and its bias, Qwen2), output projection, gate/up and down.
     const int64_t per_layer = 2 * C + qkv_rows() * (C + (qkv_bias ? 1 : 0)) + C * C + 3 * F * C;
-    return V * C * (tied() ? 1 : 2) + L * per_layer + C;
+    // An MoE block's MLP: the router and every expert's gate/up and down.
+    const int64_t moe_layers = is_moe() ? L / moe_every : 0;
+    const int64_t moe_mlp = int64_t(n_experts) * C + int64_t(n_experts) * 3 * expert_ffn() * C;
+    return V * C * (tied() ? 1 : 2) + L * per_layer + moe_layers * (moe_mlp - 3 * F * C) + C;
   }
   const int64_t per_layer = 2 * C + (3 * C * C + 3 * C) + (C * C + C) + 2 * C + (F * C + F) + (F * C + C);
   return V * C + int64_t(seq_len) * C + L * per_layer + 2 * C;
@@ -167,6 +170,9 @@ double ModelConfig::train_flops_per_token(int T) const {
                           : tied()                    ? 0
                                                       : int64_t(vocab_size) * d_model;
   double n = double(num_parameters() - lookups);
+  // A mixture of experts: each token runs top_k of the n_experts experts.
+  if (is_moe())
+    n -= double(n_layer / moe_every) * double(n_experts - top_k) * 3.0 * expert_ffn() * d_model;
   // LoRA: the frozen base's products run forward and for the input
   // gradient (4 N), never for its weight gradient; the adapters all three.
   const double products = lora.enabled() ? 4.0 * n + 6.0 * double(lora_parameters(*this)) : 6.0 * n;

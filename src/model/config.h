@@ -98,12 +98,14 @@ struct ModelConfig {
   std::vector<double> rope_inverse_frequencies() const;
   // Checks the fields; throws UserError naming the field ("model.n_head").
   void validate() const;
-  // Number of parameters (embeddings included, a tied LM head counted once).
+  // Number of parameters (embeddings included, a tied LM head counted once;
+  // every expert of a mixture of experts).
   int64_t num_parameters() const;
   // Training FLOPs per token: 6 N + 12 L C T (PaLM / nanoGPT estimate; N
   // without the tables that are only looked up: GPT-2's positions, an untied
   // token embedding). With LoRA 4 N + 6 N_adapters + 12 L C T: no weight
-  // gradient of the frozen base.
+  // gradient of the frozen base. A mixture of experts counts the top_k
+  // experts a token runs (and the router), not all of them.
   double train_flops_per_token(int T) const;
 };
 

@@ -185,11 +185,17 @@ TrainResult train(const RunConfig& cfg, const ParallelContext& ctx, FILE* log, c
     std::fprintf(log, "layout: %s; this process is rank 0 of %d\n", ctx.grid().describe().c_str(),
                  ctx.grid().world_size());
     for (const std::string& line : ctx.nodes().placement_lines(ctx.grid())) std::fprintf(log, "%s\n", line.c_str());
-    std::fprintf(log, "model: %s, %d layers, d_model %d, %d heads (%d key/value), MLP %d, vocab %d, seq_len %d%s: "
+    const ModelConfig& m = cfg.model;
+    const std::string mlp =
+        m.is_moe() ? strprintf("MoE MLP: %d experts of width %d, top %d, %s", m.n_experts, m.expert_ffn(), m.top_k,
+                               m.moe_every == 1 ? "in every block" : strprintf("in every %d-th block (else MLP %d)",
+                                                                               m.moe_every, m.ffn()).c_str())
+                   : strprintf("MLP %d", m.ffn());
+    std::fprintf(log, "model: %s, %d layers, d_model %d, %d heads (%d key/value), %s, vocab %d, seq_len %d%s: "
                  "%.2fM parameters\n",
-                 cfg.model.is_llama() ? "LLaMA" : "GPT-2", cfg.model.n_layer, cfg.model.d_model, cfg.model.n_head,
-                 cfg.model.kv_heads(), cfg.model.ffn(), cfg.model.vocab_size, T,
-                 cfg.model.tied() ? ", tied head" : ", untied head", double(cfg.model.num_parameters()) / 1e6);
+                 m.is_moe() ? "Mixtral" : m.is_llama() ? "LLaMA" : "GPT-2", m.n_layer, m.d_model, m.n_head,
+                 m.kv_heads(), mlp.c_str(), m.vocab_size, T, m.tied() ? ", tied head" : ", untied head",
+                 double(m.num_parameters()) / 1e6);
     std::fprintf(log, "data: %s; global batch %d x %d tokens, %d rows per replica\n", data->describe().c_str(), B,
                  T, rows.size());
     std::fprintf(log,

@@ -7,9 +7,13 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <fstream>
 
+#include "config/run_config.h"
+#include "core/check.h"
 #include "golden/reference_file.h"
 #include "model/moe/moe_layer.h"
+#include "model/param_layout.h"
 
 namespace {
 
@@ -140,6 +144,58 @@ TEST(MoeLayer, TiesGoToTheLowestExpertAndUnchosenExpertsGetNoGradient) {
   EXPECT_EQ(moved.r.expert[0], 5);
   EXPECT_EQ(moved.r.expert[1], 7);
   EXPECT_FLOAT_EQ(moved.r.weight[0], 0.5f);
+}
+
+}  // namespace
+
+namespace {
+
+// The mixtral family's config: its layout holds what num_parameters counts
+// (every expert), the FLOPs count the top_k a token runs, and bad fields
+// are named.
+std::string write_back(const loom::RunConfig& c) {
+  const std::string path = std::string(LOOM_BINARY_DIR) + "/mixtral_roundtrip.toml";
+  std::ofstream(path) << c.to_toml();
+  return path;
+}
+
+TEST(MixtralConfig, LayoutCountsFlopsAndBadFields) {
+  loom::RunConfig c = loom::load_run_config(LOOM_SOURCE_DIR "/configs/llama-tiny.toml",
+                                            {"model.family=\"mixtral\"", "model.moe_ffn_hidden=32", "model.moe_every=2"});
+  const loom::ModelConfig& m = c.model;
+  EXPECT_EQ(m.n_experts, 8);
+  EXPECT_TRUE(m.moe_block(1));
+  EXPECT_FALSE(m.moe_block(0));
+  int64_t total = 0;
+  for (const loom::ParamSpec& p : loom::ParamLayout::for_model(m).params) {
+    int64_t n = 1;
+    for (int64_t d : p.shape) n *= d;
+    total += n;
+  }
+  EXPECT_EQ(total, m.num_parameters());
+  loom::ModelConfig dense = m;
+  dense.n_experts = 0;
+  // Per MoE block, the FLOPs swap the dense MLP for top_k experts and the router.
+  const double moe_mlp = 6.0 * (m.top_k * 3.0 * 32 * m.d_model + m.n_experts * m.d_model);
+  EXPECT_NEAR(m.train_flops_per_token(64) - dense.train_flops_per_token(64), moe_mlp - 6.0 * 3 * m.ffn() * m.d_model,
+              1e-6 * m.train_flops_per_token(64));
+  EXPECT_EQ(loom::load_run_config(write_back(c), {}).model.n_experts, 8);
+
+  auto error_of = [](std::vector<std::string> sets) {
+    try {
+      loom::load_run_config(LOOM_SOURCE_DIR "/configs/llama-tiny.toml", sets);
+    } catch (const loom::UserError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  const std::string mixtral = "model.family=\"mixtral\"";
+  EXPECT_NE(error_of({mixtral, "model.top_k=9"}).find("'model.top_k'"), std::string::npos);
+  EXPECT_NE(error_of({mixtral, "model.top_k=0"}).find("'model.top_k'"), std::string::npos);
+  EXPECT_NE(error_of({mixtral, "model.moe_every=0"}).find("'model.moe_every'"), std::string::npos);
+  EXPECT_NE(error_of({mixtral, "model.n_experts=300"}).find("'model.n_experts'"), std::string::npos);
+  EXPECT_NE(error_of({"model.n_experts=4"}).find("'model.n_experts'"), std::string::npos);  // llama, not mixtral
+  EXPECT_NE(error_of({mixtral, "lora.rank=4", "lora.targets=[\"up_proj\"]"}).find("'lora.targets'"), std::string::npos);
 }
 
 }  // namespace

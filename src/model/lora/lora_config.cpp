@@ -52,6 +52,10 @@ void validate_lora(const LoraConfig& lora, const ModelConfig& model) {
     LOOM_USER_CHECK(std::find(known.begin(), known.end(), t) != known.end(),
                     "config field 'lora.targets' names '%s', not a linear layer of %s (the targets are: %s)",
                     t.c_str(), model_family_name(model.family), joined(known).c_str());
+    LOOM_USER_CHECK(!model.is_moe() || (t != "gate_proj" && t != "up_proj" && t != "down_proj"),
+                    "config field 'lora.targets' names '%s': the mixtral family's MLP is a mixture of experts, "
+                    "which has no adapters yet (adapt the attention's q_proj, k_proj, v_proj, o_proj)",
+                    t.c_str());
     const int64_t side = smaller_side(t, model);
     LOOM_USER_CHECK(lora.rank <= side,
                     "config field 'lora.rank' is %d, larger than the smaller side (%lld) of target '%s'", lora.rank,
