@@ -43,7 +43,8 @@ except ImportError as e:
     print(f"FAIL: cannot import transformers ({e}); run it with .venv/bin/python (scripts/setup.sh makes .venv)")
     sys.exit(1)
 
-CLASSES = {"gpt2": "GPT2LMHeadModel", "llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM"}
+CLASSES = {"gpt2": "GPT2LMHeadModel", "llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM",
+           "mixtral": "MixtralForCausalLM"}
 
 
 def fail(msg):

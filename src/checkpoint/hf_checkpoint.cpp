@@ -214,18 +214,28 @@ HfModelConfig read_hf_config(const std::string& dir) {
   if (out.architecture == "GPT2LMHeadModel") {
     read_gpt2(f, out);
   } else if (out.architecture == "LlamaForCausalLM" || out.architecture == "MistralForCausalLM" ||
-             out.architecture == "Qwen2ForCausalLM") {
+             out.architecture == "Qwen2ForCausalLM" || out.architecture == "MixtralForCausalLM") {
     // Mistral is LLaMA's math and names with a sliding attention window,
     // which changes nothing while it covers the whole sequence; Qwen2 adds
     // q/k/v biases.
     read_llama(f, j, out, out.architecture == "Qwen2ForCausalLM");
-    if (out.architecture == "MistralForCausalLM") {
+    if (out.architecture == "MistralForCausalLM" || out.architecture == "MixtralForCausalLM") {
       f.ignore({"sliding_window"});
       if (f.present("sliding_window")) out.sliding_window = int(f.integer("sliding_window"));
     }
+    if (out.architecture == "MixtralForCausalLM") {
+      // Every block a mixture of experts of intermediate_size each.
+      ModelConfig& m = out.model;
+      m.n_experts = int(f.integer("num_local_experts"));
+      m.top_k = int(f.integer("num_experts_per_tok"));
+      m.moe_ffn_hidden = m.ffn_hidden;
+      f.require("router_jitter_noise", f.number("router_jitter_noise", 0), 0.0, "routing without noise");
+      f.ignore({"output_router_logits", "router_aux_loss_coef"});
+      out.notes.push_back("router_aux_loss_coef ignored: loom's balancing is its own (model/moe/)");
+    }
   } else {
     throw UserError(strprintf("%s: architecture '%s' is not supported (GPT2LMHeadModel, LlamaForCausalLM, "
-                              "MistralForCausalLM, Qwen2ForCausalLM)",
+                              "MistralForCausalLM, Qwen2ForCausalLM, MixtralForCausalLM)",
                               path.c_str(), out.architecture.c_str()));
   }
   f.refuse_unknown();

@@ -164,7 +164,18 @@ nlohmann::ordered_json llama_config(const ModelConfig& cfg) {
       {"initializer_range", 0.02},
       {"use_cache", true},
   };
-  if (qwen2) {
+  if (cfg.is_moe()) {  // MixtralForCausalLM: LLaMA's attention, experts in every block
+    j["architectures"] = {"MixtralForCausalLM"};
+    j["model_type"] = "mixtral";
+    j["intermediate_size"] = cfg.expert_ffn();
+    j["num_local_experts"] = cfg.n_experts;
+    j["num_experts_per_tok"] = cfg.top_k;
+    j["output_router_logits"] = false;
+    j["router_aux_loss_coef"] = 0.0;
+    j["router_jitter_noise"] = 0.0;
+    j["sliding_window"] = nullptr;
+    j["head_dim"] = cfg.head_dim();
+  } else if (qwen2) {
     j["use_sliding_window"] = false;
   } else {
     j["head_dim"] = cfg.head_dim();  // read by transformers >= 4.45; older ones derive the same
@@ -203,10 +214,10 @@ std::vector<float> read_parameter(const Checkpoint& ckpt, const std::string& nam
 HfExportResult export_hf(const Checkpoint& ckpt, const std::string& out_dir, const HfExportOptions& opt) {
   const CheckpointModel model(ckpt, opt.base_dir);
   const ModelConfig& cfg = model.config();
-  LOOM_USER_CHECK(!cfg.is_moe(),
-                  "export: checkpoint '%s' is a mixtral model; its Hugging Face export (MixtralForCausalLM) is not "
-                  "built yet",
-                  ckpt.dir().c_str());
+  LOOM_USER_CHECK(!cfg.is_moe() || cfg.moe_every == 1,
+                  "export: checkpoint '%s' has experts in every %d-th block only (model.moe_every): "
+                  "MixtralForCausalLM has them in every block",
+                  ckpt.dir().c_str(), cfg.moe_every);
   if (!cfg.lora.enabled()) return export_hf(model, cfg, ckpt.manifest().step, "checkpoint '" + ckpt.dir() + "'", out_dir, opt);
   LOOM_USER_CHECK(opt.merge_lora,
                   "export: checkpoint '%s' holds LoRA adapters: --format hf writes a plain model, so it needs --merge "

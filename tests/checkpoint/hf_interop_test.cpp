@@ -129,6 +129,24 @@ TEST(HfInterop, LlamaTinyMatchesTransformers) {
   check_interop("llama-2", config, 2);
 }
 
+// The mixtral family (issue 40), exported as MixtralForCausalLM: 4 experts,
+// top 2, in every block; and read back by train.init_from.
+TEST(HfInterop, MixtralMatchesTransformers) {
+  SKIP_WITHOUT_TRANSFORMERS();
+  const auto [dir, check] = check_interop("mixtral", LOOM_SOURCE_DIR "/configs/llama-tiny.toml", 10,
+                                          "--set model.family='\"mixtral\"' --set model.n_experts=4 "
+                                          "--set model.moe_ffn_hidden=64");
+  ASSERT_FALSE(dir.empty());
+  // The model from the folder alone: a config without [model].
+  test::spit(dir + "/init.toml", "[data]\npath = \"" LOOM_SOURCE_DIR "/data/sample/kjv.txt\"\nformat = \"bytes\"\n");
+  auto r = run_loom_cmd("train --config '" + dir + "/init.toml' --set model.seq_len=64 --set train.init_from='\"hf:" +
+                        dir + "/hf\"' --set train.steps=1 --set train.batch_size=2 --set train.eval_every=0 "
+                        "--set train.sample_tokens=0 --set 'train.run_dir=' 2>&1");
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("init from " + dir + "/hf (MixtralForCausalLM)"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("model: Mixtral, 2 layers"), std::string::npos) << r.output;
+}
+
 // LLaMA with q/k/v biases (exported as Qwen2ForCausalLM) and Llama 3.1's
 // rope scaling (its bands inside the tiny model's head_dim 16), ten steps.
 TEST(HfInterop, Qwen2AndLlama31RopeMatchTransformers) {

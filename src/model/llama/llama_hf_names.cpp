@@ -1,5 +1,5 @@
-// LLaMA in Hugging Face's names (LlamaForCausalLM, and Qwen2ForCausalLM's
-// q/k/v biases): nn.Linear is [out, in]
+// LLaMA in Hugging Face's names (LlamaForCausalLM, Qwen2ForCausalLM's
+// q/k/v biases, MixtralForCausalLM's experts): nn.Linear is [out, in]
 // as loom's; loom's fused qkv_proj and gate_up_proj are HF's q/k/v_proj and
 // gate/up_proj stacked by rows. loom applies rotary embeddings with HF's
 // rotate-half convention (feature i paired with i + head_dim/2), so the q
@@ -31,6 +31,20 @@ std::vector<HfTensorMap> llama_hf_tensor_map(const ModelConfig& cfg) {
                     {p + "self_attn.v_proj.bias", kv_rows}}});
     add(p + "self_attn.o_proj.weight", {C, q_rows});
     add(p + "post_attention_layernorm.weight", {C});
+    if (cfg.moe_block(l)) {
+      // MixtralForCausalLM: the router, and per expert w1 (gate), w3 (up), w2 (down).
+      const int64_t E = cfg.n_experts, Fe = cfg.expert_ffn();
+      const std::string moe = p + "block_sparse_moe.";
+      add(moe + "gate.weight", {E, C});
+      HfTensorMap gate_up{moe + "experts.gate_up.weight", {E * 2 * Fe, C}, {}}, down{moe + "experts.down.weight", {E * C, Fe}, {}};
+      for (int64_t e = 0; e < E; e++) {
+        const std::string ex = moe + "experts." + std::to_string(e) + ".";
+        gate_up.parts.push_back({ex + "w1.weight", Fe}), gate_up.parts.push_back({ex + "w3.weight", Fe});
+        down.parts.push_back({ex + "w2.weight", C});
+      }
+      m.push_back(std::move(gate_up)), m.push_back(std::move(down));
+      continue;
+    }
     m.push_back({p + "mlp.gate_up_proj.weight",
                  {2 * F, C},
                  {{p + "mlp.gate_proj.weight", F}, {p + "mlp.up_proj.weight", F}}});
