@@ -161,6 +161,7 @@ LoraConfig default_lora(const ModelConfig& m, int rank) {
   LoraConfig l;
   l.rank = rank, l.alpha = 2.0 * rank;
   l.targets = m.is_llama() ? lora_target_names(true) : std::vector<std::string>{"c_attn", "c_proj", "c_fc"};
+  if (m.is_moe()) l.targets = {"q_proj", "k_proj", "v_proj", "o_proj"};  // the experts have no adapters yet
   return l;
 }
 
@@ -288,10 +289,11 @@ int cmd_plan(const Args& args) {
       lora.model.lora = default_lora(w.model, 16);
       const SearchResult lr = search_layouts(lora, cluster, o.space, o.top);
       if (!lr.top.empty()) {
-        std::printf("\nWith LoRA (rank 16, alpha 32, on every linear layer of the blocks; the base frozen) it fits "
-                    "on these %d devices (--lora RANK plans another rank, --lora 0 never): searched %lld layouts, "
-                    "%lld fit.\n\n%s\n%s",
-                    cluster.devices(),
+        std::string targets;
+        for (const std::string& t : lora.model.lora.targets) targets += (targets.empty() ? "" : ", ") + t;
+        std::printf("\nWith LoRA (rank 16, alpha 32, on %s; the base frozen) it fits on these %d devices (--lora RANK "
+                    "plans another rank, --lora 0 never): searched %lld layouts, %lld fit.\n\n%s\n%s",
+                    targets.c_str(), cluster.devices(),
                     (long long)lr.considered, (long long)lr.fitting, format_plan_table(lr.top).c_str(),
                     write_memo(lora, cluster, lr.top[0]).c_str());
         if (!o.emit_config.empty()) emit_config(o, lora, lr.top[0].layout);

@@ -286,9 +286,12 @@ std::string write_memo(const Workload& w, const ClusterSpec& c, const Candidate&
 }
 
 std::string model_summary(const ModelConfig& m) {
-  std::string out = strprintf("%s family: %d layers, d_model %d, %d heads", model_family_name(m.family), m.n_layer,
-                              m.d_model, m.n_head);
-  if (m.is_llama()) out += strprintf(" (%d key/value), MLP %d", m.kv_heads(), m.ffn());
+  std::string out = strprintf("%s family: %d layers, d_model %d, %d heads", m.family_name(), m.n_layer, m.d_model,
+                              m.n_head);
+  if (m.is_moe())
+    out += strprintf(" (%d key/value), %d experts of width %d (top %d)", m.kv_heads(), m.n_experts, m.expert_ffn(),
+                     m.top_k);
+  else if (m.is_llama()) out += strprintf(" (%d key/value), MLP %d", m.kv_heads(), m.ffn());
   out += strprintf(", vocab %d", m.vocab_size);
   if (m.is_llama()) out += m.tied() ? ", tied head" : ", untied head";
   return out;

@@ -35,7 +35,17 @@ double layer_activation_bytes(const ModelConfig& m, double s, double b, int t, b
   const double g = double(m.kv_heads()) / m.n_head, F = m.ffn();
   const double whole = 8 * s * b * h + 8 * s * b;
   const double core = tiled ? 4 * a * s * b : r == Recompute::none ? 2 * a * s * s * b : 0;
-  const double split = (4 + 4 * g) * s * b * h + 6 * s * b * F + core;
+  double split = (4 + 4 * g) * s * b * h + 6 * s * b * F + core;
+  if (m.is_moe()) {
+    // A MoE block (model/moe/moe_block.h) keeps, per token, its k pairs'
+    // permuted input (2h), gate/up and SwiGLU output (6 Fe / t) and fp32
+    // output (4h), the fp32 input for the router (4h) and its probabilities
+    // (4E), on every tp rank (no sequence parallelism with experts); the
+    // mix of dense and MoE blocks by moe_every.
+    const double f = 1.0 / m.moe_every, k = m.top_k, Fe = m.expert_ffn();
+    const double moe = s * b * (k * (6 * h + 6 * Fe / t) + 4 * h + 4 * m.n_experts);
+    return (whole + split / t) * (1 - f) + (whole + (split - 6 * s * b * F) / t + moe) * f;
+  }
   return sp ? (whole + split) / t : whole + split / t;
 }
 

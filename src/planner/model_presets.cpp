@@ -18,6 +18,12 @@ ModelConfig llama(int vocab, int layers, int heads, int kv_heads, int d_model, i
   return m;  // untied lm_head: the family's default
 }
 
+ModelConfig mixtral(int vocab, int layers, int heads, int kv_heads, int d_model, int ffn, int seq_len) {
+  ModelConfig m = llama(vocab, layers, heads, kv_heads, d_model, ffn, seq_len, 1e6);
+  m.n_experts = 8, m.top_k = 2, m.moe_ffn_hidden = ffn;
+  return m;
+}
+
 }  // namespace
 
 const std::vector<ModelPreset>& model_presets() {
@@ -46,6 +52,12 @@ const std::vector<ModelPreset>& model_presets() {
       {"llama3-8b", llama(128256, 32, 32, 8, 4096, 14336, 8192, 500000.0), 1024},
       {"llama3-70b", llama(128256, 80, 64, 8, 8192, 28672, 8192, 500000.0), 1024},
       {"llama3-405b", llama(128256, 126, 128, 8, 16384, 53248, 8192, 500000.0), 1024},
+      // Mixtral (Jiang et al. 2024, "Mixtral of Experts", and the released
+      // config.json files): LLaMA's attention, 8 experts of the MLP width in
+      // every block, top 2; 46.7B and 141B parameters in all. Planned at
+      // 4096 tokens a sequence, 1024 sequences a step.
+      {"mixtral-8x7b", mixtral(32000, 32, 32, 8, 4096, 14336, 4096), 1024},
+      {"mixtral-8x22b", mixtral(32768, 56, 48, 8, 6144, 16384, 4096), 1024},
   };
   return presets;
 }

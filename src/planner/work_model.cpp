@@ -90,7 +90,28 @@ PassSeconds block_seconds(const BlockShape& b, const DeviceRates& d) {
   // and up fused).
   add_linear(s, d, rows, (heads + 2 * kv) * hd, h);
   add_linear(s, d, rows, h, heads * hd);
-  if (m.is_llama()) {
+  if (m.is_moe()) {
+    // Dense and MoE blocks mixed by moe_every. An MoE block: the router
+    // (rows x E x h, fp32) and each expert's gate/up and down over its share
+    // of the rows x k pairs (balanced: rows k / E each, E products), its
+    // width split over tp; the permute, combine and SwiGLU by their bytes.
+    const double f = 1.0 / m.moe_every, E = m.n_experts, k = m.top_k, Fe = m.expert_ffn();
+    PassSeconds dense, moe;
+    add_linear(dense, d, rows, 2 * F / t, h);
+    add_linear(dense, d, rows, h, F / t);
+    DeviceRates router = d;
+    router.gemm_bytes = 4;
+    add_linear(moe, router, rows, E, h);
+    const double pairs = rows * k / E;
+    moe.forward += gemm_seconds(d, pairs, 2 * Fe / t, h, E) + gemm_seconds(d, pairs, h, Fe / t, E);
+    moe.backward_input += gemm_seconds(d, pairs, h, 2 * Fe / t, E) + gemm_seconds(d, pairs, Fe / t, h, E);
+    moe.backward_weight += gemm_seconds(d, 2 * Fe / t, h, pairs, E) + gemm_seconds(d, h, Fe / t, pairs, E);
+    const double bytes = rows * k * (2 * h * b.act_bytes + 3 * Fe / t * b.act_bytes + 4 * h) / d.bandwidth;
+    moe.forward += bytes, moe.backward_input += kBackwardTraffic * bytes;
+    s.forward += (1 - f) * dense.forward + f * moe.forward;
+    s.backward_input += (1 - f) * dense.backward_input + f * moe.backward_input;
+    s.backward_weight += (1 - f) * dense.backward_weight + f * moe.backward_weight;
+  } else if (m.is_llama()) {
     add_linear(s, d, rows, 2 * F / t, h);
     add_linear(s, d, rows, h, F / t);
   } else {
@@ -142,7 +163,7 @@ PassSeconds block_seconds(const BlockShape& b, const DeviceRates& d) {
   if (m.is_llama()) bytes_f += 2 * rows * (heads + kv) * hd * e;  // rope on q and k
   // Two norms, two residual adds, the MLP's activation.
   bytes_f += 2 * 2 * rows_rep * h * e + 2 * 3 * rows_rep * h * e;
-  bytes_f += m.is_llama() ? 3 * rows * F / t * e : 2 * rows * F / t * e;
+  if (!m.is_moe()) bytes_f += m.is_llama() ? 3 * rows * F / t * e : 2 * rows * F / t * e;
   if (b.dropout) bytes_f += 2 * (2 * e + 1) * rows_rep * h;
   const double mem_f = bytes_f / d.bandwidth;
   s.attention_forward = attn_f + (tiled ? 0 : 2 * batch * s_q * s_k * e / d.bandwidth);

@@ -50,7 +50,8 @@ TEST(PlannerCli, Llama70BOnOneNodeFitsWithLora) {
   CliResult r = run_loom("plan --model llama2-70b --cluster a100-80gb --devices 8 --top 2 --emit-config " + cfg);
   EXPECT_EQ(r.code, 0) << r.output;
   for (const char* words : {"No layout fits 8 x 80.0 GiB", "The fewest a100-80gb devices on which it fits: 16",
-                            "With LoRA (rank 16, alpha 32", "it fits on these 8 devices", "LoRA: rank 16, alpha 32 on "
+                            "With LoRA (rank 16, alpha 32, on q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj; the base frozen)",
+                            "it fits on these 8 devices", "LoRA: rank 16, alpha 32 on "
                             "q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj: 0.207B adapter parameters",
                             "4N + 6N_adapters + 12Lhs", "wrote " })
     EXPECT_NE(r.output.find(words), std::string::npos) << words << "\n" << r.output;
