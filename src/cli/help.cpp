@@ -59,13 +59,15 @@ commands:
                               (SIGSTOP: a hang), slow:rank=R:step=S:ms=M (M ms more compute per
                               step from step S: a straggler), kill-in-save:rank=R:step=S (SIGKILL
                               half-way through its checkpoint file of step S); steps as logged
-          Fields: [model] family ("gpt2" | "llama") vocab_size n_layer n_head d_model seq_len
+          Fields: [model] family ("gpt2" | "llama" | "mixtral") vocab_size n_layer n_head d_model seq_len
                           LLaMA only: n_kv_head (0 = n_head; grouped-query attention)
                           ffn_hidden (0 = 8/3 d_model rounded up to ffn_multiple_of, 256)
                           rope_theta (10000) norm_eps (1e-5) tie_embeddings (false)
                           qkv_bias (false; Qwen2's q/k/v biases) rope_scaling ("none" |
                           "llama3": Llama 3.1's, with rope_factor (8) rope_low_freq_factor (1)
                           rope_high_freq_factor (4) rope_original_max_positions (8192))
+                          mixtral (LLaMA with a dropless top-k mixture-of-experts MLP): n_experts
+                          (8) top_k (2) moe_ffn_hidden (0 = ffn_hidden) moe_every (1: every block)
                           attention ("auto": tiled from 1024 tokens on | "tiled": flash-style,
                           O(T) memory | "materialized": keeps the T x T probabilities)
                   [train] batch_size micro_batch_size (0 = batch_size / dp) steps lr min_lr
