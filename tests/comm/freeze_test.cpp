@@ -112,25 +112,21 @@ TEST_P(Freeze, TrainsTheRestAsOneProcessAndLeavesTheFrozenPartUntouched) {
   const int dp = world / (l.tp * l.pp * l.cp);
   if (kBatch % (dp * 2) != 0) GTEST_SKIP() << "the batch does not split";
   if (l.zero > 0 && dp == 1) GTEST_SKIP() << "ZeRO needs dp > 1";
-  static std::map<std::tuple<int, int, int>, std::unique_ptr<loom::ParallelContext>> contexts;
-  auto& ctx = contexts[{l.tp, l.pp, l.cp}];
-  if (!ctx)
-    ctx = loom::ParallelContext::create_mpi(loom::ParallelGrid::for_world(world, 0, l.tp, l.pp, "tp-dp-pp", l.cp),
-                                            loom::MpiOptions{120});
+  const loom::ParallelContext& ctx = loom::test::layout_context(l.tp, l.pp, l.cp);
   const loom::RunConfig cfg = config(l, dp);
-  const loom::TrainResult got = loom::train(cfg, *ctx, nullptr, options());
+  const loom::TrainResult got = loom::train(cfg, ctx, nullptr, options());
   const loom::TrainResult& want = single(l.precision);
   // 16-bit runs against their own precision in one process: the same bound
   // the layout tests hold fp32 to would need the same rounding order.
   const double tolerance = std::string(l.precision) == "fp32" ? 1e-5 : 1e-2;
-  for (const auto& [name, err] : loom::test::gradient_errors(cfg, *ctx, got.first_step_grads, want.first_step_grads))
+  for (const auto& [name, err] : loom::test::gradient_errors(cfg, ctx, got.first_step_grads, want.first_step_grads))
     if (!frozen(name)) {
       EXPECT_LE(err, tolerance) << name;
     }
   if (std::string(l.precision) == "fp32") loom::test::expect_same_losses(got, want);
   ASSERT_EQ(got.initial_params.size(), got.final_params.size());
   int frozen_seen = 0, trained_moved = 0;
-  for_stage_tensors(cfg, *ctx, [&](const std::string& name, size_t b, size_t e) {
+  for_stage_tensors(cfg, ctx, [&](const std::string& name, size_t b, size_t e) {
     bool same = true, zero_grad = true;
     for (size_t k = b; k < e; k++) {
       same = same && got.initial_params[k] == got.final_params[k];

@@ -12,6 +12,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "config/run_config.h"
@@ -33,6 +34,16 @@ inline const ParallelContext& world_context(int tp, int pp) {
   static std::map<std::pair<int, int>, std::unique_ptr<ParallelContext>> contexts;
   auto& ctx = contexts[{tp, pp}];
   if (!ctx) ctx = ParallelContext::create_mpi(ParallelGrid::for_world(world_size(), 0, tp, pp), MpiOptions{120});
+  return *ctx;
+}
+
+// The whole world as dp x cp x tp x pp for (tp, pp, cp), "tp-dp-pp" order,
+// made once per shape (every rank runs the tests in the same order).
+inline const ParallelContext& layout_context(int tp, int pp, int cp) {
+  static std::map<std::tuple<int, int, int>, std::unique_ptr<ParallelContext>> contexts;
+  auto& ctx = contexts[{tp, pp, cp}];
+  if (!ctx)
+    ctx = ParallelContext::create_mpi(ParallelGrid::for_world(world_size(), 0, tp, pp, "tp-dp-pp", cp), MpiOptions{120});
   return *ctx;
 }
 

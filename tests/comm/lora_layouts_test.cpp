@@ -86,18 +86,14 @@ void check_layout(bool llama, const Layout& l) {
   const int dp = world / (l.tp * l.pp * l.cp);
   if (kBatch % (dp * 2) != 0) GTEST_SKIP() << "the batch does not split";
   if (l.zero > 0 && dp == 1) GTEST_SKIP() << "ZeRO needs dp > 1";
-  static std::map<std::tuple<int, int, int>, std::unique_ptr<loom::ParallelContext>> contexts;
-  auto& ctx = contexts[{l.tp, l.pp, l.cp}];
-  if (!ctx)
-    ctx = loom::ParallelContext::create_mpi(loom::ParallelGrid::for_world(world, 0, l.tp, l.pp, "tp-dp-pp", l.cp),
-                                            loom::MpiOptions{120});
+  const loom::ParallelContext& ctx = loom::test::layout_context(l.tp, l.pp, l.cp);
   const loom::RunConfig cfg = config(llama, l, dp);
-  const loom::TrainResult got = loom::train(cfg, *ctx, nullptr, options());
+  const loom::TrainResult got = loom::train(cfg, ctx, nullptr, options());
   const loom::TrainResult& want = single(llama, l.precision);
   const bool fp32 = std::string(l.precision) == "fp32";
   const double grad_tol = fp32 ? 1e-5 : 1e-2, param_tol = fp32 ? 1e-4 : 1e-2;
-  const auto grad_err = loom::test::gradient_errors(cfg, *ctx, got.first_step_grads, want.first_step_grads);
-  const auto param_err = loom::test::gradient_errors(cfg, *ctx, got.final_params, want.final_params);
+  const auto grad_err = loom::test::gradient_errors(cfg, ctx, got.first_step_grads, want.first_step_grads);
+  const auto param_err = loom::test::gradient_errors(cfg, ctx, got.final_params, want.final_params);
   int factors = 0;
   for (const auto& [name, err] : grad_err) {
     if (!loom::is_lora_tensor(name)) continue;
@@ -111,7 +107,7 @@ void check_layout(bool llama, const Layout& l) {
   EXPECT_GT(factors, 0);
   if (fp32) loom::test::expect_same_losses(got, want);
   // The base: as it started, no gradient; the factors: moved.
-  const auto shards = loom::stage_shards(cfg, *ctx, loom::plan_pipeline(cfg, ctx->grid().pp()));
+  const auto shards = loom::stage_shards(cfg, ctx, loom::plan_pipeline(cfg, ctx.grid().pp()));
   const auto offsets = loom::chunk_offsets(cfg.model, shards);
   int moved = 0;
   for (size_t c = 0; c < shards.size(); c++)

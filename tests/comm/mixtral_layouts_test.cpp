@@ -81,17 +81,13 @@ TEST_P(MixtralLlamaLayouts, ReproduceOneProcess) {
   const int dp = world / (l.tp * l.pp * l.cp);
   if (kBatch % (dp * 2) != 0) GTEST_SKIP() << "the batch does not split";
   if (l.zero > 0 && dp == 1) GTEST_SKIP() << "ZeRO needs dp > 1";
-  static std::map<std::tuple<int, int, int>, std::unique_ptr<loom::ParallelContext>> contexts;
-  auto& ctx = contexts[{l.tp, l.pp, l.cp}];
-  if (!ctx)
-    ctx = loom::ParallelContext::create_mpi(loom::ParallelGrid::for_world(world, 0, l.tp, l.pp, "tp-dp-pp", l.cp),
-                                            loom::MpiOptions{120});
+  const loom::ParallelContext& ctx = loom::test::layout_context(l.tp, l.pp, l.cp);
   const loom::RunConfig cfg = config(l, dp);
-  const loom::TrainResult got = loom::train(cfg, *ctx, nullptr, options());
+  const loom::TrainResult got = loom::train(cfg, ctx, nullptr, options());
   const loom::TrainResult& want = single(l.precision);
   const bool fp32 = std::string(l.precision) == "fp32";
   int experts = 0;
-  for (const auto& [name, err] : loom::test::gradient_errors(cfg, *ctx, got.first_step_grads, want.first_step_grads)) {
+  for (const auto& [name, err] : loom::test::gradient_errors(cfg, ctx, got.first_step_grads, want.first_step_grads)) {
     EXPECT_LE(err, fp32 ? 1e-5 : 1e-2) << name;
     experts += name.find("block_sparse_moe") != std::string::npos;
   }

@@ -20,13 +20,7 @@ namespace {
 using loom::test::ReferenceFile;
 using loom::test::rel_frobenius;
 
-const ReferenceFile& reference(const std::string& name) {
-  static std::map<std::string, ReferenceFile> cache;
-  auto it = cache.find(name);
-  if (it == cache.end())
-    it = cache.emplace(name, ReferenceFile::load(LOOM_BINARY_DIR "/reference/" + name + ".ref")).first;
-  return it->second;
-}
+const ReferenceFile& reference(const std::string& name) { return loom::test::built_reference(name); }
 
 using loom::test::loom_tensor_values;
 

@@ -23,13 +23,7 @@ using loom::test::loom_tensor_values;
 using loom::test::ReferenceFile;
 using loom::test::rel_frobenius;
 
-const ReferenceFile& reference(const std::string& name) {
-  static std::map<std::string, ReferenceFile> cache;
-  auto it = cache.find(name);
-  if (it == cache.end())
-    it = cache.emplace(name, ReferenceFile::load(LOOM_BINARY_DIR "/reference/" + name + ".ref")).first;
-  return it->second;
-}
+const ReferenceFile& reference(const std::string& name) { return loom::test::built_reference(name); }
 
 loom::ModelConfig model_config(const ReferenceFile& ref, bool llama) {
   loom::ModelConfig cfg{int(ref.ints.at("vocab_size")), int(ref.ints.at("n_layer")), int(ref.ints.at("n_head")),

@@ -1,6 +1,7 @@
 #include "golden/reference_file.h"
 
 #include <bit>
+#include <map>
 #include <cstring>
 #include <fstream>
 #include <iterator>
@@ -164,6 +165,14 @@ std::vector<float> loom_tensor_values(const ReferenceFile& ref, const std::strin
     return out;
   }
   return ref.tensor(prefix + name).f32;
+}
+
+const ReferenceFile& built_reference(const std::string& name) {
+  static std::map<std::string, ReferenceFile> cache;
+  auto it = cache.find(name);
+  if (it == cache.end())
+    it = cache.emplace(name, ReferenceFile::load(LOOM_BINARY_DIR "/reference/" + name + ".ref")).first;
+  return it->second;
 }
 
 }  // namespace loom::test

@@ -47,6 +47,10 @@ struct ReferenceFile {
   const Tensor& tensor(const std::string& name) const;
 };
 
+// The reference file `name` the build made (LOOM_BINARY_DIR/reference/<name>.ref),
+// loaded once.
+const ReferenceFile& built_reference(const std::string& name);
+
 // The reference's values of loom tensor `name` under `prefix` ("param/",
 // "grad/", "final/"): LLaMA's fused q/k/v and gate/up tensors are the
 // row-wise stack of Hugging Face's parts, as loom fuses them.

@@ -20,10 +20,7 @@ namespace {
 using loom::test::ReferenceFile;
 using loom::test::rel_frobenius;
 
-const ReferenceFile& reference() {
-  static const ReferenceFile ref = ReferenceFile::load(LOOM_BINARY_DIR "/reference/moe_layer.ref");
-  return ref;
-}
+const ReferenceFile& reference() { return loom::test::built_reference("moe_layer"); }
 
 struct Layer {
   loom::moe::Shape s;
