@@ -331,9 +331,11 @@ commands:
             loom plan --config configs/NAME.toml [--set k=v] --cluster local
             loom plan --config configs/NAME.toml --layout auto --ranks N   (the layout for loom train)
             loom plan --model llama2-70b --cluster a100-80gb --devices 16
+            loom plan --model llama2-70b --cluster a100-80gb --devices 8 --lora 16   (LoRA: --lora 0 never)
           Model: --model gpt2-124m|gpt2-350m|gpt2-774m|gpt2-1.5b|gpt3-6.7b|gpt3-13b|gpt3-30b|
                  gpt3-70b|gpt3-175b (family gpt2), llama2-7b|llama2-13b|llama2-70b|llama3-8b|
                  llama3-70b|llama3-405b (family llama: grouped-query attention, SwiGLU, untied head),
+                 mixtral-8x7b|mixtral-8x22b (family mixtral: 8 experts, top 2),
                  a Hugging Face checkpoint folder (--model DIR: its config.json; context its
                  position limit, batch 512 sequences), or --config FILE; --layers --d-model
                  --heads --kv-heads --ffn --vocab --seq override sizes; --batch N global batch
@@ -361,8 +363,12 @@ commands:
           Deadline: --tokens N [--deadline-days D] (exit 2 if the best plan misses it).
           --emit-config FILE: write plan #1 (model, batch, layout: dp tp pp v micro-batch zero
                  cp precision recompute sp) as a loom config: mpirun -np N loom train --config FILE.
-          No layout fits: exit 2, with the memory per device missing, why (model states against
-                 the devices) and the fewest devices of that cluster that fit, with their plan.
+          LoRA: --lora RANK plans adapters of that rank (alpha 2 RANK) on every linear layer of
+                 the blocks (the attention's on mixtral), the base frozen in the compute type;
+                 a config's [lora] is planned as given. --emit-config writes the [lora] section.
+          No layout fits: the memory per device missing, why (model states against the
+                 devices) and the fewest devices of that cluster that fit, with their plan; then,
+                 unless --lora 0, the LoRA plans that fit these devices (exit 0); else exit 2.
                  See docs/planner.md.
 
 exit codes: 0 success, 2 bad input (the message names the field or file), 1 internal error
