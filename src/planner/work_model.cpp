@@ -122,21 +122,9 @@ PassSeconds block_seconds(const BlockShape& b, const DeviceRates& d) {
     // The frozen base computes no weight gradient; each target's adapter
     // (column products: B split over tp; row products: A split).
     s.backward_weight = 0;
-    const double r = m.lora.rank, q = double(m.n_head) * hd, kvw = double(m.kv_heads()) * hd;
-    struct Target {
-      const char* path;
-      double out, in;
-    };
-    const std::vector<Target> targets =
-        m.is_llama() ? std::vector<Target>{{"self_attn.q_proj", q / t, h},  {"self_attn.k_proj", kvw / t, h},
-                                           {"self_attn.v_proj", kvw / t, h}, {"self_attn.o_proj", h, q / t},
-                                           {"mlp.gate_proj", F / t, h},      {"mlp.up_proj", F / t, h},
-                                           {"mlp.down_proj", h, F / t}}
-                     : std::vector<Target>{{"attn.c_attn", 3 * h / t, h}, {"attn.c_proj", h, h / t},
-                                           {"mlp.c_fc", F / t, h},        {"mlp.c_proj", h, F / t}};
-    for (const Target& x : targets)
-      if (m.lora.targets_module(std::string(m.is_llama() ? "model.layers.0." : "transformer.h.0.") + x.path))
-        add_adapter(s, d, rows, x.out, x.in, r);
+    for (const BlockLinear& l : adapted_linears(m))
+      add_adapter(s, d, rows, l.column ? double(l.out) / t : double(l.out), l.column ? double(l.in) : double(l.in) / t,
+                  m.lora.rank);
   }
   // The attention core over sequences x heads: scores S = Q K^T [s_q, s_k]
   // (K = head_dim) and context P V [s_q, hd] (K = s_k). Materialized: whole

@@ -31,24 +31,8 @@ const std::vector<std::string> kFreeze = {"wte.weight", "h.0.*", "h.2.mlp.*"};
 
 using loom::test::world_size;
 
-struct Layout {
-  int tp, pp, cp;
-  const char* schedule;
-  int v;
-  bool sequence_parallel;
-  int zero;
-  const char* precision;
-};
-
-std::string layout_name(const testing::TestParamInfo<Layout>& info) {
-  const Layout& l = info.param;
-  std::string schedule = l.schedule;
-  for (char& ch : schedule)
-    if (ch == '-') ch = '_';
-  return "tp" + std::to_string(l.tp) + "_pp" + std::to_string(l.pp) + "_cp" + std::to_string(l.cp) + "_" + schedule +
-         "_v" + std::to_string(l.v) + (l.sequence_parallel ? "_sp" : "") + "_zero" + std::to_string(l.zero) + "_" +
-         l.precision;
-}
+using Layout = loom::test::LayoutCase;
+using loom::test::layout_case_name;
 
 loom::RunConfig config(const Layout& l, int dp, bool freeze = true) {
   std::string patterns;
@@ -107,11 +91,8 @@ class Freeze : public testing::TestWithParam<Layout> {};
 
 TEST_P(Freeze, TrainsTheRestAsOneProcessAndLeavesTheFrozenPartUntouched) {
   const Layout l = GetParam();
-  const int world = world_size();
-  if (world % (l.tp * l.pp * l.cp) != 0) GTEST_SKIP() << "tp x pp x cp does not divide " << world;
-  const int dp = world / (l.tp * l.pp * l.cp);
-  if (kBatch % (dp * 2) != 0) GTEST_SKIP() << "the batch does not split";
-  if (l.zero > 0 && dp == 1) GTEST_SKIP() << "ZeRO needs dp > 1";
+  int dp = 1;
+  if (const std::string why = loom::test::layout_case_skip(l, kBatch, &dp); !why.empty()) GTEST_SKIP() << why;
   const loom::ParallelContext& ctx = loom::test::layout_context(l.tp, l.pp, l.cp);
   const loom::RunConfig cfg = config(l, dp);
   const loom::TrainResult got = loom::train(cfg, ctx, nullptr, options());
@@ -155,7 +136,7 @@ std::vector<Layout> layouts() {
   };
 }
 
-INSTANTIATE_TEST_SUITE_P(Layouts, Freeze, testing::ValuesIn(layouts()), layout_name);
+INSTANTIATE_TEST_SUITE_P(Layouts, Freeze, testing::ValuesIn(layouts()), layout_case_name);
 
 // One process: freezing changes nothing of the other tensors' first-step
 // gradients, and the frozen tensors' gradient and AdamW bytes are gone.

@@ -37,6 +37,38 @@ inline const ParallelContext& world_context(int tp, int pp) {
   return *ctx;
 }
 
+// One layout of a layout-invariance test (the data-parallel size is what
+// the world leaves), named for gtest: "tp2_pp1_cp1_1f1b_v1_sp_zero1_fp32".
+struct LayoutCase {
+  int tp, pp, cp;
+  const char* schedule;
+  int v;
+  bool sequence_parallel;
+  int zero;
+  const char* precision;
+};
+
+inline std::string layout_case_name(const testing::TestParamInfo<LayoutCase>& info) {
+  const LayoutCase& l = info.param;
+  std::string schedule = l.schedule;
+  for (char& ch : schedule)
+    if (ch == '-') ch = '_';
+  return "tp" + std::to_string(l.tp) + "_pp" + std::to_string(l.pp) + "_cp" + std::to_string(l.cp) + "_" + schedule +
+         "_v" + std::to_string(l.v) + (l.sequence_parallel ? "_sp" : "") + "_zero" + std::to_string(l.zero) + "_" +
+         l.precision;
+}
+
+// Why this world cannot run `l` with a global batch of `batch` split into
+// two micro-batches per replica ("" if it can), and its dp.
+inline std::string layout_case_skip(const LayoutCase& l, int batch, int* dp) {
+  const int world = world_size();
+  if (world % (l.tp * l.pp * l.cp) != 0) return "tp x pp x cp does not divide " + std::to_string(world);
+  *dp = world / (l.tp * l.pp * l.cp);
+  if (batch % (*dp * 2) != 0) return "the batch does not split";
+  if (l.zero > 0 && *dp == 1) return "ZeRO needs dp > 1";
+  return "";
+}
+
 // The whole world as dp x cp x tp x pp for (tp, pp, cp), "tp-dp-pp" order,
 // made once per shape (every rank runs the tests in the same order).
 inline const ParallelContext& layout_context(int tp, int pp, int cp) {

@@ -27,23 +27,8 @@ namespace {
 constexpr int kBatch = 8, kSteps = 5;
 using loom::test::world_size;
 
-struct Layout {
-  int tp, pp, cp;
-  const char* schedule;
-  int v;
-  bool sequence_parallel;
-  int zero;
-  const char* precision;
-};
-
-std::string layout_name(const testing::TestParamInfo<Layout>& info) {
-  const Layout& l = info.param;
-  std::string schedule = l.schedule;
-  for (char& ch : schedule)
-    if (ch == '-') ch = '_';
-  return "tp" + std::to_string(l.tp) + "_pp" + std::to_string(l.pp) + "_cp" + std::to_string(l.cp) + "_" + schedule +
-         (l.sequence_parallel ? "_sp" : "") + "_zero" + std::to_string(l.zero) + "_" + l.precision;
-}
+using Layout = loom::test::LayoutCase;
+using loom::test::layout_case_name;
 
 loom::RunConfig config(bool llama, const Layout& l, int dp) {
   std::vector<std::string> sets = {
@@ -81,11 +66,8 @@ const loom::TrainResult& single(bool llama, const std::string& precision) {
 }
 
 void check_layout(bool llama, const Layout& l) {
-  const int world = world_size();
-  if (world % (l.tp * l.pp * l.cp) != 0) GTEST_SKIP() << "tp x pp x cp does not divide " << world;
-  const int dp = world / (l.tp * l.pp * l.cp);
-  if (kBatch % (dp * 2) != 0) GTEST_SKIP() << "the batch does not split";
-  if (l.zero > 0 && dp == 1) GTEST_SKIP() << "ZeRO needs dp > 1";
+  int dp = 1;
+  if (const std::string why = loom::test::layout_case_skip(l, kBatch, &dp); !why.empty()) GTEST_SKIP() << why;
   const loom::ParallelContext& ctx = loom::test::layout_context(l.tp, l.pp, l.cp);
   const loom::RunConfig cfg = config(llama, l, dp);
   const loom::TrainResult got = loom::train(cfg, ctx, nullptr, options());
@@ -165,10 +147,10 @@ TEST(LoraRecompute, FullAndSelectiveAreBitwiseTheStoredRun) {
 
 class LoraLayouts : public testing::TestWithParam<Layout> {};
 TEST_P(LoraLayouts, ReproduceOneProcessWithTheBaseUntouched) { check_layout(false, GetParam()); }
-INSTANTIATE_TEST_SUITE_P(Gpt2, LoraLayouts, testing::ValuesIn(layouts()), layout_name);
+INSTANTIATE_TEST_SUITE_P(Gpt2, LoraLayouts, testing::ValuesIn(layouts()), layout_case_name);
 
 class LoraLlamaLayouts : public testing::TestWithParam<Layout> {};
 TEST_P(LoraLlamaLayouts, ReproduceOneProcessWithTheBaseUntouched) { check_layout(true, GetParam()); }
-INSTANTIATE_TEST_SUITE_P(Llama, LoraLlamaLayouts, testing::ValuesIn(layouts()), layout_name);
+INSTANTIATE_TEST_SUITE_P(Llama, LoraLlamaLayouts, testing::ValuesIn(layouts()), layout_case_name);
 
 }  // namespace

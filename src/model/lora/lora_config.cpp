@@ -28,16 +28,40 @@ std::string joined(const std::vector<std::string>& v) {
   return s;
 }
 
-// The smaller side of each target's product, per accepted name.
+// The smaller side of the products a target names.
 int64_t smaller_side(const std::string& target, const ModelConfig& m) {
-  const int64_t C = m.d_model, F = m.ffn(), q = int64_t(m.n_head) * m.head_dim(),
-                kv = int64_t(m.kv_heads()) * m.head_dim();
-  if (target == "k_proj" || target == "v_proj") return std::min(C, kv);
-  if (target == "q_proj" || target == "o_proj") return std::min(C, q);
-  return std::min(C, F);  // c_attn's 3C rows, the MLP's F: d_model or the MLP's width
+  LoraConfig one;
+  one.targets = {target};
+  int64_t side = INT64_MAX;
+  for (const BlockLinear& l : block_linears(m))
+    if (one.targets_module(l.module(m))) side = std::min({side, l.in, l.out});
+  return side;
 }
 
 }  // namespace
+
+std::string BlockLinear::module(const ModelConfig& model) const {
+  return (model.is_llama() ? "model.layers.0." : "transformer.h.0.") + path;
+}
+
+std::vector<BlockLinear> block_linears(const ModelConfig& m) {
+  const int64_t C = m.d_model, F = m.ffn(), q = int64_t(m.n_head) * m.head_dim(),
+                kv = int64_t(m.kv_heads()) * m.head_dim();
+  if (m.is_llama())
+    return {{"self_attn.q_proj", C, q, true},  {"self_attn.k_proj", C, kv, true}, {"self_attn.v_proj", C, kv, true},
+            {"self_attn.o_proj", q, C, false}, {"mlp.gate_proj", C, F, true},     {"mlp.up_proj", C, F, true},
+            {"mlp.down_proj", F, C, false}};
+  return {{"attn.c_attn", C, 3 * C, true}, {"attn.c_proj", C, C, false}, {"mlp.c_fc", C, F, true},
+          {"mlp.c_proj", F, C, false}};
+}
+
+std::vector<BlockLinear> adapted_linears(const ModelConfig& m) {
+  std::vector<BlockLinear> out;
+  if (!m.lora.enabled()) return out;
+  for (BlockLinear& l : block_linears(m))
+    if (m.lora.targets_module(l.module(m))) out.push_back(std::move(l));
+  return out;
+}
 
 void validate_lora(const LoraConfig& lora, const ModelConfig& model) {
   if (lora.rank == 0 && lora.targets.empty()) return;
@@ -68,24 +92,8 @@ void validate_lora(const LoraConfig& lora, const ModelConfig& model) {
 }
 
 int64_t lora_parameters(const ModelConfig& m) {
-  if (!m.lora.enabled()) return 0;
-  const int64_t C = m.d_model, F = m.ffn(), q = int64_t(m.n_head) * m.head_dim(),
-                kv = int64_t(m.kv_heads()) * m.head_dim();
-  struct Linear {
-    const char* path;  // in a block, HF's module path after the layer's prefix
-    int64_t in, out;
-  };
-  const std::vector<Linear> linears =
-      m.is_llama() ? std::vector<Linear>{{"self_attn.q_proj", C, q},  {"self_attn.k_proj", C, kv},
-                                         {"self_attn.v_proj", C, kv}, {"self_attn.o_proj", q, C},
-                                         {"mlp.gate_proj", C, F},     {"mlp.up_proj", C, F},
-                                         {"mlp.down_proj", F, C}}
-                   : std::vector<Linear>{{"attn.c_attn", C, 3 * C}, {"attn.c_proj", C, C}, {"mlp.c_fc", C, F},
-                                         {"mlp.c_proj", F, C}};
   int64_t n = 0;
-  for (const Linear& l : linears)
-    if (m.lora.targets_module(std::string(m.is_llama() ? "model.layers.0." : "transformer.h.0.") + l.path))
-      n += int64_t(m.lora.rank) * (l.in + l.out);
+  for (const BlockLinear& l : adapted_linears(m)) n += int64_t(m.lora.rank) * (l.in + l.out);
   return n * m.n_layer;
 }
 

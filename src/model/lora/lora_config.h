@@ -41,6 +41,21 @@ std::vector<std::string> lora_target_names(bool llama);
 // ("lora.rank", "lora.targets", ...). Nothing to check when rank is 0.
 void validate_lora(const LoraConfig& lora, const ModelConfig& model);
 
+// A linear layer of a block as LoRA sees it: its HF module path after the
+// layer's prefix ("self_attn.q_proj", "mlp.c_fc"), global widths, and
+// whether tensor parallelism splits its output (column) or its input (row).
+struct BlockLinear {
+  std::string path;
+  int64_t in = 0, out = 0;
+  bool column = true;
+  // The full HF module path in block 0 (what lora.targets match).
+  std::string module(const ModelConfig& model) const;
+};
+// Every linear layer of a block of `model`'s family, in forward order.
+std::vector<BlockLinear> block_linears(const ModelConfig& model);
+// Those lora.targets adapts (none without LoRA).
+std::vector<BlockLinear> adapted_linears(const ModelConfig& model);
+
 // Parameters of all the adapters of `model` (r (in + out) per adapted
 // linear layer), 0 without LoRA.
 int64_t lora_parameters(const ModelConfig& model);
