@@ -8,7 +8,11 @@ router logits, and after (y * g).sum() with a random g the gradients of the
 input and of every weight. Written in make_reference.py's LOOMREF format:
 ints d_model, ffn, n_experts, top_k, tokens; tensors param/<name>, x, g, y,
 logits, grad/x, grad/<name> (names: gate.weight, experts.E.gate_proj.weight,
-.up_proj.weight, .down_proj.weight).
+.up_proj.weight, .down_proj.weight). Then the router losses added, with the
+tokens as sequences of seq_len: loss + z_weight x sum lse^2 + seq_weight x
+sum over sequences of sum_e f_e sum_t p_te (f_e = E / (k seq_len) x the
+sequence's pairs routed to e, a constant): zgrad/x and zgrad/gate.weight
+(floats z_weight, seq_weight in ints x 1e-3).
 """
 
 import os
@@ -21,7 +25,8 @@ from make_reference import MAGIC, VERSION, pack_name, pack_tensor  # noqa: E402
 from moe_torch import SparseMoe  # noqa: E402
 import struct  # noqa: E402
 
-INTS = {"d_model": 32, "ffn": 48, "n_experts": 8, "top_k": 2, "tokens": 24}
+INTS = {"d_model": 32, "ffn": 48, "n_experts": 8, "top_k": 2, "tokens": 24, "seq_len": 8,
+        "z_weight_milli": 50, "seq_weight_milli": 300}
 
 
 def main():
@@ -46,6 +51,21 @@ def main():
     tensors["grad/x"] = x.grad.detach().clone()
     for n, p in m.named_parameters():
         tensors[f"grad/{n}"] = p.grad.detach().clone()
+    # The router losses (z-loss, per-sequence balancing) on top.
+    m.zero_grad()
+    x2 = x.detach().clone().requires_grad_(True)
+    y2, logits2 = m(x2)
+    E, k, T = INTS["n_experts"], INTS["top_k"], INTS["seq_len"]
+    p = torch.softmax(logits2, dim=-1)
+    lse = torch.logsumexp(logits2, dim=-1)
+    chosen = torch.topk(p.detach(), k, dim=-1).indices
+    counts = torch.nn.functional.one_hot(chosen, E).sum(1).view(-1, T, E).sum(1).to(p.dtype)  # [S, E]
+    f = counts * E / (k * T)
+    balance = (f[:, None, :] * p.view(-1, T, E)).sum()
+    loss = (y2 * g).sum() + INTS["z_weight_milli"] * 1e-3 * (lse ** 2).sum() + INTS["seq_weight_milli"] * 1e-3 * balance
+    loss.backward()
+    tensors["zgrad/x"] = x2.grad.detach().clone()
+    tensors["zgrad/gate.weight"] = m.gate.weight.grad.detach().clone()
     blob = bytearray(MAGIC) + struct.pack("<I", VERSION) + struct.pack("<I", len(INTS))
     for k, v in INTS.items():
         blob += pack_name(k) + struct.pack("<q", v)

@@ -31,6 +31,7 @@ class CheckpointModel : public GlobalTensors {
   ~CheckpointModel() override;
 
   const ModelConfig& config() const { return cfg_; }
+  const Checkpoint& checkpoint() const { return ckpt_; }
   // Where the base comes from: "" (the checkpoint holds it), "hf:DIR" or "init seed N".
   const std::string& base_source() const { return base_source_; }
 

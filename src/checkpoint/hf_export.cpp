@@ -1,5 +1,7 @@
 #include "checkpoint/hf_export.h"
 
+#include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <toml++/toml.h>
@@ -11,6 +13,7 @@
 #include "core/check.h"
 #include "core/dtype.h"
 #include "model/hf_names.h"
+#include "model/moe/router_state.h"
 
 namespace loom {
 namespace {
@@ -218,6 +221,19 @@ HfExportResult export_hf(const Checkpoint& ckpt, const std::string& out_dir, con
                   "export: checkpoint '%s' has experts in every %d-th block only (model.moe_every): "
                   "MixtralForCausalLM has them in every block",
                   ckpt.dir().c_str(), cfg.moe_every);
+  if (cfg.is_moe() && !opt.drop_router_bias)
+    for (int l = 0; l < cfg.n_layer; l++) {
+      const std::string name = moe::RouterState::bias_name(l);
+      if (!ckpt.tensors().has(name)) continue;
+      float most = 0;
+      for (float b : ckpt.tensors().read_global(name)) most = std::max(most, std::fabs(b));
+      LOOM_USER_CHECK(most == 0,
+                      "export: checkpoint '%s' routes with balancing biases (model.moe_balance = \"aux_free\"; "
+                      "layer %d's largest is %g), which MixtralForCausalLM has no place for: pass "
+                      "--drop-router-bias to export without them (the exported model then chooses experts by the "
+                      "router's softmax alone, so some tokens may route differently)",
+                      ckpt.dir().c_str(), l, double(most));
+    }
   if (!cfg.lora.enabled()) return export_hf(model, cfg, ckpt.manifest().step, "checkpoint '" + ckpt.dir() + "'", out_dir, opt);
   LOOM_USER_CHECK(opt.merge_lora,
                   "export: checkpoint '%s' holds LoRA adapters: --format hf writes a plain model, so it needs --merge "

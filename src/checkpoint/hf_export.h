@@ -40,6 +40,10 @@ struct HfExportOptions {
   // where the run took it).
   bool merge_lora = false;
   std::string base_dir;
+  // A mixture of experts balanced by aux_free biases: MixtralForCausalLM has
+  // no place for them, so export refuses unless told to leave them out (the
+  // exported model then routes by the router's softmax alone).
+  bool drop_router_bias = false;
 };
 
 // The data a checkpoint's run read, as its recorded config names it:

@@ -48,7 +48,7 @@ std::unique_ptr<TextTokenizer> run_tokenizer(const Checkpoint& ckpt, const std::
 
 int cmd_export(const Args& args) {
   std::string checkpoint, out, format = "hf", dtype_name = "f32", tokenizer, base;
-  bool merge = false;
+  bool merge = false, drop_router_bias = false;
   for (size_t i = 0; i < args.size(); i++) {
     std::string a = args[i], inline_value;
     bool has_inline = false;
@@ -66,6 +66,7 @@ int cmd_export(const Args& args) {
     else if (a == "--tokenizer") tokenizer = value();
     else if (a == "--base") base = value();
     else if (a == "--merge") merge = true;
+    else if (a == "--drop-router-bias") drop_router_bias = true;
     else throw UserError(strprintf("export: unknown option '%s' (try loom export --help)", a.c_str()));
   }
   LOOM_USER_CHECK(!checkpoint.empty(), "export: --checkpoint DIR is required");
@@ -78,7 +79,7 @@ int cmd_export(const Args& args) {
   else if (dtype_name == "f16" || dtype_name == "fp16") opt.dtype = StDType::F16;
   else throw UserError(strprintf("export: unknown --dtype '%s' (f32, bf16, f16)", dtype_name.c_str()));
 
-  opt.merge_lora = merge, opt.base_dir = base;
+  opt.merge_lora = merge, opt.base_dir = base, opt.drop_router_bias = drop_router_bias;
 
   ResumeChoice chosen = resolve_resume(checkpoint, "");  // verifies every file's sha256
   Checkpoint ckpt = Checkpoint::open(chosen.dir);

@@ -21,6 +21,7 @@
 #include "core/rng.h"
 #include "data/chat_template.h"
 #include "data/text_codec.h"
+#include "model/moe/router_state.h"
 #include "model/stage_module.h"
 #include "model/sampling.h"
 #include "train/trainer.h"
@@ -42,6 +43,8 @@ std::unique_ptr<StageModule> load_model(const CheckpointModel& source) {
                values.size(), (long long)spec.numel);
     std::copy(values.begin(), values.end(), model->param(int(i)));
   }
+  // A mixture of experts routes with its balancing biases, as in training.
+  if (moe::RouterState* router = model->router_state()) router->load_biases(source.checkpoint().tensors());
   return model;
 }
 

@@ -293,9 +293,10 @@ commands:
           Both read metrics.jsonl, summary.json, layout.json and trace.json, whichever exist;
           exit code 2 only when none can be read.
           Example: loom diagnose runs/20261202-171500 --json
-  export  Write a checkpoint (any layout) as Hugging Face files (GPT2LMHeadModel or LlamaForCausalLM).
+  export  Write a checkpoint (any layout) as Hugging Face files (GPT2LMHeadModel, LlamaForCausalLM or
+          MixtralForCausalLM).
             loom export --checkpoint DIR --out DIR2 [--format hf|peft] [--merge] [--base HFDIR]
-                        [--dtype f32|bf16|f16] [--tokenizer FILE]
+                        [--dtype f32|bf16|f16] [--tokenizer FILE] [--drop-router-bias]
           DIR is a checkpoint folder (runs/x/checkpoints/step_000100) or a root with `latest`;
           every file's sha256 is checked first. Writes DIR2/model.safetensors and DIR2/config.json
           with Hugging Face's names: GPT-2 (transformer.*, Conv1D weights as [in, out], LM head
@@ -306,6 +307,8 @@ commands:
           (adapter_config.json, adapter_model.safetensors: PeftModel.from_pretrained loads it on
           the base); --format hf --merge folds it into the base, W + alpha/r B A. The base is
           the run's train.init_from folder (its fingerprint checked) or, if moved, --base HFDIR.
+          A mixture of experts balanced by aux_free biases (model.moe_balance): Mixtral has no
+          place for them; export exits 2 unless --drop-router-bias (routing then by softmax alone).
           Example: loom export --checkpoint checkpoints --out hf-model --dtype bf16
   generate  Sample text from a checkpoint, single process.
             loom generate --checkpoint DIR --prompt TEXT [--temperature 0.8] [--top-k 40]

@@ -88,8 +88,10 @@ class BlockStage final : public TransformerStage {
     work_.gathered = gathered_, work_.grad_work = grad_work_, work_.dnorm = dbuf_c_;
     work_.dres16 = dres16_, work_.dres16_full = dres16_full_;
     Family::finish_work(work_, compute_);
-    return BlockContext{ops_, attn_, tp_, cfg_, access_, work_, ready_hook(), B, T, token_positions(slot),
-                        doc_starts(slot)};
+    BlockContext ctx{ops_, attn_, tp_, cfg_, access_, work_, ready_hook(), B, T, token_positions(slot),
+                     doc_starts(slot)};
+    ctx.router = router_.get(), ctx.target_weight = target_weight_, ctx.cp_group = cp_group_;
+    return ctx;
   }
 
   const float* forward_blocks(int slot, int B, int T) override {

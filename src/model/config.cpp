@@ -42,6 +42,16 @@ std::optional<RopeScaling::Kind> parse_rope_scaling(const std::string& name) {
   return std::nullopt;
 }
 
+const char* moe_balance_name(MoeBalance b) {
+  return b == MoeBalance::aux_free ? "aux_free" : b == MoeBalance::sequence ? "sequence" : "none";
+}
+
+std::optional<MoeBalance> parse_moe_balance(const std::string& name) {
+  for (MoeBalance b : {MoeBalance::aux_free, MoeBalance::sequence, MoeBalance::none})
+    if (name == moe_balance_name(b)) return b;
+  return std::nullopt;
+}
+
 std::vector<double> ModelConfig::rope_inverse_frequencies() const {
   const int hd = head_dim();
   std::vector<double> inv(size_t(hd / 2));
@@ -144,6 +154,12 @@ void ModelConfig::validate() const {
                     std::min(n_experts, 64), top_k);
     LOOM_USER_CHECK(moe_every >= 1 && moe_every <= n_layer,
                     "config field 'model.moe_every' must be in [1, model.n_layer] (got %d)", moe_every);
+    LOOM_USER_CHECK(std::isfinite(moe_bias_rate) && moe_bias_rate >= 0 && moe_bias_rate < 1,
+                    "config field 'model.moe_bias_rate' must be in [0, 1) (got %g)", moe_bias_rate);
+    LOOM_USER_CHECK(std::isfinite(moe_aux_coef) && moe_aux_coef >= 0,
+                    "config field 'model.moe_aux_coef' must be a number >= 0 (got %g)", moe_aux_coef);
+    LOOM_USER_CHECK(std::isfinite(moe_z_coef) && moe_z_coef >= 0,
+                    "config field 'model.moe_z_coef' must be a number >= 0 (got %g)", moe_z_coef);
     LOOM_USER_CHECK(moe_ffn_hidden >= 0, "config field 'model.moe_ffn_hidden' must be >= 0 (got %d)", moe_ffn_hidden);
   }
   validate_lora(lora, *this);

@@ -44,6 +44,15 @@ struct RopeScaling {
   bool operator==(const RopeScaling&) const = default;
 };
 const char* rope_scaling_name(RopeScaling::Kind k);  // "none" / "llama3"
+
+// How a mixture of experts keeps its experts loaded (model/moe/router_state.h):
+// aux_free: a per-expert bias on the selection scores, moved after each step
+// from the global batch's integer token counts (DeepSeek-V3); sequence: an
+// auxiliary loss over each sequence's own expert fractions and mean
+// probabilities; none.
+enum class MoeBalance { aux_free, sequence, none };
+const char* moe_balance_name(MoeBalance b);  // "aux_free" / "sequence" / "none"
+std::optional<MoeBalance> parse_moe_balance(const std::string& name);
 std::optional<RopeScaling::Kind> parse_rope_scaling(const std::string& name);
 
 // ModelConfig{vocab_size, n_layer, n_head, d_model, seq_len} is a GPT-2.
@@ -74,6 +83,10 @@ struct ModelConfig {
   int top_k = 2;
   int moe_ffn_hidden = 0;
   int moe_every = 1;
+  MoeBalance moe_balance = MoeBalance::aux_free;
+  double moe_bias_rate = 1e-3;  // aux_free: the bias's step per update
+  double moe_aux_coef = 1e-3;   // sequence: the auxiliary loss's weight
+  double moe_z_coef = 0.0;      // the router z-loss's weight (0: off)
   bool is_moe() const { return n_experts > 0; }
   bool moe_block(int layer) const { return is_moe() && (layer + 1) % moe_every == 0; }
   int expert_ffn() const { return moe_ffn_hidden > 0 ? moe_ffn_hidden : ffn(); }

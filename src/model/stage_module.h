@@ -30,6 +30,9 @@
 namespace loom {
 
 class Communicator;
+namespace moe {
+class RouterState;
+}
 
 // Parameters that live in buffers of their own, tensor by tensor (the
 // parameter groups of train/; under ZeRO-3 sharded elsewhere and present
@@ -181,6 +184,9 @@ class StageModule {
   virtual const tp::VocabSlice& vocab_slice() const = 0;
   virtual size_t activation_bytes() const = 0;
   virtual size_t compute_weight_bytes() const = 0;
+  // A mixture of experts: the chunk's MoE layers' balancing state and step
+  // statistics (nullptr: a dense chunk).
+  virtual moe::RouterState* router_state() { return nullptr; }
   // Seconds this rank spent waiting on tensor-parallel communication so far.
   virtual double tp_comm_seconds() const = 0;
 };

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "core/check.h"
+#include "model/moe/router_state.h"
 #include "model/split_rules.h"
 #include "parallel/tp/linear.h"
 
@@ -83,7 +84,9 @@ TransformerStage::TransformerStage(const ModelConfig& cfg, ParamLayout layout, S
     LOOM_CHECK(buffers.cp_group && buffers.cp_group->size() == split.cp && buffers.cp_group->rank() == split.rank,
                "context parallelism without its group");
     ring_ = std::make_unique<RingAttention>(*buffers.cp_group);
+    cp_group_ = buffers.cp_group;
   }
+  if (cfg.is_moe()) router_ = std::make_unique<moe::RouterState>(cfg, shard.first_layer, shard.layers_end(cfg));
   attn_ = Attention(tiled, ring_.get());
   attn_.reserve(lowp, B, T, Cl, NHl, NKVl);
   // ZeRO-3 units from the layout: blocks by their index, the rest by role.
@@ -313,6 +316,7 @@ double TransformerStage::backward_pass(int slot, const int32_t* tokens, const in
   const bool sp = tp_.sequence_parallel();
   Slot& s = slots_[size_t(slot)];
   double loss = 0;
+  target_weight_ = target_weight;  // the router losses' weight (mixture of experts)
   if (layout_.shard.head) {
     check_targets(targets, N, cfg_.vocab_size);
     const float dloss = target_weight;

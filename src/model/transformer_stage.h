@@ -16,6 +16,7 @@
 #include "kernels/backend.h"
 #include "model/activation_plan.h"
 #include "model/attention.h"
+#include "model/moe/router_state.h"
 #include "model/stage_module.h"
 #include "parallel/cp/ring_attention.h"
 
@@ -98,6 +99,7 @@ class TransformerStage : public StageModule {
     return compute_ == ComputePrecision::fp32 ? 0 : size_t(layout_.total) * 2;
   }
   double tp_comm_seconds() const override { return tp_.exposed_seconds(); }
+  moe::RouterState* router_state() override { return router_.get(); }
 
  protected:
   // Checks the shard against the group and allocates the parameter buffers;
@@ -187,6 +189,9 @@ class TransformerStage : public StageModule {
   };
   std::vector<Documents> docs_;
   std::unique_ptr<RingAttention> ring_;
+  Communicator* cp_group_ = nullptr;
+  std::unique_ptr<moe::RouterState> router_;  // MoE layers only
+  float target_weight_ = 0;  // the backward in progress's
   Attention attn_;
   ParamAccess access_{};
   int maxB_, maxT_, slot_count_;

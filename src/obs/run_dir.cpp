@@ -31,6 +31,10 @@ void write_scalars(TensorBoardWriter& tb, const StepMetrics& m) {
   put("time/optimizer_s", m.time.optimizer);
   put("time/data_s", m.time.data);
   if (m.checkpoint_stall_s > 0) put("checkpoint/stall_s", m.checkpoint_stall_s);
+  if (m.moe.experts > 0) {
+    put("moe/load_max", m.moe.load_max), put("moe/load_min", m.moe.load_min);
+    put("moe/aux_loss", m.moe.aux_loss), put("moe/z_loss", m.moe.z_loss), put("moe/bias_max", m.moe.bias_max);
+  }
   for (size_t r = 0; r < m.peak_mem_bytes.size(); r++)
     tb.scalar("memory/peak_mib_rank" + std::to_string(r), m.step, double(m.peak_mem_bytes[r]) / (1 << 20), now);
   tb.flush();  // like metrics.jsonl: a crash keeps every finished step

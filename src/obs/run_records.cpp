@@ -84,6 +84,10 @@ void to_json(json& j, const StepMetrics& m) {
   if (m.target_tokens >= 0) j["target_tokens"] = m.target_tokens;
   if (std::isfinite(m.val_loss)) j["val_loss"] = m.val_loss;
   if (!m.busy_s.empty()) j["busy_s"] = m.busy_s;
+  if (m.moe.experts > 0)
+    j["moe"] = json{{"experts", m.moe.experts}, {"top_k", m.moe.top_k},           {"load_max", number(m.moe.load_max)},
+                    {"load_min", number(m.moe.load_min)}, {"aux_loss", m.moe.aux_loss}, {"z_loss", m.moe.z_loss},
+                    {"bias_max", m.moe.bias_max}};
   if (!m.stragglers.empty()) {
     json list = json::array();
     for (const Straggler& s : m.stragglers)
@@ -109,6 +113,12 @@ void from_json(const json& j, StepMetrics& m) {
   get_if(j, "peak_mem_bytes", m.peak_mem_bytes);
   if (auto it = j.find("time_s"); it != j.end() && it->is_object()) m.time = it->get<TimeSplit>();
   get_if(j, "busy_s", m.busy_s);
+  if (auto it = j.find("moe"); it != j.end() && it->is_object()) {
+    get_if(*it, "experts", m.moe.experts), get_if(*it, "top_k", m.moe.top_k);
+    m.moe.load_max = get_number(*it, "load_max"), m.moe.load_min = get_number(*it, "load_min");
+    m.moe.aux_loss = get_number(*it, "aux_loss", 0), m.moe.z_loss = get_number(*it, "z_loss", 0);
+    m.moe.bias_max = get_number(*it, "bias_max", 0);
+  }
   if (auto it = j.find("stragglers"); it != j.end() && it->is_array())
     for (const json& s : *it)
       if (s.is_object())

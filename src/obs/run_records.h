@@ -40,6 +40,16 @@ struct Straggler {
 };
 
 // One line of metrics.jsonl.
+// A mixture of experts' routing in one step, over the whole global batch.
+struct MoeStepMetrics {
+  int experts = 0, top_k = 0;   // 0 experts: a dense model (nothing recorded)
+  double load_max = kUnknown;   // the busiest expert's (token, expert) pairs over the mean, worst layer
+  double load_min = kUnknown;   // the idlest expert's over the mean, worst layer (0: an expert got nothing)
+  double aux_loss = 0;          // the balancing loss (model.moe_balance = "sequence"), weighted
+  double z_loss = 0;            // the router z-loss, weighted
+  double bias_max = 0;          // aux_free: the largest |bias|
+};
+
 struct StepMetrics {
   int64_t step = 0;              // 1-based, as logged
   double loss = kUnknown;        // training loss of the step (mean over the global batch)
@@ -57,6 +67,7 @@ struct StepMetrics {
   TimeSplit time;
   std::vector<double> busy_s;        // per world rank: its own compute in the step (not waits); empty on 1 rank
   std::vector<Straggler> stragglers;  // ranks straggling as of this step
+  MoeStepMetrics moe;
 };
 
 // layout.json: how the ranks were arranged and how a step was scheduled.

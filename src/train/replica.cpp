@@ -3,11 +3,13 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <numeric>
 #include <set>
 
 #include "checkpoint/layout_pieces.h"
 #include "comm/rank_sum.h"
 #include "core/check.h"
+#include "model/moe/router_state.h"
 #include "train/grad_sync.h"
 
 namespace loom {
@@ -125,6 +127,8 @@ void Replica::init_parameters(uint64_t seed) {
 float Replica::forward_backward(const std::vector<int32_t>& tokens, const std::vector<int32_t>& targets, int T,
                                 const std::vector<int32_t>& positions) {
   for (auto& g : groups_) g->begin_step();
+  for (auto& c : chunks_)
+    if (c->router_state()) c->router_state()->begin_step();
   LOOM_CHECK(positions.empty() || positions.size() == tokens.size(), "%zu positions for %zu tokens", positions.size(),
              tokens.size());
   if (split_.active()) {  // this rank's two chunks of every sequence
@@ -201,6 +205,7 @@ Replica::LossSum Replica::evaluate(const int32_t* tokens, const int32_t* targets
 double Replica::reduce() {
   for (auto& g : groups_) g->finish_reduction();
   sum_sequence_partial(groups_, layouts_, shards_, ctx_.tp());
+  combine_router_step();
   overflowed_ = false;
   if (compute_ != ComputePrecision::fp32 || scaler_.mode() != LossScaleMode::off) {
     overflowed_ = unscale_and_find_inf(groups_, scaler_.inv_scale(), inject_inf_, ctx_.world());
@@ -213,7 +218,82 @@ double Replica::reduce() {
 
 void Replica::update(float lr, float grad_scale) {
   for (auto& g : groups_) g->update(lr, grad_scale);
+  // aux_free balancing: each held layer's bias from the global counts.
+  for (auto& c : chunks_) {
+    moe::RouterState* r = c->router_state();
+    if (!r) continue;
+    std::vector<int64_t> rows;
+    for (int l : r->layers()) {
+      const size_t i = size_t(std::find(router_step_.layers.begin(), router_step_.layers.end(), l) -
+                              router_step_.layers.begin());
+      rows.insert(rows.end(), router_step_.counts.begin() + int64_t(i) * r->experts(),
+                  router_step_.counts.begin() + int64_t(i + 1) * r->experts());
+    }
+    r->update_bias(rows.data());
+  }
 }
+
+// Each stage's MoE layers' counts and loss sums, summed over the world (the
+// first tp rank of each replica contributes: tp ranks route alike). Counts
+// travel as two floats, their low 12 bits and the rest, so the sums are
+// exact integers for up to 4096 ranks and 2^36 pairs.
+void Replica::combine_router_step() {
+  const ModelConfig& m = chunks_[0]->config();
+  if (!m.is_moe()) return;
+  RouterStep& s = router_step_;
+  s.experts = m.n_experts, s.layers.clear();
+  for (int l = 0; l < m.n_layer; l++)
+    if (m.moe_block(l)) s.layers.push_back(l);
+  const size_t E = size_t(m.n_experts), n = s.layers.size() * E;
+  std::vector<float> buf(2 * n + 2, 0.f);
+  if (ctx_.tp().rank() == 0)
+    for (auto& c : chunks_) {
+      const moe::RouterState* r = c->router_state();
+      if (!r) continue;
+      for (size_t i = 0; i < r->layers().size(); i++) {
+        const size_t at = size_t(std::find(s.layers.begin(), s.layers.end(), r->layers()[i]) - s.layers.begin()) * E;
+        for (size_t e = 0; e < E; e++) {
+          const int64_t v = r->step_counts()[i * E + e];
+          buf[at + e] = float(v & 4095), buf[n + at + e] = float(v >> 12);
+        }
+      }
+      buf[2 * n] += float(r->z_sum()), buf[2 * n + 1] += float(r->balance_sum());
+    }
+  ctx_.world().all_reduce(buf.data(), buf.size(), DType::f32, ReduceOp::Sum);
+  s.counts.assign(n, 0);
+  for (size_t i = 0; i < n; i++) s.counts[i] = int64_t(buf[i]) + (int64_t(buf[n + i]) << 12);
+  const double per_target = step_targets_ > 0 ? 1.0 / double(step_targets_) : 0.0;
+  s.z_loss = m.moe_z_coef * buf[2 * n] * per_target;
+  s.balance_loss = m.moe_balance == MoeBalance::sequence ? m.moe_aux_coef * buf[2 * n + 1] * per_target : 0.0;
+  s.bias_max = 0;
+  for (auto& c : chunks_)
+    if (const moe::RouterState* r = c->router_state())
+      for (int l : r->layers())
+        if (const float* b = r->bias(l))
+          for (int e = 0; e < r->experts(); e++) s.bias_max = std::max(s.bias_max, std::fabs(b[e]));
+  ctx_.world().all_reduce(&s.bias_max, 1, DType::f32, ReduceOp::Max);
+}
+
+double Replica::RouterStep::load_max() const {
+  double most = 0;
+  for (size_t i = 0; i * size_t(experts) < counts.size(); i++) {
+    const int64_t* c = counts.data() + i * size_t(experts);
+    const int64_t total = std::accumulate(c, c + experts, int64_t(0));
+    if (total > 0) most = std::max(most, double(*std::max_element(c, c + experts)) * experts / double(total));
+  }
+  return most;
+}
+
+double Replica::RouterStep::load_min() const {
+  double least = counts.empty() ? 0 : 1e300;
+  for (size_t i = 0; i * size_t(experts) < counts.size(); i++) {
+    const int64_t* c = counts.data() + i * size_t(experts);
+    const int64_t total = std::accumulate(c, c + experts, int64_t(0));
+    if (total > 0) least = std::min(least, double(*std::min_element(c, c + experts)) * experts / double(total));
+  }
+  return least == 1e300 ? 0 : least;
+}
+
 
 std::vector<float> Replica::gather_grads() const {
   // In stage-buffer order: chunk c's tensors from chunk_offset_[c] on.
@@ -356,6 +436,16 @@ std::vector<CheckpointPiece> Replica::checkpoint_pieces() {
     auto p = g->checkpoint_pieces(ctx_.dp().rank() == 0, writes_checkpoint());
     pieces.insert(pieces.end(), std::make_move_iterator(p.begin()), std::make_move_iterator(p.end()));
   }
+  // A mixture of experts' balancing biases: each layer's from its stage's
+  // first data and tensor rank (every rank of the stage holds them alike).
+  if (ctx_.dp().rank() == 0 && ctx_.tp().rank() == 0)
+    for (auto& c : chunks_)
+      if (moe::RouterState* r = c->router_state())
+        for (int l : r->layers()) {
+          CheckpointPiece p;
+          p.name = moe::RouterState::bias_name(l), p.global_shape = {r->experts()}, p.data = r->bias_values(l);
+          pieces.push_back(std::move(p));
+        }
   return without_repeats(std::move(pieces));
 }
 
@@ -375,6 +465,12 @@ void Replica::load(const Checkpoint& checkpoint, int adam_steps) {
     g->load(checkpoint);
     g->set_adam_steps(adam_steps);
   }
+  load_router_biases(checkpoint.tensors());
+}
+
+void Replica::load_router_biases(const GlobalTensors& tensors) {
+  for (auto& c : chunks_)
+    if (moe::RouterState* r = c->router_state()) r->load_biases(tensors);
 }
 
 void Replica::load_parameters(const GlobalTensors& tensors, bool absent_ok) {

@@ -97,6 +97,21 @@ class Replica {
   // returns NaN without computing the norm.
   double reduce();
   bool overflowed() const { return overflowed_; }
+  // A mixture of experts, after reduce(): the step's routing over the whole
+  // global batch (every rank holds the same).
+  struct RouterStep {
+    int experts = 0;
+    std::vector<int> layers;       // the model's MoE layers
+    std::vector<int64_t> counts;   // [layers, experts]: (token, expert) pairs routed
+    double balance_loss = 0;       // moe_aux_coef x the per-sequence loss (sequence balancing)
+    double z_loss = 0;             // moe_z_coef x mean logsumexp^2, summed over layers
+    float bias_max = 0;            // aux_free: the largest |bias| the step routed with
+    // Over the layers: the busiest expert's and the idlest's load over the mean.
+    double load_max() const;
+    double load_min() const;
+  };
+  const RouterStep& router_step() const { return router_step_; }
+
   const ScalerDecision& scaler_decision() const { return decision_; }
   LossScaler& scaler() { return scaler_; }
   // Test fault injection: the next reduce() finds an inf in this rank's
@@ -160,6 +175,8 @@ class Replica {
   void set_trace(obs::TraceRecorder* trace) { stage_->set_trace(trace); }
 
  private:
+  void combine_router_step();
+  void load_router_biases(const GlobalTensors& tensors);
   static std::vector<CheckpointPiece> without_repeats(std::vector<CheckpointPiece> pieces);
 
   const ParallelContext& ctx_;
@@ -177,6 +194,7 @@ class Replica {
   LossScaler scaler_;
   ScalerDecision decision_;
   bool overflowed_ = false, inject_inf_ = false;
+  RouterStep router_step_;
   PipelinePlan pipeline_;
   pp::StageSchedule schedule_;
   std::vector<ModelShard> shards_;     // chunk c holds virtual stage c x pp + stage

@@ -142,6 +142,17 @@ void print_sample(const RunConfig& cfg, const Replica& replica, FILE* log) {
   }
 }
 
+// A mixture of experts' routing in the step just reduced (every rank alike).
+obs::MoeStepMetrics moe_metrics(const ModelConfig& model, const Replica& replica) {
+  obs::MoeStepMetrics m;
+  if (!model.is_moe()) return m;
+  const Replica::RouterStep& s = replica.router_step();
+  m.experts = model.n_experts, m.top_k = model.top_k;
+  m.load_max = s.load_max(), m.load_min = s.load_min();
+  m.aux_loss = s.balance_loss, m.z_loss = s.z_loss, m.bias_max = s.bias_max;
+  return m;
+}
+
 }  // namespace
 
 TrainResult train(const RunConfig& cfg, const ParallelContext& ctx, FILE* log, const TrainOptions& options) {
@@ -383,6 +394,7 @@ TrainResult train(const RunConfig& cfg, const ParallelContext& ctx, FILE* log, c
     const bool empty = replica.step_targets() == 0;
     if (empty) loss = NAN, result.empty_steps++;
     if (step == first_step && options.keep_first_step_grads) result.first_step_grads = replica.gather_grads();
+    const obs::MoeStepMetrics moe = moe_metrics(cfg.model, replica);
     float clip = cpu::clip_scale(norm, cfg.train.grad_clip);
     float lr = schedule.at(step);
     if (std::count(options.poison_steps.begin(), options.poison_steps.end(), step + position.data_skip)) loss = NAN;
@@ -419,6 +431,7 @@ TrainResult train(const RunConfig& cfg, const ParallelContext& ctx, FILE* log, c
     double dt = seconds_since(t0);
     if (step == first_step) warm_up = replica.reduce_times(), tp_comm_warm_up = replica.tp_comm_seconds();
     result.train_losses.push_back(loss);
+    if (moe.experts > 0) result.moe_steps.push_back(moe);
     // The first step warms up caches and primitives: leave it out of the
     // averages, unless it is the only step.
     if (timed) timed_seconds += dt, timed_steps++;
@@ -435,11 +448,14 @@ TrainResult train(const RunConfig& cfg, const ParallelContext& ctx, FILE* log, c
       const std::string targets = replica.step_targets() < int64_t(B) * T
                                       ? strprintf(" | targets %lld", (long long)replica.step_targets())
                                       : "";
+      // A mixture of experts: the busiest and idlest expert's load over the mean.
+      const std::string experts =
+          moe.experts > 0 ? strprintf(" | experts %.2f-%.2f", moe.load_min, moe.load_max) : std::string();
       std::fprintf(log,
-                   "step %5d/%d | loss %.4f%s | lr %.2e | grad norm %.3f%s | %.0f tok/s | %.1f GFLOP/s (%.1f%% of "
+                   "step %5d/%d | loss %.4f%s | lr %.2e | grad norm %.3f%s%s | %.0f tok/s | %.1f GFLOP/s (%.1f%% of "
                    "peak)\n",
-                   step + 1, cfg.train.steps, loss, targets.c_str(), lr, norm, scale.c_str(), tok_s, gflops,
-                   100.0 * gflops / result.peak_gflops);
+                   step + 1, cfg.train.steps, loss, targets.c_str(), lr, norm, scale.c_str(), experts.c_str(), tok_s,
+                   gflops, 100.0 * gflops / result.peak_gflops);
       std::fflush(log);
     }
     if (step % cfg.train.log_every == 0 || last) window_seconds = 0, window_steps = 0;
@@ -501,6 +517,7 @@ TrainResult train(const RunConfig& cfg, const ParallelContext& ctx, FILE* log, c
       m.time.bubble = pp > 1 ? std::max(0.0, tl.span - tl.compute) : 0;
       m.time.comm_exposed = step_comm_s, m.time.optimizer = step_optimizer_s, m.time.data = step_data_s;
       m.checkpoint_stall_s = checkpoints.stall_s(step + 1);
+      m.moe = moe;
       recorder.step(m);
     }
   }

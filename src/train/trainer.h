@@ -11,12 +11,15 @@
 #include "config/layout_rules.h"
 #include "config/run_config.h"
 #include "fault/fault_plan.h"
+#include "obs/run_records.h"
 #include "parallel/grid/parallel_context.h"
 
 namespace loom {
 
 struct TrainResult {
   std::vector<float> train_losses;  // one per step run (from the resumed step on)
+  // A mixture of experts, per step run: the step's routing (obs::MoeStepMetrics).
+  std::vector<obs::MoeStepMetrics> moe_steps;
   double peak_rss_bytes = 0;        // the largest peak resident set of any rank
   int skipped_steps = 0;            // steps the loss guard skipped
   int empty_steps = 0;              // steps whose global batch had no valid target: nothing updated, loss NaN

@@ -1,5 +1,6 @@
 // Mixtral checkpoints (issue 40): a run resumes exactly (the losses after the
-// checkpoint are the uninterrupted run's as printed), and a mixture of
+// checkpoint are the uninterrupted run's as printed, and so are the expert
+// loads: the aux_free balancing's biases, moving fast here, are restored), and a mixture of
 // experts resumed as a dense model, or a dense checkpoint as a mixture of
 // experts, exits 2 naming what differs; a model MixtralForCausalLM cannot
 // express (experts in every other block) exits 2 on export and writes nothing.
@@ -16,9 +17,10 @@ namespace {
 using test::ckpt_dir;
 using test::run_loom_cmd;
 
+// Each step's loss and expert loads as logged.
 std::vector<std::string> losses(const std::string& log) {
   std::vector<std::string> out;
-  const std::regex step(R"(step +\d+/\d+ \| loss ([0-9.]+))");
+  const std::regex step(R"(step +\d+/\d+ \| (loss [0-9.]+ .*\| experts [0-9.-]+))");
   for (std::sregex_iterator it(log.begin(), log.end(), step), end; it != end; ++it) out.push_back((*it)[1]);
   return out;
 }
@@ -27,7 +29,8 @@ TEST(MoeCheckpoint, ResumesExactlyAndRefusesADenseRun) {
   const std::string dir = ckpt_dir("moe");
   const std::string base = "train --config '" LOOM_SOURCE_DIR "/configs/llama-tiny.toml' --set train.eval_every=0 "
                            "--set train.sample_tokens=0 --set 'train.run_dir=' --set train.log_every=1 ";
-  const std::string moe = base + "--set model.family='\"mixtral\"' --set model.n_experts=4 --set model.moe_ffn_hidden=32 ";
+  const std::string moe = base + "--set model.family='\"mixtral\"' --set model.n_experts=4 --set model.moe_ffn_hidden=32 "
+                          "--set model.moe_bias_rate=0.05 ";
   auto whole = run_loom_cmd(moe + "--set train.steps=6 2>&1");
   ASSERT_EQ(whole.code, 0) << whole.output;
   auto first = run_loom_cmd(moe + "--set train.steps=3 --set train.checkpoint_every=3 --set train.checkpoint_dir='" +
@@ -39,6 +42,14 @@ TEST(MoeCheckpoint, ResumesExactlyAndRefusesADenseRun) {
   ASSERT_EQ(want.size(), 6u);
   ASSERT_EQ(got.size(), 3u);
   for (size_t i = 0; i < 3; i++) EXPECT_EQ(got[i], want[3 + i]) << "step " << 4 + i;
+
+  // Its biases have no place in MixtralForCausalLM: refused unless dropped.
+  auto refused = run_loom_cmd("export --checkpoint '" + dir + "/ck' --out '" + dir + "/hf_bias' 2>&1");
+  EXPECT_EQ(refused.code, 2) << refused.output;
+  EXPECT_NE(refused.output.find("--drop-router-bias"), std::string::npos) << refused.output;
+  EXPECT_FALSE(std::filesystem::exists(dir + "/hf_bias/model.safetensors"));
+  auto dropped = run_loom_cmd("export --checkpoint '" + dir + "/ck' --out '" + dir + "/hf_bias' --drop-router-bias 2>&1");
+  EXPECT_EQ(dropped.code, 0) << dropped.output;
 
   auto dense = run_loom_cmd(base + "--set train.steps=6 --set train.checkpoint_dir='" + dir + "/ck' --resume auto 2>&1");
   EXPECT_EQ(dense.code, 2) << dense.output;

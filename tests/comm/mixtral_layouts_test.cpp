@@ -27,17 +27,27 @@ using loom::test::world_size;
 using Layout = loom::test::LayoutCase;
 using loom::test::layout_case_name;
 
-loom::RunConfig config(const Layout& l, int dp) {
-  return loom::load_run_config(
-      LOOM_SOURCE_DIR "/configs/llama-tiny.toml",
-      {"model.family=\"mixtral\"", "model.n_experts=4", "model.top_k=2", "model.moe_ffn_hidden=64", "model.n_layer=4",
+// Balancing: "" (the default, aux_free at its default rate), "aux_free"
+// with a bias moving fast enough to change choices within the run, or
+// "sequence" (the per-sequence loss) with the router z-loss.
+std::vector<std::string> balance_fields(const std::string& balance) {
+  if (balance == "aux_free") return {"model.moe_balance=\"aux_free\"", "model.moe_bias_rate=0.05"};
+  if (balance == "sequence") return {"model.moe_balance=\"sequence\"", "model.moe_aux_coef=0.5", "model.moe_z_coef=0.01"};
+  return {};
+}
+
+loom::RunConfig config(const Layout& l, int dp, const std::string& balance = "") {
+  std::vector<std::string> sets = balance_fields(balance);
+  const std::vector<std::string> base = {"model.family=\"mixtral\"", "model.n_experts=4", "model.top_k=2", "model.moe_ffn_hidden=64", "model.n_layer=4",
        "model.vocab_size=300", "model.seq_len=32", "train.batch_size=" + std::to_string(kBatch),
        "train.micro_batch_size=" + std::to_string(kBatch / (dp * 2)), "train.steps=" + std::to_string(kSteps),
        "train.eval_every=0", "train.run_dir=\"\"", "runtime.threads=1", "parallel.tp=" + std::to_string(l.tp),
        "parallel.pp=" + std::to_string(l.pp), "parallel.cp=" + std::to_string(l.cp),
        "parallel.zero=" + std::to_string(l.zero), std::string("parallel.schedule=\"") + l.schedule + "\"",
        "parallel.virtual_stages=" + std::to_string(l.v), std::string("precision.compute=\"") + l.precision + "\"",
-       "parallel.bucket_mb=0.05", "data.format=\"bytes\"", "data.path=\"" LOOM_SOURCE_DIR "/data/sample/kjv.txt\""});
+       "parallel.bucket_mb=0.05", "data.format=\"bytes\"", "data.path=\"" LOOM_SOURCE_DIR "/data/sample/kjv.txt\""};
+  sets.insert(sets.begin(), base.begin(), base.end());
+  return loom::load_run_config(LOOM_SOURCE_DIR "/configs/llama-tiny.toml", sets);
 }
 
 loom::TrainOptions options() {
@@ -46,13 +56,15 @@ loom::TrainOptions options() {
   return o;
 }
 
-const loom::TrainResult& single(const std::string& precision) {
+const loom::TrainResult& single(const std::string& precision, const std::string& balance = "") {
   static std::map<std::string, loom::TrainResult> results;
-  auto it = results.find(precision);
+  const std::string key = precision + "/" + balance;
+  auto it = results.find(key);
   if (it == results.end()) {
     auto one = loom::ParallelContext::create_single();
-    it = results.emplace(precision, loom::train(config(Layout{1, 1, 1, "1f1b", 1, false, 0, precision.c_str()}, 1), *one,
-                                                nullptr, options()))
+    it = results
+             .emplace(key, loom::train(config(Layout{1, 1, 1, "1f1b", 1, false, 0, precision.c_str()}, 1, balance),
+                                       *one, nullptr, options()))
              .first;
   }
   return it->second;
@@ -86,5 +98,49 @@ INSTANTIATE_TEST_SUITE_P(
                     Layout{1, 2, 1, "zb-v", 2, false, 0, "fp32"}, Layout{1, 1, 2, "1f1b", 1, false, 0, "fp32"},
                     Layout{1, 1, 1, "1f1b", 1, false, 1, "bf16"}, Layout{2, 2, 1, "1f1b", 1, false, 1, "fp32"}),
     layout_case_name);
+
+// The balancing modes in the layouts that split the tokens differently (dp,
+// cp), the layers (pp) or the experts' width (tp): the same losses, the same
+// first-step gradients, and every step's routing counted alike (the load
+// figures come from exact integer counts: equal, not close), the bias moved
+// alike, the balancing loss within rtol 1e-4.
+class MixtralBalanceLlamaLayouts : public testing::TestWithParam<std::tuple<Layout, const char*>> {};
+
+TEST_P(MixtralBalanceLlamaLayouts, ReproduceOneProcess) {
+  const auto& [l, balance] = GetParam();
+  int dp = 1;
+  if (const std::string why = loom::test::layout_case_skip(l, kBatch, &dp); !why.empty()) GTEST_SKIP() << why;
+  const loom::ParallelContext& ctx = loom::test::layout_context(l.tp, l.pp, l.cp);
+  const loom::RunConfig cfg = config(l, dp, balance);
+  const loom::TrainResult got = loom::train(cfg, ctx, nullptr, options());
+  const loom::TrainResult& want = single("fp32", balance);
+  for (const auto& [name, err] : loom::test::gradient_errors(cfg, ctx, got.first_step_grads, want.first_step_grads))
+    EXPECT_LE(err, 1e-5) << name;
+  loom::test::expect_same_losses(got, want);
+  ASSERT_EQ(got.moe_steps.size(), want.moe_steps.size());
+  for (size_t i = 0; i < got.moe_steps.size(); i++) {
+    const loom::obs::MoeStepMetrics &g = got.moe_steps[i], &w = want.moe_steps[i];
+    EXPECT_EQ(g.load_max, w.load_max) << "step " << i;
+    EXPECT_EQ(g.load_min, w.load_min) << "step " << i;
+    EXPECT_EQ(g.bias_max, w.bias_max) << "step " << i;
+    EXPECT_NEAR(g.aux_loss, w.aux_loss, 1e-4 * std::abs(w.aux_loss)) << "step " << i;
+    EXPECT_NEAR(g.z_loss, w.z_loss, 1e-4 * std::abs(w.z_loss)) << "step " << i;
+  }
+  const std::string mode = balance;
+  if (mode == "aux_free") EXPECT_GT(want.moe_steps.back().bias_max, 0.04f) << "the bias never moved";
+  if (mode == "sequence") EXPECT_GT(want.moe_steps.back().aux_loss, 0.1) << "no balancing loss";
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Layouts, MixtralBalanceLlamaLayouts,
+    testing::Combine(testing::Values(Layout{1, 1, 1, "1f1b", 1, false, 1, "fp32"}, Layout{2, 1, 1, "1f1b", 1, false, 0, "fp32"},
+                                     Layout{1, 2, 1, "interleaved", 2, false, 0, "fp32"},
+                                     Layout{1, 1, 2, "1f1b", 1, false, 0, "fp32"},
+                                     Layout{1, 1, 1, "1f1b", 1, false, 3, "fp32"}),
+                     testing::Values("aux_free", "sequence")),
+    [](const testing::TestParamInfo<std::tuple<Layout, const char*>>& i) {
+      return layout_case_name(testing::TestParamInfo<Layout>(std::get<0>(i.param), i.index)) + "_" +
+             std::get<1>(i.param);
+    });
 
 }  // namespace

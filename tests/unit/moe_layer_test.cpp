@@ -61,7 +61,8 @@ struct Result {
 };
 
 template <class A>
-Result run(const Layer& l, const std::vector<float>& x32, const std::vector<float>& g, const float* bias = nullptr) {
+Result run(const Layer& l, const std::vector<float>& x32, const std::vector<float>& g, const float* bias = nullptr,
+           const loom::moe::RouterLossGrad& losses = {}) {
   const loom::moe::Shape& s = l.s;
   const size_t NK = size_t(s.pairs()), C = size_t(s.C), F = size_t(s.F);
   const std::vector<A> x = as<A>(x32), gu = as<A>(l.gate_up), dn = as<A>(l.down);
@@ -77,7 +78,7 @@ Result run(const Layer& l, const std::vector<float>& x32, const std::vector<floa
   loom::moe::forward<A>(eng, out.y.data(), x.data(), l.router.data(), bias, gu.data(), dn.data(), s, routing, b);
   const loom::moe::BackwardWork<A> w{dxp.data(), dh.data(), dyp.data(), dgu.data(), dl.data()};
   loom::moe::backward<A>(eng, out.dx.data(), out.drouter.data(), out.dgate_up.data(), out.ddown.data(), g.data(),
-                         x.data(), l.router.data(), gu.data(), dn.data(), s, routing, b, w);
+                         x.data(), l.router.data(), gu.data(), dn.data(), s, routing, b, w, losses);
   return out;
 }
 
@@ -109,6 +110,28 @@ TEST(MoeLayer, MatchesPyTorchInFp32) {
     if (r.r.expert[size_t(i)] == r.r.expert[size_t(i - 1)]) {
       EXPECT_GT(r.r.row[size_t(i)], r.r.row[size_t(i - 1)]);
     }
+}
+
+// The router z-loss and the per-sequence balancing loss enter at the
+// router: their gradients on the input and the router match autograd's.
+TEST(MoeLayer, RouterLossesMatchPyTorch) {
+  const ReferenceFile& ref = reference();
+  const Layer l = from_reference(ref);
+  const int T = int(ref.ints.at("seq_len")), E = l.s.E, k = l.s.k;
+  const float z_weight = 1e-3f * float(ref.ints.at("z_weight_milli"));
+  const float seq_weight = 1e-3f * float(ref.ints.at("seq_weight_milli"));
+  // The routing first (without losses), for each sequence's counts.
+  const Result plain = run<float>(l, ref.tensor("x").f32, ref.tensor("g").f32);
+  std::vector<float> seq(size_t(l.s.N / T) * E, 0.f);
+  for (int n = 0; n < l.s.N; n++)
+    for (int j = 0; j < k; j++) seq[size_t(n / T) * E + size_t(plain.r.expert[size_t(n) * k + j])] += 1.f;
+  for (float& v : seq) v *= seq_weight * float(E) / float(k * T);  // seq_weight x f_e
+  const Result r = run<float>(l, ref.tensor("x").f32, ref.tensor("g").f32, nullptr,
+                              loom::moe::RouterLossGrad{z_weight, seq.data(), T});
+  EXPECT_LT(rel_frobenius(r.dx.data(), ref.tensor("zgrad/x").f32), 1e-5);
+  EXPECT_LT(rel_frobenius(r.drouter.data(), ref.tensor("zgrad/gate.weight").f32), 1e-5);
+  // And they change the router's gradient well beyond that bound.
+  EXPECT_GT(rel_frobenius(plain.drouter.data(), ref.tensor("zgrad/gate.weight").f32), 1e-2);
 }
 
 TEST(MoeLayer, SixteenBitComputeStaysNearFp32) {

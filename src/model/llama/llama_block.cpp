@@ -85,7 +85,7 @@ void block_forward(const BlockContext& ctx, const RopeTables& rope, const BlockT
   ops.rmsnorm_forward(mlp_in, a.mlp_rstd, a.res2, w.param(p.mlp_norm), R, C, eps);
   x = ctx.tp.gather_rows(mlp_in, work, N, C);
   if (p.moe()) {
-    moe::mlp_forward<A>(ctx, p.router, p.experts_gate_up, p.experts_down, a.moe, x, a.res3, a.res2);
+    moe::mlp_forward<A>(ctx, p.layer, p.router, p.experts_gate_up, p.experts_down, a.moe, x, a.res3, a.res2);
     return;
   }
   tp::column_parallel_forward(ops.matmul(), gate_up, x, w.weight<A>(p.gate_up), nullptr, N, C, 2 * s.Fl);
@@ -132,7 +132,7 @@ void block_backward(const BlockContext& ctx, const RopeTables& rope, const Block
   if (p.moe()) {
     // The MoE MLP (no sequence parallelism: every row here), its weight
     // gradients included whatever `split` says.
-    moe::mlp_backward<A>(ctx, p.router, p.experts_gate_up, p.experts_down, a.moe, mlp_in, dres, dnorm);
+    moe::mlp_backward<A>(ctx, p.layer, p.router, p.experts_gate_up, p.experts_down, a.moe, mlp_in, dres, dnorm);
   } else {
   if (split) stash_w(a.res3, dres, size_t(R) * C);  // down's output gradient
   // MLP (sequence parallel: mlp_in's rows gathered again while the

@@ -36,6 +36,7 @@ ParamLayout make_layout(const ModelConfig& cfg, const ModelShard& shard, Tensors
     const std::string h = "model.layers." + std::to_string(l) + ".";
     lay.adding_block = l;
     BlockTensors& b = t.blocks[size_t(l - first)];
+    b.layer = l;
     if (cfg.moe_block(l)) {
       const int64_t E = cfg.n_experts, Fe = cfg.expert_ffn();
       const std::string m = h + "block_sparse_moe.";

@@ -26,6 +26,7 @@ struct BlockTensors {
   // up rows; tp splits each by rows) and down [E x C, F] (tp splits the F
   // columns).
   int router = -1, experts_gate_up = -1, experts_down = -1;
+  int layer = -1;  // the block's global index
   bool moe() const { return router >= 0; }
 };
 

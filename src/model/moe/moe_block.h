@@ -23,7 +23,7 @@ namespace loom::moe {
 // What an MoE block keeps for backward: the permuted buffers and the routing.
 struct Acts {
   void *xp = nullptr, *gate_up = nullptr, *hidden = nullptr;  // A
-  float *yp = nullptr, *x32 = nullptr, *prob = nullptr, *weight = nullptr;
+  float *yp = nullptr, *x32 = nullptr, *prob = nullptr, *weight = nullptr, *lse = nullptr;
   void *expert = nullptr, *row = nullptr, *count = nullptr, *first = nullptr;  // int32
 };
 
@@ -36,7 +36,7 @@ inline void plan_acts(ActivationPlan& plan, Acts& m, const ModelConfig& cfg, int
   const size_t NK = size_t(s.pairs()), C = size_t(s.C), F = size_t(s.F), E = size_t(s.E);
   plan.want(&m.xp, NK * C, a), plan.want(&m.gate_up, NK * 2 * F, a), plan.want(&m.hidden, NK * F, a);
   plan.want(&m.yp, std::max(NK * C, size_t(N) * E)), plan.want(&m.x32, size_t(N) * C);
-  plan.want(&m.prob, size_t(N) * E), plan.want(&m.weight, NK);
+  plan.want(&m.prob, size_t(N) * E), plan.want(&m.weight, NK), plan.want(&m.lse, size_t(N));
   plan.want(&m.expert, NK, 4), plan.want(&m.row, NK, 4), plan.want(&m.count, E, 4), plan.want(&m.first, E + 1, 4);
 }
 
@@ -45,11 +45,12 @@ inline void plan_work(ActivationPlan& plan, BlockWork& w, const ModelConfig& cfg
   const size_t NK = size_t(s.pairs()), C = size_t(s.C), F = size_t(s.F);
   plan.want(&w.moe_dxp, NK * C), plan.want(&w.moe_dhidden, NK * F), plan.want(&w.moe_dyp, NK * C, a);
   plan.want(&w.moe_dgate_up, NK * 2 * F, a), plan.want(&w.moe_dlogits, size_t(N) * s.E);
+  plan.want(&w.moe_seq, size_t(N) * s.E);
 }
 
 inline Routing routing(const Acts& m) {
   return {m.prob, static_cast<int32_t*>(m.expert), m.weight, static_cast<int32_t*>(m.row),
-          static_cast<int32_t*>(m.count), static_cast<int32_t*>(m.first)};
+          static_cast<int32_t*>(m.count), static_cast<int32_t*>(m.first), m.lse};
 }
 
 template <class A>
@@ -57,15 +58,18 @@ Buffers<A> buffers(const Acts& m) {
   return {static_cast<A*>(m.xp), static_cast<A*>(m.gate_up), static_cast<A*>(m.hidden), m.yp, m.x32};
 }
 
-// out[R, C] = reduce_tp(moe(x[N, C])) + residual[R, C].
+// out[R, C] = reduce_tp(moe(x[N, C])) + residual[R, C]; layer: the block's
+// global index (its balancing bias).
 template <class A>
-void mlp_forward(const BlockContext& ctx, int router, int gate_up, int down, const Acts& m, const A* x, float* out,
+void mlp_forward(const BlockContext& ctx, int layer, int router, int gate_up, int down, const Acts& m, const A* x, float* out,
                  const float* residual);
 
 // From dres[N, C] (the block output's gradient, every row): dnorm[N, C] =
-// reduce_tp(the MoE input's gradient); the router's and experts' gradients added.
+// reduce_tp(the MoE input's gradient); the router's and experts' gradients
+// added, with the router losses'; the step's counts and loss sums recorded
+// in ctx.router.
 template <class A>
-void mlp_backward(const BlockContext& ctx, int router, int gate_up, int down, const Acts& m, const A* x,
+void mlp_backward(const BlockContext& ctx, int layer, int router, int gate_up, int down, const Acts& m, const A* x,
                   const float* dres, float* dnorm);
 
 }  // namespace loom::moe

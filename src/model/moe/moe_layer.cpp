@@ -62,6 +62,7 @@ void route(const float* logits, const float* bias, const Shape& s, const Routing
     double sum = 0;
     for (int e = 0; e < E; e++) p[e] = std::exp(l[e] - mx), sum += p[e];
     for (int e = 0; e < E; e++) p[e] = float(p[e] / sum);
+    r.lse[n] = mx + float(std::log(sum));
     int32_t* chosen = r.expert + size_t(n) * k;
     // k passes of argmax over the not yet chosen: small k, and ties go low.
     for (int j = 0; j < k; j++) {
@@ -90,10 +91,10 @@ void route(const float* logits, const float* bias, const Shape& s, const Routing
 }  // namespace
 
 Routing RoutingStorage::view(const Shape& s) {
-  prob.resize(size_t(s.N) * s.E), weight.resize(size_t(s.pairs()));
+  prob.resize(size_t(s.N) * s.E), weight.resize(size_t(s.pairs())), lse.resize(size_t(s.N));
   expert.resize(size_t(s.pairs())), row.resize(size_t(s.pairs()));
   count.resize(size_t(s.E)), first.resize(size_t(s.E) + 1);
-  return {prob.data(), expert.data(), weight.data(), row.data(), count.data(), first.data()};
+  return {prob.data(), expert.data(), weight.data(), row.data(), count.data(), first.data(), lse.data()};
 }
 
 template <class A>
@@ -132,7 +133,8 @@ void forward(cpu::LowpMatmulEngine& eng, float* y, const A* x, const float* w_ro
 template <class A>
 void backward(cpu::LowpMatmulEngine& eng, float* dx, float* dw_router, float* dw_gate_up, float* dw_down,
               const float* dy, const A* x, const float* w_router, const A* w_gate_up, const A* w_down,
-              const Shape& s, const Routing& r, const Buffers<A>& b, const BackwardWork<A>& w) {
+              const Shape& s, const Routing& r, const Buffers<A>& b, const BackwardWork<A>& w,
+              const RouterLossGrad& losses) {
   const int C = s.C, E = s.E, F = s.F, k = s.k;
   // Combine's backward: each pair's output gradient w dy (in the compute
   // type, as the products read it) and its weight's gradient dy . yp.
@@ -163,7 +165,15 @@ void backward(cpu::LowpMatmulEngine& eng, float* dx, float* dw_router, float* dw
       dl[e] = (dws[j] - weighted) / total;  // dp, for now
       pdp += p[e] * dl[e];
     }
+    if (losses.seq_dprob) {  // a loss on every probability of the token
+      const float* extra = losses.seq_dprob + size_t(n / losses.T) * E;
+      for (int e = 0; e < E; e++) dl[e] += extra[e], pdp += p[e] * extra[e];
+    }
     for (int e = 0; e < E; e++) dl[e] = p[e] * (dl[e] - pdp);
+    if (losses.z_weight != 0) {  // d(lse^2)/dlogit_e = 2 lse p_e
+      const float zg = losses.z_weight * 2.f * r.lse[n];
+      for (int e = 0; e < E; e++) dl[e] += zg * p[e];
+    }
   }
   // Experts, each over its rows.
   for (int e = 0; e < E; e++) {
@@ -196,7 +206,7 @@ void backward(cpu::LowpMatmulEngine& eng, float* dx, float* dw_router, float* dw
                            const Shape&, const Routing&, const Buffers<A>&);                                               \
   template void backward<A>(cpu::LowpMatmulEngine&, float*, float*, float*, float*, const float*, const A*,          \
                             const float*, const A*, const A*, const Shape&, const Routing&, const Buffers<A>&,      \
-                            const BackwardWork<A>&);
+                            const BackwardWork<A>&, const RouterLossGrad&);
 LOOM_MOE(float)
 LOOM_MOE(bf16)
 LOOM_MOE(f16)

@@ -48,11 +48,12 @@ struct Routing {
   int32_t* row = nullptr;     // [N, k] the pair's row in the permuted buffers
   int32_t* count = nullptr;   // [E] rows per expert
   int32_t* first = nullptr;   // [E + 1] each expert's first row
+  float* lse = nullptr;       // [N] logsumexp of the logits (the z-loss's)
 };
 
 // Routing's arrays in vectors of their own (tests, tools).
 struct RoutingStorage {
-  std::vector<float> prob, weight;
+  std::vector<float> prob, weight, lse;
   std::vector<int32_t> expert, row, count, first;
   Routing view(const Shape& s);
 };
@@ -83,12 +84,22 @@ template <class A>
 void forward(cpu::LowpMatmulEngine& eng, float* y, const A* x, const float* w_router, const float* bias,
              const A* w_gate_up, const A* w_down, const Shape& s, const Routing& r, const Buffers<A>& b);
 
+// The router losses' gradients backward adds at the router (each already
+// weighted like the main loss: coefficient x the loss scale over the batch's
+// counted targets).
+struct RouterLossGrad {
+  float z_weight = 0;                // z-loss: dlogit_e += z_weight x 2 lse p_e
+  const float* seq_dprob = nullptr;  // [N / T, E]: added to the probabilities' gradient of each of a sequence's T rows
+  int T = 0;
+};
+
 // From dy[N, C]: dx[N, C] (written), and the weights' gradients added to
 // (fp32: dw_router [E, C], dw_gate_up [E, 2F, C], dw_down [E, C, F]; a
 // null one, a frozen tensor's, is skipped).
 template <class A>
 void backward(cpu::LowpMatmulEngine& eng, float* dx, float* dw_router, float* dw_gate_up, float* dw_down,
               const float* dy, const A* x, const float* w_router, const A* w_gate_up, const A* w_down,
-              const Shape& s, const Routing& r, const Buffers<A>& b, const BackwardWork<A>& w);
+              const Shape& s, const Routing& r, const Buffers<A>& b, const BackwardWork<A>& w,
+              const RouterLossGrad& losses = {});
 
 }  // namespace loom::moe
