@@ -12,7 +12,10 @@ logits, grad/x, grad/<name> (names: gate.weight, experts.E.gate_proj.weight,
 tokens as sequences of seq_len: loss + z_weight x sum lse^2 + seq_weight x
 sum over sequences of sum_e f_e sum_t p_te (f_e = E / (k seq_len) x the
 sequence's pairs routed to e, a constant): zgrad/x and zgrad/gate.weight
-(floats z_weight, seq_weight in ints x 1e-3).
+(floats z_weight, seq_weight in ints x 1e-3). Then with sigmoid scores (the
+same weights): sig/y, sig/x (the input's gradient), sig/grad/<name>, and with
+the per-sequence loss on the scores normalised to sum 1: sigzgrad/x,
+sigzgrad/gate.weight.
 """
 
 import os
@@ -66,6 +69,29 @@ def main():
     loss.backward()
     tensors["zgrad/x"] = x2.grad.detach().clone()
     tensors["zgrad/gate.weight"] = m.gate.weight.grad.detach().clone()
+    # Sigmoid scores (DeepSeek-V3's router), the same weights: the output, every
+    # gradient, and with the per-sequence loss on the scores normalised to sum 1.
+    m.sigmoid = True
+    for losses in (False, True):
+        m.zero_grad()
+        x3 = x.detach().clone().requires_grad_(True)
+        y3, logits3 = m(x3)
+        loss = (y3 * g).sum()
+        if losses:
+            s = torch.sigmoid(logits3)
+            q = s / s.sum(dim=-1, keepdim=True)
+            chosen = torch.topk(s.detach(), k, dim=-1).indices
+            counts = torch.nn.functional.one_hot(chosen, E).sum(1).view(-1, T, E).sum(1).to(q.dtype)
+            f = counts * E / (k * T)
+            loss = loss + INTS["seq_weight_milli"] * 1e-3 * (f[:, None, :] * q.view(-1, T, E)).sum()
+        loss.backward()
+        pre = "sigzgrad/" if losses else "sig/"
+        if not losses:
+            tensors["sig/y"] = y3.detach().clone()
+            for n, p in m.named_parameters():
+                tensors[f"sig/grad/{n}"] = p.grad.detach().clone()
+        tensors[pre + "x"] = x3.grad.detach().clone()
+        tensors[pre + "gate.weight"] = m.gate.weight.grad.detach().clone()
     blob = bytearray(MAGIC) + struct.pack("<I", VERSION) + struct.pack("<I", len(INTS))
     for k, v in INTS.items():
         blob += pack_name(k) + struct.pack("<q", v)

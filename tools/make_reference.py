@@ -1,6 +1,6 @@
 """Write a golden reference file for loom's tests.
 
-Usage: /usr/bin/python3 tools/make_reference.py [--family gpt2|llama] [--kv-heads N] [--masked] [--lora] OUT_PATH
+Usage: /usr/bin/python3 tools/make_reference.py [--family gpt2|llama|mixtral] [--kv-heads N] [--masked] [--lora] [--switch] OUT_PATH
 
 Builds a tiny GPT-2 (tools/gpt_torch.py; the default family) or a tiny LLaMA
 (tools/llama_torch.py, Hugging Face LlamaForCausalLM semantics, untied
@@ -28,6 +28,12 @@ instead of zero so that both factors have gradients from the first step;
 the base frozen. grad/ and final/ then hold the trained factors only, and
 the ints lora_rank, the floats lora_alpha are added.
 
+--switch (mixtral): the router losses added to the loss differentiated and
+stepped: 0.1 x the Switch loss over every layer's logits (transformers'
+load_balancing_loss_func; tools/moe_torch.py) and 0.01 x the z-loss (mean
+logsumexp^2 per layer, summed); floats switch_coef, z_coef; tensors
+aux/switch and aux/z (unweighted, first step); loss stays the LM loss.
+
 Records (tensors): param/<name>, inputs, targets, logits, loss, grad/<name>,
 adam/losses, adam/grad_norms, final/<name>.
 
@@ -53,7 +59,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from gpt_torch import GPT, GPTConfig, make_adamw  # noqa: E402
 from llama_torch import Llama, LlamaConfig  # noqa: E402
 from lora_torch import add_lora, loom_name  # noqa: E402
-from moe_torch import SparseMoe  # noqa: E402
+from moe_torch import SparseMoe, load_balancing_loss  # noqa: E402
 
 # mixtral: LLaMA with every block's MLP a SparseMoe (tools/moe_torch.py) of
 # MOE_EXPERTS experts of width MOE_FFN, top MOE_TOP_K; the routers drawn
@@ -65,8 +71,18 @@ class MoeMlp(SparseMoe):
     """SparseMoe on [B, T, C] activations (a DecoderLayer's mlp)."""
 
     def forward(self, x):
-        y, _ = super().forward(x.reshape(-1, x.shape[-1]))
+        y, self.logits = super().forward(x.reshape(-1, x.shape[-1]))  # logits kept for the router losses
         return y.reshape(x.shape)
+
+
+def router_losses(model, aux):
+    """The Switch loss over every layer's router logits (moe_torch's
+    load_balancing_loss, transformers') and the z-loss, mean over tokens of
+    logsumexp^2 summed over layers: (weighted total, switch, z)."""
+    logits = [layer.mlp.logits for layer in model.model.layers]
+    switch = load_balancing_loss(logits, MOE_EXPERTS, MOE_TOP_K)
+    z = sum((torch.logsumexp(l, dim=-1) ** 2).mean() for l in logits)
+    return aux["switch_coef"] * switch + aux["z_coef"] * z, switch, z
 
 
 def make_mixtral(make_llama):
@@ -167,8 +183,10 @@ def pack_tensor(name, t):
     return out
 
 
-def compute(tensors, ints, floats, make_model, masked=False, lora_targets=None):
-    """Fill `tensors` (an ordered dict name -> tensor) with the reference data."""
+def compute(tensors, ints, floats, make_model, masked=False, lora_targets=None, aux=None):
+    """Fill `tensors` (an ordered dict name -> tensor) with the reference data.
+    aux (mixtral): the router losses' coefficients, added to the loss that is
+    differentiated; `loss` and adam/losses stay the language-model loss."""
     B, T, V = ints["batch_size"], ints["seq_len"], ints["vocab_size"]
 
     model = make_model()
@@ -189,7 +207,13 @@ def compute(tensors, ints, floats, make_model, masked=False, lora_targets=None):
 
     # First forward/backward: logits, loss and raw (unclipped) gradients.
     logits, loss = model(inputs, targets)
-    loss.backward()
+    if aux:
+        total, switch, z = router_losses(model, aux)
+        (loss + total).backward()
+        tensors["aux/switch"] = switch.detach().reshape(1).clone()
+        tensors["aux/z"] = z.detach().reshape(1).clone()
+    else:
+        loss.backward()
     tensors["logits"] = logits.detach().clone()
     tensors["loss"] = loss.detach().reshape(1).clone()
     for n, p in model.named_parameters():
@@ -207,7 +231,7 @@ def compute(tensors, ints, floats, make_model, masked=False, lora_targets=None):
     losses, norms = [], []
     for _ in range(ints["adam_steps"]):
         _, loss = model(inputs, targets)
-        loss.backward()
+        (loss + router_losses(model, aux)[0] if aux else loss).backward()
         # clip_grad_norm_ returns the total norm before clipping.
         norm = torch.nn.utils.clip_grad_norm_(params, floats["grad_clip"])
         opt.step()
@@ -229,6 +253,8 @@ def main():
                     help="LLaMA n_kv_head (default 2; n_head is 4)")
     ap.add_argument("--masked", action="store_true", help="targets masked as supervised fine-tuning's")
     ap.add_argument("--lora", action="store_true", help="LoRA adapters on every block linear, base frozen")
+    ap.add_argument("--switch", action="store_true",
+                    help="mixtral: the Switch balancing loss (coef 0.1) and the router z-loss (coef 0.01) added")
     ap.add_argument("out_path")
     args = ap.parse_args()
     if args.family == "gpt2" and args.kv_heads is not None:
@@ -251,7 +277,13 @@ def main():
     if args.lora:
         ints = {**ints, "lora_rank": LORA_RANK}
         floats = {**floats, "lora_alpha": LORA_ALPHA}
-    compute(tensors, ints, floats, make_model, masked=args.masked, lora_targets=lora_targets)
+    aux = None
+    if args.switch:
+        if args.family != "mixtral":
+            ap.error("--switch is for --family mixtral")
+        aux = {"switch_coef": 0.1, "z_coef": 0.01}
+        floats = {**floats, **aux}
+    compute(tensors, ints, floats, make_model, masked=args.masked, lora_targets=lora_targets, aux=aux)
 
     blob = bytearray(MAGIC)
     blob += struct.pack("<I", VERSION)

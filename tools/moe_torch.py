@@ -2,9 +2,14 @@
 MixtralSparseMoeBlock semantics (independent of loom), for the golden
 reference of loom's MoE layer (tools/make_moe_reference.py).
 
-  logits = x Wr^T; p = softmax(logits) in fp32; the top-k of p (torch.topk:
+  logits = x Wr^T; p = softmax(logits) in fp32 (sigmoid=True: sigmoid(logits),
+  DeepSeek-V3's scores); the top-k of p (torch.topk:
   ties to the lower index); weights = the chosen p / their sum;
   y = sum over the chosen experts of weight * down(silu(gate(x)) * up(x)).
+
+load_balancing_loss: the Switch / Mixtral auxiliary loss over every layer's
+router logits together, as transformers' load_balancing_loss_func computes
+it without an attention mask (tools/check_switch_loss.py compares the two).
 """
 
 import torch
@@ -24,16 +29,17 @@ class Expert(nn.Module):
 
 
 class SparseMoe(nn.Module):
-    def __init__(self, d_model, ffn, n_experts, top_k):
+    def __init__(self, d_model, ffn, n_experts, top_k, sigmoid=False):
         super().__init__()
         self.top_k = top_k
+        self.sigmoid = sigmoid  # DeepSeek-V3's router: each expert's sigmoid score
         self.gate = nn.Linear(d_model, n_experts, bias=False)  # the router
         self.experts = nn.ModuleList([Expert(d_model, ffn) for _ in range(n_experts)])
 
     def forward(self, x):
         """x: [N, d_model] -> ([N, d_model], router logits [N, E])"""
         logits = self.gate(x)
-        p = F.softmax(logits, dim=-1, dtype=torch.float)
+        p = torch.sigmoid(logits) if self.sigmoid else F.softmax(logits, dim=-1, dtype=torch.float)
         weights, chosen = torch.topk(p, self.top_k, dim=-1)
         weights = weights / weights.sum(dim=-1, keepdim=True)
         y = torch.zeros_like(x)
@@ -43,3 +49,16 @@ class SparseMoe(nn.Module):
                 continue
             y.index_add_(0, token, expert(x[token]) * weights[token, slot, None])
         return y, logits
+
+
+def load_balancing_loss(gate_logits, num_experts, top_k):
+    """gate_logits: a sequence of [N, E] router logits, one per MoE layer.
+    E x sum over (slot j, expert e) of the share of rows whose j-th choice is e
+    times e's mean probability, rows of every layer together."""
+    logits = torch.cat(list(gate_logits), dim=0)
+    p = F.softmax(logits, dim=-1)
+    _, chosen = torch.topk(p, top_k, dim=-1)
+    mask = F.one_hot(chosen, num_experts).float()  # [rows, k, E]
+    tokens_per_expert = mask.mean(dim=0)           # [k, E]
+    prob_per_expert = p.mean(dim=0)                # [E]
+    return (tokens_per_expert * prob_per_expert.unsqueeze(0)).sum() * num_experts

@@ -221,6 +221,10 @@ HfExportResult export_hf(const Checkpoint& ckpt, const std::string& out_dir, con
                   "export: checkpoint '%s' has experts in every %d-th block only (model.moe_every): "
                   "MixtralForCausalLM has them in every block",
                   ckpt.dir().c_str(), cfg.moe_every);
+  LOOM_USER_CHECK(!cfg.moe_sigmoid,
+                  "export: checkpoint '%s' routes by sigmoid scores (model.moe_router = \"sigmoid\"): "
+                  "MixtralForCausalLM's router is a softmax",
+                  ckpt.dir().c_str());
   if (cfg.is_moe() && !opt.drop_router_bias)
     for (int l = 0; l < cfg.n_layer; l++) {
       const std::string name = moe::RouterState::bias_name(l);

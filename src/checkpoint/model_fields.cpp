@@ -22,6 +22,7 @@ std::map<std::string, int64_t> model_fields(const ModelConfig& cfg) {
   if (cfg.is_moe()) {  // the mixtral family's experts
     f["n_experts"] = cfg.n_experts, f["top_k"] = cfg.top_k;
     f["moe_ffn_hidden"] = cfg.expert_ffn(), f["moe_every"] = cfg.moe_every;
+    if (cfg.moe_sigmoid) f["moe_sigmoid"] = 1;  // the router's scores (absent: softmax)
   }
   if (cfg.lora.enabled()) {  // the adapters' shapes: which layers, what rank
     const std::vector<std::string> names = lora_target_names(cfg.is_llama());
@@ -91,6 +92,7 @@ ModelConfig model_config_from_fields(const std::map<std::string, int64_t>& field
   if (fields.count("n_experts")) {
     c.n_experts = get("n_experts"), c.top_k = get("top_k");
     c.moe_ffn_hidden = get("moe_ffn_hidden"), c.moe_every = get("moe_every");
+    c.moe_sigmoid = fields.count("moe_sigmoid") && get("moe_sigmoid") != 0;
   }
   if (fields.count("lora_rank")) {
     c.lora.rank = get("lora_rank");

@@ -32,6 +32,8 @@ int cmd_bench_cp(const Args& args);
 int cmd_bench_tokenizer(const Args& args);
 // `loom bench packed`: packed rows against one sequence a row (attention tiles skipped, step time).
 int cmd_bench_packed(const Args& args);
+// `loom bench moe`: a mixture of experts against the dense model of the same active FLOPs; balancing modes.
+int cmd_bench_moe(const Args& args);
 int cmd_bench_cp_child(const Args& args, MpiRuntime& mpi);
 // `loom bench cluster`: layouts on an emulated 2-node cluster, measured against the planner.
 int cmd_bench_cluster(const Args& args);

@@ -68,6 +68,9 @@ commands:
                           rope_high_freq_factor (4) rope_original_max_positions (8192))
                           mixtral (LLaMA with a dropless top-k mixture-of-experts MLP): n_experts
                           (8) top_k (2) moe_ffn_hidden (0 = ffn_hidden) moe_every (1: every block)
+                          moe_balance ("aux_free": per-expert selection biases moved by moe_bias_rate
+                          (1e-3) from the global batch's counts | "sequence": a per-sequence loss
+                          weighted moe_aux_coef (1e-3) | "none") moe_z_coef (0: no router z-loss)
                           attention ("auto": tiled from 1024 tokens on | "tiled": flash-style,
                           O(T) memory | "materialized": keeps the T x T probabilities)
                   [train] batch_size micro_batch_size (0 = batch_size / dp) steps lr min_lr
@@ -197,6 +200,12 @@ commands:
             loom bench packed [--T 2048] [--doc-len 256] [--reps 3]
           Packed rows against one sequence a row at the same shape: the tiled attention's key
           tiles visited and time, and a small GPT-2's step (tiled at T, materialized at 512).
+            loom bench moe [--experts 8] [--top-k 2] [--moe-ffn 256] [--d-model 256] [--layers 4]
+                           [--seq 256] [--batch 8] [--steps 8] [--balance-steps 150]
+                           [--bias-rate 0.01] [--aux-coef 0.01] [--data data/sample/kjv.txt]
+          A mixture of experts' training step against the dense model with the same active FLOPs
+          (MLP width top-k x moe-ffn), alternating on one rank: time per token, the ratio, AdamW's
+          share; then the expert loads after training with moe_balance none, aux_free, sequence.
             loom bench tokenizer --tokenizer tokenizer.json [--text FILE] [--mb 1]
           A Hugging Face byte-level BPE tokenizer's encoding speed on one core, loom's beside
           the tokenizers library's (.venv; per-line encode calls) on the same lines, with the ids'

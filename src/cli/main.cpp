@@ -85,6 +85,7 @@ int main(int argc, char** argv) {
     if (cmd == "bench" && !rest.empty() && rest[0] == "cp") return cli::cmd_bench_cp(rest);
     if (cmd == "bench" && !rest.empty() && rest[0] == "tokenizer") return cli::cmd_bench_tokenizer(rest);
     if (cmd == "bench" && !rest.empty() && rest[0] == "packed") return cli::cmd_bench_packed(rest);
+    if (cmd == "bench" && !rest.empty() && rest[0] == "moe") return cli::cmd_bench_moe(rest);
     if (cmd == "bench" && !rest.empty() && rest[0] == "cp-child")
       return run_distributed(&argc, &argv, cli::cmd_bench_cp_child, rest);
     if (cmd == "bench" && !rest.empty() && rest[0] == "cluster") return cli::cmd_bench_cluster(rest);

@@ -27,9 +27,11 @@ void check_layout(const RunConfig& cfg, const LayoutSizes& sizes) {
                   sizes.cp);
   const int local_seq = cfg.model.seq_len / sizes.cp;  // a rank's tokens of each sequence
   if (cfg.parallel.sequence_parallel) require(sequence_parallel_problem(rows, local_seq, tp));
-  LOOM_USER_CHECK(!cfg.model.is_moe() || !cfg.parallel.sequence_parallel || tp == 1,
-                  "config field 'parallel.sequence_parallel': the mixtral family's MoE blocks run on every row of "
-                  "the tp group; sequence parallelism with them is not built yet (set it to false)");
+  LOOM_USER_CHECK(!cfg.model.is_moe() || cfg.model.moe_balance != MoeBalance::switch_ || sizes.pp == 1,
+                  "config field 'model.moe_balance': \"switch\" sums every MoE layer's routing of a micro-batch "
+                  "before any layer's backward, which a pipeline split over %d stages cannot do; use \"aux_free\" or "
+                  "\"sequence\" (exact in every layout) or parallel.pp = 1",
+                  sizes.pp);
   LOOM_USER_CHECK(!cfg.model.is_moe() || cfg.model.expert_ffn() % tp == 0,
                   "config field 'model.moe_ffn_hidden' (%d) must be divisible by parallel.tp (%d): each expert's "
                   "width is split over the tp ranks",

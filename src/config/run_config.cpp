@@ -176,12 +176,18 @@ void read_fields(FieldReader& r, RunConfig& c) {
   r.get("model.moe_balance", &balance);
   const std::optional<MoeBalance> parsed_balance = parse_moe_balance(balance);
   LOOM_USER_CHECK(parsed_balance.has_value(),
-                  "config field 'model.moe_balance' must be \"aux_free\", \"sequence\" or \"none\" (got \"%s\")",
+                  "config field 'model.moe_balance' must be \"aux_free\", \"sequence\", \"switch\" or \"none\" "
+                  "(got \"%s\")",
                   balance.c_str());
   c.model.moe_balance = *parsed_balance;
   r.get("model.moe_bias_rate", &c.model.moe_bias_rate);
   r.get("model.moe_aux_coef", &c.model.moe_aux_coef);
   r.get("model.moe_z_coef", &c.model.moe_z_coef);
+  std::string router = c.model.moe_sigmoid ? "sigmoid" : "softmax";
+  r.get("model.moe_router", &router);
+  LOOM_USER_CHECK(router == "softmax" || router == "sigmoid",
+                  "config field 'model.moe_router' must be \"softmax\" or \"sigmoid\" (got \"%s\")", router.c_str());
+  c.model.moe_sigmoid = router == "sigmoid";
   LOOM_USER_CHECK(mixtral || c.model.n_experts == 0,
                   "config field 'model.n_experts' is set on a %s model: experts are the mixtral family's "
                   "(model.family = \"mixtral\")",
@@ -489,10 +495,12 @@ std::string RunConfig::to_toml() const {
     << (model.tie_embeddings < 0 ? "" : model.tie_embeddings ? "\ntie_embeddings = true" : "\ntie_embeddings = false")
     << "\nattention = \"" << attention_kind_name(model.attention) << "\""
     << (model.is_moe() ? strprintf("\nn_experts = %d\ntop_k = %d\nmoe_ffn_hidden = %d\nmoe_every = %d"
-                                   "\nmoe_balance = \"%s\"\nmoe_bias_rate = %s\nmoe_aux_coef = %s\nmoe_z_coef = %s",
+                                   "\nmoe_balance = \"%s\"\nmoe_bias_rate = %s\nmoe_aux_coef = %s\nmoe_z_coef = %s"
+                                   "\nmoe_router = \"%s\"",
                                    model.n_experts, model.top_k, model.moe_ffn_hidden, model.moe_every,
                                    moe_balance_name(model.moe_balance), toml_number(model.moe_bias_rate).c_str(),
-                                   toml_number(model.moe_aux_coef).c_str(), toml_number(model.moe_z_coef).c_str())
+                                   toml_number(model.moe_aux_coef).c_str(), toml_number(model.moe_z_coef).c_str(),
+                                   model.moe_sigmoid ? "sigmoid" : "softmax")
                        : std::string())
     << "\n[train]\nbatch_size = " << train.batch_size
     << "\nmicro_batch_size = " << train.micro_batch_size << "\nsteps = " << train.steps << "\nlr = " << train.lr

@@ -38,6 +38,7 @@ struct BlockWork {
   // MoE blocks' backward (model/moe/moe_block.h): per (token, expert) pair.
   float *moe_dxp = nullptr, *moe_dhidden = nullptr, *moe_dlogits = nullptr;
   float* moe_seq = nullptr;  // [N, E]: per-sequence counts and balancing gradients
+  float* moe_dy = nullptr;   // [N, C]: the output gradient gathered (sequence parallel)
   void *moe_dyp = nullptr, *moe_dgate_up = nullptr;  // A
 };
 
@@ -54,13 +55,13 @@ struct BlockContext {
   // with packed rows, its document's start (attention's mask; null: none).
   const int32_t* pos = nullptr;
   const int32_t* doc = nullptr;
-  // Mixture of experts: the stage's router state (bias, step counts), the
-  // weight of a counted target's loss in this backward (the router losses
-  // are weighted alike), and the context-parallel group a sequence's
-  // tokens are spread over (per-sequence balancing sums over it).
+  // Mixture of experts: the stage's router state (bias, step counts, the
+  // router losses' weight), the context-parallel group a sequence's tokens
+  // are spread over (per-sequence balancing sums over it), and the
+  // micro-batch's activation slot.
   moe::RouterState* router = nullptr;
-  float target_weight = 0;
   Communicator* cp_group = nullptr;
+  int slot = 0;
   int N() const { return B * T; }
   int R() const { return int(tp.local_rows(int64_t(B) * T)); }
   void grad_ready(int i) const {

@@ -90,7 +90,7 @@ class BlockStage final : public TransformerStage {
     Family::finish_work(work_, compute_);
     BlockContext ctx{ops_, attn_, tp_, cfg_, access_, work_, ready_hook(), B, T, token_positions(slot),
                      doc_starts(slot)};
-    ctx.router = router_.get(), ctx.target_weight = target_weight_, ctx.cp_group = cp_group_;
+    ctx.router = router_.get(), ctx.cp_group = cp_group_, ctx.slot = slot;
     return ctx;
   }
 

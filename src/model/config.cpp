@@ -43,11 +43,16 @@ std::optional<RopeScaling::Kind> parse_rope_scaling(const std::string& name) {
 }
 
 const char* moe_balance_name(MoeBalance b) {
-  return b == MoeBalance::aux_free ? "aux_free" : b == MoeBalance::sequence ? "sequence" : "none";
+  switch (b) {
+    case MoeBalance::aux_free: return "aux_free";
+    case MoeBalance::sequence: return "sequence";
+    case MoeBalance::switch_: return "switch";
+    default: return "none";
+  }
 }
 
 std::optional<MoeBalance> parse_moe_balance(const std::string& name) {
-  for (MoeBalance b : {MoeBalance::aux_free, MoeBalance::sequence, MoeBalance::none})
+  for (MoeBalance b : {MoeBalance::aux_free, MoeBalance::sequence, MoeBalance::switch_, MoeBalance::none})
     if (name == moe_balance_name(b)) return b;
   return std::nullopt;
 }
@@ -160,6 +165,9 @@ void ModelConfig::validate() const {
                     "config field 'model.moe_aux_coef' must be a number >= 0 (got %g)", moe_aux_coef);
     LOOM_USER_CHECK(std::isfinite(moe_z_coef) && moe_z_coef >= 0,
                     "config field 'model.moe_z_coef' must be a number >= 0 (got %g)", moe_z_coef);
+    LOOM_USER_CHECK(!moe_sigmoid || moe_balance != MoeBalance::switch_,
+                    "config field 'model.moe_balance': \"switch\" is Mixtral's loss on softmax probabilities; with "
+                    "model.moe_router = \"sigmoid\" use \"aux_free\" or \"sequence\"");
     LOOM_USER_CHECK(moe_ffn_hidden >= 0, "config field 'model.moe_ffn_hidden' must be >= 0 (got %d)", moe_ffn_hidden);
   }
   validate_lora(lora, *this);

@@ -49,9 +49,11 @@ const char* rope_scaling_name(RopeScaling::Kind k);  // "none" / "llama3"
 // aux_free: a per-expert bias on the selection scores, moved after each step
 // from the global batch's integer token counts (DeepSeek-V3); sequence: an
 // auxiliary loss over each sequence's own expert fractions and mean
-// probabilities; none.
-enum class MoeBalance { aux_free, sequence, none };
-const char* moe_balance_name(MoeBalance b);  // "aux_free" / "sequence" / "none"
+// probabilities; switch: the Switch Transformer / Mixtral loss over a
+// micro-batch's tokens of every MoE layer together (transformers'
+// load_balancing_loss_func; it depends on how the batch is split); none.
+enum class MoeBalance { aux_free, sequence, switch_, none };
+const char* moe_balance_name(MoeBalance b);  // "aux_free" / "sequence" / "switch" / "none"
 std::optional<MoeBalance> parse_moe_balance(const std::string& name);
 std::optional<RopeScaling::Kind> parse_rope_scaling(const std::string& name);
 
@@ -85,8 +87,11 @@ struct ModelConfig {
   int moe_every = 1;
   MoeBalance moe_balance = MoeBalance::aux_free;
   double moe_bias_rate = 1e-3;  // aux_free: the bias's step per update
-  double moe_aux_coef = 1e-3;   // sequence: the auxiliary loss's weight
+  double moe_aux_coef = 1e-3;   // sequence / switch: the auxiliary loss's weight
   double moe_z_coef = 0.0;      // the router z-loss's weight (0: off)
+  // The router's scores: softmax over the experts (Mixtral) or each
+  // expert's sigmoid (DeepSeek-V3); the chosen scores renormalised either way.
+  bool moe_sigmoid = false;
   bool is_moe() const { return n_experts > 0; }
   bool moe_block(int layer) const { return is_moe() && (layer + 1) % moe_every == 0; }
   int expert_ffn() const { return moe_ffn_hidden > 0 ? moe_ffn_hidden : ffn(); }

@@ -86,7 +86,8 @@ TransformerStage::TransformerStage(const ModelConfig& cfg, ParamLayout layout, S
     ring_ = std::make_unique<RingAttention>(*buffers.cp_group);
     cp_group_ = buffers.cp_group;
   }
-  if (cfg.is_moe()) router_ = std::make_unique<moe::RouterState>(cfg, shard.first_layer, shard.layers_end(cfg));
+  if (cfg.is_moe())
+    router_ = std::make_unique<moe::RouterState>(cfg, shard.first_layer, shard.layers_end(cfg), buffers.slots);
   attn_ = Attention(tiled, ring_.get());
   attn_.reserve(lowp, B, T, Cl, NHl, NKVl);
   // ZeRO-3 units from the layout: blocks by their index, the rest by role.
@@ -316,7 +317,6 @@ double TransformerStage::backward_pass(int slot, const int32_t* tokens, const in
   const bool sp = tp_.sequence_parallel();
   Slot& s = slots_[size_t(slot)];
   double loss = 0;
-  target_weight_ = target_weight;  // the router losses' weight (mixture of experts)
   if (layout_.shard.head) {
     check_targets(targets, N, cfg_.vocab_size);
     const float dloss = target_weight;
@@ -374,6 +374,7 @@ float StageModule::forward_backward(const int32_t* tokens, const int32_t* target
   forward_stage(0, tokens, B, T);
   const int64_t valid = count_valid_targets(targets, int64_t(B) * T);
   const float weight = valid > 0 ? loss_scale / float(valid) : 0.f;
+  if (moe::RouterState* r = router_state()) r->begin_step(), r->set_loss_weight(loss_scale / float(int64_t(B) * T));
   const double sum = backward_stage(0, tokens, targets, B, T, weight);
   return valid > 0 ? float(sum / double(valid)) : 0.f;
 }

@@ -191,7 +191,6 @@ class TransformerStage : public StageModule {
   std::unique_ptr<RingAttention> ring_;
   Communicator* cp_group_ = nullptr;
   std::unique_ptr<moe::RouterState> router_;  // MoE layers only
-  float target_weight_ = 0;  // the backward in progress's
   Attention attn_;
   ParamAccess access_{};
   int maxB_, maxT_, slot_count_;

@@ -1,5 +1,6 @@
 #include "obs/diagnosis.h"
 
+#include <cmath>
 #include <map>
 
 #include <algorithm>
@@ -430,6 +431,50 @@ void numerics(const RunData& run, const DiagnoseThresholds& t, Diagnosis& d) {
   }
 }
 
+// A mixture of experts whose router sends most tokens to the same experts:
+// the median over the last quarter of the steps of the worst layer's
+// busiest-expert load, against its ceiling E/k.
+void router_collapse(const RunData& run, const DiagnoseThresholds& t, Diagnosis& d) {
+  std::vector<const MoeStepMetrics*> moe;
+  for (const StepMetrics& m : run.steps)
+    if (m.moe.experts > 0 && std::isfinite(m.moe.load_max)) moe.push_back(&m.moe);
+  if (moe.empty()) return;  // a dense model: nothing to say
+  const size_t from = moe.size() - std::max<size_t>(1, moe.size() / 4);
+  std::vector<double> high, low;
+  for (size_t i = from; i < moe.size(); i++) high.push_back(moe[i]->load_max), low.push_back(moe[i]->load_min);
+  auto median = [](std::vector<double> v) {
+    std::nth_element(v.begin(), v.begin() + long(v.size() / 2), v.end());
+    return v[v.size() / 2];
+  };
+  const double ceiling = double(moe.back()->experts) / moe.back()->top_k;
+  const double share = median(high) / ceiling, idle = median(low);
+  if (share < t.router_collapse)
+    return d.checked.push_back(strprintf("router collapse: none (the busiest expert's load is %.2fx the mean, %.0f%% "
+                                         "of its ceiling E/k = %.1f, over the last %zu steps)",
+                                         median(high), 100 * share, ceiling, high.size()));
+  Finding f = finding("router-collapse", "numerics", share >= 0.9 ? Severity::high : Severity::warning,
+                      share / t.router_collapse);
+  f.evidence.push_back(strprintf("over the last %zu steps the busiest expert of the worst layer took %.2fx the mean "
+                                 "load (median), %.0f%% of the ceiling E/k = %.1f reached when every token chooses it; "
+                                 "the idlest expert's load is %.2fx the mean%s [metrics.jsonl moe.load_max, "
+                                 "moe.load_min]",
+                                 high.size(), median(high), 100 * share, ceiling, idle,
+                                 idle == 0 ? " (some expert gets no token: its weights learn nothing)" : ""));
+  const RunConfig* c = run.config ? &*run.config : nullptr;
+  if (!c || c->model.moe_balance == MoeBalance::none)
+    f.recommendation = "balance the experts: model.moe_balance = \"aux_free\" (per-expert selection biases) or "
+                       "\"sequence\" (a per-sequence auxiliary loss)";
+  else if (c->model.moe_balance == MoeBalance::aux_free)
+    f.recommendation = strprintf("the aux_free biases move too slowly for this run (model.moe_bias_rate = %g, largest "
+                                 "bias %.3g): raise the rate (try %g)",
+                                 c->model.moe_bias_rate, moe.back()->bias_max, 10 * c->model.moe_bias_rate);
+  else
+    f.recommendation = strprintf("the balancing loss is too weak (model.moe_aux_coef = %g): raise it (try %g), or "
+                                 "add the router z-loss (model.moe_z_coef)",
+                                 c->model.moe_aux_coef, 10 * c->model.moe_aux_coef);
+  d.findings.push_back(std::move(f));
+}
+
 }  // namespace
 
 Diagnosis diagnose(const RunData& run, const RunFigures& f, const DiagnoseThresholds& t) {
@@ -439,6 +484,7 @@ Diagnosis diagnose(const RunData& run, const RunFigures& f, const DiagnoseThresh
   stalled_stage(f, t, d);
   stragglers(run, d);
   numerics(run, t, d);
+  router_collapse(run, t, d);
   std::stable_sort(d.findings.begin(), d.findings.end(), [](const Finding& a, const Finding& b) {
     return a.severity != b.severity ? a.severity == Severity::high : a.score > b.score;
   });

@@ -25,6 +25,10 @@ struct DiagnoseThresholds {
   double loss_spike = 1.25;          // loss above this x the median of the previous 20 steps
   double loss_rise = 1.02;           // mean loss of the last quarter over the first quarter's
   double zero_grad_share = 0.10;     // fp16 underflow: share of steps with a zero gradient norm
+  // Router collapse (a mixture of experts): over the run's last quarter, the
+  // busiest expert's load at this share of its ceiling E/k (1: every token
+  // of a layer chose it; 0.9: high).
+  double router_collapse = 0.75;
 };
 
 enum class Severity { warning, high };
@@ -32,7 +36,7 @@ enum class Severity { warning, high };
 struct Finding {
   std::string cause;  // "pipeline-bound", "communication-bound", "stalled-stage", "loss-scale-collapse",
                       // "skipped-steps", "fp16-underflow", "non-finite-loss", "grad-norm-spikes",
-                      // "loss-spikes", "loss-rising", "straggler"
+                      // "loss-spikes", "loss-rising", "straggler", "router-collapse"
   std::string area;   // "performance" or "numerics"
   Severity severity = Severity::warning;
   double score = 0;  // for ordering: how far past its threshold

@@ -150,6 +150,10 @@ float Replica::forward_backward(const std::vector<int32_t>& tokens, const std::v
   step_targets_ = int64_t(
       sum_over_ranks(ctx_.dp(), double(count_valid_targets(my_targets.data(), int64_t(my_targets.size())))));
   const float target_weight = step_targets_ > 0 ? scaler_.scale() / float(step_targets_) : 0.f;
+  // Every data rank holds as many tokens: the global batch's are this rank's x the data group's size.
+  step_tokens_ = int64_t(my_tokens.size()) * ctx_.dp().size();
+  for (auto& c : chunks_)
+    if (moe::RouterState* r = c->router_state()) r->set_loss_weight(scaler_.scale() / float(step_tokens_));
   stage_->set_batch(my_tokens.data(), my_targets.data(), my_positions, split_.active() ? split_.local_len(T) : T,
                     target_weight);
   executor_->run(schedule_, *stage_);
@@ -262,9 +266,9 @@ void Replica::combine_router_step() {
   ctx_.world().all_reduce(buf.data(), buf.size(), DType::f32, ReduceOp::Sum);
   s.counts.assign(n, 0);
   for (size_t i = 0; i < n; i++) s.counts[i] = int64_t(buf[i]) + (int64_t(buf[n + i]) << 12);
-  const double per_target = step_targets_ > 0 ? 1.0 / double(step_targets_) : 0.0;
-  s.z_loss = m.moe_z_coef * buf[2 * n] * per_target;
-  s.balance_loss = m.moe_balance == MoeBalance::sequence ? m.moe_aux_coef * buf[2 * n + 1] * per_target : 0.0;
+  const double per_token = step_tokens_ > 0 ? 1.0 / double(step_tokens_) : 0.0;
+  s.z_loss = m.moe_z_coef * buf[2 * n] * per_token;
+  s.balance_loss = m.moe_aux_coef * buf[2 * n + 1] * per_token;
   s.bias_max = 0;
   for (auto& c : chunks_)
     if (const moe::RouterState* r = c->router_state())

@@ -103,8 +103,8 @@ class Replica {
     int experts = 0;
     std::vector<int> layers;       // the model's MoE layers
     std::vector<int64_t> counts;   // [layers, experts]: (token, expert) pairs routed
-    double balance_loss = 0;       // moe_aux_coef x the per-sequence loss (sequence balancing)
-    double z_loss = 0;             // moe_z_coef x mean logsumexp^2, summed over layers
+    double balance_loss = 0;       // moe_aux_coef x the balancing loss (sequence, switch), mean over the batch
+    double z_loss = 0;             // moe_z_coef x mean logsumexp^2 over the batch's tokens, summed over layers
     float bias_max = 0;            // aux_free: the largest |bias| the step routed with
     // Over the layers: the busiest expert's and the idlest's load over the mean.
     double load_max() const;
@@ -188,6 +188,7 @@ class Replica {
   // Per step: valid targets in the global batch (each one's loss weighs the
   // loss scaler's scale over that count in backward).
   int64_t step_targets_ = 0;
+  int64_t step_tokens_ = 0;  // tokens in the global batch (the router losses' normaliser)
   SequenceSplit split_;  // context parallelism: this rank's chunks of each sequence
   std::vector<int32_t> local_tokens_, local_targets_, local_positions_;  // a step's batch cut to them (cp > 1)
   ComputePrecision compute_;

@@ -150,6 +150,16 @@ TEST(HfInterop, MixtralMatchesTransformers) {
   EXPECT_NE(r.output.find("model: Mixtral, 2 layers"), std::string::npos) << r.output;
 }
 
+// model.moe_balance = "switch" is built and checked (tests/golden,
+// MixtralSwitch) against tools/moe_torch.py's Switch loss; that loss is
+// transformers' load_balancing_loss_func, value and logit gradients.
+TEST(HfInterop, SwitchLossIsTransformers) {
+  SKIP_WITHOUT_TRANSFORMERS();
+  auto r = run_command("'" + hf_python() + "' '" LOOM_SOURCE_DIR "/tools/check_switch_loss.py' 2>&1");
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("OK"), std::string::npos) << r.output;
+}
+
 // LLaMA with q/k/v biases (exported as Qwen2ForCausalLM) and Llama 3.1's
 // rope scaling (its bands inside the tiny model's head_dim 16), ten steps.
 TEST(HfInterop, Qwen2AndLlama31RopeMatchTransformers) {

@@ -1,5 +1,6 @@
 // The mixtral family (issue 40) in every layout built so far: dp with ZeRO
-// 0-3, tp (every expert's width split, the router whole), pp under 1F1B,
+// 0-3, tp (every expert's width split, the router whole) with and without
+// sequence parallelism, pp under 1F1B,
 // interleaved and ZB-V, cp, bf16 with sharded masters, tp x pp: the run
 // reproduces one process (first-step gradients within 1e-5 relative per
 // global tensor, losses within rtol 1e-4; bf16 against bf16 within 1e-2).
@@ -28,11 +29,14 @@ using Layout = loom::test::LayoutCase;
 using loom::test::layout_case_name;
 
 // Balancing: "" (the default, aux_free at its default rate), "aux_free"
-// with a bias moving fast enough to change choices within the run, or
-// "sequence" (the per-sequence loss) with the router z-loss.
+// with a bias moving fast enough to change choices within the run,
+// "sequence" (the per-sequence loss) with the router z-loss, or "sigmoid"
+// (sigmoid router scores with the per-sequence loss).
 std::vector<std::string> balance_fields(const std::string& balance) {
   if (balance == "aux_free") return {"model.moe_balance=\"aux_free\"", "model.moe_bias_rate=0.05"};
   if (balance == "sequence") return {"model.moe_balance=\"sequence\"", "model.moe_aux_coef=0.5", "model.moe_z_coef=0.01"};
+  if (balance == "sigmoid")  // DeepSeek-V3's router: sigmoid scores, aux_free bias, the sequence loss on normalised scores
+    return {"model.moe_router=\"sigmoid\"", "model.moe_balance=\"sequence\"", "model.moe_aux_coef=0.5"};
   return {};
 }
 
@@ -43,7 +47,7 @@ loom::RunConfig config(const Layout& l, int dp, const std::string& balance = "")
        "train.micro_batch_size=" + std::to_string(kBatch / (dp * 2)), "train.steps=" + std::to_string(kSteps),
        "train.eval_every=0", "train.run_dir=\"\"", "runtime.threads=1", "parallel.tp=" + std::to_string(l.tp),
        "parallel.pp=" + std::to_string(l.pp), "parallel.cp=" + std::to_string(l.cp),
-       "parallel.zero=" + std::to_string(l.zero), std::string("parallel.schedule=\"") + l.schedule + "\"",
+       "parallel.zero=" + std::to_string(l.zero), std::string("parallel.sequence_parallel=") + (l.sequence_parallel ? "true" : "false"), std::string("parallel.schedule=\"") + l.schedule + "\"",
        "parallel.virtual_stages=" + std::to_string(l.v), std::string("precision.compute=\"") + l.precision + "\"",
        "parallel.bucket_mb=0.05", "data.format=\"bytes\"", "data.path=\"" LOOM_SOURCE_DIR "/data/sample/kjv.txt\""};
   sets.insert(sets.begin(), base.begin(), base.end());
@@ -96,7 +100,8 @@ INSTANTIATE_TEST_SUITE_P(
                     Layout{1, 1, 1, "1f1b", 1, false, 3, "fp32"}, Layout{2, 1, 1, "1f1b", 1, false, 0, "fp32"},
                     Layout{1, 2, 1, "1f1b", 1, false, 0, "fp32"}, Layout{1, 2, 1, "interleaved", 2, false, 0, "fp32"},
                     Layout{1, 2, 1, "zb-v", 2, false, 0, "fp32"}, Layout{1, 1, 2, "1f1b", 1, false, 0, "fp32"},
-                    Layout{1, 1, 1, "1f1b", 1, false, 1, "bf16"}, Layout{2, 2, 1, "1f1b", 1, false, 1, "fp32"}),
+                    Layout{1, 1, 1, "1f1b", 1, false, 1, "bf16"}, Layout{2, 2, 1, "1f1b", 1, false, 1, "fp32"},
+                    Layout{2, 1, 1, "1f1b", 1, true, 0, "fp32"}, Layout{2, 1, 1, "1f1b", 1, true, 1, "bf16"}),
     layout_case_name);
 
 // The balancing modes in the layouts that split the tokens differently (dp,
@@ -128,7 +133,7 @@ TEST_P(MixtralBalanceLlamaLayouts, ReproduceOneProcess) {
   }
   const std::string mode = balance;
   if (mode == "aux_free") EXPECT_GT(want.moe_steps.back().bias_max, 0.04f) << "the bias never moved";
-  if (mode == "sequence") EXPECT_GT(want.moe_steps.back().aux_loss, 0.1) << "no balancing loss";
+  if (mode == "sequence" || mode == "sigmoid") EXPECT_GT(want.moe_steps.back().aux_loss, 0.1) << "no balancing loss";
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -136,8 +141,9 @@ INSTANTIATE_TEST_SUITE_P(
     testing::Combine(testing::Values(Layout{1, 1, 1, "1f1b", 1, false, 1, "fp32"}, Layout{2, 1, 1, "1f1b", 1, false, 0, "fp32"},
                                      Layout{1, 2, 1, "interleaved", 2, false, 0, "fp32"},
                                      Layout{1, 1, 2, "1f1b", 1, false, 0, "fp32"},
-                                     Layout{1, 1, 1, "1f1b", 1, false, 3, "fp32"}),
-                     testing::Values("aux_free", "sequence")),
+                                     Layout{1, 1, 1, "1f1b", 1, false, 3, "fp32"},
+                                     Layout{2, 1, 1, "1f1b", 1, true, 0, "fp32"}),
+                     testing::Values("aux_free", "sequence", "sigmoid")),
     [](const testing::TestParamInfo<std::tuple<Layout, const char*>>& i) {
       return layout_case_name(testing::TestParamInfo<Layout>(std::get<0>(i.param), i.index)) + "_" +
              std::get<1>(i.param);

@@ -11,6 +11,7 @@
 
 #include "golden/reference_file.h"
 #include "kernels/cpu/grad_norm.h"
+#include "model/moe/router_state.h"
 #include "model/stage_module.h"
 #include "optim/adamw.h"
 #include "optim/grad_clip.h"
@@ -43,6 +44,11 @@ LoadedModel make_model(const ReferenceFile& ref) {
     s.cfg.n_experts = int(ref.ints.at("n_experts"));
     s.cfg.top_k = int(ref.ints.at("top_k"));
     s.cfg.moe_ffn_hidden = int(ref.ints.at("moe_ffn_hidden"));
+    if (ref.floats.count("switch_coef")) {  // the router losses added
+      s.cfg.moe_balance = loom::MoeBalance::switch_;
+      s.cfg.moe_aux_coef = ref.floats.at("switch_coef");
+      s.cfg.moe_z_coef = ref.floats.at("z_coef");
+    }
   }
   s.B = int(ref.ints.at("batch_size"));
   s.T = s.cfg.seq_len;
@@ -79,6 +85,13 @@ TEST_P(LlamaAgreement, EveryGradient) {
     const auto& name = s.model->layout().params[i].name;
     EXPECT_LT(rel_frobenius(s.model->grad(int(i)), loom_tensor_values(ref, "grad/", name)), 1e-5) << name;
   }
+  if (ref.floats.count("switch_coef")) {  // the router losses' values (unweighted) over the batch's tokens
+    const loom::moe::RouterState* r = s.model->router_state();
+    ASSERT_NE(r, nullptr);
+    const double tokens = double(s.B) * s.T;
+    EXPECT_NEAR(r->balance_sum() / tokens, ref.tensor("aux/switch").f32[0], 1e-5 * ref.tensor("aux/switch").f32[0]);
+    EXPECT_NEAR(r->z_sum() / tokens, ref.tensor("aux/z").f32[0], 1e-5 * ref.tensor("aux/z").f32[0]);
+  }
 }
 
 TEST_P(LlamaAgreement, TenAdamWStepsWithClipping) {
@@ -114,5 +127,8 @@ INSTANTIATE_TEST_SUITE_P(MaskedSft, LlamaAgreement, ::testing::Values("tiny_llam
 // The mixtral family (issue 40): 4 experts, top 2, in every block
 // (tools/make_reference.py --family mixtral; routers with wide margins).
 INSTANTIATE_TEST_SUITE_P(Mixtral, LlamaAgreement, ::testing::Values("tiny_mixtral"));
+// The same with the Switch balancing loss (transformers' load_balancing_loss_func
+// over both layers' logits) and the router z-loss in every gradient and step.
+INSTANTIATE_TEST_SUITE_P(MixtralSwitch, LlamaAgreement, ::testing::Values("tiny_mixtral_switch"));
 
 }  // namespace

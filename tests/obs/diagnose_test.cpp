@@ -308,6 +308,31 @@ TEST(DiagnoseAdvice, SmallBucketsAlreadyMeanTheNextLever) {
   EXPECT_NE(small.find("small already (parallel.bucket_mb = 0.5)"), std::string::npos) << small;
 }
 
+// A mixture of experts whose busiest expert takes nearly every token (3.9x
+// the mean of a ceiling E/k = 4) is named, with the lever its balancing
+// mode offers; a balanced one is reported healthy.
+TEST(DiagnoseAdvice, RouterCollapseNamesTheBalancingLever) {
+  auto moe_steps = [](double load_max, double load_min) {
+    std::vector<StepMetrics> steps = healthy_steps(40);
+    for (StepMetrics& m : steps) m.moe = MoeStepMetrics{8, 2, load_max, load_min, 0, 0, 0.002};
+    return steps;
+  };
+  const std::string aux = advice_for("router_collapse_aux", "[model]\nfamily = \"mixtral\"\nmoe_bias_rate = 0.001\n",
+                                     dp_layout(1), moe_steps(3.9, 0), "router-collapse");
+  EXPECT_NE(aux.find("model.moe_bias_rate = 0.001, largest bias 0.002): raise the rate (try 0.01)"), std::string::npos)
+      << aux;
+  const std::string none = advice_for("router_collapse_none", "[model]\nfamily = \"mixtral\"\nmoe_balance = \"none\"\n",
+                                      dp_layout(1), moe_steps(3.9, 0), "router-collapse");
+  EXPECT_NE(none.find("model.moe_balance = \"aux_free\""), std::string::npos) << none;
+  const std::string dir = fresh_dir("router_balanced");
+  write_run(dir, dp_layout(1), moe_steps(1.3, 0.8));
+  const Diagnosis d = diagnose_dir(dir);
+  for (const Finding& f : d.findings) EXPECT_NE(f.cause, "router-collapse") << dump(d);
+  bool said = false;
+  for (const std::string& c : d.checked) said = said || c.find("router collapse: none") != std::string::npos;
+  EXPECT_TRUE(said) << dump(d);
+}
+
 TEST(Diagnose, CommandPrintsTextAndJson) {
   std::string dir = fresh_dir("cli_pipeline");
   RunLayout l;

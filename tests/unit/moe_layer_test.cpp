@@ -134,6 +134,39 @@ TEST(MoeLayer, RouterLossesMatchPyTorch) {
   EXPECT_GT(rel_frobenius(plain.drouter.data(), ref.tensor("zgrad/gate.weight").f32), 1e-2);
 }
 
+// DeepSeek-V3's router: sigmoid scores (top-k renormalised), with and
+// without the per-sequence loss on the scores normalised to sum 1.
+TEST(MoeLayer, SigmoidScoresMatchPyTorch) {
+  const ReferenceFile& ref = reference();
+  Layer l = from_reference(ref);
+  l.s.sigmoid = true;
+  const int T = int(ref.ints.at("seq_len")), E = l.s.E, k = l.s.k;
+  const Result r = run<float>(l, ref.tensor("x").f32, ref.tensor("g").f32);
+  EXPECT_LT(rel_frobenius(r.y.data(), ref.tensor("sig/y").f32), 1e-5);
+  EXPECT_LT(rel_frobenius(r.dx.data(), ref.tensor("sig/x").f32), 1e-5);
+  EXPECT_LT(rel_frobenius(r.drouter.data(), ref.tensor("sig/grad/gate.weight").f32), 1e-5);
+  std::vector<float> dgate_up, ddown;
+  for (int e = 0; e < E; e++) {
+    for (const char* part : {"gate_proj", "up_proj"}) {
+      const auto& t = ref.tensor("sig/grad/experts." + std::to_string(e) + "." + part + ".weight").f32;
+      dgate_up.insert(dgate_up.end(), t.begin(), t.end());
+    }
+    const auto& t = ref.tensor("sig/grad/experts." + std::to_string(e) + ".down_proj.weight").f32;
+    ddown.insert(ddown.end(), t.begin(), t.end());
+  }
+  EXPECT_LT(rel_frobenius(r.dgate_up.data(), dgate_up), 1e-5);
+  EXPECT_LT(rel_frobenius(r.ddown.data(), ddown), 1e-5);
+  EXPECT_GT(rel_frobenius(r.y.data(), ref.tensor("y").f32), 1e-2) << "sigmoid scores routed as softmax";
+  std::vector<float> seq(size_t(l.s.N / T) * E, 0.f);
+  for (int n = 0; n < l.s.N; n++)
+    for (int j = 0; j < k; j++) seq[size_t(n / T) * E + size_t(r.r.expert[size_t(n) * k + j])] += 1.f;
+  for (float& v : seq) v *= 1e-3f * float(ref.ints.at("seq_weight_milli")) * float(E) / float(k * T);
+  const Result z = run<float>(l, ref.tensor("x").f32, ref.tensor("g").f32, nullptr,
+                              loom::moe::RouterLossGrad{0.f, seq.data(), T});
+  EXPECT_LT(rel_frobenius(z.dx.data(), ref.tensor("sigzgrad/x").f32), 1e-5);
+  EXPECT_LT(rel_frobenius(z.drouter.data(), ref.tensor("sigzgrad/gate.weight").f32), 1e-5);
+}
+
 TEST(MoeLayer, SixteenBitComputeStaysNearFp32) {
   const ReferenceFile& ref = reference();
   const Layer l = from_reference(ref);

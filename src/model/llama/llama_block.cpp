@@ -50,7 +50,7 @@ void plan_block_work(ActivationPlan& plan, BlockWork& w, const ModelConfig& cfg,
   plan.want(&w.dattn_out, N * s.Cl), plan.want(&w.dqkv, N * s.qkv, a);
   plan.want(&w.datt, Attention::scratch_floats(tiled, B, T, s.NHl));
   plan.want(&w.dmlp_out, N * s.Fl), plan.want(&w.dmlp_in, N * 2 * s.Fl, a);
-  if (cfg.is_moe()) moe::plan_work(plan, w, cfg, int(N), tp.size(), a);
+  if (cfg.is_moe()) moe::plan_work(plan, w, cfg, int(N), tp, a);
   const int C = cfg.d_model, F = cfg.ffn(), q = cfg.n_head * cfg.head_dim();
   if (cfg.lora.enabled())
     plan.want(&w.lora, lora::block_work_floats(cfg, int(N), std::max({C, F, q}), std::max({C, F, q})));
@@ -130,8 +130,7 @@ void block_backward(const BlockContext& ctx, const RopeTables& rope, const Block
   const bool gate_up_lora = p.gate_lora.on() || p.up_lora.on();
   const bool qkv_lora = p.q_lora.on() || p.k_lora.on() || p.v_lora.on();
   if (p.moe()) {
-    // The MoE MLP (no sequence parallelism: every row here), its weight
-    // gradients included whatever `split` says.
+    // The MoE MLP, its weight gradients included whatever `split` says.
     moe::mlp_backward<A>(ctx, p.layer, p.router, p.experts_gate_up, p.experts_down, a.moe, mlp_in, dres, dnorm);
   } else {
   if (split) stash_w(a.res3, dres, size_t(R) * C);  // down's output gradient

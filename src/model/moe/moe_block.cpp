@@ -1,6 +1,8 @@
 #include "model/moe/moe_block.h"
 
 #include <algorithm>
+#include <array>
+#include <numeric>
 
 #include "comm/communicator.h"
 #include "kernels/cpu/residual.h"
@@ -10,9 +12,10 @@ namespace loom::moe {
 namespace {
 
 // Per-sequence balancing (MoeBalance::sequence), on each sequence's own
-// tokens: f_e = E / (k T) x its pairs routed to e, P_e = the mean of p_e,
-// loss coef x sum_e f_e P_e, weighted by the sequence's T tokens like the
-// main loss (so its gradient on each p_te is coef x target weight x f_e).
+// tokens: f_e = E / (k T) x its pairs routed to e, P_e = the mean of p_e
+// (sigmoid scores: of the scores normalised to sum 1),
+// loss coef x sum_e f_e P_e, weighted by the sequence's T tokens over the
+// global batch's (so its gradient on each p_te is coef x loss weight x f_e).
 // Under context parallelism a sequence's counts are summed over the ring's
 // ranks first. seq[B, E] becomes that gradient; returns this rank's part of
 // sum over sequences of T x sum_e f_e P_e.
@@ -24,17 +27,47 @@ double sequence_balance(const BlockContext& ctx, const Shape& s, const Routing& 
   const int cp = ctx.cp_group ? ctx.cp_group->size() : 1;
   if (cp > 1) ctx.cp_group->all_reduce(seq, size_t(B) * E, DType::f32, ReduceOp::Sum);  // integers: exact
   const double per_pair = double(E) / (double(k) * T * cp);
-  const float weight = float(ctx.cfg.moe_aux_coef) * ctx.target_weight;
+  const float weight = float(ctx.cfg.moe_aux_coef) * ctx.router->loss_weight();
   double value = 0;
-  for (int b = 0; b < B; b++)
+  std::array<double, 256> psum;  // model.n_experts <= 256
+  for (int b = 0; b < B; b++) {
+    std::fill(psum.begin(), psum.begin() + E, 0.0);
+    for (int t = 0; t < T; t++) {
+      const float* p = r.prob + (size_t(b) * T + t) * E;
+      double norm = 1;  // sigmoid scores: P over the scores normalised to sum 1 (DeepSeek-V3)
+      if (s.sigmoid) norm = std::accumulate(p, p + E, 0.0);
+      for (int e = 0; e < E; e++) psum[size_t(e)] += p[e] / norm;
+    }
     for (int e = 0; e < E; e++) {
       const double f = per_pair * seq[size_t(b) * E + e];
-      double psum = 0;
-      for (int t = 0; t < T; t++) psum += r.prob[(size_t(b) * T + t) * E + e];
-      value += f * psum;
+      value += f * psum[size_t(e)];
       seq[size_t(b) * E + e] = weight * float(f);
     }
+  }
   return value;
+}
+
+// The Switch / Mixtral loss (MoeBalance::switch_), as transformers'
+// load_balancing_loss_func computes it over the micro-batch's tokens of all
+// L MoE layers together: E x sum_e (F_e / (L N)) (P_e / (L N)), F_e the pairs
+// routed to e and P_e the summed probabilities, both over every layer;
+// weighted by the micro-batch's N tokens over the global batch's. F is
+// known once every layer's forward ran (before any backward), so each
+// layer's gradient on p_te is coef x loss weight x E F_e / (L^2 N). grad[E]
+// becomes that; returns this layer's part of N x the loss (its P_e).
+double switch_balance(const BlockContext& ctx, const Shape& s, const Routing& r, float* grad) {
+  const int E = s.E, N = s.N;
+  ctx.router->slot_counts(ctx.slot, grad);  // F_e
+  const double L = double(ctx.cfg.n_layer / ctx.cfg.moe_every);
+  double value = 0;
+  for (int e = 0; e < E; e++) {
+    double psum = 0;
+    for (int n = 0; n < N; n++) psum += r.prob[size_t(n) * E + e];
+    value += double(grad[e]) * psum;
+  }
+  const double per_f = double(E) / (L * L * N);
+  for (int e = 0; e < E; e++) grad[e] = float(ctx.cfg.moe_aux_coef * ctx.router->loss_weight() * per_f * grad[e]);
+  return per_f * value;
 }
 
 }  // namespace
@@ -45,10 +78,13 @@ void mlp_forward(const BlockContext& ctx, int layer, int router, int gate_up, in
   const int N = ctx.N(), C = ctx.cfg.d_model;
   const ParamAccess& w = ctx.p;
   const float* bias = ctx.router ? ctx.router->bias(layer) : nullptr;
-  forward<A>(ctx.ops.matmul(), out, x, w.param(router), bias, w.weight<A>(gate_up), w.weight<A>(down),
+  // Sequence parallel: the partial sums of every row, reduce-scattered to this rank's.
+  float* y = ctx.tp.sequence_parallel() ? ctx.work.grad_work : out;
+  forward<A>(ctx.ops.matmul(), y, x, w.param(router), bias, w.weight<A>(gate_up), w.weight<A>(down),
              shape_of(ctx.cfg, N, ctx.tp.size()), routing(m), buffers<A>(m));
-  ctx.tp.reduce_rows(out, out, N, C);
-  cpu::residual_bias_forward(out, out, nullptr, residual, N, C);
+  if (ctx.router) ctx.router->set_forward_counts(ctx.slot, layer, routing(m).count);
+  ctx.tp.reduce_rows(y, out, N, C);
+  cpu::residual_bias_forward(out, out, nullptr, residual, ctx.R(), C);
 }
 
 template <class A>
@@ -62,26 +98,35 @@ void mlp_backward(const BlockContext& ctx, int layer, int router, int gate_up, i
   // The router losses: whole terms, the same on every tp rank, so added on
   // the first alone (the router's gradient and the input's are sums over tp).
   RouterLossGrad losses;
-  if (ctx.tp.rank() == 0) {
+  if (ctx.tp.rank() == 0 && ctx.router) {
     if (ctx.cfg.moe_z_coef > 0) {
-      losses.z_weight = float(ctx.cfg.moe_z_coef) * ctx.target_weight;
+      losses.z_weight = float(ctx.cfg.moe_z_coef) * ctx.router->loss_weight();
       double z = 0;
       for (int n = 0; n < N; n++) z += double(r.lse[n]) * r.lse[n];
-      if (ctx.router) ctx.router->add_z(z);
+      ctx.router->add_z(z);
     }
     if (ctx.cfg.moe_balance == MoeBalance::sequence && ctx.cfg.moe_aux_coef > 0) {
-      const double v = sequence_balance(ctx, s, r, k.moe_seq);
-      if (ctx.router) ctx.router->add_balance(v);
+      ctx.router->add_balance(sequence_balance(ctx, s, r, k.moe_seq));
       losses.seq_dprob = k.moe_seq, losses.T = ctx.T;
+    }
+    if (ctx.cfg.moe_balance == MoeBalance::switch_ && ctx.cfg.moe_aux_coef > 0) {
+      ctx.router->add_balance(switch_balance(ctx, s, r, k.moe_seq));
+      losses.seq_dprob = k.moe_seq, losses.T = N;  // one gradient for every row
     }
   }
   if (ctx.router) ctx.router->add_counts(layer, r.count);
   const BackwardWork<A> work{k.moe_dxp, k.moe_dhidden, static_cast<A*>(k.moe_dyp), static_cast<A*>(k.moe_dgate_up),
                              k.moe_dlogits};
-  backward<A>(ctx.ops.matmul(), dnorm, w.grad(router), w.grad(gate_up), w.grad(down), dres, x, w.param(router),
+  // Sequence parallel: the output gradient and the input of every row
+  // gathered; the input gradient's partial sums reduce-scattered.
+  const bool sp = ctx.tp.sequence_parallel();
+  const float* dy = ctx.tp.gather_rows(dres, k.moe_dy, N, C);
+  x = ctx.tp.gather_rows(x, static_cast<A*>(k.gathered), N, C);
+  float* dx = sp ? k.grad_work : dnorm;
+  backward<A>(ctx.ops.matmul(), dx, w.grad(router), w.grad(gate_up), w.grad(down), dy, x, w.param(router),
               w.weight<A>(gate_up), w.weight<A>(down), s, r, buffers<A>(m), work, losses);
   ctx.grad_ready(router), ctx.grad_ready(gate_up), ctx.grad_ready(down);
-  ctx.tp.reduce_rows(dnorm, dnorm, N, C);
+  ctx.tp.reduce_rows(dx, dnorm, N, C);
 }
 
 #define LOOM_MOE_BLOCK(A)                                                                                        \

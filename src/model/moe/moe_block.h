@@ -8,7 +8,9 @@
 // reduced over tp with the residual added (as a row-parallel product), and
 // the router (whole on every rank, the same routing everywhere) gets a
 // partial gradient summed over tp (ParamSpec::tp_partial). Sequence
-// parallelism is not built for MoE blocks (RunConfig refuses it). The
+// parallelism: the norm's output is gathered before (as for the dense MLP),
+// the output's partial sums reduce-scattered after; backward gathers the
+// output gradient and the input, and reduce-scatters the input gradient. The
 // experts' and router's weight gradients are computed in the block's
 // backward, also in a split (zero-bubble) backward.
 #pragma once
@@ -28,7 +30,7 @@ struct Acts {
 };
 
 inline Shape shape_of(const ModelConfig& cfg, int N, int tp) {
-  return Shape{N, cfg.d_model, cfg.n_experts, cfg.top_k, cfg.expert_ffn() / tp};
+  return Shape{N, cfg.d_model, cfg.n_experts, cfg.top_k, cfg.expert_ffn() / tp, cfg.moe_sigmoid};
 }
 
 inline void plan_acts(ActivationPlan& plan, Acts& m, const ModelConfig& cfg, int N, int tp, size_t a) {
@@ -40,12 +42,14 @@ inline void plan_acts(ActivationPlan& plan, Acts& m, const ModelConfig& cfg, int
   plan.want(&m.expert, NK, 4), plan.want(&m.row, NK, 4), plan.want(&m.count, E, 4), plan.want(&m.first, E + 1, 4);
 }
 
-inline void plan_work(ActivationPlan& plan, BlockWork& w, const ModelConfig& cfg, int N, int tp, size_t a) {
-  const Shape s = shape_of(cfg, N, tp);
+inline void plan_work(ActivationPlan& plan, BlockWork& w, const ModelConfig& cfg, int N, const TensorParallel& tp,
+                      size_t a) {
+  const Shape s = shape_of(cfg, N, tp.size());
   const size_t NK = size_t(s.pairs()), C = size_t(s.C), F = size_t(s.F);
   plan.want(&w.moe_dxp, NK * C), plan.want(&w.moe_dhidden, NK * F), plan.want(&w.moe_dyp, NK * C, a);
   plan.want(&w.moe_dgate_up, NK * 2 * F, a), plan.want(&w.moe_dlogits, size_t(N) * s.E);
   plan.want(&w.moe_seq, size_t(N) * s.E);
+  if (tp.sequence_parallel()) plan.want(&w.moe_dy, size_t(N) * size_t(s.C));
 }
 
 inline Routing routing(const Acts& m) {

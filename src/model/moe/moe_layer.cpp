@@ -61,7 +61,10 @@ void route(const float* logits, const float* bias, const Shape& s, const Routing
     const float mx = *std::max_element(l, l + E);
     double sum = 0;
     for (int e = 0; e < E; e++) p[e] = std::exp(l[e] - mx), sum += p[e];
-    for (int e = 0; e < E; e++) p[e] = float(p[e] / sum);
+    if (s.sigmoid)
+      for (int e = 0; e < E; e++) p[e] = 1.f / (1.f + std::exp(-l[e]));
+    else
+      for (int e = 0; e < E; e++) p[e] = float(p[e] / sum);
     r.lse[n] = mx + float(std::log(sum));
     int32_t* chosen = r.expert + size_t(n) * k;
     // k passes of argmax over the not yet chosen: small k, and ties go low.
@@ -157,7 +160,8 @@ void backward(cpu::LowpMatmulEngine& eng, float* dx, float* dw_router, float* dw
       weighted += dws[j] * wt;
     }
     // w_j = p_j / S over the chosen: dp_j = (dw_j - sum_i w_i dw_i) / S;
-    // then the softmax: dlogit_e = p_e (dp_e - sum_m p_m dp_m).
+    // then the softmax: dlogit_e = p_e (dp_e - sum_m p_m dp_m), or the
+    // sigmoid's dlogit_e = p_e (1 - p_e) dp_e.
     float* dl = dlogits + size_t(n) * E;
     float pdp = 0;
     for (int j = 0; j < k; j++) {
@@ -167,9 +171,19 @@ void backward(cpu::LowpMatmulEngine& eng, float* dx, float* dw_router, float* dw
     }
     if (losses.seq_dprob) {  // a loss on every probability of the token
       const float* extra = losses.seq_dprob + size_t(n / losses.T) * E;
-      for (int e = 0; e < E; e++) dl[e] += extra[e], pdp += p[e] * extra[e];
+      if (s.sigmoid) {  // on q = p / sum p: dp_j = (g_j - sum_e g_e q_e) / sum p
+        float sp = 0, gq = 0;
+        for (int e = 0; e < E; e++) sp += p[e], gq += extra[e] * p[e];
+        gq /= sp;
+        for (int e = 0; e < E; e++) dl[e] += (extra[e] - gq) / sp;
+      } else {
+        for (int e = 0; e < E; e++) dl[e] += extra[e], pdp += p[e] * extra[e];
+      }
     }
-    for (int e = 0; e < E; e++) dl[e] = p[e] * (dl[e] - pdp);
+    if (s.sigmoid)
+      for (int e = 0; e < E; e++) dl[e] *= p[e] * (1.f - p[e]);
+    else
+      for (int e = 0; e < E; e++) dl[e] = p[e] * (dl[e] - pdp);
     if (losses.z_weight != 0) {  // d(lse^2)/dlogit_e = 2 lse p_e
       const float zg = losses.z_weight * 2.f * r.lse[n];
       for (int e = 0; e < E; e++) dl[e] += zg * p[e];

@@ -3,7 +3,8 @@
 // dropless, as Mixtral's sparse block computes it.
 //
 //   logits[N, E] = x Wr^T (fp32: the router is kept in fp32)
-//   p = softmax(logits); the k experts of the largest p + bias (bias: the
+//   p = softmax(logits) (or, Shape::sigmoid, sigmoid(logits) per expert);
+//   the k experts of the largest p + bias (bias: the
 //   auxiliary-loss-free balancing's, for selection only; ties to the lowest
 //   expert index); weights w = p over the chosen, renormalised to sum 1
 //   y[n] = sum_j w[n, j] expert_{e(n, j)}(x[n]),  expert(x) = (silu(x G^T) * (x U^T)) D^T
@@ -36,13 +37,14 @@ struct Shape {
   int E = 0;  // experts
   int k = 0;  // experts per token, 1..min(E, kMaxTopK)
   int F = 0;  // an expert's MLP width
+  bool sigmoid = false;  // the router's scores: each expert's sigmoid (DeepSeek-V3), else the softmax
   int64_t pairs() const { return int64_t(N) * k; }
 };
 
 // What forward decides and backward reads again (planned buffers: a step
 // allocates nothing).
 struct Routing {
-  float* prob = nullptr;      // [N, E] softmax of the logits
+  float* prob = nullptr;      // [N, E] the scores: softmax (or sigmoid) of the logits
   int32_t* expert = nullptr;  // [N, k] chosen experts, by descending score
   float* weight = nullptr;    // [N, k] combine weights
   int32_t* row = nullptr;     // [N, k] the pair's row in the permuted buffers
@@ -89,7 +91,9 @@ void forward(cpu::LowpMatmulEngine& eng, float* y, const A* x, const float* w_ro
 // counted targets).
 struct RouterLossGrad {
   float z_weight = 0;                // z-loss: dlogit_e += z_weight x 2 lse p_e
-  const float* seq_dprob = nullptr;  // [N / T, E]: added to the probabilities' gradient of each of a sequence's T rows
+  // [N / T, E]: added to the gradient of each of a sequence's T rows'
+  // probabilities (sigmoid scores: of the scores normalised to sum 1).
+  const float* seq_dprob = nullptr;
   int T = 0;
 };
 

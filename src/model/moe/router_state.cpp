@@ -6,12 +6,27 @@
 
 namespace loom::moe {
 
-RouterState::RouterState(const ModelConfig& cfg, int first_layer, int end_layer)
+RouterState::RouterState(const ModelConfig& cfg, int first_layer, int end_layer, int slots)
     : mode_(cfg.moe_balance), rate_(cfg.moe_bias_rate), E_(cfg.n_experts) {
   for (int l = first_layer; l < end_layer; l++)
     if (cfg.moe_block(l)) layers_.push_back(l);
   bias_.assign(layers_.size() * size_t(E_), 0.f);
   counts_.assign(layers_.size() * size_t(E_), 0);
+  if (mode_ == MoeBalance::switch_) forward_counts_.assign(size_t(slots) * layers_.size() * size_t(E_), 0);
+}
+
+void RouterState::set_forward_counts(int slot, int layer, const int32_t* rows) {
+  const int i = index(layer);
+  if (i < 0 || forward_counts_.empty()) return;
+  std::copy(rows, rows + E_, forward_counts_.begin() + (int64_t(slot) * int64_t(layers_.size()) + i) * E_);
+}
+
+void RouterState::slot_counts(int slot, float* sum) const {
+  std::fill(sum, sum + E_, 0.f);
+  if (forward_counts_.empty()) return;
+  const int32_t* c = forward_counts_.data() + size_t(slot) * layers_.size() * size_t(E_);
+  for (size_t i = 0; i < layers_.size(); i++)
+    for (int e = 0; e < E_; e++) sum[e] += float(c[i * size_t(E_) + size_t(e)]);
 }
 
 int RouterState::index(int layer) const {

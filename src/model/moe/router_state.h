@@ -22,8 +22,8 @@ namespace loom::moe {
 
 class RouterState {
  public:
-  // The MoE layers among [first_layer, end_layer).
-  RouterState(const ModelConfig& cfg, int first_layer, int end_layer);
+  // The MoE layers among [first_layer, end_layer); slots: micro-batches in flight.
+  RouterState(const ModelConfig& cfg, int first_layer, int end_layer, int slots = 1);
 
   const std::vector<int>& layers() const { return layers_; }  // global indices, ascending
   int experts() const { return E_; }
@@ -40,6 +40,15 @@ class RouterState {
 
   // --- One step. ---
   void begin_step();
+  // The router losses' weight per unit of loss: the loss scale over the
+  // global batch's tokens (every token is routed, counted target or not).
+  void set_loss_weight(float w) { loss_weight_ = w; }
+  float loss_weight() const { return loss_weight_; }
+  // switch: a layer's rows per expert in the micro-batch of `slot` (set by
+  // its forward, again by a recomputation: the same values), and their sum
+  // over every MoE layer of the model (all on this stage) for its backward.
+  void set_forward_counts(int slot, int layer, const int32_t* rows);
+  void slot_counts(int slot, float* sum) const;
   // A micro-batch's rows per expert (int32 [E]) at a layer.
   void add_counts(int layer, const int32_t* rows);
   // The router losses' unweighted sums: z: sum over tokens of logsumexp^2;
@@ -63,7 +72,9 @@ class RouterState {
   std::vector<int> layers_;
   std::vector<float> bias_;      // [layers, E]
   std::vector<int64_t> counts_;  // [layers, E]
+  std::vector<int32_t> forward_counts_;  // switch: [slots, layers, E]
   double z_sum_ = 0, balance_sum_ = 0;
+  float loss_weight_ = 0;
 };
 
 }  // namespace loom::moe
