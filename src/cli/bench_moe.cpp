@@ -10,6 +10,7 @@
 //            model.moe_balance none, aux_free (--bias-rate) and sequence
 //            (--aux-coef): the busiest and idlest expert's load over the
 //            mean in the worst layer, median of the last 10 steps
+// --precision bf16 | fp16 runs the step table in 16-bit compute.
 // Medians of --steps alternating runs; ratios against this invocation's
 // dense run.
 #include <omp.h>
@@ -38,6 +39,7 @@ struct Options {
   int balance_steps = 150;
   double bias_rate = 0.01, aux_coef = 0.01;
   std::string data = "data/sample/kjv.txt";
+  std::string precision = "fp32";
 };
 
 Options parse(const Args& args) {
@@ -71,6 +73,11 @@ Options parse(const Args& args) {
     else if (a == "--bias-rate") o.bias_rate = real("--bias-rate");
     else if (a == "--aux-coef") o.aux_coef = real("--aux-coef");
     else if (a == "--data") o.data = value();
+    else if (a == "--precision") {
+      o.precision = value();
+      LOOM_USER_CHECK(o.precision == "fp32" || o.precision == "bf16" || o.precision == "fp16",
+                      "bench moe: --precision must be fp32, bf16 or fp16 (got '%s')", o.precision.c_str());
+    }
     else throw UserError(strprintf("bench moe: unknown option '%s' (try loom bench --help)", a.c_str()));
   }
   LOOM_USER_CHECK(o.top_k <= o.experts, "bench moe: --top-k %d is more than --experts %d", o.top_k, o.experts);
@@ -111,15 +118,17 @@ double median(std::vector<double> v) {
 
 void bench_step(const Options& o) {
   const ModelConfig moe = model(o, o.experts, 0), dense = model(o, 0, o.top_k * o.moe_ffn);
-  std::printf("step: LLaMA, %d blocks, d_model %d, seq %d, batch %d, vocab 512, fp32; MoE: %d experts of width %d, "
+  std::printf("step: LLaMA, %d blocks, d_model %d, seq %d, batch %d, vocab 512, %s; MoE: %d experts of width %d, "
               "top %d, aux_free; dense: MLP width %d (the same active FLOPs)\n",
-              o.layers, o.d_model, o.seq, o.batch, o.experts, o.moe_ffn, o.top_k, o.top_k * o.moe_ffn);
+              o.layers, o.d_model, o.seq, o.batch, o.precision.c_str(), o.experts, o.moe_ffn, o.top_k,
+              o.top_k * o.moe_ffn);
   auto ctx = ParallelContext::create_single();
   std::vector<std::unique_ptr<Replica>> replicas;
   for (const ModelConfig& m : {dense, moe}) {
     RunConfig cfg;
     cfg.model = m;
     cfg.train.batch_size = o.batch, cfg.train.micro_batch_size = o.batch;
+    cfg.precision.compute = o.precision;
     replicas.push_back(std::make_unique<Replica>(cfg, *ctx, o.batch, 1));
     replicas.back()->init_parameters(1234);
   }

@@ -203,6 +203,7 @@ commands:
             loom bench moe [--experts 8] [--top-k 2] [--moe-ffn 256] [--d-model 256] [--layers 4]
                            [--seq 256] [--batch 8] [--steps 8] [--balance-steps 150]
                            [--bias-rate 0.01] [--aux-coef 0.01] [--data data/sample/kjv.txt]
+                           [--precision fp32|bf16|fp16]
           A mixture of experts' training step against the dense model with the same active FLOPs
           (MLP width top-k x moe-ffn), alternating on one rank: time per token, the ratio, AdamW's
           share; then the expert loads after training with moe_balance none, aux_free, sequence.

@@ -6,6 +6,8 @@
 // go to the lowest expert; an expert no token chose gets zero gradients.
 #include <gtest/gtest.h>
 
+#include <limits>
+
 #include <cmath>
 #include <fstream>
 
@@ -64,10 +66,16 @@ template <class A>
 Result run(const Layer& l, const std::vector<float>& x32, const std::vector<float>& g, const float* bias = nullptr,
            const loom::moe::RouterLossGrad& losses = {}) {
   const loom::moe::Shape& s = l.s;
-  const size_t NK = size_t(s.pairs()), C = size_t(s.C), F = size_t(s.F);
+  const size_t NK = size_t(s.padded_rows()), C = size_t(s.C), F = size_t(s.F);
   const std::vector<A> x = as<A>(x32), gu = as<A>(l.gate_up), dn = as<A>(l.down);
-  std::vector<A> xp(NK * C), gate_up(NK * 2 * F), hidden(NK * F), dyp(NK * C), dgu(NK * 2 * F);
-  std::vector<float> yp(NK * C), xw(size_t(s.N) * C), dxp(NK * C), dh(NK * F), dl(size_t(s.N) * s.E);
+  // Buffers full of NaN, as a reused arena may hold: the padding rows must
+  // be written before anything reads them.
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const A nan_a = as<A>(std::vector<float>{nan})[0];
+  std::vector<A> xp(NK * C, nan_a), gate_up(NK * 2 * F, nan_a), hidden(NK * F, nan_a), dyp(NK * C, nan_a),
+      dgu(NK * 2 * F, nan_a);
+  std::vector<float> yp(NK * C, nan), xw(size_t(s.N) * C, nan), dxp(NK * C, nan), dh(NK * F, nan),
+      dl(size_t(s.N) * s.E, nan);
   Result out;
   const loom::moe::Routing routing = out.r.view(s);
   out.y.resize(size_t(s.N) * C), out.dx.resize(out.y.size());
@@ -110,6 +118,16 @@ TEST(MoeLayer, MatchesPyTorchInFp32) {
     if (r.r.expert[size_t(i)] == r.r.expert[size_t(i - 1)]) {
       EXPECT_GT(r.r.row[size_t(i)], r.r.row[size_t(i - 1)]);
     }
+  // Each expert's rows start on a multiple of kRowAlign, inside its segment.
+  for (int e = 0; e < l.s.E; e++) {
+    EXPECT_EQ(r.r.first[size_t(e)] % loom::moe::Shape::kRowAlign, 0) << "expert " << e;
+    EXPECT_LE(r.r.first[size_t(e)] + r.r.count[size_t(e)], r.r.first[size_t(e) + 1]) << "expert " << e;
+  }
+  for (int64_t i = 0; i < l.s.pairs(); i++) {
+    const int e = r.r.expert[size_t(i)];
+    EXPECT_GE(r.r.row[size_t(i)], r.r.first[size_t(e)]);
+    EXPECT_LT(r.r.row[size_t(i)], r.r.first[size_t(e)] + r.r.count[size_t(e)]);
+  }
 }
 
 // The router z-loss and the per-sequence balancing loss enter at the

@@ -35,9 +35,10 @@ inline Shape shape_of(const ModelConfig& cfg, int N, int tp) {
 
 inline void plan_acts(ActivationPlan& plan, Acts& m, const ModelConfig& cfg, int N, int tp, size_t a) {
   const Shape s = shape_of(cfg, N, tp);
-  const size_t NK = size_t(s.pairs()), C = size_t(s.C), F = size_t(s.F), E = size_t(s.E);
-  plan.want(&m.xp, NK * C, a), plan.want(&m.gate_up, NK * 2 * F, a), plan.want(&m.hidden, NK * F, a);
-  plan.want(&m.yp, std::max(NK * C, size_t(N) * E)), plan.want(&m.x32, size_t(N) * C);
+  const size_t NK = size_t(s.pairs()), P = size_t(s.padded_rows()), C = size_t(s.C), F = size_t(s.F),
+               E = size_t(s.E);
+  plan.want(&m.xp, P * C, a), plan.want(&m.gate_up, P * 2 * F, a), plan.want(&m.hidden, P * F, a);
+  plan.want(&m.yp, std::max(P * C, size_t(N) * E)), plan.want(&m.x32, size_t(N) * C);
   plan.want(&m.prob, size_t(N) * E), plan.want(&m.weight, NK), plan.want(&m.lse, size_t(N));
   plan.want(&m.expert, NK, 4), plan.want(&m.row, NK, 4), plan.want(&m.count, E, 4), plan.want(&m.first, E + 1, 4);
 }
@@ -45,9 +46,9 @@ inline void plan_acts(ActivationPlan& plan, Acts& m, const ModelConfig& cfg, int
 inline void plan_work(ActivationPlan& plan, BlockWork& w, const ModelConfig& cfg, int N, const TensorParallel& tp,
                       size_t a) {
   const Shape s = shape_of(cfg, N, tp.size());
-  const size_t NK = size_t(s.pairs()), C = size_t(s.C), F = size_t(s.F);
-  plan.want(&w.moe_dxp, NK * C), plan.want(&w.moe_dhidden, NK * F), plan.want(&w.moe_dyp, NK * C, a);
-  plan.want(&w.moe_dgate_up, NK * 2 * F, a), plan.want(&w.moe_dlogits, size_t(N) * s.E);
+  const size_t P = size_t(s.padded_rows()), C = size_t(s.C), F = size_t(s.F);
+  plan.want(&w.moe_dxp, P * C), plan.want(&w.moe_dhidden, P * F), plan.want(&w.moe_dyp, P * C, a);
+  plan.want(&w.moe_dgate_up, P * 2 * F, a), plan.want(&w.moe_dlogits, size_t(N) * s.E);
   plan.want(&w.moe_seq, size_t(N) * s.E);
   if (tp.sequence_parallel()) plan.want(&w.moe_dy, size_t(N) * size_t(s.C));
 }

@@ -50,11 +50,24 @@ const float* widened(const A* x, float* to, size_t n) {
   }
 }
 
+// An expert's rows as its products run them: rounded up to Shape::kRowAlign.
+int64_t padded(int64_t rows) { return (rows + Shape::kRowAlign - 1) / Shape::kRowAlign * Shape::kRowAlign; }
+
+// Zeroes each expert's padding rows of buf [rows, width].
+template <class T>
+void zero_padding(T* buf, int64_t width, const Shape& s, const Routing& r) {
+  for (int e = 0; e < s.E; e++) {
+    const int64_t end = r.first[size_t(e)] + r.count[size_t(e)], stop = r.first[size_t(e) + 1];
+    std::fill(buf + end * width, buf + stop * width, T{});
+  }
+}
+
 // Softmax, top-k (ties: the lower expert), renormalised weights, and the
 // counting sort that gives each pair its row.
 void route(const float* logits, const float* bias, const Shape& s, const Routing& r) {
   const int E = s.E, k = s.k;
-  std::fill(r.count, r.count + E, 0);
+  // Each token on its own (any thread count gives the same routing).
+#pragma omp parallel for schedule(static)
   for (int n = 0; n < s.N; n++) {
     const float* l = logits + size_t(n) * E;
     float* p = r.prob + size_t(n) * E;
@@ -77,18 +90,19 @@ void route(const float* logits, const float* bias, const Shape& s, const Routing
         if (best < 0 || score > best_score) best = e, best_score = score;
       }
       chosen[j] = best;
-      r.count[size_t(best)]++;
     }
     float total = 0;
     for (int j = 0; j < k; j++) total += p[chosen[j]];
     for (int j = 0; j < k; j++) r.weight[size_t(n) * k + j] = p[chosen[j]] / total;
   }
+  std::fill(r.count, r.count + E, 0);
+  for (int64_t i = 0; i < s.pairs(); i++) r.count[size_t(r.expert[size_t(i)])]++;
   r.first[0] = 0;
-  for (int e = 0; e < E; e++) r.first[size_t(e) + 1] = r.first[size_t(e)] + r.count[size_t(e)];
+  for (int e = 0; e < E; e++) r.first[size_t(e) + 1] = r.first[size_t(e)] + int32_t(padded(r.count[size_t(e)]));
   int32_t* next = r.count;  // reused as each expert's next free row, then restored
   for (int e = 0; e < E; e++) next[size_t(e)] = r.first[size_t(e)];
   for (int64_t i = 0; i < s.pairs(); i++) r.row[size_t(i)] = next[size_t(r.expert[size_t(i)])]++;
-  for (int e = 0; e < E; e++) r.count[size_t(e)] = r.first[size_t(e) + 1] - r.first[size_t(e)];
+  for (int e = 0; e < E; e++) r.count[size_t(e)] = next[size_t(e)] - r.first[size_t(e)];
 }
 
 }  // namespace
@@ -110,18 +124,21 @@ void forward(cpu::LowpMatmulEngine& eng, float* y, const A* x, const float* w_ro
   eng.fp32().gemm(logits, x32, w_router, nullptr, s.N, E, C, false, true, false);
   route(logits, bias, s, r);
   // Permute: each pair's token into its expert's rows.
+#pragma omp parallel for schedule(static)
   for (int n = 0; n < s.N; n++)
     for (int j = 0; j < k; j++)
       std::memcpy(b.xp + size_t(r.row[size_t(n) * k + j]) * C, x + size_t(n) * C, size_t(C) * sizeof(A));
-  // Each expert: one product over its rows for gate/up, SwiGLU, one for down.
+  zero_padding(b.xp, C, s, r);  // zero rows in: zero rows out, all the way through backward
+  // Each expert: one product over its (padded) rows for gate/up, SwiGLU, one for down.
   for (int e = 0; e < E; e++) {
-    const int64_t rows = r.count[size_t(e)], at = r.first[size_t(e)];
+    const int64_t rows = r.first[size_t(e) + 1] - r.first[size_t(e)], at = r.first[size_t(e)];
     if (rows == 0) continue;
     mm_out<A>(eng, b.gate_up + at * 2 * F, b.xp + at * C, w_gate_up + int64_t(e) * 2 * F * C, rows, 2 * F, C);
     cpu::swiglu_forward(b.hidden + at * F, b.gate_up + at * 2 * F, int(rows), F);
     mm<A>(eng, b.yp + at * C, b.hidden + at * F, w_down + int64_t(e) * C * F, rows, C, F, false, true, false);
   }
   // Combine in fp32, slot by slot.
+#pragma omp parallel for schedule(static)
   for (int n = 0; n < s.N; n++) {
     float* out = y + size_t(n) * C;
     std::fill(out, out + C, 0.f);
@@ -143,6 +160,7 @@ void backward(cpu::LowpMatmulEngine& eng, float* dx, float* dw_router, float* dw
   // type, as the products read it) and its weight's gradient dy . yp.
   float* dlogits = w.dlogits;
   std::fill(dlogits, dlogits + size_t(s.N) * E, 0.f);
+#pragma omp parallel for schedule(static)
   for (int n = 0; n < s.N; n++) {
     const float* g = dy + size_t(n) * C;
     const float* p = r.prob + size_t(n) * E;
@@ -189,9 +207,10 @@ void backward(cpu::LowpMatmulEngine& eng, float* dx, float* dw_router, float* dw
       for (int e = 0; e < E; e++) dl[e] += zg * p[e];
     }
   }
-  // Experts, each over its rows.
+  zero_padding(w.dyp, C, s, r);  // the padding rows add nothing to the weights' gradients
+  // Experts, each over its (padded) rows.
   for (int e = 0; e < E; e++) {
-    const int64_t rows = r.count[size_t(e)], at = r.first[size_t(e)];
+    const int64_t rows = r.first[size_t(e) + 1] - r.first[size_t(e)], at = r.first[size_t(e)];
     if (rows == 0) continue;
     const A* wd = w_down + int64_t(e) * C * F;
     const A* wgu = w_gate_up + int64_t(e) * 2 * F * C;
@@ -207,6 +226,7 @@ void backward(cpu::LowpMatmulEngine& eng, float* dx, float* dw_router, float* dw
   const float* x32 = widened(x, b.x32, size_t(s.N) * C);
   if (dw_router) eng.fp32().gemm(dw_router, dlogits, x32, nullptr, E, C, s.N, true, false, true);
   eng.fp32().gemm(dx, dlogits, w_router, nullptr, s.N, C, E, false, false, false);
+#pragma omp parallel for schedule(static)
   for (int n = 0; n < s.N; n++)
     for (int j = 0; j < k; j++) {
       const float* from = w.dxp + size_t(r.row[size_t(n) * k + j]) * C;

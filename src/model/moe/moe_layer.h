@@ -12,8 +12,9 @@
 // Dropless: every token reaches its k experts. The N k (token, expert) pairs
 // are permuted so each expert's rows are contiguous (a counting sort,
 // tokens in order within an expert) and each expert runs one product over
-// its rows; the outputs are combined back in fp32 in a fixed order (j = 0
-// .. k-1). Every buffer is N k rows whatever the routing: no step allocates.
+// its rows (rounded up to Shape::kRowAlign, zero rows); the outputs are
+// combined back in fp32 in a fixed order (j = 0 .. k-1). Every buffer is
+// Shape::padded_rows() whatever the routing: no step allocates.
 //
 // Types: x and the expert weights in the compute type A (float, bf16, f16);
 // the router weight, the combine and every gradient fp32. The expert weights
@@ -39,6 +40,14 @@ struct Shape {
   int F = 0;  // an expert's MLP width
   bool sigmoid = false;  // the router's scores: each expert's sigmoid (DeepSeek-V3), else the softmax
   int64_t pairs() const { return int64_t(N) * k; }
+  // Each expert's rows start at a multiple of kRowAlign and its products run
+  // over its rows rounded up to one (the padding rows hold zeros): a
+  // product's shape then takes one of pairs() / kRowAlign + E values, so the
+  // GEMM library's primitives made for them are reused from step to step
+  // instead of made anew for every routing (which cost more than the
+  // experts' products themselves). The per-pair buffers have padded_rows().
+  static constexpr int kRowAlign = 32;
+  int64_t padded_rows() const { return pairs() + int64_t(E) * (kRowAlign - 1); }
 };
 
 // What forward decides and backward reads again (planned buffers: a step
@@ -48,8 +57,8 @@ struct Routing {
   int32_t* expert = nullptr;  // [N, k] chosen experts, by descending score
   float* weight = nullptr;    // [N, k] combine weights
   int32_t* row = nullptr;     // [N, k] the pair's row in the permuted buffers
-  int32_t* count = nullptr;   // [E] rows per expert
-  int32_t* first = nullptr;   // [E + 1] each expert's first row
+  int32_t* count = nullptr;   // [E] rows per expert (pairs routed to it)
+  int32_t* first = nullptr;   // [E + 1] each expert's first row (multiples of kRowAlign)
   float* lse = nullptr;       // [N] logsumexp of the logits (the z-loss's)
 };
 
@@ -60,7 +69,7 @@ struct RoutingStorage {
   Routing view(const Shape& s);
 };
 
-// The per-pair buffers (N k rows each) forward fills and backward reads.
+// The per-pair buffers (Shape::padded_rows() rows each) forward fills and backward reads.
 template <class A>
 struct Buffers {
   A* xp = nullptr;        // [Nk, C] the tokens, permuted
@@ -70,8 +79,9 @@ struct Buffers {
   float* x32 = nullptr;   // [N, C] x in fp32 for the router (A = float: unused)
 };
 
-// Backward's work space: fp32 [Nk, C] (dxp), [Nk, F] (dhidden), A [Nk, C]
-// (the weighted output gradient), A [Nk, 2F] (dgate_up), fp32 [N, E] (dlogits).
+// Backward's work space, in padded rows P: fp32 [P, C] (dxp), [P, F]
+// (dhidden), A [P, C] (the weighted output gradient), A [P, 2F] (dgate_up),
+// fp32 [N, E] (dlogits).
 template <class A>
 struct BackwardWork {
   float* dxp = nullptr;
