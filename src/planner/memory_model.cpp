@@ -40,11 +40,12 @@ double layer_activation_bytes(const ModelConfig& m, double s, double b, int t, b
     // A MoE block (model/moe/moe_block.h) keeps, per token, its k pairs'
     // permuted input (2h), gate/up and SwiGLU output (6 Fe / t) and fp32
     // output (4h), the fp32 input for the router (4h) and its probabilities
-    // (4E), on every tp rank (no sequence parallelism with experts); the
-    // mix of dense and MoE blocks by moe_every.
+    // (4E), on every tp rank whether or not sequence parallelism splits
+    // the rest of the block's rows; the mix of dense and MoE blocks by moe_every.
     const double f = 1.0 / m.moe_every, k = m.top_k, Fe = m.expert_ffn();
     const double moe = s * b * (k * (6 * h + 6 * Fe / t) + 4 * h + 4 * m.n_experts);
-    return (whole + split / t) * (1 - f) + (whole + (split - 6 * s * b * F) / t + moe) * f;
+    const double rows = sp ? whole / t : whole;
+    return (rows + split / t) * (1 - f) + (rows + (split - 6 * s * b * F) / t + moe) * f;
   }
   return sp ? (whole + split) / t : whole + split / t;
 }

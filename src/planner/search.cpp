@@ -92,8 +92,7 @@ SearchResult search_layouts(const Workload& w, const ClusterSpec& c, const Searc
             if (!plain_runs && !zb_schedule) continue;
             for (int zero = 0; zero <= (dp * cp > 1 ? space.max_zero : 0); zero++) {
               if (!allowed(space.zero, zero)) continue;
-              // The engine's MoE blocks run without sequence parallelism.
-              for (int sp = 0; sp <= (tp > 1 && !w.model.is_moe() ? 1 : 0); sp++) {
+              for (int sp = 0; sp <= (tp > 1 ? 1 : 0); sp++) {
                 if (!allowed(space.seq_parallel, sp)) continue;
                 for (Recompute r : recomputes) {
                   // Zero-bubble schedules: and the activations the weight pass reads.

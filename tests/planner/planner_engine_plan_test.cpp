@@ -68,6 +68,7 @@ struct Case {
   const char* recompute;
   const char* compute;
   ModelFamily family = ModelFamily::gpt2;
+  bool moe = false;  // the mixtral family: 4 experts, top 2
 };
 
 TEST(PlannerEnginePlan, ActivationsAreTheStageModulesAllocations) {
@@ -87,10 +88,13 @@ TEST(PlannerEnginePlan, ActivationsAreTheStageModulesAllocations) {
       {"zb-h1", 1, 1, 2, 1, "zb-h1", false, "none", "bf16"},
       {"zb-v", 1, 1, 2, 2, "zb-v", false, "none", "fp32"},
       {"zb-v tp sp", 1, 2, 2, 2, "zb-v", true, "selective", "bf16", ModelFamily::llama},
+      {"mixtral tp sp", 1, 2, 1, 1, "1f1b", true, "none", "bf16", ModelFamily::llama, true},
+      {"mixtral pp full", 1, 1, 2, 1, "1f1b", false, "full", "fp32", ModelFamily::llama, true},
   };
   for (const Case& k : cases) {
     SCOPED_TRACE(k.name);
     RunConfig cfg = tiny(k.family);
+    if (k.moe) cfg.model.n_experts = 4, cfg.model.top_k = 2, cfg.model.moe_ffn_hidden = 64;
     cfg.parallel.tp = k.tp, cfg.parallel.pp = k.pp, cfg.parallel.virtual_stages = k.v;
     cfg.parallel.schedule = k.schedule, cfg.parallel.sequence_parallel = k.sp;
     cfg.train.recompute = k.recompute, cfg.precision.compute = k.compute;
