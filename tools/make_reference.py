@@ -1,6 +1,6 @@
 """Write a golden reference file for loom's tests.
 
-Usage: /usr/bin/python3 tools/make_reference.py [--family gpt2|llama|mixtral] [--kv-heads N] [--masked] [--lora] [--switch] OUT_PATH
+Usage: /usr/bin/python3 tools/make_reference.py [--family gpt2|llama|mixtral] [--kv-heads N] [--masked] [--lora] [--switch] [--shared] OUT_PATH
 
 Builds a tiny GPT-2 (tools/gpt_torch.py; the default family) or a tiny LLaMA
 (tools/llama_torch.py, Hugging Face LlamaForCausalLM semantics, untied
@@ -34,6 +34,9 @@ load_balancing_loss_func; tools/moe_torch.py) and 0.01 x the z-loss (mean
 logsumexp^2 per layer, summed); floats switch_coef, z_coef; tensors
 aux/switch and aux/z (unweighted, first step); loss stays the LM loss.
 
+--shared (mixtral): every MoE MLP with Qwen2-MoE's shared expert of width
+MOE_SHARED_FFN, scaled by sigmoid(x . shared_expert_gate); int moe_shared_ffn.
+
 Records (tensors): param/<name>, inputs, targets, logits, loss, grad/<name>,
 adam/losses, adam/grad_norms, final/<name>.
 
@@ -65,6 +68,7 @@ from moe_torch import SparseMoe, load_balancing_loss  # noqa: E402
 # MOE_EXPERTS experts of width MOE_FFN, top MOE_TOP_K; the routers drawn
 # with std MOE_ROUTER_STD so that routing margins stay far above rounding.
 MOE_EXPERTS, MOE_TOP_K, MOE_FFN, MOE_ROUTER_STD = 4, 2, 48, 1.0
+MOE_SHARED_FFN = 40  # --shared: Qwen2-MoE's shared expert (its gate drawn with std 0.3)
 
 
 class MoeMlp(SparseMoe):
@@ -85,15 +89,19 @@ def router_losses(model, aux):
     return aux["switch_coef"] * switch + aux["z_coef"] * z, switch, z
 
 
-def make_mixtral(make_llama):
+def make_mixtral(make_llama, shared_ffn=0):
     model = make_llama()
     torch.manual_seed(99)
     for layer in model.model.layers:
-        layer.mlp = MoeMlp(model.cfg.d_model, MOE_FFN, MOE_EXPERTS, MOE_TOP_K)
+        layer.mlp = MoeMlp(model.cfg.d_model, MOE_FFN, MOE_EXPERTS, MOE_TOP_K, shared_ffn=shared_ffn)
         with torch.no_grad():
             layer.mlp.gate.weight.normal_(0.0, MOE_ROUTER_STD)
             for p in layer.mlp.experts.parameters():
                 p.normal_(0.0, 0.02)
+            if shared_ffn:
+                for p in layer.mlp.shared_expert.parameters():
+                    p.normal_(0.0, 0.02)
+                layer.mlp.shared_expert_gate.weight.normal_(0.0, 0.3)
     return model
 
 MAGIC = b"LOOMREF\0"
@@ -253,6 +261,8 @@ def main():
                     help="LLaMA n_kv_head (default 2; n_head is 4)")
     ap.add_argument("--masked", action="store_true", help="targets masked as supervised fine-tuning's")
     ap.add_argument("--lora", action="store_true", help="LoRA adapters on every block linear, base frozen")
+    ap.add_argument("--shared", action="store_true",
+                    help="mixtral: a shared expert of width MOE_SHARED_FFN with its sigmoid gate (Qwen2-MoE's)")
     ap.add_argument("--switch", action="store_true",
                     help="mixtral: the Switch balancing loss (coef 0.1) and the router z-loss (coef 0.01) added")
     ap.add_argument("out_path")
@@ -265,8 +275,13 @@ def main():
         args.kv_heads if args.kv_heads is not None else LLAMA_EXTRA_INTS["n_kv_head"])
     if args.family == "mixtral":
         make_llama = make_model
-        make_model = lambda: make_mixtral(make_llama)  # noqa: E731
+        shared = MOE_SHARED_FFN if args.shared else 0
+        make_model = lambda: make_mixtral(make_llama, shared)  # noqa: E731
         ints = {**ints, "n_experts": MOE_EXPERTS, "top_k": MOE_TOP_K, "moe_ffn_hidden": MOE_FFN}
+        if shared:
+            ints["moe_shared_ffn"] = shared
+    elif args.shared:
+        ap.error("--shared is for --family mixtral")
 
     torch.manual_seed(1234)
     torch.set_num_threads(1)

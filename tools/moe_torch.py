@@ -6,6 +6,7 @@ reference of loom's MoE layer (tools/make_moe_reference.py).
   DeepSeek-V3's scores); the top-k of p (torch.topk:
   ties to the lower index); weights = the chosen p / their sum;
   y = sum over the chosen experts of weight * down(silu(gate(x)) * up(x)).
+  shared_ffn > 0 (Qwen2-MoE): y += sigmoid(x w_gate^T) * shared_expert(x).
 
 load_balancing_loss: the Switch / Mixtral auxiliary loss over every layer's
 router logits together, as transformers' load_balancing_loss_func computes
@@ -29,10 +30,13 @@ class Expert(nn.Module):
 
 
 class SparseMoe(nn.Module):
-    def __init__(self, d_model, ffn, n_experts, top_k, sigmoid=False):
+    def __init__(self, d_model, ffn, n_experts, top_k, sigmoid=False, shared_ffn=0):
         super().__init__()
         self.top_k = top_k
         self.sigmoid = sigmoid  # DeepSeek-V3's router: each expert's sigmoid score
+        if shared_ffn:  # Qwen2-MoE's shared expert and its gate
+            self.shared_expert = Expert(d_model, shared_ffn)
+            self.shared_expert_gate = nn.Linear(d_model, 1, bias=False)
         self.gate = nn.Linear(d_model, n_experts, bias=False)  # the router
         self.experts = nn.ModuleList([Expert(d_model, ffn) for _ in range(n_experts)])
 
@@ -48,6 +52,8 @@ class SparseMoe(nn.Module):
             if token.numel() == 0:
                 continue
             y.index_add_(0, token, expert(x[token]) * weights[token, slot, None])
+        if hasattr(self, "shared_expert"):
+            y = y + torch.sigmoid(self.shared_expert_gate(x)) * self.shared_expert(x)
         return y, logits
 
 

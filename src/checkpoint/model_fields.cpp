@@ -23,6 +23,7 @@ std::map<std::string, int64_t> model_fields(const ModelConfig& cfg) {
     f["n_experts"] = cfg.n_experts, f["top_k"] = cfg.top_k;
     f["moe_ffn_hidden"] = cfg.expert_ffn(), f["moe_every"] = cfg.moe_every;
     if (cfg.moe_sigmoid) f["moe_sigmoid"] = 1;  // the router's scores (absent: softmax)
+    if (cfg.moe_shared_ffn > 0) f["moe_shared_ffn"] = cfg.moe_shared_ffn;
   }
   if (cfg.lora.enabled()) {  // the adapters' shapes: which layers, what rank
     const std::vector<std::string> names = lora_target_names(cfg.is_llama());
@@ -93,6 +94,7 @@ ModelConfig model_config_from_fields(const std::map<std::string, int64_t>& field
     c.n_experts = get("n_experts"), c.top_k = get("top_k");
     c.moe_ffn_hidden = get("moe_ffn_hidden"), c.moe_every = get("moe_every");
     c.moe_sigmoid = fields.count("moe_sigmoid") && get("moe_sigmoid") != 0;
+    c.moe_shared_ffn = fields.count("moe_shared_ffn") ? int(get("moe_shared_ffn")) : 0;
   }
   if (fields.count("lora_rank")) {
     c.lora.rank = get("lora_rank");

@@ -32,6 +32,10 @@ void check_layout(const RunConfig& cfg, const LayoutSizes& sizes) {
                   "before any layer's backward, which a pipeline split over %d stages cannot do; use \"aux_free\" or "
                   "\"sequence\" (exact in every layout) or parallel.pp = 1",
                   sizes.pp);
+  LOOM_USER_CHECK(cfg.model.moe_shared_ffn % tp == 0,
+                  "config field 'model.moe_shared_ffn' (%d) must be divisible by parallel.tp (%d): the shared "
+                  "expert's width is split over the tp ranks",
+                  cfg.model.moe_shared_ffn, tp);
   LOOM_USER_CHECK(!cfg.model.is_moe() || cfg.model.expert_ffn() % tp == 0,
                   "config field 'model.moe_ffn_hidden' (%d) must be divisible by parallel.tp (%d): each expert's "
                   "width is split over the tp ranks",

@@ -171,6 +171,7 @@ void read_fields(FieldReader& r, RunConfig& c) {
   r.get("model.top_k", &c.model.top_k);
   r.get("model.moe_ffn_hidden", &c.model.moe_ffn_hidden);
   r.get("model.moe_every", &c.model.moe_every);
+  r.get("model.moe_shared_ffn", &c.model.moe_shared_ffn);
   if (mixtral && c.model.n_experts == 0) c.model.n_experts = 8;
   std::string balance = moe_balance_name(c.model.moe_balance);
   r.get("model.moe_balance", &balance);
@@ -496,11 +497,11 @@ std::string RunConfig::to_toml() const {
     << "\nattention = \"" << attention_kind_name(model.attention) << "\""
     << (model.is_moe() ? strprintf("\nn_experts = %d\ntop_k = %d\nmoe_ffn_hidden = %d\nmoe_every = %d"
                                    "\nmoe_balance = \"%s\"\nmoe_bias_rate = %s\nmoe_aux_coef = %s\nmoe_z_coef = %s"
-                                   "\nmoe_router = \"%s\"",
+                                   "\nmoe_router = \"%s\"\nmoe_shared_ffn = %d",
                                    model.n_experts, model.top_k, model.moe_ffn_hidden, model.moe_every,
                                    moe_balance_name(model.moe_balance), toml_number(model.moe_bias_rate).c_str(),
                                    toml_number(model.moe_aux_coef).c_str(), toml_number(model.moe_z_coef).c_str(),
-                                   model.moe_sigmoid ? "sigmoid" : "softmax")
+                                   model.moe_sigmoid ? "sigmoid" : "softmax", model.moe_shared_ffn)
                        : std::string())
     << "\n[train]\nbatch_size = " << train.batch_size
     << "\nmicro_batch_size = " << train.micro_batch_size << "\nsteps = " << train.steps << "\nlr = " << train.lr

@@ -39,6 +39,10 @@ struct BlockWork {
   float *moe_dxp = nullptr, *moe_dhidden = nullptr, *moe_dlogits = nullptr;
   float* moe_seq = nullptr;  // [N, E]: per-sequence counts and balancing gradients
   float* moe_dy = nullptr;   // [N, C]: the output gradient gathered (sequence parallel)
+  // The shared expert's backward: A [N, C] (its output's gradient), fp32
+  // [N, Fs] (its hidden's), A [N, 2 Fs] (its gate/up's).
+  void *moe_shared_dy = nullptr, *moe_shared_dgate_up = nullptr;
+  float* moe_shared_dhidden = nullptr;
   void *moe_dyp = nullptr, *moe_dgate_up = nullptr;  // A
 };
 

@@ -168,6 +168,7 @@ void ModelConfig::validate() const {
     LOOM_USER_CHECK(!moe_sigmoid || moe_balance != MoeBalance::switch_,
                     "config field 'model.moe_balance': \"switch\" is Mixtral's loss on softmax probabilities; with "
                     "model.moe_router = \"sigmoid\" use \"aux_free\" or \"sequence\"");
+    LOOM_USER_CHECK(moe_shared_ffn >= 0, "config field 'model.moe_shared_ffn' must be >= 0 (got %d)", moe_shared_ffn);
     LOOM_USER_CHECK(moe_ffn_hidden >= 0, "config field 'model.moe_ffn_hidden' must be >= 0 (got %d)", moe_ffn_hidden);
   }
   validate_lora(lora, *this);
@@ -180,7 +181,8 @@ int64_t ModelConfig::num_parameters() const {
     const int64_t per_layer = 2 * C + qkv_rows() * (C + (qkv_bias ? 1 : 0)) + C * C + 3 * F * C;
     // An MoE block's MLP: the router and every expert's gate/up and down.
     const int64_t moe_layers = is_moe() ? L / moe_every : 0;
-    const int64_t moe_mlp = int64_t(n_experts) * C + int64_t(n_experts) * 3 * expert_ffn() * C;
+    const int64_t moe_mlp = int64_t(n_experts) * C + int64_t(n_experts) * 3 * expert_ffn() * C +
+                            (moe_shared_ffn > 0 ? 3 * int64_t(moe_shared_ffn) * C + C : 0);
     return V * C * (tied() ? 1 : 2) + L * per_layer + moe_layers * (moe_mlp - 3 * F * C) + C;
   }
   const int64_t per_layer = 2 * C + (3 * C * C + 3 * C) + (C * C + C) + 2 * C + (F * C + F) + (F * C + C);

@@ -85,6 +85,10 @@ struct ModelConfig {
   int top_k = 2;
   int moe_ffn_hidden = 0;
   int moe_every = 1;
+  // A shared SwiGLU expert of this width every token of an MoE block passes
+  // through beside its routed ones, its output scaled by sigmoid(x . w_gate)
+  // (Qwen2-MoE's shared_expert and shared_expert_gate); 0: none.
+  int moe_shared_ffn = 0;
   MoeBalance moe_balance = MoeBalance::aux_free;
   double moe_bias_rate = 1e-3;  // aux_free: the bias's step per update
   double moe_aux_coef = 1e-3;   // sequence / switch: the auxiliary loss's weight

@@ -30,13 +30,16 @@ using loom::test::layout_case_name;
 
 // Balancing: "" (the default, aux_free at its default rate), "aux_free"
 // with a bias moving fast enough to change choices within the run,
-// "sequence" (the per-sequence loss) with the router z-loss, or "sigmoid"
-// (sigmoid router scores with the per-sequence loss).
+// "sequence" (the per-sequence loss) with the router z-loss, "sigmoid"
+// (sigmoid router scores with the per-sequence loss), or "shared" (a gated
+// shared expert beside the routed ones).
 std::vector<std::string> balance_fields(const std::string& balance) {
   if (balance == "aux_free") return {"model.moe_balance=\"aux_free\"", "model.moe_bias_rate=0.05"};
   if (balance == "sequence") return {"model.moe_balance=\"sequence\"", "model.moe_aux_coef=0.5", "model.moe_z_coef=0.01"};
-  if (balance == "sigmoid")  // DeepSeek-V3's router: sigmoid scores, aux_free bias, the sequence loss on normalised scores
+  if (balance == "sigmoid")  // DeepSeek-V3's router: sigmoid scores, the sequence loss on normalised scores
     return {"model.moe_router=\"sigmoid\"", "model.moe_balance=\"sequence\"", "model.moe_aux_coef=0.5"};
+  if (balance == "shared")  // Qwen2-MoE's gated shared expert beside aux_free balancing
+    return {"model.moe_shared_ffn=32", "model.moe_balance=\"aux_free\"", "model.moe_bias_rate=0.05"};
   return {};
 }
 
@@ -132,7 +135,7 @@ TEST_P(MixtralBalanceLlamaLayouts, ReproduceOneProcess) {
     EXPECT_NEAR(g.z_loss, w.z_loss, 1e-4 * std::abs(w.z_loss)) << "step " << i;
   }
   const std::string mode = balance;
-  if (mode == "aux_free") EXPECT_GT(want.moe_steps.back().bias_max, 0.04f) << "the bias never moved";
+  if (mode == "aux_free" || mode == "shared") EXPECT_GT(want.moe_steps.back().bias_max, 0.04f) << "the bias never moved";
   if (mode == "sequence" || mode == "sigmoid") EXPECT_GT(want.moe_steps.back().aux_loss, 0.1) << "no balancing loss";
 }
 
@@ -143,7 +146,7 @@ INSTANTIATE_TEST_SUITE_P(
                                      Layout{1, 1, 2, "1f1b", 1, false, 0, "fp32"},
                                      Layout{1, 1, 1, "1f1b", 1, false, 3, "fp32"},
                                      Layout{2, 1, 1, "1f1b", 1, true, 0, "fp32"}),
-                     testing::Values("aux_free", "sequence", "sigmoid")),
+                     testing::Values("aux_free", "sequence", "sigmoid", "shared")),
     [](const testing::TestParamInfo<std::tuple<Layout, const char*>>& i) {
       return layout_case_name(testing::TestParamInfo<Layout>(std::get<0>(i.param), i.index)) + "_" +
              std::get<1>(i.param);

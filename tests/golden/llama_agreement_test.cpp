@@ -44,6 +44,7 @@ LoadedModel make_model(const ReferenceFile& ref) {
     s.cfg.n_experts = int(ref.ints.at("n_experts"));
     s.cfg.top_k = int(ref.ints.at("top_k"));
     s.cfg.moe_ffn_hidden = int(ref.ints.at("moe_ffn_hidden"));
+    if (ref.ints.count("moe_shared_ffn")) s.cfg.moe_shared_ffn = int(ref.ints.at("moe_shared_ffn"));
     if (ref.floats.count("switch_coef")) {  // the router losses added
       s.cfg.moe_balance = loom::MoeBalance::switch_;
       s.cfg.moe_aux_coef = ref.floats.at("switch_coef");
@@ -130,5 +131,7 @@ INSTANTIATE_TEST_SUITE_P(Mixtral, LlamaAgreement, ::testing::Values("tiny_mixtra
 // The same with the Switch balancing loss (transformers' load_balancing_loss_func
 // over both layers' logits) and the router z-loss in every gradient and step.
 INSTANTIATE_TEST_SUITE_P(MixtralSwitch, LlamaAgreement, ::testing::Values("tiny_mixtral_switch"));
+// Qwen2-MoE's shared expert beside the routed ones, scaled by its sigmoid gate.
+INSTANTIATE_TEST_SUITE_P(MixtralShared, LlamaAgreement, ::testing::Values("tiny_mixtral_shared"));
 
 }  // namespace

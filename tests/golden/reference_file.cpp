@@ -152,6 +152,9 @@ std::vector<float> loom_tensor_values(const ReferenceFile& ref, const std::strin
   if (const size_t at = name.find(moe); at != std::string::npos) {
     const std::string layer = name.substr(0, at) + "mlp.", rest = name.substr(at + moe.size());
     if (rest == "gate.weight") return ref.tensor(prefix + layer + "gate.weight").f32;
+    // The shared expert (Qwen2-MoE's names): gate and up stacked, the rest as named.
+    if (rest == "shared_expert.gate_up_proj.weight") return stack(layer + "shared_expert.", {"gate_proj", "up_proj"});
+    if (rest.starts_with("shared_expert")) return ref.tensor(prefix + layer + rest).f32;
     std::vector<float> out;
     for (int64_t e = 0; e < ref.ints.at("n_experts"); e++) {
       const std::string ex = layer + "experts." + std::to_string(e) + ".";

@@ -27,6 +27,10 @@ struct LocalShape {
   int kvl() const { return NKVl * hd; }  // k's (and v's)
 };
 
+moe::Tensors moe_tensors(const BlockTensors& p) {
+  return {p.router, p.experts_gate_up, p.experts_down, p.shared_gate_up, p.shared_down, p.shared_gate};
+}
+
 }  // namespace
 
 void plan_block(ActivationPlan& plan, BlockActs& l, const ModelConfig& cfg, const TensorParallel& tp, int B, int T,
@@ -85,7 +89,7 @@ void block_forward(const BlockContext& ctx, const RopeTables& rope, const BlockT
   ops.rmsnorm_forward(mlp_in, a.mlp_rstd, a.res2, w.param(p.mlp_norm), R, C, eps);
   x = ctx.tp.gather_rows(mlp_in, work, N, C);
   if (p.moe()) {
-    moe::mlp_forward<A>(ctx, p.layer, p.router, p.experts_gate_up, p.experts_down, a.moe, x, a.res3, a.res2);
+    moe::mlp_forward<A>(ctx, p.layer, moe_tensors(p), a.moe, x, a.res3, a.res2);
     return;
   }
   tp::column_parallel_forward(ops.matmul(), gate_up, x, w.weight<A>(p.gate_up), nullptr, N, C, 2 * s.Fl);
@@ -131,7 +135,7 @@ void block_backward(const BlockContext& ctx, const RopeTables& rope, const Block
   const bool qkv_lora = p.q_lora.on() || p.k_lora.on() || p.v_lora.on();
   if (p.moe()) {
     // The MoE MLP, its weight gradients included whatever `split` says.
-    moe::mlp_backward<A>(ctx, p.layer, p.router, p.experts_gate_up, p.experts_down, a.moe, mlp_in, dres, dnorm);
+    moe::mlp_backward<A>(ctx, p.layer, moe_tensors(p), a.moe, mlp_in, dres, dnorm);
   } else {
   if (split) stash_w(a.res3, dres, size_t(R) * C);  // down's output gradient
   // MLP (sequence parallel: mlp_in's rows gathered again while the

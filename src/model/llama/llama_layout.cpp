@@ -44,6 +44,15 @@ ParamLayout make_layout(const ModelConfig& cfg, const ModelShard& shard, Tensors
       std::vector<int64_t> rows;  // each expert's gate and up, split over tp
       for (int64_t e = 0; e < 2 * E; e++) rows.push_back(Fe);
       b.experts_gate_up = lay.add(m + "experts.gate_up.weight", {E * 2 * Fe, C}, Init::Normal, std, TensorSplit{0, rows});
+      if (cfg.moe_shared_ffn > 0) {
+        const int64_t Fs = cfg.moe_shared_ffn;
+        b.shared_down = lay.add(m + "shared_expert.down_proj.weight", {C, Fs}, Init::Normal, proj_std, cols);
+        b.shared_gate_up =
+            lay.add(m + "shared_expert.gate_up_proj.weight", {2 * Fs, C}, Init::Normal, std, TensorSplit{0, {Fs, Fs}});
+        b.shared_gate = lay.add(m + "shared_expert_gate.weight", {1, C}, Init::Normal, std, {});
+        lay.params[size_t(b.shared_gate)].products_only = false;
+        lay.params[size_t(b.shared_gate)].tp_partial = true;
+      }
       b.router = lay.add(m + "gate.weight", {E, C}, Init::Normal, std, {});
       // Read in fp32 (the router is kept in fp32); each tp rank's gradient
       // comes from its slice of the experts' outputs: a partial sum.

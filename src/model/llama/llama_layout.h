@@ -26,6 +26,9 @@ struct BlockTensors {
   // up rows; tp splits each by rows) and down [E x C, F] (tp splits the F
   // columns).
   int router = -1, experts_gate_up = -1, experts_down = -1;
+  // model.moe_shared_ffn: the shared expert (gate_up split by rows, down by
+  // columns, as the dense MLP) and its gate [1, C] (fp32, whole, tp_partial).
+  int shared_gate_up = -1, shared_down = -1, shared_gate = -1;
   int layer = -1;  // the block's global index
   bool moe() const { return router >= 0; }
 };

@@ -2,10 +2,13 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
+#include <type_traits>
 #include <numeric>
 
 #include "comm/communicator.h"
 #include "kernels/cpu/residual.h"
+#include "kernels/cpu/swiglu.h"
 #include "model/moe/router_state.h"
 
 namespace loom::moe {
@@ -72,24 +75,88 @@ double switch_balance(const BlockContext& ctx, const Shape& s, const Routing& r,
 
 }  // namespace
 
+// The shared expert (model.moe_shared_ffn): y[N, C] += sigmoid(x . w_gate)
+// x down(silu(x G^T) * (x U^T)), its width split over tp like the dense
+// MLP's (y holds partial sums, reduced with the routed experts').
 template <class A>
-void mlp_forward(const BlockContext& ctx, int layer, int router, int gate_up, int down, const Acts& m, const A* x,
-                 float* out, const float* residual) {
+void shared_forward(const BlockContext& ctx, const Tensors& t, const Acts& m, const A* x, float* y) {
+  const int N = ctx.N(), C = ctx.cfg.d_model, Fs = ctx.cfg.moe_shared_ffn / ctx.tp.size();
+  const ParamAccess& w = ctx.p;
+  cpu::LowpMatmulEngine& eng = ctx.ops.matmul();
+  A* gate_up = static_cast<A*>(m.shared_gate_up);
+  A* hidden = static_cast<A*>(m.shared_hidden);
+  product_out<A>(eng, gate_up, x, w.weight<A>(t.shared_gate_up), N, 2 * Fs, C);
+  ctx.ops.swiglu_forward(hidden, gate_up, N, Fs);
+  product<A>(eng, m.shared_out, hidden, w.weight<A>(t.shared_down), N, C, Fs, false, true, false);
+  const float* x32 = std::is_same_v<A, float> ? reinterpret_cast<const float*>(x) : m.x32;  // the router's fp32 x
+  const float* gate = w.param(t.shared_gate);
+#pragma omp parallel for schedule(static)
+  for (int n = 0; n < N; n++) {
+    const float* xn = x32 + size_t(n) * C;
+    double dot = 0;
+    for (int c = 0; c < C; c++) dot += double(xn[c]) * gate[c];
+    const float score = float(1.0 / (1.0 + std::exp(-dot)));
+    m.shared_score[n] = score;
+    const float* o = m.shared_out + size_t(n) * C;
+    float* yn = y + size_t(n) * C;
+    for (int c = 0; c < C; c++) yn[c] += score * o[c];
+  }
+}
+
+// Its backward from dy[N, C] (every row): dx[N, C] += the input's gradient
+// (partial sums over tp), the weights' gradients added. The gate's gradient
+// s (1 - s) dy . out is a partial sum too (out is), hence tp_partial.
+template <class A>
+void shared_backward(const BlockContext& ctx, const Tensors& t, const Acts& m, const A* x, const float* dy, float* dx) {
+  const int N = ctx.N(), C = ctx.cfg.d_model, Fs = ctx.cfg.moe_shared_ffn / ctx.tp.size();
+  const ParamAccess& w = ctx.p;
+  const BlockWork& k = ctx.work;
+  cpu::LowpMatmulEngine& eng = ctx.ops.matmul();
+  A* dout = static_cast<A*>(k.moe_shared_dy);
+  A* dgate_up = static_cast<A*>(k.moe_shared_dgate_up);
+  const float* x32 = std::is_same_v<A, float> ? reinterpret_cast<const float*>(x) : m.x32;
+  const float* gate = w.param(t.shared_gate);
+  float* dlogit = k.moe_dlogits;  // [N] of its [N, E]: the routed experts' backward is done with it
+#pragma omp parallel for schedule(static)
+  for (int n = 0; n < N; n++) {
+    const float s = m.shared_score[n];
+    const float *g = dy + size_t(n) * C, *o = m.shared_out + size_t(n) * C;
+    A* to = dout + size_t(n) * C;
+    double dot = 0;
+    for (int c = 0; c < C; c++) to[c] = from_f32<A>(s * g[c]), dot += double(g[c]) * o[c];
+    dlogit[n] = float(double(s) * (1.0 - s) * dot);
+    float* dxn = dx + size_t(n) * C;
+    for (int c = 0; c < C; c++) dxn[c] += dlogit[n] * gate[c];
+  }
+  if (float* dgate = w.grad(t.shared_gate)) eng.fp32().gemm(dgate, dlogit, x32, nullptr, 1, C, N, true, false, true);
+  const A* hidden = static_cast<const A*>(m.shared_hidden);
+  product<A>(eng, k.moe_shared_dhidden, dout, w.weight<A>(t.shared_down), N, Fs, C, false, false, false);
+  if (float* dw = w.grad(t.shared_down)) product<A>(eng, dw, dout, hidden, C, Fs, N, true, false, true);
+  cpu::swiglu_backward(dgate_up, static_cast<const A*>(m.shared_gate_up), k.moe_shared_dhidden, N, Fs);
+  if (float* dw = w.grad(t.shared_gate_up)) product<A>(eng, dw, dgate_up, x, 2 * Fs, C, N, true, false, true);
+  product<A>(eng, dx, dgate_up, w.weight<A>(t.shared_gate_up), N, C, 2 * Fs, false, false, true);
+  ctx.grad_ready(t.shared_gate), ctx.grad_ready(t.shared_down), ctx.grad_ready(t.shared_gate_up);
+}
+
+template <class A>
+void mlp_forward(const BlockContext& ctx, int layer, const Tensors& t, const Acts& m, const A* x, float* out,
+                 const float* residual) {
   const int N = ctx.N(), C = ctx.cfg.d_model;
   const ParamAccess& w = ctx.p;
   const float* bias = ctx.router ? ctx.router->bias(layer) : nullptr;
   // Sequence parallel: the partial sums of every row, reduce-scattered to this rank's.
   float* y = ctx.tp.sequence_parallel() ? ctx.work.grad_work : out;
-  forward<A>(ctx.ops.matmul(), y, x, w.param(router), bias, w.weight<A>(gate_up), w.weight<A>(down),
+  forward<A>(ctx.ops.matmul(), y, x, w.param(t.router), bias, w.weight<A>(t.gate_up), w.weight<A>(t.down),
              shape_of(ctx.cfg, N, ctx.tp.size()), routing(m), buffers<A>(m));
   if (ctx.router) ctx.router->set_forward_counts(ctx.slot, layer, routing(m).count);
+  if (t.shared_gate_up >= 0) shared_forward<A>(ctx, t, m, x, y);
   ctx.tp.reduce_rows(y, out, N, C);
   cpu::residual_bias_forward(out, out, nullptr, residual, ctx.R(), C);
 }
 
 template <class A>
-void mlp_backward(const BlockContext& ctx, int layer, int router, int gate_up, int down, const Acts& m, const A* x,
-                  const float* dres, float* dnorm) {
+void mlp_backward(const BlockContext& ctx, int layer, const Tensors& t, const Acts& m, const A* x, const float* dres,
+                  float* dnorm) {
   const int N = ctx.N(), C = ctx.cfg.d_model;
   const ParamAccess& w = ctx.p;
   const BlockWork& k = ctx.work;
@@ -123,16 +190,18 @@ void mlp_backward(const BlockContext& ctx, int layer, int router, int gate_up, i
   const float* dy = ctx.tp.gather_rows(dres, k.moe_dy, N, C);
   x = ctx.tp.gather_rows(x, static_cast<A*>(k.gathered), N, C);
   float* dx = sp ? k.grad_work : dnorm;
-  backward<A>(ctx.ops.matmul(), dx, w.grad(router), w.grad(gate_up), w.grad(down), dy, x, w.param(router),
-              w.weight<A>(gate_up), w.weight<A>(down), s, r, buffers<A>(m), work, losses);
-  ctx.grad_ready(router), ctx.grad_ready(gate_up), ctx.grad_ready(down);
+  backward<A>(ctx.ops.matmul(), dx, w.grad(t.router), w.grad(t.gate_up), w.grad(t.down), dy, x, w.param(t.router),
+              w.weight<A>(t.gate_up), w.weight<A>(t.down), s, r, buffers<A>(m), work, losses);
+  ctx.grad_ready(t.router), ctx.grad_ready(t.gate_up), ctx.grad_ready(t.down);
+  if (t.shared_gate_up >= 0) shared_backward<A>(ctx, t, m, x, dy, dx);
   ctx.tp.reduce_rows(dx, dnorm, N, C);
 }
 
-#define LOOM_MOE_BLOCK(A)                                                                                        \
-  template void mlp_forward<A>(const BlockContext&, int, int, int, int, const Acts&, const A*, float*,           \
-                               const float*);                                                                    \
-  template void mlp_backward<A>(const BlockContext&, int, int, int, int, const Acts&, const A*, const float*, float*);
+#define LOOM_MOE_BLOCK(A)                                                                                   \
+  template void mlp_forward<A>(const BlockContext&, int, const Tensors&, const Acts&, const A*, float*,      \
+                               const float*);                                                               \
+  template void mlp_backward<A>(const BlockContext&, int, const Tensors&, const Acts&, const A*, const float*, \
+                                float*);
 LOOM_MOE_BLOCK(float)
 LOOM_MOE_BLOCK(bf16)
 LOOM_MOE_BLOCK(f16)

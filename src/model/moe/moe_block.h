@@ -27,6 +27,17 @@ struct Acts {
   void *xp = nullptr, *gate_up = nullptr, *hidden = nullptr;  // A
   float *yp = nullptr, *x32 = nullptr, *prob = nullptr, *weight = nullptr, *lse = nullptr;
   void *expert = nullptr, *row = nullptr, *count = nullptr, *first = nullptr;  // int32
+  // The shared expert (model.moe_shared_ffn): its gate/up and SwiGLU output
+  // (A, [N, 2 Fs/tp] and [N, Fs/tp]), its output's partial sums (fp32 [N, C])
+  // and each token's gate sigmoid(x . w_gate) (fp32 [N]).
+  void *shared_gate_up = nullptr, *shared_hidden = nullptr;
+  float *shared_out = nullptr, *shared_score = nullptr;
+};
+
+// An MoE block's tensors (layout indices; the shared expert's -1 when none).
+struct Tensors {
+  int router = -1, gate_up = -1, down = -1;
+  int shared_gate_up = -1, shared_down = -1, shared_gate = -1;
 };
 
 inline Shape shape_of(const ModelConfig& cfg, int N, int tp) {
@@ -41,6 +52,11 @@ inline void plan_acts(ActivationPlan& plan, Acts& m, const ModelConfig& cfg, int
   plan.want(&m.yp, std::max(P * C, size_t(N) * E)), plan.want(&m.x32, size_t(N) * C);
   plan.want(&m.prob, size_t(N) * E), plan.want(&m.weight, NK), plan.want(&m.lse, size_t(N));
   plan.want(&m.expert, NK, 4), plan.want(&m.row, NK, 4), plan.want(&m.count, E, 4), plan.want(&m.first, E + 1, 4);
+  if (cfg.moe_shared_ffn > 0) {
+    const size_t Fs = size_t(cfg.moe_shared_ffn / tp);
+    plan.want(&m.shared_gate_up, size_t(N) * 2 * Fs, a), plan.want(&m.shared_hidden, size_t(N) * Fs, a);
+    plan.want(&m.shared_out, size_t(N) * C), plan.want(&m.shared_score, size_t(N));
+  }
 }
 
 inline void plan_work(ActivationPlan& plan, BlockWork& w, const ModelConfig& cfg, int N, const TensorParallel& tp,
@@ -51,6 +67,11 @@ inline void plan_work(ActivationPlan& plan, BlockWork& w, const ModelConfig& cfg
   plan.want(&w.moe_dgate_up, P * 2 * F, a), plan.want(&w.moe_dlogits, size_t(N) * s.E);
   plan.want(&w.moe_seq, size_t(N) * s.E);
   if (tp.sequence_parallel()) plan.want(&w.moe_dy, size_t(N) * size_t(s.C));
+  if (cfg.moe_shared_ffn > 0) {
+    const size_t Fs = size_t(cfg.moe_shared_ffn / tp.size());
+    plan.want(&w.moe_shared_dy, size_t(N) * C, a), plan.want(&w.moe_shared_dhidden, size_t(N) * Fs);
+    plan.want(&w.moe_shared_dgate_up, size_t(N) * 2 * Fs, a);
+  }
 }
 
 inline Routing routing(const Acts& m) {
@@ -66,7 +87,7 @@ Buffers<A> buffers(const Acts& m) {
 // out[R, C] = reduce_tp(moe(x[N, C])) + residual[R, C]; layer: the block's
 // global index (its balancing bias).
 template <class A>
-void mlp_forward(const BlockContext& ctx, int layer, int router, int gate_up, int down, const Acts& m, const A* x, float* out,
+void mlp_forward(const BlockContext& ctx, int layer, const Tensors& t, const Acts& m, const A* x, float* out,
                  const float* residual);
 
 // From dres[N, C] (the block output's gradient, every row): dnorm[N, C] =
@@ -74,7 +95,7 @@ void mlp_forward(const BlockContext& ctx, int layer, int router, int gate_up, in
 // added, with the router losses'; the step's counts and loss sums recorded
 // in ctx.router.
 template <class A>
-void mlp_backward(const BlockContext& ctx, int layer, int router, int gate_up, int down, const Acts& m, const A* x,
-                  const float* dres, float* dnorm);
+void mlp_backward(const BlockContext& ctx, int layer, const Tensors& t, const Acts& m, const A* x, const float* dres,
+                  float* dnorm);
 
 }  // namespace loom::moe

@@ -11,34 +11,6 @@
 namespace loom::moe {
 namespace {
 
-// C[M,N] (+)= op(A) op(B) with fp32 C, on the engine the layers use.
-template <class A>
-void mm(cpu::LowpMatmulEngine& eng, float* c, const A* a, const A* b, int64_t M, int64_t N, int64_t K, bool ta,
-        bool tb, bool accumulate) {
-  if (M == 0 || N == 0) return;
-  if (K == 0) {  // an expert without rows: nothing to add
-    if (!accumulate) std::fill(c, c + M * N, 0.f);
-    return;
-  }
-  if constexpr (std::is_same_v<A, float>) eng.fp32().gemm(c, a, b, nullptr, M, N, K, ta, tb, accumulate);
-  else eng.gemm(c, a, b, nullptr, M, N, K, ta, tb, accumulate);
-}
-
-// The same with C in the compute type (rounded once).
-template <class A>
-void mm_out(cpu::LowpMatmulEngine& eng, A* c, const A* a, const A* b, int64_t M, int64_t N, int64_t K) {
-  if (M == 0 || N == 0) return;
-  if constexpr (std::is_same_v<A, float>) eng.fp32().gemm(c, a, b, nullptr, M, N, K, false, true, false);
-  else eng.gemm(c, a, b, nullptr, M, N, K, false, true);
-}
-
-template <class A>
-A from_f32(float v) {
-  if constexpr (std::is_same_v<A, float>) return v;
-  else if constexpr (std::is_same_v<A, bf16>) return float_to_bf16(v);
-  else return float_to_f16(v);
-}
-
 template <class A>
 const float* widened(const A* x, float* to, size_t n) {
   if constexpr (std::is_same_v<A, float>) {
@@ -133,9 +105,9 @@ void forward(cpu::LowpMatmulEngine& eng, float* y, const A* x, const float* w_ro
   for (int e = 0; e < E; e++) {
     const int64_t rows = r.first[size_t(e) + 1] - r.first[size_t(e)], at = r.first[size_t(e)];
     if (rows == 0) continue;
-    mm_out<A>(eng, b.gate_up + at * 2 * F, b.xp + at * C, w_gate_up + int64_t(e) * 2 * F * C, rows, 2 * F, C);
+    product_out<A>(eng, b.gate_up + at * 2 * F, b.xp + at * C, w_gate_up + int64_t(e) * 2 * F * C, rows, 2 * F, C);
     cpu::swiglu_forward(b.hidden + at * F, b.gate_up + at * 2 * F, int(rows), F);
-    mm<A>(eng, b.yp + at * C, b.hidden + at * F, w_down + int64_t(e) * C * F, rows, C, F, false, true, false);
+    product<A>(eng, b.yp + at * C, b.hidden + at * F, w_down + int64_t(e) * C * F, rows, C, F, false, true, false);
   }
   // Combine in fp32, slot by slot.
 #pragma omp parallel for schedule(static)
@@ -214,13 +186,13 @@ void backward(cpu::LowpMatmulEngine& eng, float* dx, float* dw_router, float* dw
     if (rows == 0) continue;
     const A* wd = w_down + int64_t(e) * C * F;
     const A* wgu = w_gate_up + int64_t(e) * 2 * F * C;
-    mm<A>(eng, w.dhidden + at * F, w.dyp + at * C, wd, rows, F, C, false, false, false);                    // dyp wd
-    if (dw_down) mm<A>(eng, dw_down + int64_t(e) * C * F, w.dyp + at * C, b.hidden + at * F, C, F, rows, true, false, true);
+    product<A>(eng, w.dhidden + at * F, w.dyp + at * C, wd, rows, F, C, false, false, false);                    // dyp wd
+    if (dw_down) product<A>(eng, dw_down + int64_t(e) * C * F, w.dyp + at * C, b.hidden + at * F, C, F, rows, true, false, true);
     cpu::swiglu_backward(w.dgate_up + at * 2 * F, b.gate_up + at * 2 * F, w.dhidden + at * F, int(rows), F);
     if (dw_gate_up)
-      mm<A>(eng, dw_gate_up + int64_t(e) * 2 * F * C, w.dgate_up + at * 2 * F, b.xp + at * C, 2 * F, C, rows, true,
+      product<A>(eng, dw_gate_up + int64_t(e) * 2 * F * C, w.dgate_up + at * 2 * F, b.xp + at * C, 2 * F, C, rows, true,
             false, true);
-    mm<A>(eng, w.dxp + at * C, w.dgate_up + at * 2 * F, wgu, rows, C, 2 * F, false, false, false);
+    product<A>(eng, w.dxp + at * C, w.dgate_up + at * 2 * F, wgu, rows, C, 2 * F, false, false, false);
   }
   // Router: dWr += dlogits^T x, dx = dlogits Wr, then each pair's input gradient added back.
   const float* x32 = widened(x, b.x32, size_t(s.N) * C);

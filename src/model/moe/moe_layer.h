@@ -22,7 +22,9 @@
 // dense MLP), w_down [E, C, F].
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
+#include <type_traits>
 #include <vector>
 
 #include "core/dtype.h"
@@ -90,6 +92,36 @@ struct BackwardWork {
   A* dgate_up = nullptr;
   float* dlogits = nullptr;
 };
+
+// v in the compute type A (rounded to nearest even).
+template <class A>
+A from_f32(float v) {
+  if constexpr (std::is_same_v<A, float>) return v;
+  else if constexpr (std::is_same_v<A, bf16>) return float_to_bf16(v);
+  else return float_to_f16(v);
+}
+
+// C[M,N] (+)= op(A) op(B) with fp32 C, on the engine the layers use (an
+// empty product writes zeros unless it accumulates).
+template <class A>
+void product(cpu::LowpMatmulEngine& eng, float* c, const A* a, const A* b, int64_t M, int64_t N, int64_t K, bool ta,
+             bool tb, bool accumulate) {
+  if (M == 0 || N == 0) return;
+  if (K == 0) {  // an expert without rows: nothing to add
+    if (!accumulate) std::fill(c, c + M * N, 0.f);
+    return;
+  }
+  if constexpr (std::is_same_v<A, float>) eng.fp32().gemm(c, a, b, nullptr, M, N, K, ta, tb, accumulate);
+  else eng.gemm(c, a, b, nullptr, M, N, K, ta, tb, accumulate);
+}
+
+// C[M,N] = A B^T with C in the compute type (rounded once).
+template <class A>
+void product_out(cpu::LowpMatmulEngine& eng, A* c, const A* a, const A* b, int64_t M, int64_t N, int64_t K) {
+  if (M == 0 || N == 0) return;
+  if constexpr (std::is_same_v<A, float>) eng.fp32().gemm(c, a, b, nullptr, M, N, K, false, true, false);
+  else eng.gemm(c, a, b, nullptr, M, N, K, false, true);
+}
 
 // y[N, C] (written) from x[N, C]. bias [E] may be null.
 template <class A>
