@@ -15,7 +15,8 @@ sequence's pairs routed to e, a constant): zgrad/x and zgrad/gate.weight
 (floats z_weight, seq_weight in ints x 1e-3). Then with sigmoid scores (the
 same weights): sig/y, sig/x (the input's gradient), sig/grad/<name>, and with
 the per-sequence loss on the scores normalised to sum 1: sigzgrad/x,
-sigzgrad/gate.weight.
+sigzgrad/gate.weight; with the chosen probabilities not renormalised
+(Qwen2-MoE's norm_topk_prob false): raw/y, raw/x, raw/gate.weight.
 """
 
 import os
@@ -69,6 +70,16 @@ def main():
     loss.backward()
     tensors["zgrad/x"] = x2.grad.detach().clone()
     tensors["zgrad/gate.weight"] = m.gate.weight.grad.detach().clone()
+    # The chosen probabilities as they are (Qwen2-MoE's norm_topk_prob false).
+    m.zero_grad()
+    m.renormalize = False
+    x4 = x.detach().clone().requires_grad_(True)
+    y4, _ = m(x4)
+    (y4 * g).sum().backward()
+    tensors["raw/y"] = y4.detach().clone()
+    tensors["raw/x"] = x4.grad.detach().clone()
+    tensors["raw/gate.weight"] = m.gate.weight.grad.detach().clone()
+    m.renormalize = True
     # Sigmoid scores (DeepSeek-V3's router), the same weights: the output, every
     # gradient, and with the per-sequence loss on the scores normalised to sum 1.
     m.sigmoid = True

@@ -30,9 +30,10 @@ class Expert(nn.Module):
 
 
 class SparseMoe(nn.Module):
-    def __init__(self, d_model, ffn, n_experts, top_k, sigmoid=False, shared_ffn=0):
+    def __init__(self, d_model, ffn, n_experts, top_k, sigmoid=False, shared_ffn=0, renormalize=True):
         super().__init__()
         self.top_k = top_k
+        self.renormalize = renormalize  # Qwen2-MoE's norm_topk_prob
         self.sigmoid = sigmoid  # DeepSeek-V3's router: each expert's sigmoid score
         if shared_ffn:  # Qwen2-MoE's shared expert and its gate
             self.shared_expert = Expert(d_model, shared_ffn)
@@ -45,7 +46,8 @@ class SparseMoe(nn.Module):
         logits = self.gate(x)
         p = torch.sigmoid(logits) if self.sigmoid else F.softmax(logits, dim=-1, dtype=torch.float)
         weights, chosen = torch.topk(p, self.top_k, dim=-1)
-        weights = weights / weights.sum(dim=-1, keepdim=True)
+        if self.renormalize:
+            weights = weights / weights.sum(dim=-1, keepdim=True)
         y = torch.zeros_like(x)
         for e, expert in enumerate(self.experts):
             token, slot = torch.where(chosen == e)

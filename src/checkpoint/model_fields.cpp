@@ -24,6 +24,7 @@ std::map<std::string, int64_t> model_fields(const ModelConfig& cfg) {
     f["moe_ffn_hidden"] = cfg.expert_ffn(), f["moe_every"] = cfg.moe_every;
     if (cfg.moe_sigmoid) f["moe_sigmoid"] = 1;  // the router's scores (absent: softmax)
     if (cfg.moe_shared_ffn > 0) f["moe_shared_ffn"] = cfg.moe_shared_ffn;
+    if (!cfg.moe_renormalize) f["moe_raw_weights"] = 1;  // the chosen scores not renormalised
   }
   if (cfg.lora.enabled()) {  // the adapters' shapes: which layers, what rank
     const std::vector<std::string> names = lora_target_names(cfg.is_llama());
@@ -95,6 +96,7 @@ ModelConfig model_config_from_fields(const std::map<std::string, int64_t>& field
     c.moe_ffn_hidden = get("moe_ffn_hidden"), c.moe_every = get("moe_every");
     c.moe_sigmoid = fields.count("moe_sigmoid") && get("moe_sigmoid") != 0;
     c.moe_shared_ffn = fields.count("moe_shared_ffn") ? int(get("moe_shared_ffn")) : 0;
+    c.moe_renormalize = !(fields.count("moe_raw_weights") && get("moe_raw_weights") != 0);
   }
   if (fields.count("lora_rank")) {
     c.lora.rank = get("lora_rank");

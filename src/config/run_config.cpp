@@ -189,6 +189,7 @@ void read_fields(FieldReader& r, RunConfig& c) {
   LOOM_USER_CHECK(router == "softmax" || router == "sigmoid",
                   "config field 'model.moe_router' must be \"softmax\" or \"sigmoid\" (got \"%s\")", router.c_str());
   c.model.moe_sigmoid = router == "sigmoid";
+  r.get("model.moe_renormalize", &c.model.moe_renormalize);
   LOOM_USER_CHECK(mixtral || c.model.n_experts == 0,
                   "config field 'model.n_experts' is set on a %s model: experts are the mixtral family's "
                   "(model.family = \"mixtral\")",
@@ -497,11 +498,12 @@ std::string RunConfig::to_toml() const {
     << "\nattention = \"" << attention_kind_name(model.attention) << "\""
     << (model.is_moe() ? strprintf("\nn_experts = %d\ntop_k = %d\nmoe_ffn_hidden = %d\nmoe_every = %d"
                                    "\nmoe_balance = \"%s\"\nmoe_bias_rate = %s\nmoe_aux_coef = %s\nmoe_z_coef = %s"
-                                   "\nmoe_router = \"%s\"\nmoe_shared_ffn = %d",
+                                   "\nmoe_router = \"%s\"\nmoe_shared_ffn = %d\nmoe_renormalize = %s",
                                    model.n_experts, model.top_k, model.moe_ffn_hidden, model.moe_every,
                                    moe_balance_name(model.moe_balance), toml_number(model.moe_bias_rate).c_str(),
                                    toml_number(model.moe_aux_coef).c_str(), toml_number(model.moe_z_coef).c_str(),
-                                   model.moe_sigmoid ? "sigmoid" : "softmax", model.moe_shared_ffn)
+                                   model.moe_sigmoid ? "sigmoid" : "softmax", model.moe_shared_ffn,
+                                   model.moe_renormalize ? "true" : "false")
                        : std::string())
     << "\n[train]\nbatch_size = " << train.batch_size
     << "\nmicro_batch_size = " << train.micro_batch_size << "\nsteps = " << train.steps << "\nlr = " << train.lr

@@ -96,6 +96,9 @@ struct ModelConfig {
   // The router's scores: softmax over the experts (Mixtral) or each
   // expert's sigmoid (DeepSeek-V3); the chosen scores renormalised either way.
   bool moe_sigmoid = false;
+  // The chosen experts' scores renormalised to sum 1 as their combine
+  // weights (Mixtral; Qwen2-MoE's norm_topk_prob), or used as they are.
+  bool moe_renormalize = true;
   bool is_moe() const { return n_experts > 0; }
   bool moe_block(int layer) const { return is_moe() && (layer + 1) % moe_every == 0; }
   int expert_ffn() const { return moe_ffn_hidden > 0 ? moe_ffn_hidden : ffn(); }

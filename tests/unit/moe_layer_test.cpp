@@ -185,6 +185,18 @@ TEST(MoeLayer, SigmoidScoresMatchPyTorch) {
   EXPECT_LT(rel_frobenius(z.drouter.data(), ref.tensor("sigzgrad/gate.weight").f32), 1e-5);
 }
 
+// Qwen2-MoE's norm_topk_prob = false: the chosen probabilities as weights.
+TEST(MoeLayer, WeightsWithoutRenormalisingMatchPyTorch) {
+  const ReferenceFile& ref = reference();
+  Layer l = from_reference(ref);
+  l.s.renormalize = false;
+  const Result r = run<float>(l, ref.tensor("x").f32, ref.tensor("g").f32);
+  EXPECT_LT(rel_frobenius(r.y.data(), ref.tensor("raw/y").f32), 1e-5);
+  EXPECT_LT(rel_frobenius(r.dx.data(), ref.tensor("raw/x").f32), 1e-5);
+  EXPECT_LT(rel_frobenius(r.drouter.data(), ref.tensor("raw/gate.weight").f32), 1e-5);
+  EXPECT_GT(rel_frobenius(r.y.data(), ref.tensor("y").f32), 1e-2) << "renormalised anyway";
+}
+
 TEST(MoeLayer, SixteenBitComputeStaysNearFp32) {
   const ReferenceFile& ref = reference();
   const Layer l = from_reference(ref);

@@ -41,7 +41,7 @@ struct Tensors {
 };
 
 inline Shape shape_of(const ModelConfig& cfg, int N, int tp) {
-  return Shape{N, cfg.d_model, cfg.n_experts, cfg.top_k, cfg.expert_ffn() / tp, cfg.moe_sigmoid};
+  return Shape{N, cfg.d_model, cfg.n_experts, cfg.top_k, cfg.expert_ffn() / tp, cfg.moe_sigmoid, cfg.moe_renormalize};
 }
 
 inline void plan_acts(ActivationPlan& plan, Acts& m, const ModelConfig& cfg, int N, int tp, size_t a) {

@@ -65,6 +65,7 @@ void route(const float* logits, const float* bias, const Shape& s, const Routing
     }
     float total = 0;
     for (int j = 0; j < k; j++) total += p[chosen[j]];
+    if (!s.renormalize) total = 1;
     for (int j = 0; j < k; j++) r.weight[size_t(n) * k + j] = p[chosen[j]] / total;
   }
   std::fill(r.count, r.count + E, 0);
@@ -156,7 +157,7 @@ void backward(cpu::LowpMatmulEngine& eng, float* dx, float* dw_router, float* dw
     float pdp = 0;
     for (int j = 0; j < k; j++) {
       const int e = r.expert[size_t(n) * k + j];
-      dl[e] = (dws[j] - weighted) / total;  // dp, for now
+      dl[e] = s.renormalize ? (dws[j] - weighted) / total : dws[j];  // dp, for now
       pdp += p[e] * dl[e];
     }
     if (losses.seq_dprob) {  // a loss on every probability of the token

@@ -7,6 +7,7 @@
 //   the k experts of the largest p + bias (bias: the
 //   auxiliary-loss-free balancing's, for selection only; ties to the lowest
 //   expert index); weights w = p over the chosen, renormalised to sum 1
+//   (Shape::renormalize; else w = p)
 //   y[n] = sum_j w[n, j] expert_{e(n, j)}(x[n]),  expert(x) = (silu(x G^T) * (x U^T)) D^T
 //
 // Dropless: every token reaches its k experts. The N k (token, expert) pairs
@@ -41,6 +42,7 @@ struct Shape {
   int k = 0;  // experts per token, 1..min(E, kMaxTopK)
   int F = 0;  // an expert's MLP width
   bool sigmoid = false;  // the router's scores: each expert's sigmoid (DeepSeek-V3), else the softmax
+  bool renormalize = true;  // the chosen scores over their sum as weights (else as they are)
   int64_t pairs() const { return int64_t(N) * k; }
   // Each expert's rows start at a multiple of kRowAlign and its products run
   // over its rows rounded up to one (the padding rows hold zeros): a
