@@ -186,8 +186,21 @@ void read_llama(ConfigFields& f, const Json& j, HfModelConfig& out, bool qwen2) 
     // Qwen2 slides its window only with use_sliding_window, from layer
     // max_window_layers on.
     f.ignore({"sliding_window", "max_window_layers"});
-    if (f.flag("use_sliding_window", false) && f.present("sliding_window"))
-      out.sliding_window = int(f.integer("sliding_window"));
+    const bool sliding = f.flag("use_sliding_window", false);
+    if (sliding && f.present("sliding_window")) out.sliding_window = int(f.integer("sliding_window"));
+    // transformers 5.x also writes each layer's kind, which says the same.
+    if (f.present("layer_types")) {
+      const Json& kinds = j.at("layer_types");
+      LOOM_USER_CHECK(kinds.is_array(), "%s: field 'layer_types' must be a list", f.path().c_str());
+      for (const Json& k : kinds) {
+        const std::string kind = k.is_string() ? k.get<std::string>() : "";
+        LOOM_USER_CHECK(kind == "full_attention" || (kind == "sliding_attention" && sliding),
+                        "%s: field 'layer_types' holds '%s': loom's attention is full (or, with "
+                        "use_sliding_window, the window checked against the sequence)",
+                        f.path().c_str(), kind.c_str());
+      }
+      f.ignore({"layer_types"});
+    }
   } else {
     const int64_t head_dim = f.integer("head_dim", m.d_model / m.n_head);
     f.require("head_dim", head_dim * m.n_head, int64_t(m.d_model),

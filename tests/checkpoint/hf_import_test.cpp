@@ -336,6 +336,11 @@ TEST(HfImport, BadFoldersAreNamed) {
        }()), "rope_scaling.low_freq_factor"},
       {"Qwen2 field on LLaMA", write_llama("qwen-field", config_with(R"("use_sliding_window": false)")),
        "use_sliding_window"},
+      {"a sliding layer without the window (transformers 5.x's layer_types)", write_llama("layer-types", [] {
+         std::string c = config_with(R"("layer_types": ["full_attention", "sliding_attention"])");
+         c.replace(c.find("LlamaForCausalLM"), 16, "Qwen2ForCausalLM");
+         return c;
+       }()), "'layer_types' holds 'sliding_attention'"},
       {"pretraining_tp", write_llama("tp", [] {
          std::string c = kLlamaConfig;
          c.replace(c.find("\"pretraining_tp\": 1"), 18, "\"pretraining_tp\": 2");
