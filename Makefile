@@ -2,7 +2,7 @@
 BUILD ?= build
 JOBS ?= $(shell nproc)
 
-.PHONY: setup venv build run test interop bench sanitize clean
+.PHONY: setup venv build run test interop interop-latest bench sanitize clean
 setup:
 	scripts/setup.sh
 venv:
@@ -20,6 +20,17 @@ test: build
 interop: build venv
 	OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=2 LOOM_REQUIRE_HF_INTEROP=1 \
 	  $(BUILD)/tests/loom_tests --gtest_filter='HfInterop.*:HfExport*:PeftInterop.*'
+# The same interop checks, and HfImport's conversions, against current
+# releases: PyTorch 2.x and transformers 5.x from PyPI in .venv-latest (about
+# 3 GB with PyTorch's CUDA wheels; made here on first use, never by setup.sh
+# or CI). Last run: the pins below, every test passing.
+LATEST_PINS = torch==2.7.1 transformers==5.25.0 peft==0.21.2 safetensors==0.8.0 sentencepiece==0.2.3
+interop-latest: build
+	test -x .venv-latest/bin/python || (/usr/bin/python3 -m venv .venv-latest && \
+	  .venv-latest/bin/pip install -q $(LATEST_PINS))
+	OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=2 LOOM_REQUIRE_HF_INTEROP=1 \
+	  LOOM_HF_PYTHON=$(CURDIR)/.venv-latest/bin/python \
+	  $(BUILD)/tests/loom_tests --gtest_filter='HfInterop.*:HfExport*:HfImport.*:PeftInterop.*'
 bench: build
 	$(BUILD)/loom bench step
 # AddressSanitizer + UndefinedBehaviorSanitizer build in build-sanitize/, then
