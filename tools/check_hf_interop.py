@@ -44,6 +44,7 @@ except ImportError as e:
     sys.exit(1)
 
 CLASSES = {"gpt2": "GPT2LMHeadModel", "llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM",
+           "qwen2_moe": "Qwen2MoeForCausalLM",
            "mixtral": "MixtralForCausalLM"}
 
 

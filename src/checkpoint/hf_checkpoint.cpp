@@ -227,11 +227,13 @@ HfModelConfig read_hf_config(const std::string& dir) {
   if (out.architecture == "GPT2LMHeadModel") {
     read_gpt2(f, out);
   } else if (out.architecture == "LlamaForCausalLM" || out.architecture == "MistralForCausalLM" ||
-             out.architecture == "Qwen2ForCausalLM" || out.architecture == "MixtralForCausalLM") {
+             out.architecture == "Qwen2ForCausalLM" || out.architecture == "MixtralForCausalLM" ||
+             out.architecture == "Qwen2MoeForCausalLM") {
     // Mistral is LLaMA's math and names with a sliding attention window,
     // which changes nothing while it covers the whole sequence; Qwen2 adds
     // q/k/v biases.
-    read_llama(f, j, out, out.architecture == "Qwen2ForCausalLM");
+    const bool qwen2_moe = out.architecture == "Qwen2MoeForCausalLM";
+    read_llama(f, j, out, out.architecture == "Qwen2ForCausalLM" || qwen2_moe);
     if (out.architecture == "MistralForCausalLM" || out.architecture == "MixtralForCausalLM") {
       f.ignore({"sliding_window"});
       if (f.present("sliding_window")) out.sliding_window = int(f.integer("sliding_window"));
@@ -246,9 +248,31 @@ HfModelConfig read_hf_config(const std::string& dir) {
       f.ignore({"output_router_logits", "router_aux_loss_coef"});
       out.notes.push_back("router_aux_loss_coef ignored: loom's balancing is its own (model/moe/)");
     }
+    if (qwen2_moe) {
+      // MoE blocks every decoder_sparse_step-th, each with a gated shared
+      // expert; the dense ones of intermediate_size.
+      ModelConfig& m = out.model;
+      m.qkv_bias = f.flag("qkv_bias", true);  // transformers 5.x's switch; 4.x always has them
+      m.n_experts = int(f.integer("num_experts"));
+      m.top_k = int(f.integer("num_experts_per_tok"));
+      m.moe_ffn_hidden = int(f.integer("moe_intermediate_size"));
+      m.moe_shared_ffn = int(f.integer("shared_expert_intermediate_size"));
+      LOOM_USER_CHECK(m.moe_shared_ffn > 0, "%s: field 'shared_expert_intermediate_size' must be > 0 (loom's MoE "
+                      "blocks without a shared expert are MixtralForCausalLM's)", path.c_str());
+      m.moe_every = int(f.integer("decoder_sparse_step", 1));
+      m.moe_renormalize = f.flag("norm_topk_prob", false);
+      if (f.present("mlp_only_layers")) {
+        const Json& dense = j.at("mlp_only_layers");
+        LOOM_USER_CHECK(dense.is_array() && dense.empty(), "%s: field 'mlp_only_layers' lists dense layers: loom "
+                        "places its MoE blocks by decoder_sparse_step alone", path.c_str());
+        f.ignore({"mlp_only_layers"});
+      }
+      f.ignore({"output_router_logits", "router_aux_loss_coef"});
+      out.notes.push_back("router_aux_loss_coef ignored: loom's balancing is its own (model/moe/)");
+    }
   } else {
     throw UserError(strprintf("%s: architecture '%s' is not supported (GPT2LMHeadModel, LlamaForCausalLM, "
-                              "MistralForCausalLM, Qwen2ForCausalLM, MixtralForCausalLM)",
+                              "MistralForCausalLM, Qwen2ForCausalLM, MixtralForCausalLM, Qwen2MoeForCausalLM)",
                               path.c_str(), out.architecture.c_str()));
   }
   f.refuse_unknown();

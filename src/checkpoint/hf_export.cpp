@@ -69,6 +69,14 @@ class HfTensors {
                (long long)shape[0]);
   }
 
+  // A tensor of zeros loom has no parameter for (Qwen2MoeForCausalLM's q/k/v
+  // biases of a model without them).
+  void add_zeros(const std::string& hf_name, const std::vector<int64_t>& shape) {
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    out_.push_back(HfTensor{hf_name, shape, std::vector<float>(size_t(n), 0.f), {}});
+  }
+
   // The safetensors entries, in `dtype` (F32, BF16 or F16).
   std::vector<StEntry> entries(StDType dtype) {
     std::vector<StEntry> e;
@@ -167,7 +175,21 @@ nlohmann::ordered_json llama_config(const ModelConfig& cfg) {
       {"initializer_range", 0.02},
       {"use_cache", true},
   };
-  if (cfg.is_moe()) {  // MixtralForCausalLM: LLaMA's attention, experts in every block
+  if (hf_qwen2_moe(cfg)) {  // Qwen2MoeForCausalLM: q/k/v biases, a shared expert, MoE every moe_every-th block
+    j["architectures"] = {"Qwen2MoeForCausalLM"};
+    j["model_type"] = "qwen2_moe";
+    j["moe_intermediate_size"] = cfg.expert_ffn();
+    j["shared_expert_intermediate_size"] = cfg.moe_shared_ffn;
+    j["num_experts"] = cfg.n_experts;
+    j["num_experts_per_tok"] = cfg.top_k;
+    j["decoder_sparse_step"] = cfg.moe_every;
+    j["norm_topk_prob"] = cfg.moe_renormalize;
+    j["mlp_only_layers"] = nlohmann::ordered_json::array();
+    j["qkv_bias"] = true;  // transformers 4.x always has them; a model without writes zeros
+    j["output_router_logits"] = false;
+    j["router_aux_loss_coef"] = 0.0;
+    j["use_sliding_window"] = false;
+  } else if (cfg.is_moe()) {  // MixtralForCausalLM: LLaMA's attention, experts in every block
     j["architectures"] = {"MixtralForCausalLM"};
     j["model_type"] = "mixtral";
     j["intermediate_size"] = cfg.expert_ffn();
@@ -217,13 +239,15 @@ std::vector<float> read_parameter(const Checkpoint& ckpt, const std::string& nam
 HfExportResult export_hf(const Checkpoint& ckpt, const std::string& out_dir, const HfExportOptions& opt) {
   const CheckpointModel model(ckpt, opt.base_dir);
   const ModelConfig& cfg = model.config();
-  LOOM_USER_CHECK(!cfg.is_moe() || cfg.moe_every == 1,
-                  "export: checkpoint '%s' has experts in every %d-th block only (model.moe_every): "
-                  "MixtralForCausalLM has them in every block",
-                  ckpt.dir().c_str(), cfg.moe_every);
+  LOOM_USER_CHECK(!hf_qwen2_moe(cfg) || cfg.moe_shared_ffn > 0,
+                  "export: checkpoint '%s' is a mixture of experts MixtralForCausalLM cannot hold (model.moe_every "
+                  "= %d, model.qkv_bias = %s, model.moe_renormalize = %s), and Qwen2MoeForCausalLM, which can, has "
+                  "a shared expert in every MoE block: model.moe_shared_ffn is 0",
+                  ckpt.dir().c_str(), cfg.moe_every, cfg.qkv_bias ? "true" : "false",
+                  cfg.moe_renormalize ? "true" : "false");
   LOOM_USER_CHECK(!cfg.moe_sigmoid,
                   "export: checkpoint '%s' routes by sigmoid scores (model.moe_router = \"sigmoid\"): "
-                  "MixtralForCausalLM's router is a softmax",
+                  "MixtralForCausalLM's and Qwen2MoeForCausalLM's routers are a softmax",
                   ckpt.dir().c_str());
   if (cfg.is_moe() && !opt.drop_router_bias)
     for (int l = 0; l < cfg.n_layer; l++) {
@@ -233,7 +257,8 @@ HfExportResult export_hf(const Checkpoint& ckpt, const std::string& out_dir, con
       for (float b : ckpt.tensors().read_global(name)) most = std::max(most, std::fabs(b));
       LOOM_USER_CHECK(most == 0,
                       "export: checkpoint '%s' routes with balancing biases (model.moe_balance = \"aux_free\"; "
-                      "layer %d's largest is %g), which MixtralForCausalLM has no place for: pass "
+                      "layer %d's largest is %g), which MixtralForCausalLM and Qwen2MoeForCausalLM have no place "
+                      "for: pass "
                       "--drop-router-bias to export without them (the exported model then chooses experts by the "
                       "router's softmax alone, so some tokens may route differently)",
                       ckpt.dir().c_str(), l, double(most));
@@ -257,6 +282,13 @@ HfExportResult export_hf(const GlobalTensors& model, const ModelConfig& cfg, int
 
   HfTensors tensors(model, origin);
   add_all(tensors, cfg);
+  if (hf_qwen2_moe(cfg) && !cfg.qkv_bias)
+    for (int l = 0; l < cfg.n_layer; l++) {
+      const std::string p = "model.layers." + std::to_string(l) + ".self_attn.";
+      const int64_t q = int64_t(cfg.n_head) * cfg.head_dim(), kv = int64_t(cfg.kv_heads()) * cfg.head_dim();
+      tensors.add_zeros(p + "q_proj.bias", {q}), tensors.add_zeros(p + "k_proj.bias", {kv});
+      tensors.add_zeros(p + "v_proj.bias", {kv});
+    }
   const std::vector<StEntry> entries = tensors.entries(opt.dtype);
 
   std::error_code ec;

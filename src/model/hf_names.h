@@ -31,6 +31,12 @@ struct HfTensorMap {
   bool leading_rows = false;
 };
 
+// A mixture of experts Hugging Face holds as Qwen2MoeForCausalLM rather
+// than MixtralForCausalLM: one with q/k/v biases, a shared expert, dense
+// blocks between the MoE ones (moe_every > 1) or combine weights not
+// renormalised, none of which Mixtral has.
+bool hf_qwen2_moe(const ModelConfig& cfg);
+
 // The model's tensors in HF's names, in the order HF saves them.
 std::vector<HfTensorMap> hf_tensor_map(const ModelConfig& cfg);
 // The family tables (model/gpt2/gpt2_hf_names.cpp, model/llama/llama_hf_names.cpp).

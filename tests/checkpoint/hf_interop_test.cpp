@@ -150,6 +150,26 @@ TEST(HfInterop, MixtralMatchesTransformers) {
   EXPECT_NE(r.output.find("model: Mixtral, 2 layers"), std::string::npos) << r.output;
 }
 
+// A mixture of experts MixtralForCausalLM cannot hold, exported as
+// Qwen2MoeForCausalLM: a gated shared expert, MoE in every other block (the
+// first dense), combine weights not renormalised (norm_topk_prob false), no
+// q/k/v biases (written as zeros); and read back by train.init_from.
+TEST(HfInterop, Qwen2MoeMatchesTransformers) {
+  SKIP_WITHOUT_TRANSFORMERS();
+  const auto [dir, check] = check_interop("qwen2moe", LOOM_SOURCE_DIR "/configs/llama-tiny.toml", 10,
+                                          "--set model.family='\"mixtral\"' --set model.n_experts=4 "
+                                          "--set model.moe_ffn_hidden=64 --set model.moe_shared_ffn=48 "
+                                          "--set model.moe_every=2 --set model.moe_renormalize=false "
+                                          "--set model.moe_balance='\"sequence\"'");
+  ASSERT_FALSE(dir.empty());
+  test::spit(dir + "/init.toml", "[data]\npath = \"" LOOM_SOURCE_DIR "/data/sample/kjv.txt\"\nformat = \"bytes\"\n");
+  auto r = run_loom_cmd("train --config '" + dir + "/init.toml' --set model.seq_len=64 --set train.init_from='\"hf:" +
+                        dir + "/hf\"' --set train.steps=1 --set train.batch_size=2 --set train.eval_every=0 "
+                        "--set train.sample_tokens=0 --set 'train.run_dir=' 2>&1");
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("init from " + dir + "/hf (Qwen2MoeForCausalLM)"), std::string::npos) << r.output;
+}
+
 // model.moe_balance = "switch" is built and checked (tests/golden,
 // MixtralSwitch) against tools/moe_torch.py's Switch loss; that loss is
 // transformers' load_balancing_loss_func, value and logit gradients.

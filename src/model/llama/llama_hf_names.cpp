@@ -1,5 +1,5 @@
 // LLaMA in Hugging Face's names (LlamaForCausalLM, Qwen2ForCausalLM's
-// q/k/v biases, MixtralForCausalLM's experts): nn.Linear is [out, in]
+// q/k/v biases, MixtralForCausalLM's and Qwen2MoeForCausalLM's experts): nn.Linear is [out, in]
 // as loom's; loom's fused qkv_proj and gate_up_proj are HF's q/k/v_proj and
 // gate/up_proj stacked by rows. loom applies rotary embeddings with HF's
 // rotate-half convention (feature i paired with i + head_dim/2), so the q
@@ -8,6 +8,10 @@
 #include "model/hf_names.h"
 
 namespace loom {
+
+bool hf_qwen2_moe(const ModelConfig& cfg) {
+  return cfg.is_moe() && (cfg.qkv_bias || cfg.moe_shared_ffn > 0 || cfg.moe_every > 1 || !cfg.moe_renormalize);
+}
 
 std::vector<HfTensorMap> llama_hf_tensor_map(const ModelConfig& cfg) {
   const int64_t C = cfg.d_model, V = cfg.vocab_size, F = cfg.ffn(), hd = cfg.head_dim();
@@ -31,6 +35,28 @@ std::vector<HfTensorMap> llama_hf_tensor_map(const ModelConfig& cfg) {
                     {p + "self_attn.v_proj.bias", kv_rows}}});
     add(p + "self_attn.o_proj.weight", {C, q_rows});
     add(p + "post_attention_layernorm.weight", {C});
+    if (cfg.moe_block(l) && hf_qwen2_moe(cfg)) {
+      // Qwen2MoeForCausalLM: under mlp., the router, per expert gate/up/down_proj,
+      // the shared expert's and its gate.
+      const int64_t E = cfg.n_experts, Fe = cfg.expert_ffn(), Fs = cfg.moe_shared_ffn;
+      const std::string moe = p + "block_sparse_moe.", mlp = p + "mlp.";
+      m.push_back({moe + "gate.weight", {E, C}, {{mlp + "gate.weight", E}}});
+      HfTensorMap gate_up{moe + "experts.gate_up.weight", {E * 2 * Fe, C}, {}}, down{moe + "experts.down.weight", {E * C, Fe}, {}};
+      for (int64_t e = 0; e < E; e++) {
+        const std::string ex = mlp + "experts." + std::to_string(e) + ".";
+        gate_up.parts.push_back({ex + "gate_proj.weight", Fe}), gate_up.parts.push_back({ex + "up_proj.weight", Fe});
+        down.parts.push_back({ex + "down_proj.weight", C});
+      }
+      m.push_back(std::move(gate_up)), m.push_back(std::move(down));
+      if (Fs > 0) {
+        m.push_back({moe + "shared_expert.gate_up_proj.weight",
+                     {2 * Fs, C},
+                     {{mlp + "shared_expert.gate_proj.weight", Fs}, {mlp + "shared_expert.up_proj.weight", Fs}}});
+        m.push_back({moe + "shared_expert.down_proj.weight", {C, Fs}, {{mlp + "shared_expert.down_proj.weight", C}}});
+        m.push_back({moe + "shared_expert_gate.weight", {1, C}, {{mlp + "shared_expert_gate.weight", 1}}});
+      }
+      continue;
+    }
     if (cfg.moe_block(l)) {
       // MixtralForCausalLM: the router, and per expert w1 (gate), w3 (up), w2 (down).
       const int64_t E = cfg.n_experts, Fe = cfg.expert_ffn();
