@@ -68,9 +68,13 @@ commands:
                           rope_high_freq_factor (4) rope_original_max_positions (8192))
                           mixtral (LLaMA with a dropless top-k mixture-of-experts MLP): n_experts
                           (8) top_k (2) moe_ffn_hidden (0 = ffn_hidden) moe_every (1: every block)
+                          moe_shared_ffn (0: no shared expert; else Qwen2-MoE's gated one)
+                          moe_router ("softmax" | "sigmoid") moe_renormalize (true: the top-k
+                          scores over their sum as weights)
                           moe_balance ("aux_free": per-expert selection biases moved by moe_bias_rate
                           (1e-3) from the global batch's counts | "sequence": a per-sequence loss
-                          weighted moe_aux_coef (1e-3) | "none") moe_z_coef (0: no router z-loss)
+                          weighted moe_aux_coef (1e-3) | "switch": Mixtral's loss over a
+                          micro-batch, pp = 1 | "none") moe_z_coef (0: no router z-loss)
                           attention ("auto": tiled from 1024 tokens on | "tiled": flash-style,
                           O(T) memory | "materialized": keeps the T x T probabilities)
                   [train] batch_size micro_batch_size (0 = batch_size / dp) steps lr min_lr
@@ -303,8 +307,8 @@ commands:
           Both read metrics.jsonl, summary.json, layout.json and trace.json, whichever exist;
           exit code 2 only when none can be read.
           Example: loom diagnose runs/20261202-171500 --json
-  export  Write a checkpoint (any layout) as Hugging Face files (GPT2LMHeadModel, LlamaForCausalLM or
-          MixtralForCausalLM).
+  export  Write a checkpoint (any layout) as Hugging Face files (GPT2LMHeadModel, LlamaForCausalLM,
+          Qwen2ForCausalLM, MixtralForCausalLM or Qwen2MoeForCausalLM).
             loom export --checkpoint DIR --out DIR2 [--format hf|peft] [--merge] [--base HFDIR]
                         [--dtype f32|bf16|f16] [--tokenizer FILE] [--drop-router-bias]
           DIR is a checkpoint folder (runs/x/checkpoints/step_000100) or a root with `latest`;

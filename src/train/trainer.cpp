@@ -198,10 +198,16 @@ TrainResult train(const RunConfig& cfg, const ParallelContext& ctx, FILE* log, c
     for (const std::string& line : ctx.nodes().placement_lines(ctx.grid())) std::fprintf(log, "%s\n", line.c_str());
     const ModelConfig& m = cfg.model;
     const std::string mlp =
-        m.is_moe() ? strprintf("MoE MLP: %d experts of width %d, top %d, %s", m.n_experts, m.expert_ffn(), m.top_k,
-                               m.moe_every == 1 ? "in every block" : strprintf("in every %d-th block (else MLP %d)",
-                                                                               m.moe_every, m.ffn()).c_str())
-                   : strprintf("MLP %d", m.ffn());
+        m.is_moe()
+            ? strprintf("MoE MLP: %d experts of width %d, top %d%s%s, %s%s, balance %s", m.n_experts, m.expert_ffn(),
+                        m.top_k, m.moe_sigmoid ? " by sigmoid scores" : "",
+                        m.moe_renormalize ? "" : " (weights not renormalised)",
+                        m.moe_every == 1 ? "in every block"
+                                         : strprintf("in every %d-th block (else MLP %d)", m.moe_every, m.ffn()).c_str(),
+                        m.moe_shared_ffn > 0 ? strprintf(", a shared expert of width %d", m.moe_shared_ffn).c_str()
+                                             : "",
+                        moe_balance_name(m.moe_balance))
+            : strprintf("MLP %d", m.ffn());
     std::fprintf(log, "model: %s, %d layers, d_model %d, %d heads (%d key/value), %s, vocab %d, seq_len %d%s: "
                  "%.2fM parameters\n",
                  m.is_moe() ? "Mixtral" : m.is_llama() ? "LLaMA" : "GPT-2", m.n_layer, m.d_model, m.n_head,
