@@ -134,6 +134,31 @@ std::string faults_section(const RunData& run) {
   return md;
 }
 
+// A mixture of experts' routing (metrics.jsonl's moe): the expert loads,
+// the router losses and the balancing bias at the first, middle and last
+// step recorded; empty for a dense model.
+std::string experts_section(const RunData& run) {
+  std::vector<const StepMetrics*> moe;
+  for (const StepMetrics& m : run.steps)
+    if (m.moe.experts > 0) moe.push_back(&m);
+  if (moe.empty()) return "";
+  const MoeStepMetrics& last = moe.back()->moe;
+  std::string md = strprintf("\n## Experts\n\n%d experts, top %d: the busiest and idlest expert's (token, expert) "
+                             "pairs over the mean in the worst layer (perfect balance 1.00; the ceiling %.2f means "
+                             "every token chose the same experts; 0 an expert with no token).\n\n"
+                             "| step | load max | load min | aux loss | z-loss | largest bias |\n|---|---|---|---|---|---|\n",
+                             last.experts, last.top_k, double(last.experts) / std::max(1, last.top_k));
+  std::vector<size_t> rows = {0, moe.size() / 2, moe.size() - 1};
+  rows.erase(std::unique(rows.begin(), rows.end()), rows.end());
+  for (size_t i : rows) {
+    const MoeStepMetrics& x = moe[i]->moe;
+    md += strprintf("| %lld | %s | %s | %s | %s | %s |\n", (long long)moe[i]->step, num(x.load_max, "%.2f").c_str(),
+                    num(x.load_min, "%.2f").c_str(), num(x.aux_loss, "%.4g").c_str(), num(x.z_loss, "%.4g").c_str(),
+                    num(x.bias_max, "%.3g").c_str());
+  }
+  return md;
+}
+
 std::string markdown(const RunData& run, const RunFigures& f, const std::vector<std::string>& charts,
                      const std::string& png_note) {
   std::string md = "# Run report: " + run.path + "\n\n";
@@ -199,6 +224,7 @@ std::string markdown(const RunData& run, const RunFigures& f, const std::vector<
       if (!f.exposed_comm_s.count(g)) md += "Overlap achieved for " + g + ": " + pct(o) + ".\n";
   }
 
+  md += experts_section(run);
   md += faults_section(run);
 
   md += "\n## Predicted vs measured\n\n";

@@ -129,6 +129,18 @@ TEST(HfInterop, LlamaTinyMatchesTransformers) {
   check_interop("llama-2", config, 2);
 }
 
+// One step of `loom train` from dir/hf alone (a config without [model]);
+// its log, after checking it ran and named the architecture it read.
+std::string train_from_export(const std::string& dir, const std::string& architecture) {
+  test::spit(dir + "/init.toml", "[data]\npath = \"" LOOM_SOURCE_DIR "/data/sample/kjv.txt\"\nformat = \"bytes\"\n");
+  auto r = run_loom_cmd("train --config '" + dir + "/init.toml' --set model.seq_len=64 --set train.init_from='\"hf:" +
+                        dir + "/hf\"' --set train.steps=1 --set train.batch_size=2 --set train.eval_every=0 "
+                        "--set train.sample_tokens=0 --set 'train.run_dir=' 2>&1");
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("init from " + dir + "/hf (" + architecture + ")"), std::string::npos) << r.output;
+  return r.output;
+}
+
 // The mixtral family (issue 40), exported as MixtralForCausalLM: 4 experts,
 // top 2, in every block, balanced by the per-sequence loss with the z-loss
 // (MixtralForCausalLM has no place for aux_free's biases); and read back by
@@ -140,14 +152,8 @@ TEST(HfInterop, MixtralMatchesTransformers) {
                                           "--set model.moe_ffn_hidden=64 --set model.moe_balance='\"sequence\"' "
                                           "--set model.moe_z_coef=0.001");
   ASSERT_FALSE(dir.empty());
-  // The model from the folder alone: a config without [model].
-  test::spit(dir + "/init.toml", "[data]\npath = \"" LOOM_SOURCE_DIR "/data/sample/kjv.txt\"\nformat = \"bytes\"\n");
-  auto r = run_loom_cmd("train --config '" + dir + "/init.toml' --set model.seq_len=64 --set train.init_from='\"hf:" +
-                        dir + "/hf\"' --set train.steps=1 --set train.batch_size=2 --set train.eval_every=0 "
-                        "--set train.sample_tokens=0 --set 'train.run_dir=' 2>&1");
-  EXPECT_EQ(r.code, 0) << r.output;
-  EXPECT_NE(r.output.find("init from " + dir + "/hf (MixtralForCausalLM)"), std::string::npos) << r.output;
-  EXPECT_NE(r.output.find("model: Mixtral, 2 layers"), std::string::npos) << r.output;
+  const std::string log = train_from_export(dir, "MixtralForCausalLM");
+  EXPECT_NE(log.find("model: Mixtral, 2 layers"), std::string::npos) << log;
 }
 
 // A mixture of experts MixtralForCausalLM cannot hold, exported as
@@ -162,12 +168,8 @@ TEST(HfInterop, Qwen2MoeMatchesTransformers) {
                                           "--set model.moe_every=2 --set model.moe_renormalize=false "
                                           "--set model.moe_balance='\"sequence\"'");
   ASSERT_FALSE(dir.empty());
-  test::spit(dir + "/init.toml", "[data]\npath = \"" LOOM_SOURCE_DIR "/data/sample/kjv.txt\"\nformat = \"bytes\"\n");
-  auto r = run_loom_cmd("train --config '" + dir + "/init.toml' --set model.seq_len=64 --set train.init_from='\"hf:" +
-                        dir + "/hf\"' --set train.steps=1 --set train.batch_size=2 --set train.eval_every=0 "
-                        "--set train.sample_tokens=0 --set 'train.run_dir=' 2>&1");
-  EXPECT_EQ(r.code, 0) << r.output;
-  EXPECT_NE(r.output.find("init from " + dir + "/hf (Qwen2MoeForCausalLM)"), std::string::npos) << r.output;
+  const std::string log = train_from_export(dir, "Qwen2MoeForCausalLM");
+  EXPECT_NE(log.find("a shared expert of width 48"), std::string::npos) << log;
 }
 
 // model.moe_balance = "switch" is built and checked (tests/golden,

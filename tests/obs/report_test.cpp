@@ -93,6 +93,24 @@ TEST(Report, FullRunWritesChartsAndSummary) {
   }
 }
 
+// A mixture of experts' run: the Experts section with its loads, losses
+// and bias at the first, middle and last step; a dense run has none.
+TEST(Report, ExpertsSectionShowsTheRouting) {
+  std::string dir = fresh_dir("experts");
+  RunLayout l;
+  std::vector<StepMetrics> steps = healthy_steps(9);
+  for (size_t i = 0; i < steps.size(); i++)
+    steps[i].moe = MoeStepMetrics{8, 2, 3.9 - 0.3 * double(i), 0.01 * double(i), 0.02, 0.004, 0.001 * double(i)};
+  write_run(dir, l, steps);
+  const std::string md = read_text(write_report(read_run_dir(dir)).dir + "/report.md");
+  for (const char* what : {"## Experts", "8 experts, top 2", "ceiling 4.00", "| 1 | 3.90 | 0.00 | 0.02 | 0.004 | 0 |",
+                           "| 5 | 2.70 | 0.04 |", "| 9 | 1.50 | 0.08 | 0.02 | 0.004 | 0.008 |"})
+    EXPECT_TRUE(has(md, what)) << what << "\n" << md;
+  std::string dense = fresh_dir("experts-dense");
+  write_run(dense, l, healthy_steps(9));
+  EXPECT_FALSE(has(read_text(write_report(read_run_dir(dense)).dir + "/report.md"), "## Experts"));
+}
+
 // report.html: one page with every chart inline, nothing it must fetch, tags
 // that nest (Python's HTML parser), and, where a browser is installed, a
 // page that renders headless.

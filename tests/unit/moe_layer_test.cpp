@@ -90,12 +90,13 @@ Result run(const Layer& l, const std::vector<float>& x32, const std::vector<floa
   return out;
 }
 
-// The reference's gradients in loom's stacked layouts.
-std::vector<float> stacked(const ReferenceFile& ref, int E, std::initializer_list<const char*> parts) {
+// The reference's gradients in loom's stacked layouts (prefix: which run's).
+std::vector<float> stacked(const ReferenceFile& ref, int E, std::initializer_list<const char*> parts,
+                           const std::string& prefix = "grad/") {
   std::vector<float> out;
   for (int e = 0; e < E; e++)
     for (const char* part : parts) {
-      const auto& t = ref.tensor("grad/experts." + std::to_string(e) + "." + part + ".weight").f32;
+      const auto& t = ref.tensor(prefix + "experts." + std::to_string(e) + "." + part + ".weight").f32;
       out.insert(out.end(), t.begin(), t.end());
     }
   return out;
@@ -130,20 +131,29 @@ TEST(MoeLayer, MatchesPyTorchInFp32) {
   }
 }
 
+// The per-sequence balancing loss's gradient on each token's scores, weight
+// x f_e per sequence of T rows (f_e = E / (k T) x its pairs routed to e), from
+// a run's routing.
+std::vector<float> sequence_dprob(const Layer& l, const Result& routed, int T, float weight) {
+  const int E = l.s.E, k = l.s.k;
+  std::vector<float> seq(size_t(l.s.N / T) * E, 0.f);
+  for (int n = 0; n < l.s.N; n++)
+    for (int j = 0; j < k; j++) seq[size_t(n / T) * E + size_t(routed.r.expert[size_t(n) * k + j])] += 1.f;
+  for (float& v : seq) v *= weight * float(E) / float(k * T);
+  return seq;
+}
+
 // The router z-loss and the per-sequence balancing loss enter at the
 // router: their gradients on the input and the router match autograd's.
 TEST(MoeLayer, RouterLossesMatchPyTorch) {
   const ReferenceFile& ref = reference();
   const Layer l = from_reference(ref);
-  const int T = int(ref.ints.at("seq_len")), E = l.s.E, k = l.s.k;
+  const int T = int(ref.ints.at("seq_len"));
   const float z_weight = 1e-3f * float(ref.ints.at("z_weight_milli"));
   const float seq_weight = 1e-3f * float(ref.ints.at("seq_weight_milli"));
   // The routing first (without losses), for each sequence's counts.
   const Result plain = run<float>(l, ref.tensor("x").f32, ref.tensor("g").f32);
-  std::vector<float> seq(size_t(l.s.N / T) * E, 0.f);
-  for (int n = 0; n < l.s.N; n++)
-    for (int j = 0; j < k; j++) seq[size_t(n / T) * E + size_t(plain.r.expert[size_t(n) * k + j])] += 1.f;
-  for (float& v : seq) v *= seq_weight * float(E) / float(k * T);  // seq_weight x f_e
+  const std::vector<float> seq = sequence_dprob(l, plain, T, seq_weight);
   const Result r = run<float>(l, ref.tensor("x").f32, ref.tensor("g").f32, nullptr,
                               loom::moe::RouterLossGrad{z_weight, seq.data(), T});
   EXPECT_LT(rel_frobenius(r.dx.data(), ref.tensor("zgrad/x").f32), 1e-5);
@@ -158,27 +168,15 @@ TEST(MoeLayer, SigmoidScoresMatchPyTorch) {
   const ReferenceFile& ref = reference();
   Layer l = from_reference(ref);
   l.s.sigmoid = true;
-  const int T = int(ref.ints.at("seq_len")), E = l.s.E, k = l.s.k;
+  const int T = int(ref.ints.at("seq_len"));
   const Result r = run<float>(l, ref.tensor("x").f32, ref.tensor("g").f32);
   EXPECT_LT(rel_frobenius(r.y.data(), ref.tensor("sig/y").f32), 1e-5);
   EXPECT_LT(rel_frobenius(r.dx.data(), ref.tensor("sig/x").f32), 1e-5);
   EXPECT_LT(rel_frobenius(r.drouter.data(), ref.tensor("sig/grad/gate.weight").f32), 1e-5);
-  std::vector<float> dgate_up, ddown;
-  for (int e = 0; e < E; e++) {
-    for (const char* part : {"gate_proj", "up_proj"}) {
-      const auto& t = ref.tensor("sig/grad/experts." + std::to_string(e) + "." + part + ".weight").f32;
-      dgate_up.insert(dgate_up.end(), t.begin(), t.end());
-    }
-    const auto& t = ref.tensor("sig/grad/experts." + std::to_string(e) + ".down_proj.weight").f32;
-    ddown.insert(ddown.end(), t.begin(), t.end());
-  }
-  EXPECT_LT(rel_frobenius(r.dgate_up.data(), dgate_up), 1e-5);
-  EXPECT_LT(rel_frobenius(r.ddown.data(), ddown), 1e-5);
+  EXPECT_LT(rel_frobenius(r.dgate_up.data(), stacked(ref, l.s.E, {"gate_proj", "up_proj"}, "sig/grad/")), 1e-5);
+  EXPECT_LT(rel_frobenius(r.ddown.data(), stacked(ref, l.s.E, {"down_proj"}, "sig/grad/")), 1e-5);
   EXPECT_GT(rel_frobenius(r.y.data(), ref.tensor("y").f32), 1e-2) << "sigmoid scores routed as softmax";
-  std::vector<float> seq(size_t(l.s.N / T) * E, 0.f);
-  for (int n = 0; n < l.s.N; n++)
-    for (int j = 0; j < k; j++) seq[size_t(n / T) * E + size_t(r.r.expert[size_t(n) * k + j])] += 1.f;
-  for (float& v : seq) v *= 1e-3f * float(ref.ints.at("seq_weight_milli")) * float(E) / float(k * T);
+  const std::vector<float> seq = sequence_dprob(l, r, T, 1e-3f * float(ref.ints.at("seq_weight_milli")));
   const Result z = run<float>(l, ref.tensor("x").f32, ref.tensor("g").f32, nullptr,
                               loom::moe::RouterLossGrad{0.f, seq.data(), T});
   EXPECT_LT(rel_frobenius(z.dx.data(), ref.tensor("sigzgrad/x").f32), 1e-5);
@@ -279,6 +277,43 @@ TEST(MixtralConfig, LayoutCountsFlopsAndBadFields) {
   EXPECT_NE(error_of({mixtral, "model.n_experts=300"}).find("'model.n_experts'"), std::string::npos);
   EXPECT_NE(error_of({"model.n_experts=4"}).find("'model.n_experts'"), std::string::npos);  // llama, not mixtral
   EXPECT_NE(error_of({mixtral, "lora.rank=4", "lora.targets=[\"up_proj\"]"}).find("'lora.targets'"), std::string::npos);
+  EXPECT_NE(error_of({mixtral, "model.moe_balance=\"bogus\""}).find("'model.moe_balance'"), std::string::npos);
+  EXPECT_NE(error_of({mixtral, "model.moe_router=\"relu\""}).find("'model.moe_router'"), std::string::npos);
+  EXPECT_NE(error_of({mixtral, "model.moe_bias_rate=-1"}).find("'model.moe_bias_rate'"), std::string::npos);
+  EXPECT_NE(error_of({mixtral, "model.moe_aux_coef=-0.5"}).find("'model.moe_aux_coef'"), std::string::npos);
+  EXPECT_NE(error_of({mixtral, "model.moe_z_coef=-1"}).find("'model.moe_z_coef'"), std::string::npos);
+  EXPECT_NE(error_of({mixtral, "model.moe_shared_ffn=-8"}).find("'model.moe_shared_ffn'"), std::string::npos);
+  EXPECT_NE(error_of({mixtral, "model.moe_router=\"sigmoid\"", "model.moe_balance=\"switch\""}).find("'model.moe_balance'"),
+            std::string::npos);
+}
+
+// The balancing, router and shared-expert fields: parsed, written back by
+// the run's config.toml, and a shared expert counted in the parameters.
+TEST(MixtralConfig, RouterFieldsRoundTripAndTheSharedExpertCounts) {
+  loom::RunConfig c = loom::load_run_config(
+      LOOM_SOURCE_DIR "/configs/llama-tiny.toml",
+      {"model.family=\"mixtral\"", "model.moe_ffn_hidden=32", "model.moe_shared_ffn=24", "model.moe_balance=\"sequence\"",
+       "model.moe_aux_coef=0.02", "model.moe_z_coef=0.001", "model.moe_router=\"sigmoid\"",
+       "model.moe_renormalize=false", "model.moe_bias_rate=0.005"});
+  const loom::ModelConfig back = loom::load_run_config(write_back(c), {}).model;
+  EXPECT_EQ(back.moe_shared_ffn, 24);
+  EXPECT_EQ(back.moe_balance, loom::MoeBalance::sequence);
+  EXPECT_DOUBLE_EQ(back.moe_aux_coef, 0.02);
+  EXPECT_DOUBLE_EQ(back.moe_z_coef, 0.001);
+  EXPECT_DOUBLE_EQ(back.moe_bias_rate, 0.005);
+  EXPECT_TRUE(back.moe_sigmoid);
+  EXPECT_FALSE(back.moe_renormalize);
+  int64_t total = 0;
+  for (const loom::ParamSpec& p : loom::ParamLayout::for_model(c.model).params) {
+    int64_t n = 1;
+    for (int64_t d : p.shape) n *= d;
+    total += n;
+  }
+  EXPECT_EQ(total, c.model.num_parameters());
+  loom::ModelConfig without = c.model;
+  without.moe_shared_ffn = 0;
+  EXPECT_EQ(c.model.num_parameters() - without.num_parameters(),
+            int64_t(c.model.n_layer) * (3 * 24 * c.model.d_model + c.model.d_model));
 }
 
 }  // namespace
