@@ -44,6 +44,11 @@ TEST(MoeCheckpoint, ResumesExactlyAndRefusesADenseRun) {
   ASSERT_EQ(got.size(), 3u);
   for (size_t i = 0; i < 3; i++) EXPECT_EQ(got[i], want[3 + i]) << "step " << 4 + i;
 
+  // loom generate routes with the checkpoint's biases (read beside the parameters).
+  auto gen = run_loom_cmd("generate --checkpoint '" + dir + "/ck' --prompt 'And God' --max-tokens 8 "
+                          "--temperature 0 2>&1");
+  EXPECT_EQ(gen.code, 0) << gen.output;
+  EXPECT_NE(gen.output.find("And God"), std::string::npos) << gen.output;
   // Its biases have no place in MixtralForCausalLM: refused unless dropped.
   auto refused = run_loom_cmd("export --checkpoint '" + dir + "/ck' --out '" + dir + "/hf_bias' 2>&1");
   EXPECT_EQ(refused.code, 2) << refused.output;
