@@ -223,18 +223,8 @@ double Replica::reduce() {
 void Replica::update(float lr, float grad_scale) {
   for (auto& g : groups_) g->update(lr, grad_scale);
   // aux_free balancing: each held layer's bias from the global counts.
-  for (auto& c : chunks_) {
-    moe::RouterState* r = c->router_state();
-    if (!r) continue;
-    std::vector<int64_t> rows;
-    for (int l : r->layers()) {
-      const size_t i = size_t(std::find(router_step_.layers.begin(), router_step_.layers.end(), l) -
-                              router_step_.layers.begin());
-      rows.insert(rows.end(), router_step_.counts.begin() + int64_t(i) * r->experts(),
-                  router_step_.counts.begin() + int64_t(i + 1) * r->experts());
-    }
-    r->update_bias(rows.data());
-  }
+  for (auto& c : chunks_)
+    if (moe::RouterState* r = c->router_state()) r->update_bias(router_step_.layers, router_step_.counts.data());
 }
 
 // Each stage's MoE layers' counts and loss sums, summed over the world (the
@@ -249,7 +239,8 @@ void Replica::combine_router_step() {
   for (int l = 0; l < m.n_layer; l++)
     if (m.moe_block(l)) s.layers.push_back(l);
   const size_t E = size_t(m.n_experts), n = s.layers.size() * E;
-  std::vector<float> buf(2 * n + 2, 0.f);
+  std::vector<float>& buf = router_buf_;  // kept: a step allocates nothing here after the first
+  buf.assign(2 * n + 2, 0.f);
   if (ctx_.tp().rank() == 0)
     for (auto& c : chunks_) {
       const moe::RouterState* r = c->router_state();

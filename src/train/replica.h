@@ -196,6 +196,7 @@ class Replica {
   ScalerDecision decision_;
   bool overflowed_ = false, inject_inf_ = false;
   RouterStep router_step_;
+  std::vector<float> router_buf_;  // combine_router_step's all-reduce
   PipelinePlan pipeline_;
   pp::StageSchedule schedule_;
   std::vector<ModelShard> shards_;     // chunk c holds virtual stage c x pp + stage

@@ -1,6 +1,7 @@
 #include "model/moe/router_state.h"
 
 #include <algorithm>
+#include <array>
 
 #include "core/check.h"
 
@@ -73,11 +74,13 @@ void RouterState::add_counts(int layer, const int32_t* rows) {
   for (int e = 0; e < E_; e++) counts_[size_t(i) * E_ + e] += rows[e];
 }
 
-void RouterState::update_bias(const int64_t* global_counts) {
+void RouterState::update_bias(const std::vector<int>& model_layers, const int64_t* counts) {
   if (mode_ != MoeBalance::aux_free || rate_ == 0) return;
-  std::vector<float> step(static_cast<size_t>(E_));
+  std::array<float, 256> step;  // model.n_experts <= 256
   for (size_t i = 0; i < layers_.size(); i++) {
-    const int64_t* c = global_counts + i * size_t(E_);
+    const auto at = std::lower_bound(model_layers.begin(), model_layers.end(), layers_[i]);
+    if (at == model_layers.end() || *at != layers_[i]) continue;
+    const int64_t* c = counts + (at - model_layers.begin()) * E_;
     int64_t total = 0;
     for (int e = 0; e < E_; e++) total += c[e];
     if (total == 0) continue;

@@ -59,9 +59,10 @@ class RouterState {
   const std::vector<int64_t>& step_counts() const { return counts_; }
   double z_sum() const { return z_sum_; }
   double balance_sum() const { return balance_sum_; }
-  // aux_free: moves the biases from the global batch's counts of each held
-  // layer ([layers().size(), E], the same on every rank).
-  void update_bias(const int64_t* global_counts);
+  // aux_free: moves the biases from the global batch's counts (the same on
+  // every rank): counts [model_layers.size(), E] for the model's MoE layers
+  // model_layers (ascending; those held here among them).
+  void update_bias(const std::vector<int>& model_layers, const int64_t* counts);
 
  private:
   int index(int layer) const;  // into layers_, -1 if not held
