@@ -268,7 +268,7 @@ int cmd_train(const Args& args, MpiRuntime& mpi) {
                     cfg.data.format == "shards" ? "folder of shards" : "regular file", cfg.data.format.c_str());
     grid = std::make_unique<ParallelGrid>(ParallelGrid::for_world(mpi.world_size(), cfg.parallel.dp, cfg.parallel.tp,
                                                                   cfg.parallel.pp, cfg.parallel.order,
-                                                                  cfg.parallel.cp));
+                                                                  cfg.parallel.cp, cfg.parallel.ep));
     check_layout(cfg, *grid);
     // Refuse a run that cannot fit before allocating it (allocating first
     // would page for minutes, or be killed). Collective: every rank is here.

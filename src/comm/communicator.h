@@ -54,6 +54,16 @@ class Communicator {
   virtual std::unique_ptr<Work> send_async(const void* buf, size_t count, DType dtype, int peer, int tag) = 0;
   virtual std::unique_ptr<Work> recv_async(void* buf, size_t count, DType dtype, int peer, int tag) = 0;
   virtual void barrier() = 0;
+  // All-to-all of rows (`row` elements each; bytes moved as they are, so
+  // int32 data may travel as f32): to group rank r go send_rows[r] rows
+  // starting send_first[r] rows into send; from rank r come recv_rows[r]
+  // rows, stored recv_first[r] rows into recv. Each array holds size()
+  // entries (copied: they may change once this returns); counting in rows
+  // keeps a step's exchange far below MPI's int count. The expert
+  // all-to-all of expert parallelism (model/moe/expert_exchange.h).
+  virtual std::unique_ptr<Work> all_to_all_rows_async(const void* send, const int* send_rows, const int* send_first,
+                                                      void* recv, const int* recv_rows, const int* recv_first,
+                                                      size_t row, DType dtype);
 
   // Records every operation from now on in `recorder` (which outlives this
   // group or is detached with nullptr), so that a timeout names the member

@@ -414,6 +414,30 @@ std::unique_ptr<Work> MpiComm::recv_async(void* buf, size_t count, DType dtype, 
                                    FlightEntry{flight_, flight_slot_, n, peer, false});
 }
 
+std::unique_ptr<Work> MpiComm::all_to_all_rows_async(const void* send, const int* send_rows, const int* send_first,
+                                                     void* recv, const int* recv_rows, const int* recv_first,
+                                                     size_t row, DType dtype) {
+  const size_t n = size_t(size_);
+  // MPI reads the count arrays until the exchange completes: the work keeps a copy.
+  auto counts = std::make_shared<std::vector<int>>(4 * n);
+  std::copy(send_rows, send_rows + n, counts->begin());
+  std::copy(send_first, send_first + n, counts->begin() + long(n));
+  std::copy(recv_rows, recv_rows + n, counts->begin() + long(2 * n));
+  std::copy(recv_first, recv_first + n, counts->begin() + long(3 * n));
+  size_t rows = 0;
+  for (size_t r = 0; r < n; r++) rows += size_t(send_rows[r]);
+  MPI_Datatype row_type;
+  check(MPI_Type_contiguous(as_int(row * dtype_size(dtype)), MPI_BYTE, &row_type), "all_to_all");
+  check(MPI_Type_commit(&row_type), "all_to_all");
+  const uint64_t seq = enter_collective("all_to_all", rows * row, dtype);
+  MPI_Request req;
+  int* c = counts->data();
+  check(MPI_Ialltoallv(send, c, c + n, row_type, recv, c + 2 * n, c + 3 * n, row_type, comm_, &req), "all_to_all");
+  MPI_Type_free(&row_type);  // freed once the pending exchange no longer needs it
+  return std::make_unique<MpiWork>(req, describe("all_to_all", rows * row, dtype), opts_.timeout_s,
+                                   [counts] {}, FlightEntry{flight_, flight_slot_, seq});
+}
+
 void MpiComm::barrier() {
   const uint64_t seq = enter_collective("barrier", 0, DType::f32);
   {

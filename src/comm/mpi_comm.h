@@ -84,6 +84,10 @@ class MpiComm final : public Communicator {
   void all_gather(const void* send, void* recv, size_t count, DType dtype) override;
   void broadcast(void* buf, size_t count, DType dtype, int root) override;
   void barrier() override;
+  // MPI_Ialltoallv over a contiguous type of one row.
+  std::unique_ptr<Work> all_to_all_rows_async(const void* send, const int* send_rows, const int* send_first,
+                                              void* recv, const int* recv_rows, const int* recv_first, size_t row,
+                                              DType dtype) override;
   void set_flight_recorder(FlightRecorder* recorder) override;
 
   MPI_Comm handle() const { return comm_; }

@@ -18,6 +18,10 @@ void check_layout(const RunConfig& cfg, const LayoutSizes& sizes) {
   const int tp = sizes.tp, dp = sizes.dp > 0 ? sizes.dp : sizes.world / (sizes.tp * sizes.pp * sizes.cp);
   require(tp_split_problem(cfg.model, tp));
   require(cp_split_problem(cfg.model, sizes.cp));
+  require(ep_problem(dp, sizes.cp, sizes.ep));
+  LOOM_USER_CHECK(sizes.ep == 1 || (cfg.model.is_moe() && cfg.model.n_experts % sizes.ep == 0),
+                  "parallel.ep = %d needs a mixtral model whose model.n_experts (%d) it divides", sizes.ep,
+                  cfg.model.n_experts);
   LOOM_USER_CHECK(cfg.train.batch_size % dp == 0,
                   "config field 'train.batch_size' (%d) must be divisible by the data-parallel size %d",
                   cfg.train.batch_size, dp);
@@ -64,7 +68,7 @@ void check_layout(const RunConfig& cfg, const LayoutSizes& sizes) {
 }
 
 void check_layout(const RunConfig& cfg, const ParallelGrid& grid) {
-  check_layout(cfg, LayoutSizes{grid.world_size(), grid.dp(), grid.tp(), grid.pp(), grid.cp()});
+  check_layout(cfg, LayoutSizes{grid.world_size(), grid.dp(), grid.tp(), grid.pp(), grid.cp(), grid.ep()});
 }
 
 std::string layout_problem(const RunConfig& cfg, const LayoutSizes& sizes) {

@@ -16,11 +16,12 @@ struct LayoutSizes {
   int world = 1;
   int dp = 0;  // 0: world / (tp x pp x cp)
   int tp = 1, pp = 1, cp = 1;
+  int ep = 1;  // expert parallelism: divides dp x cp (and the experts)
 };
 
 // Throws UserError naming the first rule `sizes` breaks for cfg: world =
 // dp x tp x pp x cp; tp divides the heads, key/value heads and MLP width; cp
-// splits the sequence; dp x micro-batch divides the batch; sequence
+// splits the sequence; ep divides dp x cp and the experts; dp x micro-batch divides the batch; sequence
 // parallelism divides the micro-batch's tokens; the pipeline has blocks
 // for its chunks and micro-batches for its schedule.
 void check_layout(const RunConfig& cfg, const LayoutSizes& sizes);

@@ -20,13 +20,14 @@ PipelinePlan plan_pipeline(const RunConfig& cfg, int stages, int micro_batches) 
 }
 
 std::vector<ModelShard> chunk_shards(const RunConfig& cfg, const PipelinePlan& plan, int stage, int tp_rank,
-                                     int tp_size) {
+                                     int tp_size, int ep_rank, int ep_size) {
   std::vector<ModelShard> shards;
   for (int c = 0; c < plan.v; c++) {
     const int vs = plan.map().virtual_stage(stage, c);
     ModelShard s;
     s.tp_rank = tp_rank;
     s.tp_size = tp_size;
+    s.ep_rank = ep_rank, s.ep_size = ep_size;
     s.sequence_parallel = cfg.parallel.sequence_parallel && tp_size > 1;
     s.first_layer = plan.first_layer(vs);
     s.end_layer = s.first_layer + plan.layers[size_t(vs)];

@@ -33,8 +33,9 @@ PipelinePlan plan_pipeline(const RunConfig& cfg, int stages, int micro_batches =
 
 // The model chunks of pipeline stage `stage` on tensor-parallel rank
 // tp_rank of tp_size: chunk c holds virtual stage plan.map().virtual_stage(stage, c)
-// (the first virtual stage holds the embedding, the last the head).
+// (the first virtual stage holds the embedding, the last the head), and
+// experts ep_rank's share of ep.
 std::vector<ModelShard> chunk_shards(const RunConfig& cfg, const PipelinePlan& plan, int stage, int tp_rank,
-                                     int tp_size);
+                                     int tp_size, int ep_rank = 0, int ep_size = 1);
 
 }  // namespace loom

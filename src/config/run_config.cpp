@@ -271,6 +271,7 @@ void read_fields(FieldReader& r, RunConfig& c) {
   r.get("parallel.tp", &c.parallel.tp);
   r.get("parallel.pp", &c.parallel.pp);
   r.get("parallel.cp", &c.parallel.cp);
+  r.get("parallel.ep", &c.parallel.ep);
   r.get("parallel.sequence_parallel", &c.parallel.sequence_parallel);
   r.get("parallel.schedule", &c.parallel.schedule);
   r.get("parallel.virtual_stages", &c.parallel.virtual_stages);
@@ -417,6 +418,12 @@ void RunConfig::validate() const {
   require(parallel.cp >= 1 && parallel.cp <= 4096, "parallel.cp", "in [1, 4096]");
   const std::string cp_problem = cp_split_problem(model, parallel.cp);  // the rule every layout check shares
   LOOM_USER_CHECK(cp_problem.empty(), "config field %s", cp_problem.c_str());
+  require(parallel.ep >= 1 && parallel.ep <= 4096, "parallel.ep", "in [1, 4096]");
+  require(parallel.ep == 1 || model.is_moe(), "parallel.ep",
+          "1 for a model without experts (expert parallelism spreads a mixtral model's experts)");
+  require(parallel.ep == 1 || model.n_experts % parallel.ep == 0, "parallel.ep",
+          strprintf("a divisor of model.n_experts (%d): each ep rank holds an equal share of the experts",
+                    model.n_experts).c_str());
   require(parallel.zero >= 0 && parallel.zero <= 3, "parallel.zero", "0, 1, 2 or 3");
   require(parallel.schedule == "1f1b" || parallel.schedule == "gpipe" || parallel.schedule == "interleaved" ||
               parallel.schedule == "zb-h1" || parallel.schedule == "zb-v",
@@ -529,7 +536,7 @@ std::string RunConfig::to_toml() const {
     << "\n[data]\npath = \"" << toml_escaped(data.path) << "\"\nformat = \"" << data.format
     << "\"\nval_fraction = " << data.val_fraction << "\nrows = \"" << data.rows << "\"\nlong_samples = \""
     << data.long_samples << "\"\n[parallel]\ndp = " << parallel.dp << "\ntp = " << parallel.tp
-    << "\npp = " << parallel.pp << "\ncp = " << parallel.cp
+    << "\npp = " << parallel.pp << "\ncp = " << parallel.cp << "\nep = " << parallel.ep
     << "\nsequence_parallel = " << (parallel.sequence_parallel ? "true" : "false")
     << "\nschedule = \"" << toml_escaped(parallel.schedule) << "\"\nvirtual_stages = " << parallel.virtual_stages << "\npp_layers = ["
     << [&] {

@@ -98,6 +98,9 @@ struct ParallelConfig {
   int tp = 1;  // tensor-parallel ranks per layer
   int pp = 1;  // pipeline stages
   int cp = 1;  // context parallelism: ranks each sequence is split over (ring attention, parallel/cp/)
+  // Expert parallelism: ranks of the data group (dp x cp) the experts are
+  // spread over, E / ep each, tokens exchanged by all-to-all (model/moe/).
+  int ep = 1;
   bool sequence_parallel = false;  // tp > 1: norms and residuals hold 1/tp of the tokens
   std::string schedule = "1f1b";   // pipeline schedule: "1f1b", "gpipe" or "interleaved"
   int virtual_stages = 1;          // model chunks per pipeline stage (interleaved schedule)

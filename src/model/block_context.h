@@ -44,6 +44,12 @@ struct BlockWork {
   void *moe_shared_dy = nullptr, *moe_shared_dgate_up = nullptr;
   float* moe_shared_dhidden = nullptr;
   void *moe_dyp = nullptr, *moe_dgate_up = nullptr;  // A
+  // Expert parallelism: A [pairs, C] (the routed rows to send: tokens, then
+  // output gradients), fp32 [ep x pairs, C] (the all-to-all's staging),
+  // fp32 [P, C] (the local experts' outputs; backward: the input gradients
+  // back at their routing rows).
+  void* moe_send = nullptr;
+  float *moe_stage = nullptr, *moe_local = nullptr;
 };
 
 struct BlockContext {
@@ -61,10 +67,11 @@ struct BlockContext {
   const int32_t* doc = nullptr;
   // Mixture of experts: the stage's router state (bias, step counts, the
   // router losses' weight), the context-parallel group a sequence's tokens
-  // are spread over (per-sequence balancing sums over it), and the
-  // micro-batch's activation slot.
+  // are spread over (per-sequence balancing sums over it), the
+  // expert-parallel group, and the micro-batch's activation slot.
   moe::RouterState* router = nullptr;
   Communicator* cp_group = nullptr;
+  Communicator* ep_group = nullptr;  // expert parallelism: the ranks the experts are spread over (null: ep 1)
   int slot = 0;
   int N() const { return B * T; }
   int R() const { return int(tp.local_rows(int64_t(B) * T)); }

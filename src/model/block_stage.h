@@ -50,12 +50,13 @@ class BlockStage final : public TransformerStage {
   void plan_family(ActivationPlan& plan, int B, int T, int slots) override {
     const int64_t R = tp_.local_rows(int64_t(B) * T);
     const size_t a = act_bytes();
+    const int ep = layout_.shard.ep_size;
     // The tiled attention keeps no probabilities: selective recomputation has nothing to drop.
     const bool recompute = (recompute_ == Recompute::full || (recompute_ == Recompute::selective && !attn_.tiled())) &&
                            !t_.blocks.empty();
     // The scratch block whose buffers the dropped tensors share.
     const size_t scratch = plan.size();
-    if (recompute) Family::plan_block(plan, scratch_, cfg_, tp_, B, T, a, attn_.tiled());
+    if (recompute) Family::plan_block(plan, scratch_, cfg_, tp_, B, T, a, attn_.tiled(), ep);
     std::vector<bool> shared(plan.size() - scratch, false);  // scratch buffers some block uses
     acts_.resize(size_t(slots));
     for (size_t k = 0; k < acts_.size(); k++) {
@@ -64,7 +65,7 @@ class BlockStage final : public TransformerStage {
       s.blocks.resize(t_.blocks.size());
       for (auto& b : s.blocks) {
         const size_t first = plan.size();
-        Family::plan_block(plan, b, cfg_, tp_, B, T, a, attn_.tiled());
+        Family::plan_block(plan, b, cfg_, tp_, B, T, a, attn_.tiled(), ep);
         if (recompute)
           for (size_t i = first; i < plan.size(); i++)
             if (dropped(b, plan.pointer(i))) plan.alias(i, scratch + (i - first)), shared[i - first] = true;
@@ -74,7 +75,7 @@ class BlockStage final : public TransformerStage {
     plan.set_region(ActivationPlan::kWork);
     for (size_t i = 0; i < shared.size(); i++)
       if (!shared[i]) plan.drop(scratch + i);
-    Family::plan_block_work(plan, work_, cfg_, tp_, B, T, a, attn_.tiled());
+    Family::plan_block_work(plan, work_, cfg_, tp_, B, T, a, attn_.tiled(), ep);
   }
 
   // Whether recomputation drops block b's buffer *p (full: all but its output,
@@ -90,7 +91,7 @@ class BlockStage final : public TransformerStage {
     Family::finish_work(work_, compute_);
     BlockContext ctx{ops_, attn_, tp_, cfg_, access_, work_, ready_hook(), B, T, token_positions(slot),
                      doc_starts(slot)};
-    ctx.router = router_.get(), ctx.cp_group = cp_group_, ctx.slot = slot;
+    ctx.router = router_.get(), ctx.cp_group = cp_group_, ctx.ep_group = ep_group_, ctx.slot = slot;
     return ctx;
   }
 

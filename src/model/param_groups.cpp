@@ -33,14 +33,32 @@ int64_t global_numel(const ParamSpec& p) {
 
 }  // namespace
 
-std::vector<ParamGroupSpec> param_groups(const ModelConfig& model, const std::vector<std::string>& freeze) {
+bool is_expert_tensor(const std::string& name) { return name.find(".block_sparse_moe.experts.") != std::string::npos; }
+
+std::vector<ParamGroupSpec> param_groups(const ModelConfig& model, const std::vector<std::string>& freeze, int ep) {
   // With LoRA the base is frozen: every tensor but the adapters (and, with
   // lora.bias = "all", the biases).
   const LoraConfig lora = model.lora;
   auto frozen = [freeze, lora](const std::string& name) { return frozen_in_run(lora, freeze, name); };
+  // Expert parallelism: the experts' tensors differ between an ep group's
+  // ranks, so they are groups of their own over the expert-data group.
+  auto dense = [ep](const std::string& name) { return ep == 1 || !is_expert_tensor(name); };
   std::vector<ParamGroupSpec> groups;
-  groups.push_back({"trained", false, GroupKind::data, [frozen](const std::string& name) { return !frozen(name); }});
-  if (!freeze.empty() || lora.enabled()) groups.push_back({"frozen", true, GroupKind::data, frozen, lora.enabled()});
+  groups.push_back({"trained", false, GroupKind::data,
+                    [frozen, dense](const std::string& name) { return dense(name) && !frozen(name); }});
+  const bool any_frozen = !freeze.empty() || lora.enabled();
+  if (any_frozen)
+    groups.push_back({"frozen", true, GroupKind::data,
+                      [frozen, dense](const std::string& name) { return dense(name) && frozen(name); },
+                      lora.enabled()});
+  if (ep > 1) {
+    groups.push_back({"experts", false, GroupKind::expert_data,
+                      [frozen](const std::string& name) { return is_expert_tensor(name) && !frozen(name); }});
+    if (any_frozen)
+      groups.push_back({"frozen experts", true, GroupKind::expert_data,
+                        [frozen](const std::string& name) { return is_expert_tensor(name) && frozen(name); },
+                        lora.enabled()});
+  }
   // Only the groups some tensor of the whole model falls in.
   const ParamLayout whole = ParamLayout::for_model(model);
   std::vector<bool> used(groups.size(), false);

@@ -8,9 +8,8 @@
 // no master copy, no moments), and under ZeRO-3 it is still sharded and
 // gathered like trained parameters. Every tensor belongs to exactly one
 // group. Today's model is one trained group over the data group; train.freeze
-// moves the tensors it names to a frozen one. A later group (experts reduced
-// over a smaller communicator) is declared here, with nothing changed in
-// train/ or parallel/.
+// moves the tensors it names to a frozen one; expert parallelism puts the
+// experts in groups reduced over the smaller expert-data communicator.
 #pragma once
 
 #include <functional>
@@ -40,9 +39,13 @@ struct ParamGroupSpec {
 };
 
 // The run's groups: the tensors train.freeze's patterns match are frozen,
-// the rest trained over the data group. Groups no tensor of a model falls in
+// the rest trained over the data group; with expert parallelism (ep > 1)
+// the experts' tensors are groups of their own ("experts", "frozen
+// experts") over the expert-data group. Groups no tensor of a model falls in
 // are left out.
-std::vector<ParamGroupSpec> param_groups(const ModelConfig& model, const std::vector<std::string>& freeze);
+std::vector<ParamGroupSpec> param_groups(const ModelConfig& model, const std::vector<std::string>& freeze, int ep = 1);
+// A routed expert's stacked tensor (spread over ep ranks).
+bool is_expert_tensor(const std::string& name);
 
 // Per tensor of `layout`: the index of the one group holding it. A tensor
 // held by no group or by two is an internal error naming it.

@@ -13,8 +13,21 @@ int ParamLayout::add(std::string name, std::vector<int64_t> shape, Init init, fl
   p.name = std::move(name);
   p.shape = std::move(shape);
   p.local_shape = p.shape;
+  p.rows = p.shape.empty() ? 1 : p.shape[0];
+  if (split.experts > 0 && shard.ep_size > 1) {
+    const int ep = shard.ep_size;
+    LOOM_CHECK(split.experts % ep == 0 && p.shape[0] % ep == 0, "%s: %lld experts do not split over %d ep ranks",
+               p.name.c_str(), (long long)split.experts, ep);
+    p.rows = p.shape[0] / ep, p.row0 = p.rows * shard.ep_rank;
+    p.local_shape[0] = p.rows;
+    if (split.dim == 0) {  // the blocks of this rank's window
+      LOOM_CHECK(split.blocks.size() % size_t(ep) == 0, "%s: blocks do not split over ep", p.name.c_str());
+      const size_t per = split.blocks.size() / size_t(ep), from = per * size_t(shard.ep_rank);
+      split.blocks = std::vector<int64_t>(split.blocks.begin() + long(from), split.blocks.begin() + long(from + per));
+    }
+  }
   if (split.dim >= 0) {
-    if (split.blocks.empty()) split.blocks = {p.shape[size_t(split.dim)]};
+    if (split.blocks.empty()) split.blocks = {p.local_shape[size_t(split.dim)]};
     int64_t padded = 0;
     for (int64_t b : split.blocks) {
       LOOM_CHECK(b % shard.tp_size == 0, "%s: a block of %lld rows does not split over %d tp ranks", p.name.c_str(),
@@ -99,15 +112,17 @@ std::vector<TensorPiece> ParamLayout::pieces(int i) const {
   const int64_t r = shard.tp_rank;
   std::vector<TensorPiece> out;
   if (p.split.dim < 0) {
-    out.push_back({std::vector<int64_t>(p.shape.size(), 0), p.shape, 0});
+    std::vector<int64_t> at(p.shape.size(), 0), shape = p.shape;
+    if (!shape.empty()) at[0] = p.row0, shape[0] = p.rows;
+    out.push_back({at, shape, 0});
   } else if (p.split.dim == 0) {
     // Row blocks: each part's piece is contiguous in both tensors.
     const int64_t cols = p.shape.size() > 1 ? p.shape[1] : 1;
-    int64_t block_row0 = 0, local_row0 = 0;
+    int64_t block_row0 = p.row0, local_row0 = 0;
     for (int64_t block : p.split.blocks) {
       const int64_t local_rows = block / shard.tp_size;
       const int64_t row0 = block_row0 + r * local_rows;
-      const int64_t n = std::min(local_rows, p.shape[0] - row0);  // padding rows are not part of the tensor
+      const int64_t n = std::min(local_rows, p.row0 + p.rows - row0);  // padding rows are not part of the tensor
       if (n > 0) {
         TensorPiece piece{{row0}, {n}, local_row0 * cols};
         if (p.shape.size() > 1) piece.global_offset.push_back(0), piece.shape.push_back(cols);
@@ -117,7 +132,7 @@ std::vector<TensorPiece> ParamLayout::pieces(int i) const {
     }
   } else {
     const int64_t local_cols = p.local_shape[1];
-    out.push_back({{0, r * local_cols}, {p.shape[0], local_cols}, 0});
+    out.push_back({{p.row0, r * local_cols}, {p.rows, local_cols}, 0});
   }
   return out;
 }

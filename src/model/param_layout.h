@@ -29,6 +29,10 @@ enum class Init : uint8_t { Normal, Zeros, Ones };
 struct TensorSplit {
   int dim = -1;                 // -1: not split (every tp rank holds all of it)
   std::vector<int64_t> blocks;  // empty: one block, the whole length along dim
+  // > 0: dim 0 stacks this many equal experts' slabs, and each of the
+  // shard's ep ranks holds its E / ep consecutive ones (a window of rows;
+  // `blocks` then cut the window as they cut the whole).
+  int64_t experts = 0;
 };
 
 // A rectangle of the global tensor that a rank holds, stored contiguously
@@ -42,7 +46,8 @@ struct ParamSpec {
   std::string name;                  // global name, e.g. "h.3.attn.c_attn.weight"
   std::vector<int64_t> shape;        // global shape
   std::vector<int64_t> local_shape;  // this rank's slice (padding included)
-  TensorSplit split;
+  TensorSplit split;  // experts: blocks already those of this rank's window
+  int64_t row0 = 0, rows = 0;  // the global rows [row0, row0 + rows) the rank's part comes from (expert window)
   int64_t offset = 0;  // in floats from the buffer start
   int64_t numel = 0;   // local
   bool weight_decay = false;  // 2-D matrices (embeddings included)

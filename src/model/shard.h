@@ -8,6 +8,8 @@
 // residual stream (the B x T tokens) between the tensor-parallel regions.
 // Pipeline parallelism gives each stage a contiguous range of blocks; the
 // first holds the embeddings, the last the final norm and the (tied) head.
+// Expert parallelism gives each of ep ranks E / ep consecutive experts of
+// every MoE block (TensorSplit::experts), split over tp within.
 #pragma once
 
 #include <cstdint>
@@ -22,9 +24,12 @@ struct ModelShard {
   int first_layer = 0, end_layer = -1;  // blocks [first_layer, end_layer); -1: n_layer
   bool embedding = true;                 // holds the token (and position) table, does the input lookup
   bool head = true;                      // holds the final norm and the LM head (tied: a copy of the token table)
+  int ep_rank = 0, ep_size = 1;          // experts [ep_rank E / ep_size, (ep_rank + 1) E / ep_size)
 
   int layers_end(const ModelConfig& cfg) const { return end_layer < 0 ? cfg.n_layer : end_layer; }
   int num_layers(const ModelConfig& cfg) const { return layers_end(cfg) - first_layer; }
+  int local_experts(const ModelConfig& cfg) const { return cfg.n_experts / ep_size; }
+  int first_expert(const ModelConfig& cfg) const { return ep_rank * local_experts(cfg); }
   // Vocabulary rows of the embedding table: padded to a multiple of 64 x tp
   // when split (every rank the same count; padding rows are zero and masked
   // out of the loss); unpadded on one rank.

@@ -88,6 +88,9 @@ struct StageBuffers {
   // unless plan_only).
   SequenceSplit split;
   Communicator* cp_group = nullptr;
+  // Expert parallelism: the ep group the MoE blocks exchange tokens over
+  // (its size the shard's ep_size; needed when that is > 1 unless plan_only).
+  Communicator* ep_group = nullptr;
 };
 
 // Targets >= 0 among targets[n]: the ones a loss counts.

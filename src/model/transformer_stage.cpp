@@ -86,6 +86,12 @@ TransformerStage::TransformerStage(const ModelConfig& cfg, ParamLayout layout, S
     ring_ = std::make_unique<RingAttention>(*buffers.cp_group);
     cp_group_ = buffers.cp_group;
   }
+  if (shard.ep_size > 1) {
+    LOOM_CHECK(buffers.ep_group && buffers.ep_group->size() == shard.ep_size &&
+                   buffers.ep_group->rank() == shard.ep_rank,
+               "expert parallelism without its group");
+    ep_group_ = buffers.ep_group;
+  }
   if (cfg.is_moe())
     router_ = std::make_unique<moe::RouterState>(cfg, shard.first_layer, shard.layers_end(cfg), buffers.slots);
   attn_ = Attention(tiled, ring_.get());

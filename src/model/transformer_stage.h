@@ -190,6 +190,7 @@ class TransformerStage : public StageModule {
   std::vector<Documents> docs_;
   std::unique_ptr<RingAttention> ring_;
   Communicator* cp_group_ = nullptr;
+  Communicator* ep_group_ = nullptr;  // expert parallelism (ep > 1)
   std::unique_ptr<moe::RouterState> router_;  // MoE layers only
   Attention attn_;
   ParamAccess access_{};

@@ -98,7 +98,7 @@ StagePlan stage_plan(const RunConfig& cfg, const LoomRun& r, int stage, int thre
   // first (train/replica.cpp, train/param_group.cpp), each 64-byte aligned;
   // the fp32 values read are the pages their tensors touch. Frozen tensors
   // (train.freeze) live in a group of their own.
-  const std::vector<ParamGroupSpec> groups = param_groups(cfg.model, cfg.train.freeze);
+  const std::vector<ParamGroupSpec> groups = param_groups(cfg.model, cfg.train.freeze, cfg.parallel.ep);
   int64_t base = 0, pages = 0, last_page = -1;
   for (int c = int(chunks.size()) - 1; c >= 0; c--) {
     const ParamLayout lay = ParamLayout::for_model(cfg.model, chunks[size_t(c)]);

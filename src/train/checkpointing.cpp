@@ -21,12 +21,13 @@ double seconds_since(Clock::time_point t0) { return std::chrono::duration<double
 
 // The ranks that write a file: the same rule every rank evaluates (and
 // Replica::writes_checkpoint: the data group's first rank, dp 0 and cp 0,
-// or every rank under ZeRO).
+// each expert-data group's first rank (expert parallelism: the first ep
+// ranks of the data group), or every rank under ZeRO).
 std::vector<int> writer_ranks(const ParallelContext& ctx, int zero) {
   std::vector<int> ranks;
   for (int r = 0; r < ctx.grid().world_size(); r++) {
     const GridCoord c = ctx.grid().coord(r);
-    if ((c.dp == 0 && c.cp == 0) || zero > 0) ranks.push_back(r);
+    if (ctx.grid().data_index(c) < ctx.grid().ep() || zero > 0) ranks.push_back(r);
   }
   return ranks;
 }

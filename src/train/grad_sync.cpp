@@ -76,10 +76,12 @@ bool unscale_and_find_inf(ParamGroups& groups, float inv_scale, bool inject, Com
   return any_rank_found_inf(world, local);
 }
 
-double global_grad_norm(ParamGroups& groups, Communicator& model) {
-  double sum = 0;
-  for (auto& g : groups) sum += g->grad_sum_of_squares();
-  return std::sqrt(sum_over_ranks(model, sum));
+double global_grad_norm(ParamGroups& groups, Communicator& model, Communicator& ep) {
+  double dense = 0, experts = 0;
+  for (auto& g : groups) (g->spec().ranks == GroupKind::expert_data ? experts : dense) += g->grad_sum_of_squares();
+  // The ep group's ranks hold different experts: their squares add up.
+  if (ep.size() > 1) experts = sum_over_ranks(ep, experts);
+  return std::sqrt(sum_over_ranks(model, dense + experts));
 }
 
 }  // namespace loom

@@ -42,7 +42,8 @@ void sum_sequence_partial(ParamGroups& groups, const std::vector<ParamLayout>& l
 bool unscale_and_find_inf(ParamGroups& groups, float inv_scale, bool inject, Communicator& world);
 
 // The L2 norm of the whole gradient: the square root of every group's
-// summed squares, summed over `model` (the ranks holding the replica).
-double global_grad_norm(ParamGroups& groups, Communicator& model);
+// summed squares, summed over `model` (the ranks holding the replica); the
+// expert groups' first summed over `ep` (each of its ranks holds E / ep experts).
+double global_grad_norm(ParamGroups& groups, Communicator& model, Communicator& ep);
 
 }  // namespace loom

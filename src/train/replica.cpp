@@ -15,7 +15,8 @@
 namespace loom {
 
 std::vector<ModelShard> stage_shards(const RunConfig& cfg, const ParallelContext& ctx, const PipelinePlan& plan) {
-  return chunk_shards(cfg, plan, ctx.coord().pp, ctx.coord().tp, ctx.grid().tp());
+  return chunk_shards(cfg, plan, ctx.coord().pp, ctx.coord().tp, ctx.grid().tp(), ctx.grid().ep_rank(ctx.rank()),
+                      ctx.grid().ep());
 }
 
 std::vector<int64_t> chunk_offsets(const ModelConfig& model, const std::vector<ModelShard>& shards) {
@@ -64,7 +65,7 @@ Replica::Replica(const RunConfig& cfg, const ParallelContext& ctx, int micro_bat
   for (const ModelShard& shard : shards_) layouts_.push_back(ParamLayout::for_model(cfg.model, shard));
   std::vector<const ParamLayout*> layout_of;
   for (const ParamLayout& lay : layouts_) layout_of.push_back(&lay);
-  const std::vector<ParamGroupSpec> specs = param_groups(cfg.model, cfg.train.freeze);
+  const std::vector<ParamGroupSpec> specs = param_groups(cfg.model, cfg.train.freeze, ctx.grid().ep());
   std::vector<std::vector<ParamGroup::Member>> members(specs.size());
   places_.resize(shards_.size());
   for (int c = int(shards_.size()) - 1; c >= 0; c--) {
@@ -102,7 +103,7 @@ Replica::Replica(const RunConfig& cfg, const ParallelContext& ctx, int micro_bat
     buffers.slots = slots[c], buffers.compute = compute_, buffers.recompute = cfg.train.recompute_mode();
     buffers.source = chunk_sources_.back().get();
     buffers.shared_activations = shared_acts_.get();
-    buffers.split = split_, buffers.cp_group = &ctx.cp();
+    buffers.split = split_, buffers.cp_group = &ctx.cp(), buffers.ep_group = &ctx.group(GroupKind::ep);
     chunks_.push_back(make_stage_module(cfg.model, shards_[c],
                                         TensorParallel(&ctx.tp(), shards_[c].sequence_parallel), micro_batch,
                                         split_.local_len(cfg.model.seq_len), buffers));
@@ -217,7 +218,7 @@ double Replica::reduce() {
     decision_ = scaler_.update(overflowed_);
   }
   if (overflowed_) return NAN;
-  return global_grad_norm(groups_, ctx_.group(GroupKind::model));
+  return global_grad_norm(groups_, ctx_.group(GroupKind::model), ctx_.group(GroupKind::ep));
 }
 
 void Replica::update(float lr, float grad_scale) {
@@ -402,10 +403,14 @@ int64_t Replica::frozen_floats() const {
 }
 
 // The data group's first rank (dp x cp: cp ranks hold the same replica).
-bool Replica::writes_checkpoint() const { return ctx_.dp().rank() == 0 || zero_ > 0; }
+bool Replica::writes_checkpoint() const {
+  // With expert parallelism each expert-data group's first rank writes its experts.
+  return ctx_.dp().rank() == 0 || zero_ > 0 || ctx_.group(GroupKind::expert_data).rank() == 0;
+}
 
 const float* Replica::whole_model_params() const {
-  if (zero_ == 3 || ctx_.grid().tp() != 1 || ctx_.grid().pp() != 1 || chunks_.size() != 1) return nullptr;
+  if (zero_ == 3 || ctx_.grid().tp() != 1 || ctx_.grid().pp() != 1 || ctx_.grid().ep() != 1 || chunks_.size() != 1)
+    return nullptr;
   // One group of every tensor, kept whole: its buffer is the model's layout.
   if (groups_.size() == 1 && groups_[0]->whole_buffer()) return groups_[0]->whole_buffer();
   return whole_.empty() ? nullptr : whole_.data();
@@ -428,7 +433,10 @@ std::vector<CheckpointPiece> Replica::checkpoint_pieces() {
   std::vector<CheckpointPiece> pieces;
   for (const auto& g : groups_) {
     if (g->frozen() && base_outside_checkpoints_) continue;
-    auto p = g->checkpoint_pieces(ctx_.dp().rank() == 0, writes_checkpoint());
+    // Parameters from the group's first rank; the state from it, or from
+    // every rank of the group when ZeRO shards it.
+    const bool first = ctx_.group(g->spec().ranks).rank() == 0;
+    auto p = g->checkpoint_pieces(first, first || zero_ > 0);
     pieces.insert(pieces.end(), std::make_move_iterator(p.begin()), std::make_move_iterator(p.end()));
   }
   // A mixture of experts' balancing biases: each layer's from its stage's

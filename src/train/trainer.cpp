@@ -437,6 +437,7 @@ TrainResult train(const RunConfig& cfg, const ParallelContext& ctx, FILE* log, c
     double dt = seconds_since(t0);
     if (step == first_step) warm_up = replica.reduce_times(), tp_comm_warm_up = replica.tp_comm_seconds();
     result.train_losses.push_back(loss);
+    result.grad_norms.push_back(float(norm));
     if (moe.experts > 0) result.moe_steps.push_back(moe);
     // The first step warms up caches and primitives: leave it out of the
     // averages, unless it is the only step.

@@ -18,6 +18,7 @@ namespace loom {
 
 struct TrainResult {
   std::vector<float> train_losses;  // one per step run (from the resumed step on)
+  std::vector<float> grad_norms;    // the global gradient norm, one per step run (before clipping)
   // A mixture of experts, per step run: the step's routing (obs::MoeStepMetrics).
   std::vector<obs::MoeStepMetrics> moe_steps;
   double peak_rss_bytes = 0;        // the largest peak resident set of any rank

@@ -70,12 +70,14 @@ inline std::string layout_case_skip(const LayoutCase& l, int batch, int* dp) {
 }
 
 // The whole world as dp x cp x tp x pp for (tp, pp, cp), "tp-dp-pp" order,
-// made once per shape (every rank runs the tests in the same order).
-inline const ParallelContext& layout_context(int tp, int pp, int cp) {
-  static std::map<std::tuple<int, int, int>, std::unique_ptr<ParallelContext>> contexts;
-  auto& ctx = contexts[{tp, pp, cp}];
+// its experts over ep ranks of the data group, made once per shape (every
+// rank runs the tests in the same order).
+inline const ParallelContext& layout_context(int tp, int pp, int cp, int ep = 1) {
+  static std::map<std::tuple<int, int, int, int>, std::unique_ptr<ParallelContext>> contexts;
+  auto& ctx = contexts[{tp, pp, cp, ep}];
   if (!ctx)
-    ctx = ParallelContext::create_mpi(ParallelGrid::for_world(world_size(), 0, tp, pp, "tp-dp-pp", cp), MpiOptions{120});
+    ctx = ParallelContext::create_mpi(ParallelGrid::for_world(world_size(), 0, tp, pp, "tp-dp-pp", cp, ep),
+                                      MpiOptions{120});
   return *ctx;
 }
 

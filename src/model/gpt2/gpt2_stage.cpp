@@ -19,11 +19,11 @@ struct Gpt2 {
 
   static TransformerStage::SharedTensors shared(const Tensors& t) { return {t.wte, t.wpe, t.wte}; }
   static void plan_block(ActivationPlan& p, BlockActs& a, const ModelConfig& cfg, const TensorParallel& tp, int B,
-                         int T, size_t bytes, bool tiled) {
+                         int T, size_t bytes, bool tiled, int /*ep: no experts*/) {
     gpt2::plan_block(p, a, cfg, tp, B, T, bytes, tiled);
   }
   static void plan_block_work(ActivationPlan& p, BlockWork& w, const ModelConfig& cfg, const TensorParallel& tp,
-                              int B, int T, size_t bytes, bool tiled) {
+                              int B, int T, size_t bytes, bool tiled, int /*ep*/) {
     gpt2::plan_block_work(p, w, cfg, tp, B, T, bytes, tiled);
   }
   static void plan_norm(ActivationPlan& p, NormActs& n, size_t R) { p.want(&n.mean, R), p.want(&n.rstd, R); }

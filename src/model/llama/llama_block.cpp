@@ -34,7 +34,7 @@ moe::Tensors moe_tensors(const BlockTensors& p) {
 }  // namespace
 
 void plan_block(ActivationPlan& plan, BlockActs& l, const ModelConfig& cfg, const TensorParallel& tp, int B, int T,
-                size_t a, bool tiled) {
+                size_t a, bool tiled, int ep) {
   const LocalShape s(cfg, tp.size());
   const size_t N = size_t(B) * T, R = size_t(tp.local_rows(int64_t(N))), C = cfg.d_model;
   plan.want(&l.attn_in, R * C, a), plan.want(&l.attn_rstd, R);
@@ -44,17 +44,17 @@ void plan_block(ActivationPlan& plan, BlockActs& l, const ModelConfig& cfg, cons
   plan.want(&l.res3, R * C);
   // Dense MLP buffers where some block is dense; the MoE ones where some is MoE.
   if (!cfg.is_moe() || cfg.moe_every > 1) plan.want(&l.gate_up, N * 2 * s.Fl, a), plan.want(&l.hidden, N * s.Fl, a);
-  if (cfg.is_moe()) moe::plan_acts(plan, l.moe, cfg, int(N), tp.size(), a);
+  if (cfg.is_moe()) moe::plan_acts(plan, l.moe, cfg, int(N), tp.size(), ep, a);
 }
 
 void plan_block_work(ActivationPlan& plan, BlockWork& w, const ModelConfig& cfg, const TensorParallel& tp, int B,
-                     int T, size_t a, bool tiled) {
+                     int T, size_t a, bool tiled, int ep) {
   const LocalShape s(cfg, tp.size());
   const size_t N = size_t(B) * T;
   plan.want(&w.dattn_out, N * s.Cl), plan.want(&w.dqkv, N * s.qkv, a);
   plan.want(&w.datt, Attention::scratch_floats(tiled, B, T, s.NHl));
   plan.want(&w.dmlp_out, N * s.Fl), plan.want(&w.dmlp_in, N * 2 * s.Fl, a);
-  if (cfg.is_moe()) moe::plan_work(plan, w, cfg, int(N), tp, a);
+  if (cfg.is_moe()) moe::plan_work(plan, w, cfg, int(N), tp, ep, a);
   const int C = cfg.d_model, F = cfg.ffn(), q = cfg.n_head * cfg.head_dim();
   if (cfg.lora.enabled())
     plan.want(&w.lora, lora::block_work_floats(cfg, int(N), std::max({C, F, q}), std::max({C, F, q})));

@@ -28,10 +28,11 @@ struct RopeTables {
   const float* sin;
 };
 
+// ep: the ranks the experts are spread over (model/moe/moe_block.h).
 void plan_block(ActivationPlan& plan, BlockActs& acts, const ModelConfig& cfg, const TensorParallel& tp, int B,
-                int T, size_t a, bool tiled);
+                int T, size_t a, bool tiled, int ep = 1);
 void plan_block_work(ActivationPlan& plan, BlockWork& work, const ModelConfig& cfg, const TensorParallel& tp, int B,
-                     int T, size_t a, bool tiled);
+                     int T, size_t a, bool tiled, int ep = 1);
 
 template <class A>
 void block_forward(const BlockContext& ctx, const RopeTables& rope, const BlockTensors& t, BlockActs& acts,

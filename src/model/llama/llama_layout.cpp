@@ -40,10 +40,11 @@ ParamLayout make_layout(const ModelConfig& cfg, const ModelShard& shard, Tensors
     if (cfg.moe_block(l)) {
       const int64_t E = cfg.n_experts, Fe = cfg.expert_ffn();
       const std::string m = h + "block_sparse_moe.";
-      b.experts_down = lay.add(m + "experts.down.weight", {E * C, Fe}, Init::Normal, proj_std, cols);
+      // Stacks of E experts: ep ranks each hold E / ep of them.
+      b.experts_down = lay.add(m + "experts.down.weight", {E * C, Fe}, Init::Normal, proj_std, TensorSplit{1, {}, E});
       std::vector<int64_t> rows;  // each expert's gate and up, split over tp
       for (int64_t e = 0; e < 2 * E; e++) rows.push_back(Fe);
-      b.experts_gate_up = lay.add(m + "experts.gate_up.weight", {E * 2 * Fe, C}, Init::Normal, std, TensorSplit{0, rows});
+      b.experts_gate_up = lay.add(m + "experts.gate_up.weight", {E * 2 * Fe, C}, Init::Normal, std, TensorSplit{0, rows, E});
       if (cfg.moe_shared_ffn > 0) {
         const int64_t Fs = cfg.moe_shared_ffn;
         b.shared_down = lay.add(m + "shared_expert.down_proj.weight", {C, Fs}, Init::Normal, proj_std, cols);

@@ -27,12 +27,12 @@ struct Llama {
 
   static TransformerStage::SharedTensors shared(const Tensors& t) { return {t.embed, -1, t.head}; }
   static void plan_block(ActivationPlan& p, BlockActs& a, const ModelConfig& cfg, const TensorParallel& tp, int B,
-                         int T, size_t bytes, bool tiled) {
-    llama::plan_block(p, a, cfg, tp, B, T, bytes, tiled);
+                         int T, size_t bytes, bool tiled, int ep) {
+    llama::plan_block(p, a, cfg, tp, B, T, bytes, tiled, ep);
   }
   static void plan_block_work(ActivationPlan& p, BlockWork& w, const ModelConfig& cfg, const TensorParallel& tp,
-                              int B, int T, size_t bytes, bool tiled) {
-    llama::plan_block_work(p, w, cfg, tp, B, T, bytes, tiled);
+                              int B, int T, size_t bytes, bool tiled, int ep) {
+    llama::plan_block_work(p, w, cfg, tp, B, T, bytes, tiled, ep);
   }
   static void plan_norm(ActivationPlan& p, NormActs& n, size_t R) { p.want(&n.rstd, R); }
   static void finish_work(BlockWork&, ComputePrecision) {}

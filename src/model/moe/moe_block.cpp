@@ -138,6 +138,54 @@ void shared_backward(const BlockContext& ctx, const Tensors& t, const Acts& m, c
   ctx.grad_ready(t.shared_gate), ctx.grad_ready(t.shared_down), ctx.grad_ready(t.shared_gate_up);
 }
 
+bool experts_spread(const BlockContext& ctx) { return ctx.ep_group && ctx.ep_group->size() > 1; }
+
+// The layer with its experts spread over ctx.ep_group: route, send the
+// pairs to their owners, run the local experts, bring the outputs back,
+// combine (model/moe/expert_exchange.h).
+template <class A>
+void forward_spread(const BlockContext& ctx, const Tensors& t, const Acts& m, const A* x, const float* bias, float* y) {
+  const Shape s = shape_of(ctx.cfg, ctx.N(), ctx.tp.size(), ctx.ep_group->size());
+  const ParamAccess& w = ctx.p;
+  const Routing r = routing(m);
+  const Buffers<A> b = buffers<A>(m);
+  const ExchangeLayout x_at = exchange_layout(m);
+  cpu::LowpMatmulEngine& eng = ctx.ops.matmul();
+  A* send = static_cast<A*>(ctx.work.moe_send);
+  route_tokens<A>(eng, send, x, w.param(t.router), bias, s, r, b);
+  exchange_counts(*ctx.ep_group, s, r, x_at);
+  double waited = dispatch<A>(*ctx.ep_group, send, s, r, x_at, reinterpret_cast<A*>(ctx.work.moe_stage), b.xp);
+  experts_forward<A>(eng, x_at.rows(s), b.xp, b.gate_up, b.hidden, ctx.work.moe_local, w.weight<A>(t.gate_up),
+                     w.weight<A>(t.down), s.C, s.F);
+  waited += gather_back<float>(*ctx.ep_group, ctx.work.moe_local, s, r, x_at, ctx.work.moe_stage, b.yp);
+  combine(y, b.yp, s, r);
+  if (ctx.router) ctx.router->add_exchange(waited, 0);
+}
+
+// Its backward: the pairs' output gradients out to the owners, the local
+// experts' backward, the input gradients back, the router's backward.
+template <class A>
+void backward_spread(const BlockContext& ctx, const Tensors& t, const Acts& m, const A* x, const float* dy, float* dx,
+                     const BackwardWork<A>& work, const RouterLossGrad& losses) {
+  const Shape s = shape_of(ctx.cfg, ctx.N(), ctx.tp.size(), ctx.ep_group->size());
+  const ParamAccess& w = ctx.p;
+  const Routing r = routing(m);
+  const Buffers<A> b = buffers<A>(m);
+  const ExchangeLayout x_at = exchange_layout(m);
+  cpu::LowpMatmulEngine& eng = ctx.ops.matmul();
+  A* dys = static_cast<A*>(ctx.work.moe_send);
+  combine_backward<A>(work.dlogits, dys, dy, b.yp, s, r, losses);
+  double waited = dispatch<A>(*ctx.ep_group, dys, s, r, x_at, reinterpret_cast<A*>(ctx.work.moe_stage), work.dyp);
+  experts_backward<A>(eng, x_at.rows(s), work.dyp, work.dxp, work.dhidden, work.dgate_up, b.xp, b.gate_up, b.hidden,
+                      w.weight<A>(t.gate_up), w.weight<A>(t.down), w.grad(t.gate_up), w.grad(t.down), s.C, s.F);
+  float* dxs = ctx.work.moe_local;
+  waited += gather_back<float>(*ctx.ep_group, work.dxp, s, r, x_at, ctx.work.moe_stage, dxs);
+  router_backward<A>(eng, dx, w.grad(t.router), work.dlogits, x, b.x32, w.param(t.router), dxs, s, r);
+  int64_t rows = 0;
+  for (int e = 0; e < s.local_experts(); e++) rows += x_at.count[e];
+  if (ctx.router) ctx.router->add_exchange(waited, rows);
+}
+
 template <class A>
 void mlp_forward(const BlockContext& ctx, int layer, const Tensors& t, const Acts& m, const A* x, float* out,
                  const float* residual) {
@@ -146,8 +194,11 @@ void mlp_forward(const BlockContext& ctx, int layer, const Tensors& t, const Act
   const float* bias = ctx.router ? ctx.router->bias(layer) : nullptr;
   // Sequence parallel: the partial sums of every row, reduce-scattered to this rank's.
   float* y = ctx.tp.sequence_parallel() ? ctx.work.grad_work : out;
-  forward<A>(ctx.ops.matmul(), y, x, w.param(t.router), bias, w.weight<A>(t.gate_up), w.weight<A>(t.down),
-             shape_of(ctx.cfg, N, ctx.tp.size()), routing(m), buffers<A>(m));
+  if (experts_spread(ctx))
+    forward_spread<A>(ctx, t, m, x, bias, y);
+  else
+    forward<A>(ctx.ops.matmul(), y, x, w.param(t.router), bias, w.weight<A>(t.gate_up), w.weight<A>(t.down),
+               shape_of(ctx.cfg, N, ctx.tp.size()), routing(m), buffers<A>(m));
   if (ctx.router) ctx.router->set_forward_counts(ctx.slot, layer, routing(m).count);
   if (t.shared_gate_up >= 0) shared_forward<A>(ctx, t, m, x, y);
   ctx.tp.reduce_rows(y, out, N, C);
@@ -190,8 +241,11 @@ void mlp_backward(const BlockContext& ctx, int layer, const Tensors& t, const Ac
   const float* dy = ctx.tp.gather_rows(dres, k.moe_dy, N, C);
   x = ctx.tp.gather_rows(x, static_cast<A*>(k.gathered), N, C);
   float* dx = sp ? k.grad_work : dnorm;
-  backward<A>(ctx.ops.matmul(), dx, w.grad(t.router), w.grad(t.gate_up), w.grad(t.down), dy, x, w.param(t.router),
-              w.weight<A>(t.gate_up), w.weight<A>(t.down), s, r, buffers<A>(m), work, losses);
+  if (experts_spread(ctx))
+    backward_spread<A>(ctx, t, m, x, dy, dx, work, losses);
+  else
+    backward<A>(ctx.ops.matmul(), dx, w.grad(t.router), w.grad(t.gate_up), w.grad(t.down), dy, x, w.param(t.router),
+                w.weight<A>(t.gate_up), w.weight<A>(t.down), s, r, buffers<A>(m), work, losses);
   ctx.grad_ready(t.router), ctx.grad_ready(t.gate_up), ctx.grad_ready(t.down);
   if (t.shared_gate_up >= 0) shared_backward<A>(ctx, t, m, x, dy, dx);
   ctx.tp.reduce_rows(dx, dnorm, N, C);

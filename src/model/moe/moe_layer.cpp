@@ -22,14 +22,14 @@ const float* widened(const A* x, float* to, size_t n) {
   }
 }
 
-// An expert's rows as its products run them: rounded up to Shape::kRowAlign.
-int64_t padded(int64_t rows) { return (rows + Shape::kRowAlign - 1) / Shape::kRowAlign * Shape::kRowAlign; }
+// Rows rounded up to a multiple of align.
+int64_t padded(int64_t rows, int align) { return (rows + align - 1) / align * align; }
 
 // Zeroes each expert's padding rows of buf [rows, width].
 template <class T>
-void zero_padding(T* buf, int64_t width, const Shape& s, const Routing& r) {
-  for (int e = 0; e < s.E; e++) {
-    const int64_t end = r.first[size_t(e)] + r.count[size_t(e)], stop = r.first[size_t(e) + 1];
+void zero_padding(T* buf, int64_t width, const ExpertRows& rows) {
+  for (int e = 0; e < rows.experts; e++) {
+    const int64_t end = rows.first[size_t(e)] + rows.count[size_t(e)], stop = rows.first[size_t(e) + 1];
     std::fill(buf + end * width, buf + stop * width, T{});
   }
 }
@@ -71,7 +71,7 @@ void route(const float* logits, const float* bias, const Shape& s, const Routing
   std::fill(r.count, r.count + E, 0);
   for (int64_t i = 0; i < s.pairs(); i++) r.count[size_t(r.expert[size_t(i)])]++;
   r.first[0] = 0;
-  for (int e = 0; e < E; e++) r.first[size_t(e) + 1] = r.first[size_t(e)] + int32_t(padded(r.count[size_t(e)]));
+  for (int e = 0; e < E; e++) r.first[size_t(e) + 1] = r.first[size_t(e)] + int32_t(padded(r.count[size_t(e)], s.route_align()));
   int32_t* next = r.count;  // reused as each expert's next free row, then restored
   for (int e = 0; e < E; e++) next[size_t(e)] = r.first[size_t(e)];
   for (int64_t i = 0; i < s.pairs(); i++) r.row[size_t(i)] = next[size_t(r.expert[size_t(i)])]++;
@@ -88,50 +88,63 @@ Routing RoutingStorage::view(const Shape& s) {
 }
 
 template <class A>
-void forward(cpu::LowpMatmulEngine& eng, float* y, const A* x, const float* w_router, const float* bias,
-             const A* w_gate_up, const A* w_down, const Shape& s, const Routing& r, const Buffers<A>& b) {
-  const int C = s.C, E = s.E, F = s.F, k = s.k;
-  // Router in fp32: logits into yp's first N x E floats (free until the experts run).
+void route_tokens(cpu::LowpMatmulEngine& eng, A* xs, const A* x, const float* w_router, const float* bias,
+                  const Shape& s, const Routing& r, const Buffers<A>& b) {
+  const int C = s.C, k = s.k;
+  // Router in fp32: logits into yp's first N x E floats (free until the experts' outputs arrive).
   const float* x32 = widened(x, b.x32, size_t(s.N) * C);
   float* logits = b.yp;
-  eng.fp32().gemm(logits, x32, w_router, nullptr, s.N, E, C, false, true, false);
+  eng.fp32().gemm(logits, x32, w_router, nullptr, s.N, s.E, C, false, true, false);
   route(logits, bias, s, r);
-  // Permute: each pair's token into its expert's rows.
 #pragma omp parallel for schedule(static)
   for (int n = 0; n < s.N; n++)
     for (int j = 0; j < k; j++)
-      std::memcpy(b.xp + size_t(r.row[size_t(n) * k + j]) * C, x + size_t(n) * C, size_t(C) * sizeof(A));
-  zero_padding(b.xp, C, s, r);  // zero rows in: zero rows out, all the way through backward
+      std::memcpy(xs + size_t(r.row[size_t(n) * k + j]) * C, x + size_t(n) * C, size_t(C) * sizeof(A));
+}
+
+template <class A>
+void experts_forward(cpu::LowpMatmulEngine& eng, const ExpertRows& rows, A* xp, A* gate_up, A* hidden, float* yp,
+                     const A* w_gate_up, const A* w_down, int C, int F) {
+  zero_padding(xp, C, rows);  // zero rows in: zero rows out, all the way through backward
   // Each expert: one product over its (padded) rows for gate/up, SwiGLU, one for down.
-  for (int e = 0; e < E; e++) {
-    const int64_t rows = r.first[size_t(e) + 1] - r.first[size_t(e)], at = r.first[size_t(e)];
-    if (rows == 0) continue;
-    product_out<A>(eng, b.gate_up + at * 2 * F, b.xp + at * C, w_gate_up + int64_t(e) * 2 * F * C, rows, 2 * F, C);
-    cpu::swiglu_forward(b.hidden + at * F, b.gate_up + at * 2 * F, int(rows), F);
-    product<A>(eng, b.yp + at * C, b.hidden + at * F, w_down + int64_t(e) * C * F, rows, C, F, false, true, false);
+  for (int e = 0; e < rows.experts; e++) {
+    const int64_t n = rows.first[size_t(e) + 1] - rows.first[size_t(e)], at = rows.first[size_t(e)];
+    if (n == 0) continue;
+    product_out<A>(eng, gate_up + at * 2 * F, xp + at * C, w_gate_up + int64_t(e) * 2 * F * C, n, 2 * F, C);
+    cpu::swiglu_forward(hidden + at * F, gate_up + at * 2 * F, int(n), F);
+    product<A>(eng, yp + at * C, hidden + at * F, w_down + int64_t(e) * C * F, n, C, F, false, true, false);
   }
-  // Combine in fp32, slot by slot.
+}
+
+void combine(float* y, const float* ys, const Shape& s, const Routing& r) {
+  const int C = s.C, k = s.k;
 #pragma omp parallel for schedule(static)
   for (int n = 0; n < s.N; n++) {
     float* out = y + size_t(n) * C;
     std::fill(out, out + C, 0.f);
     for (int j = 0; j < k; j++) {
       const float w = r.weight[size_t(n) * k + j];
-      const float* from = b.yp + size_t(r.row[size_t(n) * k + j]) * C;
+      const float* from = ys + size_t(r.row[size_t(n) * k + j]) * C;
       for (int c = 0; c < C; c++) out[c] += w * from[c];
     }
   }
 }
 
 template <class A>
-void backward(cpu::LowpMatmulEngine& eng, float* dx, float* dw_router, float* dw_gate_up, float* dw_down,
-              const float* dy, const A* x, const float* w_router, const A* w_gate_up, const A* w_down,
-              const Shape& s, const Routing& r, const Buffers<A>& b, const BackwardWork<A>& w,
-              const RouterLossGrad& losses) {
-  const int C = s.C, E = s.E, F = s.F, k = s.k;
-  // Combine's backward: each pair's output gradient w dy (in the compute
-  // type, as the products read it) and its weight's gradient dy . yp.
-  float* dlogits = w.dlogits;
+void forward(cpu::LowpMatmulEngine& eng, float* y, const A* x, const float* w_router, const float* bias,
+             const A* w_gate_up, const A* w_down, const Shape& s, const Routing& r, const Buffers<A>& b) {
+  route_tokens<A>(eng, b.xp, x, w_router, bias, s, r, b);
+  experts_forward<A>(eng, ExpertRows{s.E, r.first, r.count}, b.xp, b.gate_up, b.hidden, b.yp, w_gate_up, w_down, s.C,
+                     s.F);
+  combine(y, b.yp, s, r);
+}
+
+template <class A>
+void combine_backward(float* dlogits, A* dys, const float* dy, const float* ys, const Shape& s, const Routing& r,
+                      const RouterLossGrad& losses) {
+  const int C = s.C, E = s.E, k = s.k;
+  // Each pair's output gradient w dy (in the compute type, as the products
+  // read it) and its weight's gradient dy . yp.
   std::fill(dlogits, dlogits + size_t(s.N) * E, 0.f);
 #pragma omp parallel for schedule(static)
   for (int n = 0; n < s.N; n++) {
@@ -142,8 +155,8 @@ void backward(cpu::LowpMatmulEngine& eng, float* dx, float* dw_router, float* dw
     for (int j = 0; j < k; j++) {
       const size_t pair = size_t(n) * k + j;
       const float wt = r.weight[pair];
-      const float* yp = b.yp + size_t(r.row[pair]) * C;
-      A* to = w.dyp + size_t(r.row[pair]) * C;
+      const float* yp = ys + size_t(r.row[pair]) * C;
+      A* to = dys + size_t(r.row[pair]) * C;
       double dot = 0;
       for (int c = 0; c < C; c++) to[c] = from_f32<A>(wt * g[c]), dot += double(g[c]) * yp[c];
       dws[j] = float(dot);
@@ -180,32 +193,54 @@ void backward(cpu::LowpMatmulEngine& eng, float* dx, float* dw_router, float* dw
       for (int e = 0; e < E; e++) dl[e] += zg * p[e];
     }
   }
-  zero_padding(w.dyp, C, s, r);  // the padding rows add nothing to the weights' gradients
-  // Experts, each over its (padded) rows.
-  for (int e = 0; e < E; e++) {
-    const int64_t rows = r.first[size_t(e) + 1] - r.first[size_t(e)], at = r.first[size_t(e)];
-    if (rows == 0) continue;
+}
+
+template <class A>
+void experts_backward(cpu::LowpMatmulEngine& eng, const ExpertRows& rows, A* dyp, float* dxp, float* dhidden,
+                      A* dgate_up, const A* xp, const A* gate_up, const A* hidden, const A* w_gate_up,
+                      const A* w_down, float* dw_gate_up, float* dw_down, int C, int F) {
+  zero_padding(dyp, C, rows);  // the padding rows add nothing to the weights' gradients
+  for (int e = 0; e < rows.experts; e++) {
+    const int64_t n = rows.first[size_t(e) + 1] - rows.first[size_t(e)], at = rows.first[size_t(e)];
+    if (n == 0) continue;
     const A* wd = w_down + int64_t(e) * C * F;
     const A* wgu = w_gate_up + int64_t(e) * 2 * F * C;
-    product<A>(eng, w.dhidden + at * F, w.dyp + at * C, wd, rows, F, C, false, false, false);                    // dyp wd
-    if (dw_down) product<A>(eng, dw_down + int64_t(e) * C * F, w.dyp + at * C, b.hidden + at * F, C, F, rows, true, false, true);
-    cpu::swiglu_backward(w.dgate_up + at * 2 * F, b.gate_up + at * 2 * F, w.dhidden + at * F, int(rows), F);
+    product<A>(eng, dhidden + at * F, dyp + at * C, wd, n, F, C, false, false, false);  // dyp wd
+    if (dw_down) product<A>(eng, dw_down + int64_t(e) * C * F, dyp + at * C, hidden + at * F, C, F, n, true, false, true);
+    cpu::swiglu_backward(dgate_up + at * 2 * F, gate_up + at * 2 * F, dhidden + at * F, int(n), F);
     if (dw_gate_up)
-      product<A>(eng, dw_gate_up + int64_t(e) * 2 * F * C, w.dgate_up + at * 2 * F, b.xp + at * C, 2 * F, C, rows, true,
-            false, true);
-    product<A>(eng, w.dxp + at * C, w.dgate_up + at * 2 * F, wgu, rows, C, 2 * F, false, false, false);
+      product<A>(eng, dw_gate_up + int64_t(e) * 2 * F * C, dgate_up + at * 2 * F, xp + at * C, 2 * F, C, n, true,
+                 false, true);
+    product<A>(eng, dxp + at * C, dgate_up + at * 2 * F, wgu, n, C, 2 * F, false, false, false);
   }
-  // Router: dWr += dlogits^T x, dx = dlogits Wr, then each pair's input gradient added back.
-  const float* x32 = widened(x, b.x32, size_t(s.N) * C);
-  if (dw_router) eng.fp32().gemm(dw_router, dlogits, x32, nullptr, E, C, s.N, true, false, true);
+}
+
+template <class A>
+void router_backward(cpu::LowpMatmulEngine& eng, float* dx, float* dw_router, const float* dlogits, const A* x,
+                     float* x32, const float* w_router, const float* dxs, const Shape& s, const Routing& r) {
+  const int C = s.C, E = s.E, k = s.k;
+  // dWr += dlogits^T x, dx = dlogits Wr, then each pair's input gradient added back.
+  const float* x32w = widened(x, x32, size_t(s.N) * C);
+  if (dw_router) eng.fp32().gemm(dw_router, dlogits, x32w, nullptr, E, C, s.N, true, false, true);
   eng.fp32().gemm(dx, dlogits, w_router, nullptr, s.N, C, E, false, false, false);
 #pragma omp parallel for schedule(static)
   for (int n = 0; n < s.N; n++)
     for (int j = 0; j < k; j++) {
-      const float* from = w.dxp + size_t(r.row[size_t(n) * k + j]) * C;
+      const float* from = dxs + size_t(r.row[size_t(n) * k + j]) * C;
       float* to = dx + size_t(n) * C;
       for (int c = 0; c < C; c++) to[c] += from[c];
     }
+}
+
+template <class A>
+void backward(cpu::LowpMatmulEngine& eng, float* dx, float* dw_router, float* dw_gate_up, float* dw_down,
+              const float* dy, const A* x, const float* w_router, const A* w_gate_up, const A* w_down,
+              const Shape& s, const Routing& r, const Buffers<A>& b, const BackwardWork<A>& w,
+              const RouterLossGrad& losses) {
+  combine_backward<A>(w.dlogits, w.dyp, dy, b.yp, s, r, losses);
+  experts_backward<A>(eng, ExpertRows{s.E, r.first, r.count}, w.dyp, w.dxp, w.dhidden, w.dgate_up, b.xp, b.gate_up,
+                      b.hidden, w_gate_up, w_down, dw_gate_up, dw_down, s.C, s.F);
+  router_backward<A>(eng, dx, dw_router, w.dlogits, x, b.x32, w_router, w.dxp, s, r);
 }
 
 #define LOOM_MOE(A)                                                                                                 \
@@ -213,7 +248,17 @@ void backward(cpu::LowpMatmulEngine& eng, float* dx, float* dw_router, float* dw
                            const Shape&, const Routing&, const Buffers<A>&);                                               \
   template void backward<A>(cpu::LowpMatmulEngine&, float*, float*, float*, float*, const float*, const A*,          \
                             const float*, const A*, const A*, const Shape&, const Routing&, const Buffers<A>&,      \
-                            const BackwardWork<A>&, const RouterLossGrad&);
+                            const BackwardWork<A>&, const RouterLossGrad&);                                      \
+  template void route_tokens<A>(cpu::LowpMatmulEngine&, A*, const A*, const float*, const float*, const Shape&,      \
+                                const Routing&, const Buffers<A>&);                                                   \
+  template void experts_forward<A>(cpu::LowpMatmulEngine&, const ExpertRows&, A*, A*, A*, float*, const A*, const A*, \
+                                   int, int);                                                                         \
+  template void combine_backward<A>(float*, A*, const float*, const float*, const Shape&, const Routing&,            \
+                                    const RouterLossGrad&);                                                           \
+  template void experts_backward<A>(cpu::LowpMatmulEngine&, const ExpertRows&, A*, float*, float*, A*, const A*,     \
+                                    const A*, const A*, const A*, const A*, float*, float*, int, int);               \
+  template void router_backward<A>(cpu::LowpMatmulEngine&, float*, float*, const float*, const A*, float*,           \
+                                   const float*, const float*, const Shape&, const Routing&);
 LOOM_MOE(float)
 LOOM_MOE(bf16)
 LOOM_MOE(f16)

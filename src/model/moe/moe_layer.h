@@ -43,7 +43,12 @@ struct Shape {
   int F = 0;  // an expert's MLP width
   bool sigmoid = false;  // the router's scores: each expert's sigmoid (DeepSeek-V3), else the softmax
   bool renormalize = true;  // the chosen scores over their sum as weights (else as they are)
+  // Expert parallelism: the experts are spread over ep ranks (E / ep each);
+  // this rank's pairs leave in expert order, unpadded, and the rows an
+  // owner runs arrive from every rank of its group (model/moe/expert_exchange.h).
+  int ep = 1;
   int64_t pairs() const { return int64_t(N) * k; }
+  int local_experts() const { return E / ep; }
   // Each expert's rows start at a multiple of kRowAlign and its products run
   // over its rows rounded up to one (the padding rows hold zeros): a
   // product's shape then takes one of pairs() / kRowAlign + E values, so the
@@ -51,7 +56,14 @@ struct Shape {
   // instead of made anew for every routing (which cost more than the
   // experts' products themselves). The per-pair buffers have padded_rows().
   static constexpr int kRowAlign = 32;
-  int64_t padded_rows() const { return pairs() + int64_t(E) * (kRowAlign - 1); }
+  // The rows the local experts run at most: every pair (with ep, every pair
+  // of the ep group's ranks: dropless means any routing fits), each expert
+  // padded. The per-pair buffers of the experts have padded_rows().
+  int64_t padded_rows() const { return int64_t(ep) * pairs() + int64_t(local_experts()) * (kRowAlign - 1); }
+  // The routing's rows: padded for this rank's experts' products (ep 1) or
+  // unpadded, in expert order, to be sent (ep > 1).
+  int route_align() const { return ep == 1 ? kRowAlign : 1; }
+  int64_t routed_rows() const { return ep == 1 ? padded_rows() : pairs(); }
 };
 
 // What forward decides and backward reads again (planned buffers: a step
@@ -62,7 +74,7 @@ struct Routing {
   float* weight = nullptr;    // [N, k] combine weights
   int32_t* row = nullptr;     // [N, k] the pair's row in the permuted buffers
   int32_t* count = nullptr;   // [E] rows per expert (pairs routed to it)
-  int32_t* first = nullptr;   // [E + 1] each expert's first row (multiples of kRowAlign)
+  int32_t* first = nullptr;   // [E + 1] each expert's first row (multiples of Shape::route_align())
   float* lse = nullptr;       // [N] logsumexp of the logits (the z-loss's)
 };
 
@@ -73,13 +85,22 @@ struct RoutingStorage {
   Routing view(const Shape& s);
 };
 
-// The per-pair buffers (Shape::padded_rows() rows each) forward fills and backward reads.
+// The rows the local experts run: expert e's count[e] rows start at
+// first[e] (padded to Shape::kRowAlign, the padding rows zero).
+struct ExpertRows {
+  int experts = 0;
+  const int32_t* first = nullptr;  // [experts + 1]
+  const int32_t* count = nullptr;  // [experts]
+};
+
+// The per-pair buffers forward fills and backward reads: the experts' rows
+// (Shape::padded_rows() each) and the routed pairs' outputs.
 template <class A>
 struct Buffers {
-  A* xp = nullptr;        // [Nk, C] the tokens, permuted
-  A* gate_up = nullptr;   // [Nk, 2F]
-  A* hidden = nullptr;    // [Nk, F] silu(gate) * up
-  float* yp = nullptr;    // [Nk, C] expert outputs
+  A* xp = nullptr;        // [P, C] the tokens, permuted
+  A* gate_up = nullptr;   // [P, 2F]
+  A* hidden = nullptr;    // [P, F] silu(gate) * up
+  float* yp = nullptr;    // [routed_rows, C] the pairs' outputs, by routing row (also the logits' [N, E] first)
   float* x32 = nullptr;   // [N, C] x in fp32 for the router (A = float: unused)
 };
 
@@ -125,11 +146,6 @@ void product_out(cpu::LowpMatmulEngine& eng, A* c, const A* a, const A* b, int64
   else eng.gemm(c, a, b, nullptr, M, N, K, false, true);
 }
 
-// y[N, C] (written) from x[N, C]. bias [E] may be null.
-template <class A>
-void forward(cpu::LowpMatmulEngine& eng, float* y, const A* x, const float* w_router, const float* bias,
-             const A* w_gate_up, const A* w_down, const Shape& s, const Routing& r, const Buffers<A>& b);
-
 // The router losses' gradients backward adds at the router (each already
 // weighted like the main loss: coefficient x the loss scale over the batch's
 // counted targets).
@@ -140,6 +156,45 @@ struct RouterLossGrad {
   const float* seq_dprob = nullptr;
   int T = 0;
 };
+
+// --- The parts (the expert-parallel path puts its exchange between them). ---
+
+// The router's logits (into b.yp) and the routing (r), then each pair's
+// token copied to its routing row of xs [routed_rows, C].
+template <class A>
+void route_tokens(cpu::LowpMatmulEngine& eng, A* xs, const A* x, const float* w_router, const float* bias,
+                  const Shape& s, const Routing& r, const Buffers<A>& b);
+// Every local expert over its rows: gate_up, hidden and yp [P, C] from xp
+// (its padding rows zeroed first). Weights: the local experts' stacks.
+template <class A>
+void experts_forward(cpu::LowpMatmulEngine& eng, const ExpertRows& rows, A* xp, A* gate_up, A* hidden, float* yp,
+                     const A* w_gate_up, const A* w_down, int C, int F);
+// y[n] = sum_j weight[n, j] ys[row[n, j]] in fp32, slot by slot.
+void combine(float* y, const float* ys, const Shape& s, const Routing& r);
+// Combine's backward: each pair's output gradient weight x dy into its
+// routing row of dys (compute type) and the router's dlogits [N, E] (with
+// the router losses').
+template <class A>
+void combine_backward(float* dlogits, A* dys, const float* dy, const float* ys, const Shape& s, const Routing& r,
+                      const RouterLossGrad& losses);
+// The local experts' backward from dyp [P, C] (its padding rows zeroed
+// first): dxp [P, C] fp32 written, the weights' gradients added (null:
+// frozen, skipped).
+template <class A>
+void experts_backward(cpu::LowpMatmulEngine& eng, const ExpertRows& rows, A* dyp, float* dxp, float* dhidden,
+                      A* dgate_up, const A* xp, const A* gate_up, const A* hidden, const A* w_gate_up,
+                      const A* w_down, float* dw_gate_up, float* dw_down, int C, int F);
+// The router's backward: dWr += dlogits^T x, dx = dlogits Wr + sum_j dxs[row[n, j]].
+template <class A>
+void router_backward(cpu::LowpMatmulEngine& eng, float* dx, float* dw_router, const float* dlogits, const A* x,
+                     float* x32, const float* w_router, const float* dxs, const Shape& s, const Routing& r);
+
+// y[N, C] (written) from x[N, C] on one rank holding every expert (ep 1).
+// bias [E] may be null.
+template <class A>
+void forward(cpu::LowpMatmulEngine& eng, float* y, const A* x, const float* w_router, const float* bias,
+             const A* w_gate_up, const A* w_down, const Shape& s, const Routing& r, const Buffers<A>& b);
+
 
 // From dy[N, C]: dx[N, C] (written), and the weights' gradients added to
 // (fp32: dw_router [E, C], dw_gate_up [E, 2F, C], dw_down [E, C, F]; a

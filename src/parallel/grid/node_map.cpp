@@ -75,8 +75,10 @@ std::vector<std::string> NodeMap::placement_lines(const ParallelGrid& grid) cons
     const char* traffic;
   };
   for (const Chatty& c : {Chatty{GroupKind::tp, "tensor-parallel", "all-reduces"},
-                          Chatty{GroupKind::cp, "context-parallel", "key/value ring"}}) {
-    if (grid.size(c.kind == GroupKind::tp ? Axis::tp : Axis::cp) == 1) continue;
+                          Chatty{GroupKind::cp, "context-parallel", "key/value ring"},
+                          Chatty{GroupKind::ep, "expert-parallel", "token all-to-alls"}}) {
+    const int size = c.kind == GroupKind::tp ? grid.tp() : c.kind == GroupKind::cp ? grid.cp() : grid.ep();
+    if (size == 1) continue;
     const auto across = groups_across_nodes(grid, c.kind);
     const size_t total = grid.groups(c.kind).size();
     if (across.empty()) {

@@ -31,7 +31,8 @@ struct NodeMap {
   std::string describe() const;
   // What a run logs about its groups' placement: the nodes, whether every
   // tensor-parallel group stays inside one (a warning naming the first that
-  // does not), and the same for context-parallel rings.
+  // does not), and the same for context-parallel rings and expert-parallel
+  // groups.
   std::vector<std::string> placement_lines(const ParallelGrid& grid) const;
 };
 

@@ -16,6 +16,8 @@ const char* group_kind_name(GroupKind k) {
     case GroupKind::embedding: return "embedding";
     case GroupKind::world: return "world";
     case GroupKind::cp: return "cp";
+    case GroupKind::ep: return "ep";
+    case GroupKind::expert_data: return "expert_dp";
   }
   return "?";
 }
@@ -31,11 +33,14 @@ static Axis parse_axis(const std::string& s, const std::string& order) {
   throw UserError(strprintf(kOrderRule, order.c_str()));
 }
 
-ParallelGrid::ParallelGrid(int dp, int tp, int pp, const std::string& order, int cp) : order_(order) {
+ParallelGrid::ParallelGrid(int dp, int tp, int pp, const std::string& order, int cp, int ep)
+    : ep_(ep), order_(order) {
   LOOM_USER_CHECK(dp >= 1, "parallel.dp must be >= 1 (got %d)", dp);
   LOOM_USER_CHECK(tp >= 1, "parallel.tp must be >= 1 (got %d)", tp);
   LOOM_USER_CHECK(pp >= 1, "parallel.pp must be >= 1 (got %d)", pp);
   LOOM_USER_CHECK(cp >= 1, "parallel.cp must be >= 1 (got %d)", cp);
+  const std::string ep_rule = ep_problem(dp, cp, ep);
+  LOOM_USER_CHECK(ep_rule.empty(), "%s", ep_rule.c_str());
   sizes_ = {dp, tp, pp, cp};
   std::vector<std::string> parts;
   size_t start = 0;
@@ -73,11 +78,20 @@ std::string world_problem(int world, int dp, int tp, int pp, int cp) {
   return "";
 }
 
-ParallelGrid ParallelGrid::for_world(int world, int dp, int tp, int pp, const std::string& order, int cp) {
+std::string ep_problem(int dp, int cp, int ep) {
+  if (ep < 1) return strprintf("parallel.ep must be >= 1 (got %d)", ep);
+  if ((dp * cp) % ep != 0)
+    return strprintf("parallel.ep (%d) must divide the data group: parallel.dp (%d) x parallel.cp (%d) = %d ranks "
+                     "hold the same dense weights, and ep of them split the experts",
+                     ep, dp, cp, dp * cp);
+  return "";
+}
+
+ParallelGrid ParallelGrid::for_world(int world, int dp, int tp, int pp, const std::string& order, int cp, int ep) {
   const std::string problem = world_problem(world, dp, tp, pp, cp);
   LOOM_USER_CHECK(problem.empty(), "%s", problem.c_str());
   if (dp == 0) dp = world / (tp * pp * cp);
-  return ParallelGrid(dp, tp, pp, order, cp);
+  return ParallelGrid(dp, tp, pp, order, cp, ep);
 }
 
 GridCoord ParallelGrid::coord(int rank) const {
@@ -126,6 +140,16 @@ std::vector<int> ParallelGrid::group(GroupKind kind, int rank) const {
     case GroupKind::cp: along({Axis::cp}); break;
     case GroupKind::model: along({Axis::tp, Axis::pp}); break;
     case GroupKind::world: along({Axis::tp, Axis::cp, Axis::dp, Axis::pp}); break;
+    case GroupKind::ep:
+    case GroupKind::expert_data: {
+      // The data group's members whose index shares this rank's run (ep) or
+      // its place in a run (expert_data), in data-group order.
+      std::vector<int> data = group(GroupKind::data, rank);
+      const int mine = data_index(me);
+      for (int i = 0; i < int(data.size()); i++)
+        if (kind == GroupKind::ep ? i / ep_ == mine / ep_ : i % ep_ == mine % ep_) out.push_back(data[size_t(i)]);
+      break;
+    }
     case GroupKind::embedding: {
       if (pp() > 1 && (me.pp == 0 || me.pp == pp() - 1)) {
         out.push_back(this->rank(GridCoord{me.dp, me.tp, 0, me.cp}));
@@ -152,8 +176,9 @@ std::vector<std::vector<int>> ParallelGrid::groups(GroupKind kind) const {
 }
 
 std::string ParallelGrid::describe() const {
-  return strprintf("dp=%d tp=%d pp=%d%s (order %s, %d ranks)", dp(), tp(), pp(),
-                   cp() > 1 ? strprintf(" cp=%d", cp()).c_str() : "", order_.c_str(), world_size());
+  return strprintf("dp=%d tp=%d pp=%d%s%s (order %s, %d ranks)", dp(), tp(), pp(),
+                   cp() > 1 ? strprintf(" cp=%d", cp()).c_str() : "", ep_ > 1 ? strprintf(" ep=%d", ep_).c_str() : "",
+                   order_.c_str(), world_size());
 }
 
 }  // namespace loom

@@ -35,31 +35,46 @@ enum class GroupKind {
   embedding,  // first and last pipeline stage with the same (dp, tp, cp): tied embeddings
   world,
   cp,         // same (dp, tp, pp): a sequence's ranks (ring attention)
+  // Expert parallelism (parallel.ep divides the data group: an expert view
+  // of the same ranks, not a new axis). The data group's ranks in its order
+  // (dp fastest, then cp) are cut into runs of ep consecutive ones:
+  ep,           // one run: the ranks whose experts together make every expert (the token all-to-all)
+  expert_data,  // the same place in every run: the ranks holding the same experts (their gradient
+                // reduction and ZeRO shards)
 };
 const char* group_kind_name(GroupKind k);
-constexpr std::array<GroupKind, 7> kAllGroupKinds = {GroupKind::tp,        GroupKind::data,    GroupKind::pp,
-                                                     GroupKind::model,     GroupKind::embedding,
-                                                     GroupKind::world,     GroupKind::cp};
+constexpr std::array<GroupKind, 9> kAllGroupKinds = {
+    GroupKind::tp,    GroupKind::data, GroupKind::pp, GroupKind::model,      GroupKind::embedding,
+    GroupKind::world, GroupKind::cp,   GroupKind::ep, GroupKind::expert_data};
 
 // Why world ranks cannot be laid out as dp x tp x pp x cp (dp 0: inferred
 // as world / (tp x pp x cp)), "" when they can: the world's side of the
 // layout rules (config/layout_rules.h gathers them all).
 std::string world_problem(int world, int dp, int tp, int pp, int cp = 1);
+// Why ep cannot split the data group of dp x cp ranks ("" when it can).
+std::string ep_problem(int dp, int cp, int ep);
 
 class ParallelGrid {
  public:
-  // Throws UserError (naming parallel.dp / .tp / .pp / .cp / .order) if a
-  // size is < 1 or the order is not a permutation of tp, dp, pp (and cp).
-  ParallelGrid(int dp, int tp, int pp, const std::string& order = "tp-dp-pp", int cp = 1);
+  // Throws UserError (naming parallel.dp / .tp / .pp / .cp / .ep / .order)
+  // if a size is < 1, ep does not divide dp x cp, or the order is not a
+  // permutation of tp, dp, pp (and cp).
+  ParallelGrid(int dp, int tp, int pp, const std::string& order = "tp-dp-pp", int cp = 1, int ep = 1);
   // dp = 0 infers dp = world / (tp * pp * cp); throws UserError if world is
   // not dp * tp * pp * cp.
   static ParallelGrid for_world(int world, int dp, int tp, int pp, const std::string& order = "tp-dp-pp",
-                                int cp = 1);
+                                int cp = 1, int ep = 1);
 
   int dp() const { return size(Axis::dp); }
   int tp() const { return size(Axis::tp); }
   int pp() const { return size(Axis::pp); }
   int cp() const { return size(Axis::cp); }
+  int ep() const { return ep_; }
+  // This rank's place in the data group (dp fastest, then cp), in its ep
+  // group (the experts it holds: [ep_rank x E / ep, ...)) and in its
+  // expert-data group.
+  int data_index(const GridCoord& c) const { return c.dp + dp() * c.cp; }
+  int ep_rank(int rank) const { return data_index(coord(rank)) % ep_; }
   int size(Axis a) const { return sizes_[int(a)]; }
   int world_size() const { return dp() * tp() * pp() * cp(); }
   const std::string& order() const { return order_; }
@@ -74,11 +89,12 @@ class ParallelGrid {
   // first member. A middle pipeline stage is alone in its embedding group.
   std::vector<std::vector<int>> groups(GroupKind kind) const;
 
-  // "dp=2 tp=2 pp=1 (order tp-dp-pp, 4 ranks)"; " cp=2" after pp when cp > 1
+  // "dp=2 tp=2 pp=1 (order tp-dp-pp, 4 ranks)"; " cp=2" after pp when cp > 1, " ep=2" when ep > 1
   std::string describe() const;
 
  private:
   std::array<int, 4> sizes_{};  // indexed by Axis
+  int ep_ = 1;
   std::array<Axis, 4> inner_to_outer_{};
   std::string order_;
 };
