@@ -140,6 +140,11 @@ commands:
           divide model.n_head (LLaMA: and model.n_kv_head; kv heads are not replicated).
           parallel.sequence_parallel = true also splits the tokens of the
           norms and residuals (micro-batch x seq_len must divide by tp).
+          Expert parallelism (parallel.ep, mixtral models): the experts spread over ep ranks of
+          the data group, n_experts / ep each (ep divides dp x cp and model.n_experts); each
+          MoE layer sends its routed tokens to their experts' ranks and the outputs back by
+          all-to-all; the experts' gradients and ZeRO shards go over the dp x cp / ep ranks
+          holding the same experts. Each step logs the all-to-all's wait.
           Pipeline parallelism (parallel.pp): blocks split into stages; each step runs
           m = batch_size / (dp x micro_batch_size) micro-batches through the schedule (GPipe,
           1F1B, interleaved 1F1B with virtual_stages chunks; interleaved needs m %% pp == 0;
@@ -360,7 +365,7 @@ commands:
           Cluster: --cluster NAME (configs/clusters/NAME.toml: a100-40gb, a100-80gb, h100-80gb,
                  h200-141gb, ...; or local = .cache/cluster-local.toml from loom bench calibrate) or
                  FILE.toml; --devices N; --inter-node-gbit G.
-          Fix dimensions (comma lists): --dp --tp --pp --cp --v --micro-batch --zero 0-3 --sp 0|1
+          Fix dimensions (comma lists): --dp --tp --pp --cp --ep --v --micro-batch --zero 0-3 --sp 0|1
                  --precision fp32,bf16,fp16 --recompute none,selective,full --schedule
                  1f1b,zero-bubble (zero-bubble: ZB-H1 at --v 1, ZB-V at --v 2; interleaved 1F1B
                  is 1f1b with --v > 1); --top K (default 5). --ignore-memory (with one value each

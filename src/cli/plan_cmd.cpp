@@ -123,6 +123,7 @@ PlanOptions parse(const Args& args) {
     else if (a == "--tp") o.space.tp = parse_ints(a, value(), 1);
     else if (a == "--pp") o.space.pp = parse_ints(a, value(), 1);
     else if (a == "--cp") o.space.cp = parse_ints(a, value(), 1);
+    else if (a == "--ep") o.space.ep = parse_ints(a, value(), 1);
     else if (a == "--v") o.space.v = parse_ints(a, value(), 1);
     else if (a == "--micro-batch") o.space.micro_batch = parse_ints(a, value(), 1);
     else if (a == "--zero") {

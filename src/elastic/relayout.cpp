@@ -25,9 +25,12 @@ bool users_layout(const RunConfig& cfg, int world, const planner::ClusterSpec& c
   RunConfig c = cfg;
   c.parallel.dp = dp;
   c.train.micro_batch_size = micro;
+  // Expert parallelism: the user's ep where it still divides the data
+  // group, else the largest that does (a checkpoint reshards over ep).
+  while ((dp * cp) % c.parallel.ep || (c.parallel.ep > 1 && c.model.n_experts % c.parallel.ep)) c.parallel.ep--;
   if (dp * cp == 1 && c.parallel.zero > 0) c.parallel.zero = 0;  // nothing to shard over
   try {
-    check_layout(c, ParallelGrid::for_world(world, dp, tp, pp, c.parallel.order, c.parallel.cp));
+    check_layout(c, ParallelGrid::for_world(world, dp, tp, pp, c.parallel.order, c.parallel.cp, c.parallel.ep));
     const planner::RunPrediction p = planner::predict_loom_run(c, world, cluster);
     const double budget = planner::memory_budget_per_rank(cluster, world);
     if (p.peak_memory_bytes > budget)
@@ -50,6 +53,7 @@ std::vector<std::string> layout_overrides(const RunConfig& cfg, const planner::L
       strprintf("parallel.tp=%d", l.tp),
       strprintf("parallel.pp=%d", l.pp),
       strprintf("parallel.cp=%d", l.cp),
+      strprintf("parallel.ep=%d", l.ep),
       strprintf("parallel.zero=%d", l.zero),
       strprintf("parallel.virtual_stages=%d", l.v),
       strprintf("train.micro_batch_size=%d", l.micro_batch),

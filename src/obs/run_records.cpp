@@ -88,6 +88,8 @@ void to_json(json& j, const StepMetrics& m) {
     j["moe"] = json{{"experts", m.moe.experts}, {"top_k", m.moe.top_k},           {"load_max", number(m.moe.load_max)},
                     {"load_min", number(m.moe.load_min)}, {"aux_loss", m.moe.aux_loss}, {"z_loss", m.moe.z_loss},
                     {"bias_max", m.moe.bias_max}};
+  if (m.moe.ep > 1)
+    j["moe"].update(json{{"ep", m.moe.ep}, {"a2a_ms", m.moe.a2a_ms}, {"rank_load_max", number(m.moe.rank_load_max)}});
   if (!m.stragglers.empty()) {
     json list = json::array();
     for (const Straggler& s : m.stragglers)
@@ -118,6 +120,8 @@ void from_json(const json& j, StepMetrics& m) {
     m.moe.load_max = get_number(*it, "load_max"), m.moe.load_min = get_number(*it, "load_min");
     m.moe.aux_loss = get_number(*it, "aux_loss", 0), m.moe.z_loss = get_number(*it, "z_loss", 0);
     m.moe.bias_max = get_number(*it, "bias_max", 0);
+    get_if(*it, "ep", m.moe.ep);
+    m.moe.a2a_ms = get_number(*it, "a2a_ms", 0), m.moe.rank_load_max = get_number(*it, "rank_load_max");
   }
   if (auto it = j.find("stragglers"); it != j.end() && it->is_array())
     for (const json& s : *it)

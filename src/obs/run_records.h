@@ -48,6 +48,13 @@ struct MoeStepMetrics {
   double aux_loss = 0;          // the balancing loss (model.moe_balance = "sequence"), weighted
   double z_loss = 0;            // the router z-loss, weighted
   double bias_max = 0;          // aux_free: the largest |bias|
+  // Expert parallelism (ep > 1; else 0 and unknown): the slowest rank's
+  // time waiting on the token all-to-alls (the part not hidden), and the
+  // busiest rank's received (token, expert) rows over the mean: the ep
+  // group's load per rank.
+  int ep = 0;
+  double a2a_ms = 0;
+  double rank_load_max = kUnknown;
 };
 
 struct StepMetrics {

@@ -39,9 +39,12 @@ Layout choose_layout(const RunConfig& cfg, int world_size, const ClusterSpec& cl
           if (cfg.train.micro_batch_size > 0 && micro != cfg.train.micro_batch_size) continue;
           // Simplest first: on equal predicted times the earlier one stays.
           for (Recompute recompute : {Recompute::none, Recompute::selective, Recompute::full}) {
+            // Expert parallelism: every ep dividing the data group and the experts.
+            for (int ep = 1; ep <= (m.is_moe() ? dp * cp : 1); ep++) {
+            if ((dp * cp) % ep || (m.is_moe() && m.n_experts % ep)) continue;
             for (int zero = 0; zero <= (dp * cp > 1 ? (search.zero3 ? 3 : 2) : 0); zero++) {
               Layout l = base;
-              l.dp = dp, l.tp = tp, l.pp = pp, l.cp = cp, l.zero = zero, l.recompute = recompute;
+              l.dp = dp, l.tp = tp, l.pp = pp, l.cp = cp, l.zero = zero, l.recompute = recompute, l.ep = ep;
               l.micro_batch = micro, l.micro_batches = rows / micro;
               RunPrediction p;
               try {
@@ -61,6 +64,7 @@ Layout choose_layout(const RunConfig& cfg, int world_size, const ClusterSpec& cl
                                   (p.step_seconds <= best_step * (1 + 1e-9) && micro > best.micro_batch);
               if (better) found = true, best_step = p.step_seconds, best = l;
             }
+            }  // ep
           }
         }
       }

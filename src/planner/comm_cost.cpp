@@ -24,14 +24,15 @@ Link link_of(const ClusterSpec& c, const ParallelGrid& grid, GroupKind kind, int
 
 }  // namespace
 
-GroupLinks group_links(const ClusterSpec& cluster, int dp, int tp, int pp, int cp, const std::string& order) {
-  ParallelGrid grid(dp, tp, pp, order, cp);
+GroupLinks group_links(const ClusterSpec& cluster, int dp, int tp, int pp, int cp, const std::string& order, int ep) {
+  ParallelGrid grid(dp, tp, pp, order, cp, ep);
   // The ranks spread evenly over the nodes, as many on each as fit (a
   // search's world is whole nodes; a run's is its ranks per node).
   const int world = grid.world_size(), nodes = std::max(1, cluster.nodes);
   const int per_node = (world + nodes - 1) / nodes;
-  return {link_of(cluster, grid, GroupKind::tp, per_node), link_of(cluster, grid, GroupKind::data, per_node),
-          link_of(cluster, grid, GroupKind::pp, per_node), link_of(cluster, grid, GroupKind::cp, per_node)};
+  return {link_of(cluster, grid, GroupKind::tp, per_node),          link_of(cluster, grid, GroupKind::data, per_node),
+          link_of(cluster, grid, GroupKind::pp, per_node),          link_of(cluster, grid, GroupKind::cp, per_node),
+          link_of(cluster, grid, GroupKind::ep, per_node), link_of(cluster, grid, GroupKind::expert_data, per_node)};
 }
 
 double all_reduce_seconds(double bytes, int n, const Link& link) {
@@ -47,6 +48,11 @@ double reduce_scatter_seconds(double bytes, int n, const Link& link) {
 double all_gather_seconds(double bytes, int n, const Link& link) { return reduce_scatter_seconds(bytes, n, link); }
 
 double p2p_seconds(double bytes, const Link& link) { return link.latency + bytes / link.bandwidth; }
+
+double all_to_all_seconds(double bytes, int n, const Link& link) {
+  if (n <= 1) return 0;
+  return (n - 1) * link.latency + double(n - 1) / n * bytes / link.bandwidth;
+}
 
 RingSeconds ring_attention_seconds(double kv_bytes, double attention_s, int cp, const Link& link) {
   if (cp <= 1) return {};

@@ -22,6 +22,7 @@ struct Link {
 
 struct GroupLinks {
   Link tp, dp, pp, cp;  // dp: the data group (dp x cp ranks)
+  Link ep, expert_dp;   // expert parallelism: the all-to-all's group, the experts' reduction group
 };
 
 // Links of the tp, dp, pp and cp groups of a dp x tp x pp x cp grid in
@@ -30,7 +31,7 @@ struct GroupLinks {
 // predict_loom_run counts the cores a rank has): a search's whole nodes, or
 // a run's ranks per node.
 GroupLinks group_links(const ClusterSpec& cluster, int dp, int tp, int pp, int cp = 1,
-                       const std::string& order = "tp-dp-pp");
+                       const std::string& order = "tp-dp-pp", int ep = 1);
 
 // Ring algorithms on n members; `bytes` is the whole buffer (each member's
 // full input for all_reduce, the gathered result for all_gather and the
@@ -39,6 +40,9 @@ double all_reduce_seconds(double bytes, int n, const Link& link);
 double reduce_scatter_seconds(double bytes, int n, const Link& link);
 double all_gather_seconds(double bytes, int n, const Link& link);
 double p2p_seconds(double bytes, const Link& link);
+// All-to-all on n members, each sending `bytes` in all (an even 1 / n to
+// each member, itself included): pairwise exchange, n - 1 rounds.
+double all_to_all_seconds(double bytes, int n, const Link& link);
 
 // Ring attention (parallel/cp/ring_attention.h) over cp ranks, per layer:
 // forward passes cp - 1 fp32 key/value blocks of kv_bytes, each arriving

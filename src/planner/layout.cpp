@@ -9,8 +9,8 @@ namespace loom::planner {
 std::string Layout::describe() const {
   std::string layers;
   for (size_t i = 0; i < vs_layers.size(); i++) layers += (i ? "," : " | layers ") + std::to_string(vs_layers[i]);
-  return strprintf("dp %d tp %d pp %d%s v %d | micro-batch %d x %d | zero %d | %s%s | recompute %s%s%s%s", dp, tp,
-                   pp, cp > 1 ? strprintf(" cp %d", cp).c_str() : "", v, micro_batch, micro_batches, zero,
+  return strprintf("dp %d tp %d pp %d%s%s v %d | micro-batch %d x %d | zero %d | %s%s | recompute %s%s%s%s", dp, tp,
+                   pp, cp > 1 ? strprintf(" cp %d", cp).c_str() : "", ep > 1 ? strprintf(" ep %d", ep).c_str() : "", v, micro_batch, micro_batches, zero,
                    compute_precision_name(precision),
                    fp32_grads && precision != ComputePrecision::fp32 ? " (fp32 gradients)" : "", to_string(recompute),
                    seq_parallel ? " | seq-parallel" : "", zero_bubble ? (v == 2 ? " | zb-v" : " | zb-h1") : "",
@@ -31,6 +31,7 @@ Layout layout_of(const RunConfig& cfg, int world_size) {
   Layout l;
   l.tp = p.tp, l.pp = p.pp, l.v = p.virtual_stages, l.zero = p.zero, l.cp = std::max(1, p.cp);
   l.dp = p.dp > 0 ? p.dp : std::max(1, world_size / std::max(1, p.tp * p.pp * l.cp));
+  l.ep = std::max(1, p.ep);
   const int rows = std::max(1, cfg.train.batch_size / l.dp);
   l.micro_batch = cfg.train.micro_batch_size > 0 ? cfg.train.micro_batch_size : rows;
   l.micro_batches = std::max(1, rows / l.micro_batch);
@@ -44,7 +45,7 @@ Layout layout_of(const RunConfig& cfg, int world_size) {
 
 RunConfig with_layout(RunConfig cfg, const Layout& l) {
   ParallelConfig& p = cfg.parallel;
-  p.dp = l.dp, p.tp = l.tp, p.pp = l.pp, p.zero = l.zero, p.virtual_stages = l.v, p.cp = l.cp;
+  p.dp = l.dp, p.tp = l.tp, p.pp = l.pp, p.zero = l.zero, p.virtual_stages = l.v, p.cp = l.cp, p.ep = l.ep;
   p.sequence_parallel = l.seq_parallel;
   if (l.v > 1 || l.zero_bubble) p.schedule = l.schedule_name();
   else if (p.schedule != "gpipe") p.schedule = "1f1b";

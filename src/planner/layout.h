@@ -29,6 +29,7 @@ struct ParameterCounts {
   double positions = 0;         // GPT-2's learned position table, first stage
   double head = 0;              // LLaMA's untied lm_head (vocabulary-parallel), last stage; 0 when tied
   double final_norm = 0;        // last stage
+  double layer_experts = 0;     // per layer: the routed experts' stacks (of layer_split; 1/(tp ep) on each rank)
 };
 
 struct Workload {
@@ -71,17 +72,23 @@ struct Layout {
   // Bytes of gradients per data-parallel reduction (loom's parallel.bucket_mb,
   // 4 MiB by default); 0: one collective over the whole buffer.
   double bucket_bytes = 4.0 * (1 << 20);
+  // Expert parallelism: the experts spread over ep ranks of the data group
+  // (ep divides dp x cp); their gradients and ZeRO shards over the
+  // expert-data group (dp x cp / ep), their tokens exchanged by all-to-all.
+  int ep = 1;
   // Bytes per gradient element.
   double grad_bytes() const { return precision == ComputePrecision::fp32 || fp32_grads ? 4 : 2; }
 
   int devices() const { return dp * tp * pp * cp; }
   int data() const { return dp * cp; }  // the data group: gradient reduction, ZeRO shards
+  int expert_data() const { return data() / ep; }  // the experts' gradient reduction and ZeRO shards
   pp::ScheduleKind schedule() const {
     if (zero_bubble) return v == 2 ? pp::ScheduleKind::ZeroBubbleV : pp::ScheduleKind::ZeroBubbleH1;
     return v > 1 ? pp::ScheduleKind::Interleaved1F1B : pp::ScheduleKind::OneFOneB;
   }
   const char* schedule_name() const;  // "1f1b", "interleaved", "zb-h1", "zb-v"
-  // "dp 8 tp 4 pp 2 v 1 | mb 1 x 16 | zero 1 | bf16 | recompute none | sp | zb-h1" (or zb-v); " cp N" after pp
+  // "dp 8 tp 4 pp 2 v 1 | mb 1 x 16 | zero 1 | bf16 | recompute none | sp | zb-h1" (or zb-v); " cp N" and
+  // " ep N" after pp
   std::string describe() const;
 };
 

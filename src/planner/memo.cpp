@@ -96,6 +96,23 @@ std::string comm_paragraph(const Workload& w, const Candidate& best) {
         "%s the layer output twice forward and twice backward (%.1f MB each); %.3f s per step, not overlapped.\n",
         l.tp, link_words(t.links.tp).c_str(), l.seq_parallel ? "reduce-scatters and all-gathers" : "all-reduces",
         msg / 1e6, t.tp_comm);
+  if (l.ep > 1) {
+    // Expert parallelism against splitting the experts' width over tp: ep
+    // divides the experts' state by ep with no per-layer all-reduce, at the
+    // price of four all-to-alls per MoE layer that cross whatever links the
+    // ep group spans.
+    const ModelConfig& m = w.model;
+    const double pairs = double(l.micro_batch) * w.seq_len() / l.cp * m.top_k;
+    out += strprintf(
+        "  - expert parallel over %d ranks (%s): each holds %d of the %d experts (their weights, gradients and "
+        "optimizer state 1/%d), and every MoE layer sends its %.0f routed (token, expert) pairs to their experts' "
+        "ranks and the outputs back (%.1f MB out, %.1f MB back per micro-batch), and again in backward; %.3f s per "
+        "step, not overlapped. Splitting the experts over tp instead keeps every expert on every rank (all the "
+        "state, 1/tp of each) and all-reduces each layer's output: ep wins when the experts' state is what does "
+        "not fit or the ep group stays on fast links, tp when the all-to-all would cross the network.\n",
+        l.ep, link_words(t.links.ep).c_str(), m.n_experts / l.ep, m.n_experts, l.ep, pairs,
+        pairs * m.d_model * act / 1e6, pairs * m.d_model * 4 / 1e6, t.ep_comm);
+  }
   if (l.pp > 1)
     out += strprintf(
         "  - pipeline over %d stages (%s): each stage sends its activations forward and receives their gradients "
@@ -270,7 +287,10 @@ std::string write_memo(const Workload& w, const ClusterSpec& c, const Candidate&
       "figure) + exposed data-parallel %.3f + ZeRO-3 gathers %.3f + optimizer %.3f; %.0f tokens/s, %.1f%% MFU "
       "(model FLOPs: %s a token)%s.\n",
       t.step, t.compute, t.tp_comm,
-      best.layout.cp > 1 ? strprintf(" + context-parallel ring %.3f", t.cp_comm).c_str() : "", t.bubble,
+      (std::string(best.layout.cp > 1 ? strprintf(" + context-parallel ring %.3f", t.cp_comm) : "") +
+       (best.layout.ep > 1 ? strprintf(" + expert all-to-all %.3f", t.ep_comm) : ""))
+          .c_str(),
+      t.bubble,
       t.dp_exposed, t.zero3_comm, t.optimizer, t.tokens_per_s, 100 * t.mfu,
       w.model.lora.enabled() ? "4N + 6N_adapters + 12Lhs, no weight gradient of the frozen base" : "6N + 12Lhs",
       t.hfu > t.mfu ? strprintf(", %.1f%% with the recomputed work (hardware FLOPs)", 100 * t.hfu).c_str() : "");

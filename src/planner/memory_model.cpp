@@ -28,7 +28,8 @@ double layer_activation_bytes(double s, double b, double h, double a, int t, boo
   return 0;
 }
 
-double layer_activation_bytes(const ModelConfig& m, double s, double b, int t, bool sp, Recompute r, bool tiled) {
+double layer_activation_bytes(const ModelConfig& m, double s, double b, int t, bool sp, Recompute r, bool tiled,
+                              int ep) {
   const double h = m.d_model, a = m.n_head;
   if (!m.is_llama()) return layer_activation_bytes(s, b, h, a, t, sp, r, tiled);
   if (r == Recompute::full) return sp ? 2 * s * b * h / t : 2 * s * b * h;
@@ -42,8 +43,10 @@ double layer_activation_bytes(const ModelConfig& m, double s, double b, int t, b
     // output (4h), the fp32 input for the router (4h) and its probabilities
     // (4E), on every tp rank whether or not sequence parallelism splits
     // the rest of the block's rows; the mix of dense and MoE blocks by moe_every.
+    // With ep the experts' rows (input, gate/up, SwiGLU output) are reserved
+    // for every rank of the ep group.
     const double f = 1.0 / m.moe_every, k = m.top_k, Fe = m.expert_ffn();
-    const double moe = s * b * (k * (6 * h + 6 * Fe / t) + 4 * h + 4 * m.n_experts);
+    const double moe = s * b * (k * (ep * (2 * h + 6 * Fe / t) + 4 * h) + 4 * h + 4 * m.n_experts);
     const double rows = sp ? whole / t : whole;
     return (rows + split / t) * (1 - f) + (rows + (split - 6 * s * b * F) / t + moe) * f;
   }
@@ -66,6 +69,7 @@ ParameterCounts parameter_counts(const ModelConfig& with_adapters) {
   block.end_layer = std::min(1, m.n_layer), block.embedding = false, block.head = false;
   for (const ParamSpec& p : ParamLayout::for_model(m, block).params) {
     (p.split.dim >= 0 ? c.layer_split : c.layer_replicated) += numel(p);
+    if (p.split.experts > 0) c.layer_experts += numel(p);
     if (p.shape.size() == 2) c.layer_matrices += numel(p);
   }
   ModelShard embedding;  // the first stage's tables
@@ -89,7 +93,8 @@ const ParameterCounts& Workload::counts() const {
   // Again when a field that shapes the parameters changed since.
   auto shape = [](const ModelConfig& m) {  // the base's (parameter_counts leaves the adapters out)
     return std::make_tuple(m.vocab_size, m.n_layer, m.n_head, m.d_model, m.seq_len, int(m.family), m.n_kv_head,
-                           m.ffn_hidden, m.ffn_multiple_of, m.tie_embeddings, m.qkv_bias);
+                           m.ffn_hidden, m.ffn_multiple_of, m.tie_embeddings, m.qkv_bias, m.n_experts, m.moe_ffn_hidden,
+                           m.moe_shared_ffn, m.moe_every);
   };
   if (!counted || shape(counted->first) != shape(model)) counted.emplace(model, parameter_counts(model));
   return counted->second;
@@ -107,7 +112,8 @@ double stage_parameters(const ModelConfig& m, const Layout& l, int stage) {
 
 double stage_parameters(const ParameterCounts& p, const ModelConfig& m, const Layout& l, int stage) {
   const double t = l.tp;
-  double n = layers_on_stage(m.n_layer, l, stage) * (p.layer_split / t + p.layer_replicated);
+  const double split = p.layer_split - p.layer_experts * (1 - 1.0 / l.ep);  // a rank's E / ep experts
+  double n = layers_on_stage(m.n_layer, l, stage) * (split / t + p.layer_replicated);
   if (stage == 0) n += p.embedding / t + p.positions;  // vocabulary-parallel token table, positions
   if (stage == head_stage(l)) {  // the last virtual stage's: pp - 1, or 0 in ZB-V's V
     // The output head: its own matrix when untied, else the tied table
@@ -115,6 +121,10 @@ double stage_parameters(const ParameterCounts& p, const ModelConfig& m, const La
     n += (m.tied() ? (l.pp > 1 ? p.embedding / t : 0) : p.head / t) + p.final_norm;
   }
   return n;
+}
+
+double stage_expert_parameters(const ParameterCounts& p, const ModelConfig& m, const Layout& l, int stage) {
+  return layers_on_stage(m.n_layer, l, stage) * p.layer_experts / (double(l.tp) * l.ep);
 }
 
 MemoryBreakdown stage_memory(const Workload& w, const Layout& l, const ClusterSpec& c, int stage) {
@@ -134,11 +144,19 @@ MemoryBreakdown stage_memory(const Workload& w, const Layout& l, const ClusterSp
     const double table = stage == 0 ? w.counts().embedding / l.tp : 0;
     mem.params = l.zero >= 3 ? 4 * n / l.data() : n * param_bytes(l.precision) + (lowp ? 4 * table : 0);
     mem.params += trained * (lowp ? 6 : 4) / (l.zero >= 3 ? l.data() : 1);
+    mem.grads = trained * l.grad_bytes() / (l.zero >= 2 ? l.data() : 1);
+    mem.optimizer = trained * optimizer_bytes(l.precision) / (l.zero >= 1 ? l.data() : 1);
   } else {
-    mem.params = n * param_bytes(l.precision) / (l.zero >= 3 ? l.data() : 1);
+    // The dense parameters shard over the data group, the experts over the
+    // expert-data group (the same with ep 1).
+    const double ne = stage_expert_parameters(w.counts(), m, l, stage), nd = n - ne;
+    auto held = [&](double bytes, int from_stage) {
+      return nd * bytes / (l.zero >= from_stage ? l.data() : 1) + ne * bytes / (l.zero >= from_stage ? l.expert_data() : 1);
+    };
+    mem.params = held(param_bytes(l.precision), 3);
+    mem.grads = held(l.grad_bytes(), 2);
+    mem.optimizer = held(optimizer_bytes(l.precision), 1);
   }
-  mem.grads = trained * l.grad_bytes() / (l.zero >= 2 ? l.data() : 1);
-  mem.optimizer = trained * optimizer_bytes(l.precision) / (l.zero >= 1 ? l.data() : 1);
 
   // Activations: every (micro-batch, chunk) whose forward ran and backward
   // has not, as the schedule itself bounds it.
@@ -148,10 +166,10 @@ MemoryBreakdown stage_memory(const Workload& w, const Layout& l, const ClusterSp
   // The tiled attention keeps no probabilities: selective recomputation
   // drops nothing from it (model/block_stage.h), as none.
   const Recompute kept = tiled && l.recompute == Recompute::selective ? Recompute::none : l.recompute;
-  const double per_layer = scale * layer_activation_bytes(m, s, b, l.tp, l.seq_parallel, kept, tiled);
+  const double per_layer = scale * layer_activation_bytes(m, s, b, l.tp, l.seq_parallel, kept, tiled, l.ep);
   mem.activations = in_flight * layers_per_chunk * per_layer;
   if (l.recompute == Recompute::full)  // the layer being recomputed holds everything once
-    mem.activations += scale * layer_activation_bytes(m, s, b, l.tp, l.seq_parallel, Recompute::none, tiled);
+    mem.activations += scale * layer_activation_bytes(m, s, b, l.tp, l.seq_parallel, Recompute::none, tiled, l.ep);
   const double sbh_bytes = s * b * h * 2 * scale / (l.seq_parallel ? l.tp : 1);
   // (The embedding's output is the first layer's input, which the layer's
   // own count already holds: nothing more on stage 0.)
@@ -171,6 +189,10 @@ MemoryBreakdown stage_memory(const Workload& w, const Layout& l, const ClusterSp
   if (tiled && l.precision != ComputePrecision::fp32)
     mem.activations += 4 * s * b * (2 * (h / l.tp + kv_cols) + h / l.tp);
   if (l.pp > 1) mem.comm_buffers += 2 * sbh_bytes;
+  // Expert parallelism's work space (model/moe/moe_block.h): the routed rows
+  // to send, the all-to-all's fp32 staging and the local experts' fp32
+  // outputs (ep x the pairs each).
+  if (m.is_moe() && l.ep > 1) mem.comm_buffers += s * b * m.top_k * h * (8.0 * l.ep + 2 * scale);
   if (l.zero >= 3) mem.comm_buffers += 2 * (w.counts().layer_matrices / l.tp) * param_bytes(l.precision);
   mem.overhead = c.overhead_bytes;
   return mem;

@@ -49,8 +49,11 @@ double layer_activation_bytes(double s, double b, double h, double a, int t, boo
 //   selective recompute: without the 2 a s^2 b term
 //   full recompute:      2 s b h (the layer's input), / t with sequence parallelism
 //   tiled attention:     4 a s b in place of the 2 a s^2 b term
+// Expert parallelism (ep > 1): an MoE block's experts keep their rows for
+// every rank of the ep group (the engine reserves the dropless worst case,
+// ep x the pairs), the routed outputs stay ep-free.
 double layer_activation_bytes(const ModelConfig& m, double s, double b, int t, bool seq_parallel, Recompute r,
-                              bool tiled = false);
+                              bool tiled = false, int ep = 1);
 
 // A model's parameters as tensor and pipeline parallelism place them.
 // GPT-2: per layer qkv 3h^2 + 3h, projection h^2 + h, fc 4h^2 + 4h, fc
@@ -74,6 +77,9 @@ double trained_parameters(const Workload& w, const Layout& l, int stage);
 double stage_parameters(const ModelConfig& m, const Layout& l, int stage);
 // The same from counts already made (Workload::counts).
 double stage_parameters(const ParameterCounts& p, const ModelConfig& m, const Layout& l, int stage);
+// Of those, the routed experts' (1 / (tp ep) of each layer's stacks): sharded
+// and reduced over the expert-data group rather than the data group.
+double stage_expert_parameters(const ParameterCounts& p, const ModelConfig& m, const Layout& l, int stage);
 // The stage holding the final norm and the head: the last virtual stage's
 // (pp - 1; stage 0 under ZB-V's V).
 int head_stage(const Layout& l);

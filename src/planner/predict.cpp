@@ -26,6 +26,8 @@ struct LoomRun {
   int dp, tp, pp, zero, micro, accumulation, world;
   int cp;  // context parallelism: dp x cp ranks form the data group (gradients, ZeRO shards)
   int data() const { return dp * cp; }
+  int ep = 1;  // expert parallelism: the experts' gradients and shards over data() / ep
+  int expert_data() const { return data() / ep; }
   ComputePrecision compute;
   Recompute recompute;
   PipelinePlan plan;
@@ -35,7 +37,7 @@ struct LoomRun {
 LoomRun loom_run(const RunConfig& cfg, int world) {
   LOOM_USER_CHECK(world >= 1, "world size must be at least 1 (got %d)", world);
   const ParallelConfig& p = cfg.parallel;
-  check_layout(cfg, LayoutSizes{world, p.dp, p.tp, p.pp, p.cp});  // the engine's own rules
+  check_layout(cfg, LayoutSizes{world, p.dp, p.tp, p.pp, p.cp, p.ep});  // the engine's own rules
   const int dp = p.dp > 0 ? p.dp : world / (p.tp * p.pp * p.cp);
   const int rows = cfg.train.batch_size / dp;
   const int micro = cfg.train.micro_batch_size > 0 ? cfg.train.micro_batch_size : rows;
@@ -47,6 +49,7 @@ LoomRun loom_run(const RunConfig& cfg, int world) {
           rows / micro,
           world,
           p.cp,
+          std::max(1, p.ep),
           cfg.precision.compute_precision(),
           cfg.train.recompute_mode(),
           plan_pipeline(cfg, p.pp, rows / micro)};
@@ -62,6 +65,7 @@ struct StagePlan {
   double frozen_products = 0;        // of which read by products only
   std::vector<double> chunk_frozen_products;  // per chunk: frozen product-only floats (no weight gradient)
   double read_fp32 = 0;              // floats the model reads in fp32 (not products_only), in whole pages
+  double experts = 0;                // trained floats in the expert groups (ep > 1: over data() / ep)
   double gathered = 0;               // ZeRO-3: most floats gathered at once (see zero3_gathered)
   double activations = 0;            // bytes
 };
@@ -91,7 +95,7 @@ double zero3_gathered(const ModelConfig& model, const ParamLayout& lay) {
 StagePlan stage_plan(const RunConfig& cfg, const LoomRun& r, int stage, int threads) {
   constexpr int64_t kPage = 4096 / 4;  // floats
   StagePlan s;
-  const std::vector<ModelShard> chunks = chunk_shards(cfg, r.plan, stage, 0, r.tp);
+  const std::vector<ModelShard> chunks = chunk_shards(cfg, r.plan, stage, 0, r.tp, 0, r.ep);
   s.chunk_params.resize(chunks.size());
   s.chunk_frozen_products.resize(chunks.size());
   // The trained group's buffers hold the stage's trained tensors, chunk v-1
@@ -115,6 +119,7 @@ StagePlan stage_plan(const RunConfig& cfg, const LoomRun& r, int stage, int thre
       }
       const int64_t at = base;
       base += aligned;
+      if (groups[size_t(group[i])].ranks == GroupKind::expert_data) s.experts += double(aligned);
       if (p.products_only || p.numel == 0) continue;
       const int64_t first = std::max(at / kPage, last_page + 1);
       const int64_t last = (at + p.numel - 1) / kPage;
@@ -163,20 +168,24 @@ struct StageFigures {
 //               no gradients, masters or moments. LoRA's base in 16 bits
 //               below ZeRO-3 keeps its product-only tensors in the compute
 //               type alone (2 B), and is not in checkpoints.
+//   experts     (ep > 1) trained like the rest, their shards over data() / ep.
 StageFigures stage_memory(const RunConfig& cfg, const LoomRun& r, const StagePlan& s) {
   const double n = s.params - s.frozen, nf = s.frozen, dp = r.data();
+  // What a rank holds of a ZeRO shard of every trained float: the dense
+  // ones over the data group, the experts' over the expert-data group.
+  const double shard = (n - s.experts) / dp + s.experts / r.expert_data();
   StageFigures f;
   if (r.zero == 0) f.params = 4 * n + (r.lowp() ? 2 * n : 0);
-  else if (r.zero <= 2) f.params = r.lowp() ? 4 * n / dp + 2 * n + 4 * s.read_fp32 : 4 * n;
-  else f.params = 4 * n / dp + (r.lowp() ? 6 : 4) * s.gathered;
+  else if (r.zero <= 2) f.params = r.lowp() ? 4 * shard + 2 * n + 4 * s.read_fp32 : 4 * n;
+  else f.params = 4 * shard + (r.lowp() ? 6 : 4) * s.gathered;
   const bool compute_type_base = cfg.model.lora.enabled() && r.lowp() && r.zero < 3;
   if (compute_type_base) f.params += 2 * s.frozen_products + 6 * (nf - s.frozen_products);
   else f.params += r.zero == 3 ? 4 * nf / dp : 4 * nf + (r.lowp() ? 2 * nf : 0);
   if (r.zero == 0) f.grads = 4 * n;
-  else if (r.zero == 1 || r.accumulation > 1) f.grads = 4 * n + 4 * n / dp;
-  else f.grads = std::min(4 * n, 4 * n / dp + 2 * double(cfg.parallel.bucket_mb) * kMiB);
-  if (cfg.precision.grad_reduce == "bf16" && r.data() > 1) f.grads += 2 * n + (r.zero >= 1 ? 2 * n / dp : 0);
-  f.optimizer = 8 * n / (r.zero >= 1 ? dp : 1);
+  else if (r.zero == 1 || r.accumulation > 1) f.grads = 4 * n + 4 * shard;
+  else f.grads = std::min(4 * n, 4 * shard + 2 * double(cfg.parallel.bucket_mb) * kMiB);
+  if (cfg.precision.grad_reduce == "bf16" && r.data() > 1) f.grads += 2 * n + (r.zero >= 1 ? 2 * shard : 0);
+  f.optimizer = 8 * (r.zero >= 1 ? shard : n);
   f.activations = s.activations;
   // An asynchronous save keeps a copy of what the rank writes
   // (Replica::checkpoint_pieces, fp32): dp rank 0 the parameters and its
@@ -184,7 +193,7 @@ StageFigures stage_memory(const RunConfig& cfg, const LoomRun& r, const StagePla
   // its shard of both.
   if (cfg.train.checkpoint_every > 0 && cfg.train.async_checkpoint) {
     const bool sharded_masters = r.zero == 3 || (r.zero >= 1 && r.lowp());
-    f.checkpoint = sharded_masters ? 12 * n / dp : 4 * n + f.optimizer;
+    f.checkpoint = sharded_masters ? 12 * shard : 4 * n + f.optimizer;
     if (!cfg.model.lora.enabled())  // LoRA's base is not written
       f.checkpoint += r.zero == 3 ? 4 * nf / dp : 4 * nf;  // dp rank 0 (ZeRO-3: every rank its shard)
   }
@@ -210,8 +219,9 @@ struct PassCost {
   double f_tp = 0, b_tp = 0;            // tensor-parallel collectives
   double f_zero3 = 0, b_zero3 = 0;      // ZeRO-3 gathers not hidden behind compute
   double f_cp = 0, b_cp = 0;            // the ring's transfers not hidden behind attention
-  double forward() const { return f_compute + f_tp + f_zero3 + f_cp; }
-  double backward() const { return b_compute + b_tp + b_zero3 + b_cp; }
+  double f_ep = 0, b_ep = 0;            // expert parallelism's token all-to-alls
+  double forward() const { return f_compute + f_tp + f_zero3 + f_cp + f_ep; }
+  double backward() const { return b_compute + b_tp + b_zero3 + b_cp + b_ep; }
 };
 
 }  // namespace
@@ -273,7 +283,7 @@ RunPrediction predict_loom_run(const RunConfig& cfg, int world_size, const Clust
   DeviceRates rates = device_rates(cluster, r.compute, cores);
   if (rates.peak <= 0) rates.peak = cluster.peak_flops_fp32 * cores * (r.compute == ComputePrecision::bf16 ? 1.8 : 1);
   const double mem_bw = cluster.memory_bandwidth * cores;
-  const GroupLinks links = group_links(cluster, r.dp, r.tp, r.pp, r.cp, cfg.parallel.order);
+  const GroupLinks links = group_links(cluster, r.dp, r.tp, r.pp, r.cp, cfg.parallel.order, r.ep);
 
   // One micro-batch's block on one rank: its products by shape, the
   // attention core by its kernel, norms, activations and residuals by
@@ -304,6 +314,17 @@ RunPrediction predict_loom_run(const RunConfig& cfg, int world_size, const Clust
   // with sequence parallelism an all-gather + reduce-scatter pair moving the same.
   const double tp_ar = all_reduce_seconds(4 * tokens * C, r.tp, links.tp);
   const int tp_per_block_b = r.recompute == Recompute::full ? 4 : 2;
+  // Expert parallelism, per MoE block (model/moe/moe_block.h): forward sends
+  // the routed pairs out (compute type) and their fp32 outputs back;
+  // backward the output gradients out and the fp32 input gradients back; a
+  // full recomputation repeats the forward's. Blocking: none is hidden.
+  double a2a_f = 0, a2a_b = 0;
+  if (m.is_moe() && r.ep > 1) {
+    const double pairs = tokens * m.top_k, share = 1.0 / m.moe_every;
+    const double one = all_to_all_seconds(pairs * C * (r.lowp() ? 2 : 4), r.ep, links.ep) +
+                       all_to_all_seconds(pairs * C * 4, r.ep, links.ep);
+    a2a_f = share * one, a2a_b = share * one * (r.recompute == Recompute::full ? 2 : 1);
+  }
 
   const int n_vs = r.plan.virtual_stages();
   std::vector<PassCost> pass(static_cast<size_t>(n_vs));
@@ -322,6 +343,7 @@ RunPrediction predict_loom_run(const RunConfig& cfg, int world_size, const Clust
     k.f_tp = 2 * layers * tp_ar;
     k.b_tp = tp_per_block_b * layers * tp_ar;
     k.f_cp = layers * ring.forward, k.b_cp = layers * ring.backward;
+    k.f_ep = layers * a2a_f, k.b_ep = layers * a2a_b;
     if (r.zero == 3) {
       // Each pass all-gathers the chunk's fp32 weights block by block (one
       // collective per block and one for the embeddings / head). The engine
@@ -371,9 +393,15 @@ RunPrediction predict_loom_run(const RunConfig& cfg, int world_size, const Clust
     // is never hidden, and a slow link queues the others behind it.
     const double buckets = std::max(1.0, std::ceil(4 * n / (double(cfg.parallel.bucket_mb) * kMiB)));
     const double bucket = grad_bytes / buckets;
-    const double reduce = r.zero == 0 ? all_reduce_seconds(bucket, r.data(), links.dp)
-                                      : reduce_scatter_seconds(bucket, r.data(), links.dp);
-    const double gather = r.zero == 1 || r.zero == 2 ? all_gather_seconds(4 * n, r.data(), links.dp) : 0;
+    // Expert parallelism: the experts' share over the expert-data group.
+    const double experts = n > 0 ? stages[size_t(s)].experts / n : 0;
+    auto over_groups = [&](auto collective, double bytes) {
+      return collective(bytes * (1 - experts), r.data(), links.dp) +
+             (experts > 0 ? collective(bytes * experts, r.expert_data(), links.expert_dp) : 0.0);
+    };
+    const double reduce = r.zero == 0 ? over_groups(all_reduce_seconds, bucket)
+                                      : over_groups(reduce_scatter_seconds, bucket);
+    const double gather = r.zero == 1 || r.zero == 2 ? over_groups(all_gather_seconds, 4 * n) : 0;
     double window = 0;
     for (int c = 0; c < r.plan.v; c++) {
       const PassCost& k = pass[size_t(r.plan.map().virtual_stage(s, c))];
@@ -388,7 +416,8 @@ RunPrediction predict_loom_run(const RunConfig& cfg, int world_size, const Clust
     // or i = b, whichever is later.
     const double exposed = std::max(reduce, buckets * reduce - hidden * (buckets - 1) / buckets) + gather;
     // zero_grads writes 4 B, the norm reads 4 B, AdamW moves about 28 B per parameter it updates.
-    const double opt = (4 * n + 32 * n / (r.zero >= 1 ? dp : 1)) / mem_bw;
+    const double updated = r.zero >= 1 ? (n - stages[size_t(s)].experts) / dp + stages[size_t(s)].experts / r.expert_data() : n;
+    const double opt = (4 * n + 32 * updated) / mem_bw;
     const double end = finish_of(s) + exposed + opt;
     if (end > out.step_seconds) {
       out.step_seconds = end;
@@ -396,7 +425,7 @@ RunPrediction predict_loom_run(const RunConfig& cfg, int world_size, const Clust
       for (int c = 0; c < r.plan.v; c++) {
         const PassCost& k = pass[size_t(r.plan.map().virtual_stage(s, c))];
         out.compute_seconds += r.accumulation * (k.f_compute + k.b_compute);
-        out.comm_seconds += r.accumulation * (k.f_tp + k.b_tp + k.f_zero3 + k.b_zero3 + k.f_cp + k.b_cp);
+        out.comm_seconds += r.accumulation * (k.f_tp + k.b_tp + k.f_zero3 + k.b_zero3 + k.f_cp + k.b_cp + k.f_ep + k.b_ep);
       }
       out.optimizer_seconds = opt;
       out.bubble_seconds = std::max(0.0, (share < 1 ? finish_of(s) : timing.makespan) - timing.stage_busy[size_t(s)]);

@@ -74,7 +74,9 @@ SearchResult search_layouts(const Workload& w, const ClusterSpec& c, const Searc
         if (!space.pp_layers.empty() && int(space.pp_layers.size()) % pp != 0) continue;
         const int dp = devices / (tp * cp * pp);
         if (!allowed(space.pp, pp) || !allowed(space.dp, dp) || w.global_batch % dp != 0) continue;
-        links_store.push_back(std::make_unique<GroupLinks>(group_links(c, dp, tp, pp, cp)));
+        for (int ep : divisors(dp * cp, m.is_moe() ? m.n_experts : 1)) {
+        if (!allowed(space.ep, ep) || (m.is_moe() && m.n_experts % ep != 0)) continue;
+        links_store.push_back(std::make_unique<GroupLinks>(group_links(c, dp, tp, pp, cp, "tp-dp-pp", ep)));
         const GroupLinks* links = links_store.back().get();
         const int rows = w.global_batch / dp;  // sequences per replica per step
         for (int b : divisors(rows, space.max_micro_batch)) {
@@ -104,6 +106,7 @@ SearchResult search_layouts(const Workload& w, const ClusterSpec& c, const Searc
                       cand.layout =
                           Layout{dp, tp, pp, v, b, mbs, zero, r, sp == 1, p, zb == 1, cp, space.pp_layers,
                                  space.fp32_grads};
+                      cand.layout.ep = ep;
                       cand.memory = peak_memory(w, cand.layout, c);
                       result.considered++;
                       const double excess = cand.memory.total() - c.memory_bytes;
@@ -126,6 +129,7 @@ SearchResult search_layouts(const Workload& w, const ClusterSpec& c, const Searc
             }
           }
         }
+        }  // ep
       }
     }
   }

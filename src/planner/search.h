@@ -22,6 +22,7 @@ namespace loom::planner {
 struct SearchSpace {
   std::vector<int> dp, tp, pp, v, micro_batch, zero;
   std::vector<int> cp;  // context parallelism; default: every cp with seq_len % 2 cp == 0
+  std::vector<int> ep;  // expert parallelism; default: every ep dividing dp x cp and the experts (1 without)
   std::vector<ComputePrecision> precision;  // default: bf16 (else fp16) and fp32
   std::vector<Recompute> recompute;
   std::vector<int> seq_parallel;     // 0 and/or 1

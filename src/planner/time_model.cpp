@@ -16,9 +16,10 @@ struct ChunkCosts {
   std::vector<double> b_weight;  // of b_compute: the weight products (a split backward's W)
   std::vector<double> zero3_total;  // all ZeRO-3 traffic of one (micro-batch, chunk), hidden or not
   std::vector<double> f_cp, b_cp;   // the ring's transfers not hidden behind attention
+  std::vector<double> f_ep, b_ep;   // expert parallelism's token all-to-alls (not overlapped)
   double p2p = 0;
-  double forward(int vs) const { return f_compute[vs] + f_tp[vs] + f_zero3[vs] + f_cp[vs]; }
-  double backward(int vs) const { return b_compute[vs] + b_tp[vs] + b_zero3[vs] + b_cp[vs]; }
+  double forward(int vs) const { return f_compute[vs] + f_tp[vs] + f_zero3[vs] + f_cp[vs] + f_ep[vs]; }
+  double backward(int vs) const { return b_compute[vs] + b_tp[vs] + b_zero3[vs] + b_cp[vs] + b_ep[vs]; }
 };
 
 double act_bytes(ComputePrecision p) { return p == ComputePrecision::fp32 ? 4 : 2; }
@@ -55,12 +56,25 @@ ChunkCosts chunk_costs(const Workload& w, const Layout& l, const ClusterSpec& c,
   const RingSeconds ring = ring_attention_seconds(4 * tokens * 2 * double(m.kv_heads()) / t * m.head_dim(),
                                                   block.attention_forward, l.cp, links.cp);
 
+  // Expert parallelism, per MoE layer and micro-batch (model/moe/moe_block.h):
+  // forward sends the k routed copies of each token out (compute type) and
+  // brings the outputs back (fp32); backward the output gradients out and
+  // the input gradients back; a full recomputation repeats the forward's.
+  // Each tp rank exchanges its own copy. Not overlapped with compute.
+  double a2a_f = 0, a2a_b = 0;
+  if (m.is_moe() && l.ep > 1) {
+    const double pairs = tokens * m.top_k, moe = 1.0 / m.moe_every;
+    const double out = all_to_all_seconds(pairs * h * act_bytes(l.precision), l.ep, links.ep);
+    const double back = all_to_all_seconds(pairs * h * 4, l.ep, links.ep);
+    a2a_f = moe * (out + back), a2a_b = moe * (out + back) + (l.recompute == Recompute::full ? a2a_f : 0);
+  }
+
   const int stages = l.pp * l.v;
   const pp::ChunkMap map = pp::chunk_map(l.schedule(), l.pp, l.v);
   ChunkCosts k;
   const double w_layer = block.backward_weight;
   for (auto* v : {&k.f_compute, &k.b_compute, &k.f_tp, &k.b_tp, &k.f_zero3, &k.b_zero3, &k.zero3_total, &k.b_weight,
-                 &k.f_cp, &k.b_cp})
+                 &k.f_cp, &k.b_cp, &k.f_ep, &k.b_ep})
     v->assign(stages, 0);
   for (int vs = 0; vs < stages; vs++) {
     const int stage = map.stage_of(vs);
@@ -71,6 +85,7 @@ ChunkCosts chunk_costs(const Workload& w, const Layout& l, const ClusterSpec& c,
     k.f_tp[vs] = layers * f_tp + (vs == 0 ? ar : 0);  // vocab-parallel embedding sums its output
     k.b_tp[vs] = layers * b_tp;
     k.f_cp[vs] = layers * ring.forward, k.b_cp[vs] = layers * ring.backward;
+    k.f_ep[vs] = layers * a2a_f, k.b_ep[vs] = layers * a2a_b;
     const double chunk_params = stage_parameters(w.counts(), m, l, stage) / l.v;
     const double chunk_trained = trained_parameters(w, l, stage) / l.v;
     if (l.fp32_grads && l.precision != ComputePrecision::fp32) {
@@ -102,7 +117,9 @@ ChunkCosts chunk_costs(const Workload& w, const Layout& l, const ClusterSpec& c,
 double optimizer_seconds(const Workload& w, const Layout& l, const ClusterSpec& c, int stage) {
   // AdamW reads parameter, gradient and two moments and writes three of
   // them back: about 28 bytes per parameter it updates.
-  const double updated = trained_parameters(w, l, stage) / (l.zero >= 1 ? l.data() : 1);
+  const double trained = trained_parameters(w, l, stage);
+  const double experts = w.model.lora.enabled() ? 0 : stage_expert_parameters(w.counts(), w.model, l, stage);
+  const double updated = (trained - experts) / (l.zero >= 1 ? l.data() : 1) + experts / (l.zero >= 1 ? l.expert_data() : 1);
   return updated * 28 / (c.memory_bandwidth * c.memory_efficiency);
 }
 
@@ -125,7 +142,7 @@ PipelineTiming PipelineTimer::time(pp::ScheduleKind kind, int pp, int m, int v, 
 
 StepTime step_time(const Workload& w, const Layout& l, const ClusterSpec& c) {
   PipelineTimer timer;
-  return step_time(w, l, c, group_links(c, l.dp, l.tp, l.pp, l.cp), timer);
+  return step_time(w, l, c, group_links(c, l.dp, l.tp, l.pp, l.cp, "tp-dp-pp", l.ep), timer);
 }
 
 StepTime step_time(const Workload& w, const Layout& l, const ClusterSpec& c, const GroupLinks& links,
@@ -157,11 +174,18 @@ StepTime step_time(const Workload& w, const Layout& l, const ClusterSpec& c, con
     // rest behind it (as predict_loom_run).
     const double params = trained_parameters(w, l, s), grads = params * l.grad_bytes();
     const double buckets = l.bucket_bytes > 0 ? std::max(1.0, std::ceil(grads / l.bucket_bytes)) : 1;
+    // Expert parallelism: the experts' share reduces over the expert-data group.
+    const double experts = w.model.lora.enabled() ? 0 : stage_expert_parameters(w.counts(), w.model, l, s);
+    const double share = l.ep > 1 && params > 0 ? experts / params : 0;
+    auto over_both = [&](auto collective, double bytes) {
+      return collective(bytes * (1 - share), l.data(), out.links.dp) +
+             (share > 0 ? collective(bytes * share, l.expert_data(), out.links.expert_dp) : 0.0);
+    };
     double one = 0, gather = 0, window = 0;
-    if (l.zero == 0) one = all_reduce_seconds(grads / buckets, l.data(), out.links.dp);
+    if (l.zero == 0) one = over_both(all_reduce_seconds, grads / buckets);
     if (l.zero == 1 || l.zero == 2) {
-      one = reduce_scatter_seconds(grads / buckets, l.data(), out.links.dp);
-      gather = all_gather_seconds(params * pbytes, l.data(), out.links.dp);  // updated parameters, after the step
+      one = over_both(reduce_scatter_seconds, grads / buckets);
+      gather = over_both(all_gather_seconds, params * pbytes);  // updated parameters, after the step
     }
     if (l.zero == 3) one = 0;  // reduce-scattered layer by layer inside the passes (zero3_total)
     const double reduce = buckets * one;
@@ -184,6 +208,7 @@ StepTime step_time(const Workload& w, const Layout& l, const ClusterSpec& c, con
     out.compute += m * (k.f_compute[vs] + k.b_compute[vs]);
     out.tp_comm += m * (k.f_tp[vs] + k.b_tp[vs]);
     out.cp_comm += m * (k.f_cp[vs] + k.b_cp[vs]);
+    out.ep_comm += m * (k.f_ep[vs] + k.b_ep[vs]);
     out.zero3_comm += m * (k.f_zero3[vs] + k.b_zero3[vs]);
     out.zero3_total += m * k.zero3_total[vs];
   }

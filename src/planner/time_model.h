@@ -19,6 +19,7 @@ struct StepTime {
   double compute = 0;           // busiest stage's Forward/Backward compute, no communication
   double tp_comm = 0;           // busiest stage's tensor-parallel collectives (not overlapped)
   double cp_comm = 0;           // busiest stage's ring-attention transfers not hidden behind attention
+  double ep_comm = 0;           // busiest stage's expert all-to-alls (expert parallelism; not overlapped)
   double pp_comm = 0;           // pipeline messages on the critical path (estimate: 2 (pp v - 1) messages)
   double zero3_comm = 0;        // ZeRO-3 parameter gathers not hidden behind compute
   double zero3_total = 0;       // all ZeRO-3 gathers and reduce-scatters of the busiest stage

@@ -241,7 +241,7 @@ void Replica::combine_router_step() {
     if (m.moe_block(l)) s.layers.push_back(l);
   const size_t E = size_t(m.n_experts), n = s.layers.size() * E;
   std::vector<float>& buf = router_buf_;  // kept: a step allocates nothing here after the first
-  buf.assign(2 * n + 2, 0.f);
+  buf.assign(2 * n + 3, 0.f);
   if (ctx_.tp().rank() == 0)
     for (auto& c : chunks_) {
       const moe::RouterState* r = c->router_state();
@@ -255,19 +255,27 @@ void Replica::combine_router_step() {
       }
       buf[2 * n] += float(r->z_sum()), buf[2 * n + 1] += float(r->balance_sum());
     }
+  // Expert parallelism: this rank's received rows (every rank's, for the mean).
+  float mine[3] = {0, 0, 0};  // the largest |bias|, exchange seconds, rows received
+  for (auto& c : chunks_)
+    if (const moe::RouterState* r = c->router_state())
+      mine[1] += float(r->exchange_seconds()), mine[2] += float(r->rows_received());
+  buf[2 * n + 2] = mine[2];
   ctx_.world().all_reduce(buf.data(), buf.size(), DType::f32, ReduceOp::Sum);
   s.counts.assign(n, 0);
   for (size_t i = 0; i < n; i++) s.counts[i] = int64_t(buf[i]) + (int64_t(buf[n + i]) << 12);
   const double per_token = step_tokens_ > 0 ? 1.0 / double(step_tokens_) : 0.0;
   s.z_loss = m.moe_z_coef * buf[2 * n] * per_token;
   s.balance_loss = m.moe_aux_coef * buf[2 * n + 1] * per_token;
-  s.bias_max = 0;
   for (auto& c : chunks_)
     if (const moe::RouterState* r = c->router_state())
       for (int l : r->layers())
         if (const float* b = r->bias(l))
-          for (int e = 0; e < r->experts(); e++) s.bias_max = std::max(s.bias_max, std::fabs(b[e]));
-  ctx_.world().all_reduce(&s.bias_max, 1, DType::f32, ReduceOp::Max);
+          for (int e = 0; e < r->experts(); e++) mine[0] = std::max(mine[0], std::fabs(b[e]));
+  const double mean_rows = double(buf[2 * n + 2]) / ctx_.grid().world_size();
+  ctx_.world().all_reduce(mine, 3, DType::f32, ReduceOp::Max);
+  s.bias_max = mine[0], s.exchange_s = mine[1];
+  s.rank_load_max = mean_rows > 0 ? double(mine[2]) / mean_rows : 0;
 }
 
 double Replica::RouterStep::load_max() const {

@@ -106,6 +106,10 @@ class Replica {
     double balance_loss = 0;       // moe_aux_coef x the balancing loss (sequence, switch), mean over the batch
     double z_loss = 0;             // moe_z_coef x mean logsumexp^2 over the batch's tokens, summed over layers
     float bias_max = 0;            // aux_free: the largest |bias| the step routed with
+    // Expert parallelism: the slowest rank's seconds waiting on the token
+    // all-to-alls, and the busiest rank's received rows over the mean.
+    float exchange_s = 0;
+    double rank_load_max = 0;
     // Over the layers: the busiest expert's and the idlest's load over the mean.
     double load_max() const;
     double load_min() const;

@@ -143,13 +143,14 @@ void print_sample(const RunConfig& cfg, const Replica& replica, FILE* log) {
 }
 
 // A mixture of experts' routing in the step just reduced (every rank alike).
-obs::MoeStepMetrics moe_metrics(const ModelConfig& model, const Replica& replica) {
+obs::MoeStepMetrics moe_metrics(const ModelConfig& model, const Replica& replica, int ep) {
   obs::MoeStepMetrics m;
   if (!model.is_moe()) return m;
   const Replica::RouterStep& s = replica.router_step();
   m.experts = model.n_experts, m.top_k = model.top_k;
   m.load_max = s.load_max(), m.load_min = s.load_min();
   m.aux_loss = s.balance_loss, m.z_loss = s.z_loss, m.bias_max = s.bias_max;
+  if (ep > 1) m.ep = ep, m.a2a_ms = 1e3 * s.exchange_s, m.rank_load_max = s.rank_load_max;
   return m;
 }
 
@@ -400,7 +401,7 @@ TrainResult train(const RunConfig& cfg, const ParallelContext& ctx, FILE* log, c
     const bool empty = replica.step_targets() == 0;
     if (empty) loss = NAN, result.empty_steps++;
     if (step == first_step && options.keep_first_step_grads) result.first_step_grads = replica.gather_grads();
-    const obs::MoeStepMetrics moe = moe_metrics(cfg.model, replica);
+    const obs::MoeStepMetrics moe = moe_metrics(cfg.model, replica, ctx.grid().ep());
     float clip = cpu::clip_scale(norm, cfg.train.grad_clip);
     float lr = schedule.at(step);
     if (std::count(options.poison_steps.begin(), options.poison_steps.end(), step + position.data_skip)) loss = NAN;
@@ -456,8 +457,10 @@ TrainResult train(const RunConfig& cfg, const ParallelContext& ctx, FILE* log, c
                                       ? strprintf(" | targets %lld", (long long)replica.step_targets())
                                       : "";
       // A mixture of experts: the busiest and idlest expert's load over the mean.
-      const std::string experts =
+      // Expert parallelism: the token all-to-alls' exposed time.
+      std::string experts =
           moe.experts > 0 ? strprintf(" | experts %.2f-%.2f", moe.load_min, moe.load_max) : std::string();
+      if (moe.ep > 1) experts += strprintf(" | all-to-all %.1f ms", moe.a2a_ms);
       std::fprintf(log,
                    "step %5d/%d | loss %.4f%s | lr %.2e | grad norm %.3f%s%s | %.0f tok/s | %.1f GFLOP/s (%.1f%% of "
                    "peak)\n",

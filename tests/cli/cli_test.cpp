@@ -87,6 +87,10 @@ TEST(Cli, BadInputExitsWithCode2AndNamesTheProblem) {
       {"bench comm --ranks 2x", "--ranks"},
       {"bench scaling --bucket-mb 4abc", "--bucket-mb"},
       {"train --set runtime.isa=avx9", "runtime.isa"},
+      // Expert parallelism: a model without experts, experts that do not split.
+      {"train --set parallel.ep=2", "parallel.ep"},
+      {"train --config " LOOM_SOURCE_DIR "/configs/mixtral-tiny.toml --set parallel.ep=3", "parallel.ep"},
+      {"train --config " LOOM_SOURCE_DIR "/configs/mixtral-tiny.toml --set parallel.ep=2", "parallel.ep (2) must divide the data group"},
       {"info --isa avx9", "--isa"},
       {"info --bogus", "--bogus"},
       {"info --threads -1", "--threads"},

@@ -163,7 +163,7 @@ TEST(PlannerCli, LayoutAutoPrintsTheTrainCommand) {
 namespace {
 
 double plan_one_memory_gib(const std::string& output) {
-  // The first row of the table: "  1  dp tp pp cp v sched mb m zero prec recompute sp |  mem GiB ..."
+  // The first row of the table: "  1  dp tp pp cp ep v sched mb m zero prec recompute sp |  mem GiB ..."
   const size_t row = output.find("\n  1 ");
   if (row == std::string::npos) return -1;
   const size_t bar = output.find('|', row);
