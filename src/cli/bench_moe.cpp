@@ -10,6 +10,15 @@
 //            model.moe_balance none, aux_free (--bias-rate) and sequence
 //            (--aux-coef): the busiest and idlest expert's load over the
 //            mean in the worst layer, median of the last 10 steps
+//   ep:      (--ep 1,2,4, under mpirun: each a divisor of the world) the MoE's
+//            step with its experts spread over ep ranks of a dp = world
+//            run, one ep after the other: step time against ep 1, the
+//            slowest rank's wait on the token all-to-alls and its share of
+//            the step (the exchange blocks: none of it is hidden), the
+//            busiest rank's received pairs over the mean, the experts'
+//            state per rank against ep 1 (falls as 1/ep without ZeRO), and
+//            the planner's step for the same run on this machine
+//            (predict_loom_run, the local calibration).
 // --precision bf16 | fp16 runs the step table in 16-bit compute.
 // Medians of --steps alternating runs; ratios against this invocation's
 // dense run.
@@ -28,6 +37,7 @@
 #include "kernels/cpu/grad_norm.h"
 #include "kernels/cpu/isa.h"
 #include "parallel/grid/parallel_context.h"
+#include "planner/predict.h"
 #include "train/replica.h"
 #include "train/trainer.h"
 
@@ -40,6 +50,7 @@ struct Options {
   double bias_rate = 0.01, aux_coef = 0.01;
   std::string data = "data/sample/kjv.txt";
   std::string precision = "fp32";
+  std::vector<int> ep;  // --ep: the expert-parallel sizes to run (under mpirun)
 };
 
 Options parse(const Args& args) {
@@ -73,6 +84,15 @@ Options parse(const Args& args) {
     else if (a == "--bias-rate") o.bias_rate = real("--bias-rate");
     else if (a == "--aux-coef") o.aux_coef = real("--aux-coef");
     else if (a == "--data") o.data = value();
+    else if (a == "--ep") {
+      o.ep.clear();
+      const std::string list = value();
+      for (size_t at = 0; at <= list.size();) {
+        const size_t comma = std::min(list.find(',', at), list.size());
+        o.ep.push_back(int_option(list.substr(at, comma - at), cmd, "--ep", 1, 4096));
+        at = comma + 1;
+      }
+    }
     else if (a == "--precision") {
       o.precision = value();
       LOOM_USER_CHECK(o.precision == "fp32" || o.precision == "bf16" || o.precision == "fp16",
@@ -190,7 +210,86 @@ void bench_balance(const Options& o) {
   }
 }
 
+// The MoE's step under mpirun with its experts over each ep of o.ep (dp =
+// world, one micro-batch of o.batch rows per rank).
+void bench_ep(const Options& o, const MpiRuntime& mpi) {
+  const int world = mpi.world_size();
+  const bool rank0 = mpi.world_rank() == 0;
+  for (int ep : o.ep)
+    LOOM_USER_CHECK(world % ep == 0 && o.experts % ep == 0,
+                    "bench moe: --ep %d must divide the world (%d ranks: mpirun -np N) and --experts (%d)", ep, world,
+                    o.experts);
+  RunConfig cfg;
+  cfg.model = model(o, o.experts, 0);
+  cfg.train.batch_size = o.batch * world, cfg.train.micro_batch_size = o.batch;
+  cfg.precision.compute = o.precision;
+  cfg.runtime.threads = omp_get_max_threads();  // what the prediction gives each rank
+  if (rank0)
+    std::printf("ep: %d ranks (dp %d), each a micro-batch of %d x %d tokens; %d experts of width %d, top %d, "
+                "d_model %d, %d blocks, %s\n%4s | %9s %6s | %8s %7s %7s | %9s | %12s %7s | %9s %6s\n",
+                world, world, o.batch, o.seq, o.experts, o.moe_ffn, o.top_k, o.d_model, o.layers, o.precision.c_str(),
+                "ep", "step ms", "ratio", "a2a ms", "share", "hidden", "rank load", "expert MiB", "ratio",
+                "plan ms", "off");
+  double base_step = 0, base_experts = 0;
+  const planner::ClusterSpec local = planner::local_cluster_or_default();
+  for (int ep : o.ep) {
+    cfg.parallel.ep = ep;
+    auto ctx = ParallelContext::create_mpi(ParallelGrid::for_world(world, world, 1, 1, "tp-dp-pp", 1, ep),
+                                           MpiOptions{600});
+    Replica r(cfg, *ctx, o.batch, 1);
+    r.init_parameters(1234);
+    std::vector<int32_t> tokens(size_t(o.batch) * o.seq), targets(tokens.size());
+    random_batch(512, &tokens, &targets);
+    Timed t;
+    std::vector<double> a2a, load;
+    for (int s = 0; s < o.steps + 1; s++) {
+      step(r, tokens, targets, o.seq, t);
+      a2a.push_back(r.router_step().exchange_s), load.push_back(r.router_step().rank_load_max);
+    }
+    // The first step warms up; every rank's median, the slowest's reported.
+    t.step_s.erase(t.step_s.begin()), a2a.erase(a2a.begin()), load.erase(load.begin());
+    double figures[2] = {median(t.step_s), median(a2a)};
+    ctx->world().all_reduce(figures, 2, DType::f32, ReduceOp::Max);
+    // The experts' state on this rank: parameters, gradients and AdamW moments of the "experts" group
+    // (ep 1: the experts' tensors inside the one trained group, counted by their share of it).
+    double experts = 0;
+    for (const auto& g : r.groups()) {
+      const double bytes = double(g->param_bytes() + g->grad_bytes_resident() + g->optimizer_state_bytes());
+      if (g->spec().name == "experts") experts += bytes;
+      else if (ep == 1 && !g->frozen()) {
+        double expert_floats = 0, floats = 0;
+        for (const ParamGroup::Member& m : g->members()) {
+          const ParamSpec& p = r.layouts()[size_t(m.chunk)].params[size_t(m.tensor)];
+          floats += double(p.numel);
+          if (is_expert_tensor(p.name)) expert_floats += double(p.numel);
+        }
+        experts += bytes * expert_floats / std::max(1.0, floats);
+      }
+    }
+    const planner::RunPrediction plan = planner::predict_loom_run(cfg, world, local);
+    if (ep == o.ep.front()) base_step = figures[0], base_experts = experts;
+    if (rank0)
+      std::printf("%4d | %9.2f %5.2fx | %8.2f %6.1f%% %6.1f%% | %9.2f | %12.2f %6.2fx | %9.2f %+5.0f%%\n", ep,
+                  1e3 * figures[0], figures[0] / base_step, 1e3 * figures[1], 100 * figures[1] / figures[0], 0.0,
+                  median(load), experts / (1 << 20), experts / base_experts, 1e3 * plan.step_seconds,
+                  100 * (plan.step_seconds - figures[0]) / figures[0]);
+  }
+  if (rank0)
+    std::printf("a2a = the slowest rank's wait on the token all-to-alls per step (blocking: hidden 0); rank load = "
+                "the busiest rank's received pairs over the mean; expert MiB = the experts' parameters, gradients "
+                "and AdamW state on one rank; plan = predict_loom_run on this machine's calibration\n");
+}
+
 }  // namespace
+
+int cmd_bench_moe_ep(const Args& args, MpiRuntime& mpi) {
+  const Options o = parse(args);
+  if (mpi.world_rank() == 0)
+    std::printf("loom bench moe --ep: %d threads a rank, median of %d steps\n%s\n\n", omp_get_max_threads(), o.steps,
+                cpu::describe_dispatch().line().c_str());
+  bench_ep(o, mpi);
+  return 0;
+}
 
 int cmd_bench_moe(const Args& args) {
   const Options o = parse(args);

@@ -21,6 +21,8 @@ int cmd_bench_comm(const Args& args);
 int cmd_bench_comm_child(const Args& args, MpiRuntime& mpi);
 // `loom bench scaling` (launches mpirun) and its per-rank child.
 int cmd_bench_scaling(const Args& args);
+// `loom bench moe --ep 1,2,4` under mpirun: the expert-parallel table.
+int cmd_bench_moe_ep(const Args& args, MpiRuntime& mpi);
 int cmd_bench_scaling_child(const Args& args, MpiRuntime& mpi);
 // `loom bench tp` (launches mpirun) and its per-rank child.
 int cmd_bench_tp(const Args& args);

@@ -66,6 +66,8 @@ int main(int argc, char** argv) {
     if (cmd == "bench" && !rest.empty() && rest[0] == "comm-child")
       return run_distributed(&argc, &argv, cli::cmd_bench_comm_child, rest);
     if (cmd == "bench" && !rest.empty() && rest[0] == "scaling") return cli::cmd_bench_scaling(rest);
+    if (cmd == "bench" && !rest.empty() && rest[0] == "moe" && std::find(rest.begin(), rest.end(), "--ep") != rest.end())
+      return run_distributed(&argc, &argv, cli::cmd_bench_moe_ep, rest);
     if (cmd == "bench" && !rest.empty() && rest[0] == "scaling-child")
       return run_distributed(&argc, &argv, cli::cmd_bench_scaling_child, rest);
     if (cmd == "bench" && !rest.empty() && rest[0] == "checkpoint") return cli::cmd_bench_checkpoint(rest);

@@ -54,6 +54,7 @@ class Replica {
   void init_parameters(uint64_t seed);
   // The stage's parameter groups (the trained one over the data group first).
   const std::vector<std::unique_ptr<ParamGroup>>& groups() const { return groups_; }
+  const std::vector<ParamLayout>& layouts() const { return layouts_; }  // per chunk
   // Gradient buckets over every trained group, and the largest one's floats.
   int buckets() const;
   int64_t largest_bucket() const;
