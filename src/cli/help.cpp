@@ -216,6 +216,11 @@ commands:
           A mixture of experts' training step against the dense model with the same active FLOPs
           (MLP width top-k x moe-ffn), alternating on one rank: time per token, the ratio, AdamW's
           share; then the expert loads after training with moe_balance none, aux_free, sequence.
+            mpirun -np 4 loom bench moe --ep 1,2,4 [--shared-ffn 256] [the sizes above]
+          Expert parallelism: the MoE's step with its experts over each ep of a dp = world run:
+          step time against ep 1, the all-to-all's exposed wait and its share of the step, its
+          flight beside the shared expert's work, the busiest rank's received pairs over the mean,
+          the experts' state per rank against ep 1, and the planner's step for the same run.
             loom bench tokenizer --tokenizer tokenizer.json [--text FILE] [--mb 1]
           A Hugging Face byte-level BPE tokenizer's encoding speed on one core, loom's beside
           the tokenizers library's (.venv; per-line encode calls) on the same lines, with the ids'

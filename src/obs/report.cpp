@@ -159,11 +159,12 @@ std::string experts_section(const RunData& run) {
   if (last.ep > 1) {  // expert parallelism: what the exchange cost and how evenly the ranks were loaded
     md += strprintf("\nExperts spread over ep = %d ranks: the slowest rank's wait on the token all-to-alls per step "
                     "(exposed, not hidden behind compute) and the busiest rank's received (token, expert) rows over "
-                    "the mean (1.00: every rank ran as many).\n\n| step | all-to-all ms | rank load max |\n|---|---|---|\n",
+                    "the mean (1.00: every rank ran as many); hidden: the exchanges' flight beside the shared "
+                    "expert's work.\n\n| step | all-to-all ms | hidden ms | rank load max |\n|---|---|---|---|\n",
                     last.ep);
     for (size_t i : rows)
-      md += strprintf("| %lld | %.2f | %s |\n", (long long)moe[i]->step, moe[i]->moe.a2a_ms,
-                      num(moe[i]->moe.rank_load_max, "%.2f").c_str());
+      md += strprintf("| %lld | %.2f | %.2f | %s |\n", (long long)moe[i]->step, moe[i]->moe.a2a_ms,
+                      moe[i]->moe.a2a_hidden_ms, num(moe[i]->moe.rank_load_max, "%.2f").c_str());
   }
   return md;
 }

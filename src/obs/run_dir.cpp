@@ -34,7 +34,10 @@ void write_scalars(TensorBoardWriter& tb, const StepMetrics& m) {
   if (m.moe.experts > 0) {
     put("moe/load_max", m.moe.load_max), put("moe/load_min", m.moe.load_min);
     put("moe/aux_loss", m.moe.aux_loss), put("moe/z_loss", m.moe.z_loss), put("moe/bias_max", m.moe.bias_max);
-    if (m.moe.ep > 1) put("moe/all_to_all_ms", m.moe.a2a_ms), put("moe/rank_load_max", m.moe.rank_load_max);
+    if (m.moe.ep > 1) {
+      put("moe/all_to_all_ms", m.moe.a2a_ms), put("moe/all_to_all_hidden_ms", m.moe.a2a_hidden_ms);
+      put("moe/rank_load_max", m.moe.rank_load_max);
+    }
   }
   for (size_t r = 0; r < m.peak_mem_bytes.size(); r++)
     tb.scalar("memory/peak_mib_rank" + std::to_string(r), m.step, double(m.peak_mem_bytes[r]) / (1 << 20), now);

@@ -89,7 +89,10 @@ void to_json(json& j, const StepMetrics& m) {
                     {"load_min", number(m.moe.load_min)}, {"aux_loss", m.moe.aux_loss}, {"z_loss", m.moe.z_loss},
                     {"bias_max", m.moe.bias_max}};
   if (m.moe.ep > 1)
-    j["moe"].update(json{{"ep", m.moe.ep}, {"a2a_ms", m.moe.a2a_ms}, {"rank_load_max", number(m.moe.rank_load_max)}});
+    j["moe"].update(json{{"ep", m.moe.ep},
+                         {"a2a_ms", m.moe.a2a_ms},
+                         {"a2a_hidden_ms", m.moe.a2a_hidden_ms},
+                         {"rank_load_max", number(m.moe.rank_load_max)}});
   if (!m.stragglers.empty()) {
     json list = json::array();
     for (const Straggler& s : m.stragglers)
@@ -122,6 +125,7 @@ void from_json(const json& j, StepMetrics& m) {
     m.moe.bias_max = get_number(*it, "bias_max", 0);
     get_if(*it, "ep", m.moe.ep);
     m.moe.a2a_ms = get_number(*it, "a2a_ms", 0), m.moe.rank_load_max = get_number(*it, "rank_load_max");
+    m.moe.a2a_hidden_ms = get_number(*it, "a2a_hidden_ms", 0);
   }
   if (auto it = j.find("stragglers"); it != j.end() && it->is_array())
     for (const json& s : *it)

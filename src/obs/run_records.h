@@ -54,6 +54,7 @@ struct MoeStepMetrics {
   // group's load per rank.
   int ep = 0;
   double a2a_ms = 0;
+  double a2a_hidden_ms = 0;  // the exchanges' flight beside the shared expert's work (the most on any rank)
   double rank_load_max = kUnknown;
 };
 

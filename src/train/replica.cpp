@@ -256,10 +256,10 @@ void Replica::combine_router_step() {
       buf[2 * n] += float(r->z_sum()), buf[2 * n + 1] += float(r->balance_sum());
     }
   // Expert parallelism: this rank's received rows (every rank's, for the mean).
-  float mine[3] = {0, 0, 0};  // the largest |bias|, exchange seconds, rows received
+  float mine[4] = {0, 0, 0, 0};  // the largest |bias|, exchange seconds exposed, rows received, hidden
   for (auto& c : chunks_)
     if (const moe::RouterState* r = c->router_state())
-      mine[1] += float(r->exchange_seconds()), mine[2] += float(r->rows_received());
+      mine[1] += float(r->exchange_seconds()), mine[2] += float(r->rows_received()), mine[3] += float(r->hidden_seconds());
   buf[2 * n + 2] = mine[2];
   ctx_.world().all_reduce(buf.data(), buf.size(), DType::f32, ReduceOp::Sum);
   s.counts.assign(n, 0);
@@ -273,8 +273,8 @@ void Replica::combine_router_step() {
         if (const float* b = r->bias(l))
           for (int e = 0; e < r->experts(); e++) mine[0] = std::max(mine[0], std::fabs(b[e]));
   const double mean_rows = double(buf[2 * n + 2]) / ctx_.grid().world_size();
-  ctx_.world().all_reduce(mine, 3, DType::f32, ReduceOp::Max);
-  s.bias_max = mine[0], s.exchange_s = mine[1];
+  ctx_.world().all_reduce(mine, 4, DType::f32, ReduceOp::Max);
+  s.bias_max = mine[0], s.exchange_s = mine[1], s.hidden_s = mine[3];
   s.rank_load_max = mean_rows > 0 ? double(mine[2]) / mean_rows : 0;
 }
 

@@ -109,7 +109,7 @@ class Replica {
     float bias_max = 0;            // aux_free: the largest |bias| the step routed with
     // Expert parallelism: the slowest rank's seconds waiting on the token
     // all-to-alls, and the busiest rank's received rows over the mean.
-    float exchange_s = 0;
+    float exchange_s = 0, hidden_s = 0;  // (hidden: the largest on any rank)
     double rank_load_max = 0;
     // Over the layers: the busiest expert's and the idlest's load over the mean.
     double load_max() const;

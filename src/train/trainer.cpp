@@ -150,7 +150,7 @@ obs::MoeStepMetrics moe_metrics(const ModelConfig& model, const Replica& replica
   m.experts = model.n_experts, m.top_k = model.top_k;
   m.load_max = s.load_max(), m.load_min = s.load_min();
   m.aux_loss = s.balance_loss, m.z_loss = s.z_loss, m.bias_max = s.bias_max;
-  if (ep > 1) m.ep = ep, m.a2a_ms = 1e3 * s.exchange_s, m.rank_load_max = s.rank_load_max;
+  if (ep > 1) m.ep = ep, m.a2a_ms = 1e3 * s.exchange_s, m.a2a_hidden_ms = 1e3 * s.hidden_s, m.rank_load_max = s.rank_load_max;
   return m;
 }
 
@@ -460,7 +460,7 @@ TrainResult train(const RunConfig& cfg, const ParallelContext& ctx, FILE* log, c
       // Expert parallelism: the token all-to-alls' exposed time.
       std::string experts =
           moe.experts > 0 ? strprintf(" | experts %.2f-%.2f", moe.load_min, moe.load_max) : std::string();
-      if (moe.ep > 1) experts += strprintf(" | all-to-all %.1f ms", moe.a2a_ms);
+      if (moe.ep > 1) experts += strprintf(" | all-to-all %.1f ms (%.1f hidden)", moe.a2a_ms, moe.a2a_hidden_ms);
       std::fprintf(log,
                    "step %5d/%d | loss %.4f%s | lr %.2e | grad norm %.3f%s%s | %.0f tok/s | %.1f GFLOP/s (%.1f%% of "
                    "peak)\n",

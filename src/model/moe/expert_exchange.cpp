@@ -64,6 +64,10 @@ double seconds_since(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
 }
 
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
 }  // namespace
 
 void exchange_counts(Communicator& ep, const Shape& s, const Routing& r, const ExchangeLayout& x) {
@@ -88,16 +92,39 @@ void exchange_counts(Communicator& ep, const Shape& s, const Routing& r, const E
 }
 
 template <class T>
+PendingDispatch<T>::PendingDispatch(Communicator& ep, const T* send, const Shape& s, const Routing& r,
+                                    const ExchangeLayout& x, T* staging, T* local)
+    : ep_(ep), s_(s), x_(x), staging_(staging), local_(local) {
+  const Plan p = plan(s, r, x);
+  from_rows_ = p.from_rows, from_first_ = p.from_first;
+  started_ = now_s();
+  work_ = ep.all_to_all_rows_async(send, p.to_rows.data(), p.to_first.data(), staging, p.from_rows.data(),
+                                   p.from_first.data(), size_t(s.C), dtype_of<T>());
+}
+
+template <class T>
+void PendingDispatch<T>::poke() {
+  if (done_at_ < 0 && work_->test()) done_at_ = now_s();
+}
+
+template <class T>
+ExchangeTime PendingDispatch<T>::finish() {
+  const double waiting = now_s();
+  work_->wait();
+  ExchangeTime t;
+  t.exposed = now_s() - waiting;
+  t.hidden = (done_at_ >= 0 ? done_at_ : waiting) - started_;
+  Plan p;
+  p.from_rows = from_rows_, p.from_first = from_first_;
+  regroup(staging_, local_, s_, x_, p, true);
+  return t;
+}
+
+template <class T>
 double dispatch(Communicator& ep, const T* send, const Shape& s, const Routing& r, const ExchangeLayout& x, T* staging,
                 T* local) {
-  const Plan p = plan(s, r, x);
-  const auto start = std::chrono::steady_clock::now();
-  ep.all_to_all_rows_async(send, p.to_rows.data(), p.to_first.data(), staging, p.from_rows.data(),
-                           p.from_first.data(), size_t(s.C), dtype_of<T>())
-      ->wait();
-  const double waited = seconds_since(start);
-  regroup(staging, local, s, x, p, true);
-  return waited;
+  PendingDispatch<T> pending(ep, send, s, r, x, staging, local);
+  return pending.finish().exposed;
 }
 
 template <class T>
@@ -111,6 +138,10 @@ double gather_back(Communicator& ep, const T* local, const Shape& s, const Routi
       ->wait();
   return seconds_since(start);
 }
+
+template class PendingDispatch<float>;
+template class PendingDispatch<bf16>;
+template class PendingDispatch<f16>;
 
 #define LOOM_EXCHANGE(T)                                                                                          \
   template double dispatch<T>(Communicator&, const T*, const Shape&, const Routing&, const ExchangeLayout&, T*, T*); \

@@ -13,6 +13,8 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <vector>
 
 #include "comm/communicator.h"
 #include "model/moe/moe_layer.h"
@@ -32,6 +34,34 @@ struct ExchangeLayout {
 // Collective over ep: sends each owner this rank's counts (r.count [E]) for
 // its experts and fills x from what every rank sent.
 void exchange_counts(Communicator& ep, const Shape& s, const Routing& r, const ExchangeLayout& x);
+
+// Where the exchange's time went: waiting on it (exposed), and the part of
+// its flight that ran beside other work (hidden: until a poke saw it done,
+// or the whole window when none did).
+struct ExchangeTime {
+  double exposed = 0, hidden = 0;
+  ExchangeTime& operator+=(const ExchangeTime& o) { return exposed += o.exposed, hidden += o.hidden, *this; }
+};
+
+// A dispatch in flight: started, then poked between other work, then
+// finished (the rows regrouped into the local experts' layout).
+template <class T>
+class PendingDispatch {
+ public:
+  PendingDispatch(Communicator& ep, const T* send, const Shape& s, const Routing& r, const ExchangeLayout& x,
+                  T* staging, T* local);
+  void poke();           // drives the transfer (MPI moves it inside its calls); notes when it is done
+  ExchangeTime finish();  // waits, regroups
+
+ private:
+  Communicator& ep_;
+  const Shape& s_;
+  const ExchangeLayout& x_;
+  T *staging_, *local_;
+  std::vector<int> from_rows_, from_first_;
+  std::unique_ptr<Work> work_;
+  double started_ = 0, done_at_ = -1;
+};
 
 // send [pairs, C] (the routing's rows) to the experts' owners; the rows for
 // this rank's experts land at their padded rows of local [P, C]. staging:

@@ -78,16 +78,26 @@ double switch_balance(const BlockContext& ctx, const Shape& s, const Routing& r,
 // The shared expert (model.moe_shared_ffn): y[N, C] += sigmoid(x . w_gate)
 // x down(silu(x G^T) * (x U^T)), its width split over tp like the dense
 // MLP's (y holds partial sums, reduced with the routed experts').
-template <class A>
-void shared_forward(const BlockContext& ctx, const Tensors& t, const Acts& m, const A* x, float* y) {
+// Its products (into m.shared_out), with poke() between them (an exchange
+// in flight moves inside MPI's calls), then shared_add.
+template <class A, class Poke>
+void shared_products(const BlockContext& ctx, const Tensors& t, const Acts& m, const A* x, Poke&& poke) {
   const int N = ctx.N(), C = ctx.cfg.d_model, Fs = ctx.cfg.moe_shared_ffn / ctx.tp.size();
   const ParamAccess& w = ctx.p;
   cpu::LowpMatmulEngine& eng = ctx.ops.matmul();
   A* gate_up = static_cast<A*>(m.shared_gate_up);
   A* hidden = static_cast<A*>(m.shared_hidden);
   product_out<A>(eng, gate_up, x, w.weight<A>(t.shared_gate_up), N, 2 * Fs, C);
+  poke();
   ctx.ops.swiglu_forward(hidden, gate_up, N, Fs);
   product<A>(eng, m.shared_out, hidden, w.weight<A>(t.shared_down), N, C, Fs, false, true, false);
+  poke();
+}
+
+template <class A>
+void shared_add(const BlockContext& ctx, const Tensors& t, const Acts& m, const A* x, float* y) {
+  const int N = ctx.N(), C = ctx.cfg.d_model;
+  const ParamAccess& w = ctx.p;
   const float* x32 = std::is_same_v<A, float> ? reinterpret_cast<const float*>(x) : m.x32;  // the router's fp32 x
   const float* gate = w.param(t.shared_gate);
 #pragma omp parallel for schedule(static)
@@ -103,11 +113,20 @@ void shared_forward(const BlockContext& ctx, const Tensors& t, const Acts& m, co
   }
 }
 
+template <class A>
+void shared_forward(const BlockContext& ctx, const Tensors& t, const Acts& m, const A* x, float* y) {
+  shared_products<A>(ctx, t, m, x, [] {});
+  shared_add<A>(ctx, t, m, x, y);
+}
+
 // Its backward from dy[N, C] (every row): dx[N, C] += the input's gradient
 // (partial sums over tp), the weights' gradients added. The gate's gradient
 // s (1 - s) dy . out is a partial sum too (out is), hence tp_partial.
-template <class A>
-void shared_backward(const BlockContext& ctx, const Tensors& t, const Acts& m, const A* x, const float* dy, float* dx) {
+// dlogit: [N] floats of scratch; poke() between the products (an exchange
+// in flight).
+template <class A, class Poke>
+void shared_backward(const BlockContext& ctx, const Tensors& t, const Acts& m, const A* x, const float* dy, float* dx,
+                     float* dlogit, Poke&& poke) {
   const int N = ctx.N(), C = ctx.cfg.d_model, Fs = ctx.cfg.moe_shared_ffn / ctx.tp.size();
   const ParamAccess& w = ctx.p;
   const BlockWork& k = ctx.work;
@@ -116,7 +135,6 @@ void shared_backward(const BlockContext& ctx, const Tensors& t, const Acts& m, c
   A* dgate_up = static_cast<A*>(k.moe_shared_dgate_up);
   const float* x32 = std::is_same_v<A, float> ? reinterpret_cast<const float*>(x) : m.x32;
   const float* gate = w.param(t.shared_gate);
-  float* dlogit = k.moe_dlogits;  // [N] of its [N, E]: the routed experts' backward is done with it
 #pragma omp parallel for schedule(static)
   for (int n = 0; n < N; n++) {
     const float s = m.shared_score[n];
@@ -131,9 +149,12 @@ void shared_backward(const BlockContext& ctx, const Tensors& t, const Acts& m, c
   if (float* dgate = w.grad(t.shared_gate)) eng.fp32().gemm(dgate, dlogit, x32, nullptr, 1, C, N, true, false, true);
   const A* hidden = static_cast<const A*>(m.shared_hidden);
   product<A>(eng, k.moe_shared_dhidden, dout, w.weight<A>(t.shared_down), N, Fs, C, false, false, false);
+  poke();
   if (float* dw = w.grad(t.shared_down)) product<A>(eng, dw, dout, hidden, C, Fs, N, true, false, true);
+  poke();
   cpu::swiglu_backward(dgate_up, static_cast<const A*>(m.shared_gate_up), k.moe_shared_dhidden, N, Fs);
   if (float* dw = w.grad(t.shared_gate_up)) product<A>(eng, dw, dgate_up, x, 2 * Fs, C, N, true, false, true);
+  poke();
   product<A>(eng, dx, dgate_up, w.weight<A>(t.shared_gate_up), N, C, 2 * Fs, false, false, true);
   ctx.grad_ready(t.shared_gate), ctx.grad_ready(t.shared_down), ctx.grad_ready(t.shared_gate_up);
 }
@@ -154,12 +175,16 @@ void forward_spread(const BlockContext& ctx, const Tensors& t, const Acts& m, co
   A* send = static_cast<A*>(ctx.work.moe_send);
   route_tokens<A>(eng, send, x, w.param(t.router), bias, s, r, b);
   exchange_counts(*ctx.ep_group, s, r, x_at);
-  double waited = dispatch<A>(*ctx.ep_group, send, s, r, x_at, reinterpret_cast<A*>(ctx.work.moe_stage), b.xp);
+  // The tokens travel while the shared expert (which needs none of them) computes.
+  PendingDispatch<A> tokens(*ctx.ep_group, send, s, r, x_at, reinterpret_cast<A*>(ctx.work.moe_stage), b.xp);
+  if (t.shared_gate_up >= 0) shared_products<A>(ctx, t, m, x, [&] { tokens.poke(); });
+  ExchangeTime time = tokens.finish();
   experts_forward<A>(eng, x_at.rows(s), b.xp, b.gate_up, b.hidden, ctx.work.moe_local, w.weight<A>(t.gate_up),
                      w.weight<A>(t.down), s.C, s.F);
-  waited += gather_back<float>(*ctx.ep_group, ctx.work.moe_local, s, r, x_at, ctx.work.moe_stage, b.yp);
+  time.exposed += gather_back<float>(*ctx.ep_group, ctx.work.moe_local, s, r, x_at, ctx.work.moe_stage, b.yp);
   combine(y, b.yp, s, r);
-  if (ctx.router) ctx.router->add_exchange(waited, 0);
+  if (t.shared_gate_up >= 0) shared_add<A>(ctx, t, m, x, y);
+  if (ctx.router) ctx.router->add_exchange(time.exposed, time.hidden, 0);
 }
 
 // Its backward: the pairs' output gradients out to the owners, the local
@@ -175,15 +200,21 @@ void backward_spread(const BlockContext& ctx, const Tensors& t, const Acts& m, c
   cpu::LowpMatmulEngine& eng = ctx.ops.matmul();
   A* dys = static_cast<A*>(ctx.work.moe_send);
   combine_backward<A>(work.dlogits, dys, dy, b.yp, s, r, losses);
-  double waited = dispatch<A>(*ctx.ep_group, dys, s, r, x_at, reinterpret_cast<A*>(ctx.work.moe_stage), work.dyp);
+  // The output gradients travel while the shared expert's backward runs
+  // (into dx; the router's part is added after).
+  PendingDispatch<A> grads(*ctx.ep_group, dys, s, r, x_at, reinterpret_cast<A*>(ctx.work.moe_stage), work.dyp);
+  std::fill(dx, dx + size_t(s.N) * s.C, 0.f);
+  // (Its gate's [N] scratch: the balancing losses' buffer, read by combine_backward already.)
+  if (t.shared_gate_up >= 0) shared_backward<A>(ctx, t, m, x, dy, dx, ctx.work.moe_seq, [&] { grads.poke(); });
+  ExchangeTime time = grads.finish();
   experts_backward<A>(eng, x_at.rows(s), work.dyp, work.dxp, work.dhidden, work.dgate_up, b.xp, b.gate_up, b.hidden,
                       w.weight<A>(t.gate_up), w.weight<A>(t.down), w.grad(t.gate_up), w.grad(t.down), s.C, s.F);
   float* dxs = ctx.work.moe_local;
-  waited += gather_back<float>(*ctx.ep_group, work.dxp, s, r, x_at, ctx.work.moe_stage, dxs);
-  router_backward<A>(eng, dx, w.grad(t.router), work.dlogits, x, b.x32, w.param(t.router), dxs, s, r);
+  time.exposed += gather_back<float>(*ctx.ep_group, work.dxp, s, r, x_at, ctx.work.moe_stage, dxs);
+  router_backward<A>(eng, dx, w.grad(t.router), work.dlogits, x, b.x32, w.param(t.router), dxs, s, r, true);
   int64_t rows = 0;
   for (int e = 0; e < s.local_experts(); e++) rows += x_at.count[e];
-  if (ctx.router) ctx.router->add_exchange(waited, rows);
+  if (ctx.router) ctx.router->add_exchange(time.exposed, time.hidden, rows);
 }
 
 template <class A>
@@ -200,7 +231,7 @@ void mlp_forward(const BlockContext& ctx, int layer, const Tensors& t, const Act
     forward<A>(ctx.ops.matmul(), y, x, w.param(t.router), bias, w.weight<A>(t.gate_up), w.weight<A>(t.down),
                shape_of(ctx.cfg, N, ctx.tp.size()), routing(m), buffers<A>(m));
   if (ctx.router) ctx.router->set_forward_counts(ctx.slot, layer, routing(m).count);
-  if (t.shared_gate_up >= 0) shared_forward<A>(ctx, t, m, x, y);
+  if (t.shared_gate_up >= 0 && !experts_spread(ctx)) shared_forward<A>(ctx, t, m, x, y);  // (spread: inside)
   ctx.tp.reduce_rows(y, out, N, C);
   cpu::residual_bias_forward(out, out, nullptr, residual, ctx.R(), C);
 }
@@ -247,7 +278,8 @@ void mlp_backward(const BlockContext& ctx, int layer, const Tensors& t, const Ac
     backward<A>(ctx.ops.matmul(), dx, w.grad(t.router), w.grad(t.gate_up), w.grad(t.down), dy, x, w.param(t.router),
                 w.weight<A>(t.gate_up), w.weight<A>(t.down), s, r, buffers<A>(m), work, losses);
   ctx.grad_ready(t.router), ctx.grad_ready(t.gate_up), ctx.grad_ready(t.down);
-  if (t.shared_gate_up >= 0) shared_backward<A>(ctx, t, m, x, dy, dx);
+  if (t.shared_gate_up >= 0 && !experts_spread(ctx))
+    shared_backward<A>(ctx, t, m, x, dy, dx, k.moe_dlogits, [] {});  // the routed experts' backward is done with it
   ctx.tp.reduce_rows(dx, dnorm, N, C);
 }
 

@@ -217,12 +217,13 @@ void experts_backward(cpu::LowpMatmulEngine& eng, const ExpertRows& rows, A* dyp
 
 template <class A>
 void router_backward(cpu::LowpMatmulEngine& eng, float* dx, float* dw_router, const float* dlogits, const A* x,
-                     float* x32, const float* w_router, const float* dxs, const Shape& s, const Routing& r) {
+                     float* x32, const float* w_router, const float* dxs, const Shape& s, const Routing& r,
+                     bool accumulate) {
   const int C = s.C, E = s.E, k = s.k;
   // dWr += dlogits^T x, dx = dlogits Wr, then each pair's input gradient added back.
   const float* x32w = widened(x, x32, size_t(s.N) * C);
   if (dw_router) eng.fp32().gemm(dw_router, dlogits, x32w, nullptr, E, C, s.N, true, false, true);
-  eng.fp32().gemm(dx, dlogits, w_router, nullptr, s.N, C, E, false, false, false);
+  eng.fp32().gemm(dx, dlogits, w_router, nullptr, s.N, C, E, false, false, accumulate);
 #pragma omp parallel for schedule(static)
   for (int n = 0; n < s.N; n++)
     for (int j = 0; j < k; j++) {
@@ -258,7 +259,7 @@ void backward(cpu::LowpMatmulEngine& eng, float* dx, float* dw_router, float* dw
   template void experts_backward<A>(cpu::LowpMatmulEngine&, const ExpertRows&, A*, float*, float*, A*, const A*,     \
                                     const A*, const A*, const A*, const A*, float*, float*, int, int);               \
   template void router_backward<A>(cpu::LowpMatmulEngine&, float*, float*, const float*, const A*, float*,           \
-                                   const float*, const float*, const Shape&, const Routing&);
+                                   const float*, const float*, const Shape&, const Routing&, bool);
 LOOM_MOE(float)
 LOOM_MOE(bf16)
 LOOM_MOE(f16)

@@ -184,10 +184,11 @@ template <class A>
 void experts_backward(cpu::LowpMatmulEngine& eng, const ExpertRows& rows, A* dyp, float* dxp, float* dhidden,
                       A* dgate_up, const A* xp, const A* gate_up, const A* hidden, const A* w_gate_up,
                       const A* w_down, float* dw_gate_up, float* dw_down, int C, int F);
-// The router's backward: dWr += dlogits^T x, dx = dlogits Wr + sum_j dxs[row[n, j]].
+// The router's backward: dWr += dlogits^T x, dx (+)= dlogits Wr + sum_j dxs[row[n, j]].
 template <class A>
 void router_backward(cpu::LowpMatmulEngine& eng, float* dx, float* dw_router, const float* dlogits, const A* x,
-                     float* x32, const float* w_router, const float* dxs, const Shape& s, const Routing& r);
+                     float* x32, const float* w_router, const float* dxs, const Shape& s, const Routing& r,
+                     bool accumulate = false);
 
 // y[N, C] (written) from x[N, C] on one rank holding every expert (ep 1).
 // bias [E] may be null.

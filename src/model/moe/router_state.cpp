@@ -64,7 +64,7 @@ void RouterState::load_biases(const GlobalTensors& tensors) {
 }
 
 void RouterState::begin_step() {
-  exchange_s_ = 0, rows_received_ = 0;
+  exchange_s_ = hidden_s_ = 0, rows_received_ = 0;
   std::fill(counts_.begin(), counts_.end(), 0);
   z_sum_ = balance_sum_ = 0;
 }

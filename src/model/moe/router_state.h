@@ -55,10 +55,14 @@ class RouterState {
   // sequence: sum over sequences of tokens x sum_e f_e P_e (cp: this rank's part).
   void add_z(double v) { z_sum_ += v; }
   void add_balance(double v) { balance_sum_ += v; }
-  // Expert parallelism: seconds spent in the token all-to-alls (waiting on
-  // them: the part not hidden) and the rows this rank's experts received.
-  void add_exchange(double seconds, int64_t rows) { exchange_s_ += seconds, rows_received_ += rows; }
+  // Expert parallelism: seconds spent waiting on the token all-to-alls (the
+  // exposed part), the part of their flight that ran beside other work
+  // (hidden), and the rows this rank's experts received.
+  void add_exchange(double exposed, double hidden, int64_t rows) {
+    exchange_s_ += exposed, hidden_s_ += hidden, rows_received_ += rows;
+  }
   double exchange_seconds() const { return exchange_s_; }
+  double hidden_seconds() const { return hidden_s_; }
   int64_t rows_received() const { return rows_received_; }
   // The step's rows per expert, [layers().size(), E].
   const std::vector<int64_t>& step_counts() const { return counts_; }
@@ -79,7 +83,7 @@ class RouterState {
   std::vector<float> bias_;      // [layers, E]
   std::vector<int64_t> counts_;  // [layers, E]
   std::vector<int32_t> forward_counts_;  // switch: [slots, layers, E]
-  double z_sum_ = 0, balance_sum_ = 0, exchange_s_ = 0;
+  double z_sum_ = 0, balance_sum_ = 0, exchange_s_ = 0, hidden_s_ = 0;
   int64_t rows_received_ = 0;
   float loss_weight_ = 0;
 };
