@@ -12,6 +12,12 @@
 // nodes. Predicted (planner::predict_loom_run with that file) against
 // measured: step time, communication, and what the link costs (the step's
 // growth over the one-node run of the same layout).
+//
+// --moe: the same with a mixture of experts (the mixtral family, 4 experts
+// of width 512, top 2, on the same sizes) in three expert layouts of dp 4:
+// ep 2 (each ep group inside a node, the experts' gradients reduced across),
+// ep 4 (the all-to-all across the nodes, no expert gradient to reduce) and
+// ep 1 (every expert on every rank, all reduced across).
 #include <algorithm>
 #include <cctype>
 #include <cmath>
@@ -42,6 +48,7 @@ struct Options {
   std::vector<std::string> rates = {"1gbit", "100mbit"};
   int steps = 4;
   std::vector<std::string> sets;  // child only: the layout's --set options
+  bool moe = false;               // --moe: the mixture-of-experts layouts
 };
 
 struct BenchLayout {
@@ -52,6 +59,18 @@ const std::vector<BenchLayout> kLayouts = {
     {"tp2 in node, dp2 across", {"parallel.tp=2", "parallel.order=\"tp-dp-pp\""}},
     {"tp2 across, dp2 in node", {"parallel.tp=2", "parallel.order=\"dp-tp-pp\""}},
     {"dp4", {"parallel.tp=1"}}};
+
+// --moe: the model (over bench_config's sizes) and its expert layouts.
+const std::vector<std::string> kMoeModel = {"model.family=\"mixtral\"", "model.n_kv_head=4", "model.n_experts=4",
+                                            "model.top_k=2", "model.moe_ffn_hidden=512"};
+std::vector<std::string> moe_sets(const std::string& ep) {
+  std::vector<std::string> sets = kMoeModel;
+  sets.push_back("parallel.ep=" + ep);
+  return sets;
+}
+const std::vector<BenchLayout> kMoeLayouts = {{"mixtral ep2 in node, dp4", moe_sets("2")},
+                                              {"mixtral ep4 across, dp4", moe_sets("4")},
+                                              {"mixtral ep1 (experts whole), dp4", moe_sets("1")}};
 
 // A tc rate such as "1gbit" or "100mbit" in bits per second; 0 if it is not one.
 double rate_bits_per_s(const std::string& rate) {
@@ -82,6 +101,7 @@ Options parse(const Args& args) {
       LOOM_USER_CHECK(!o.rates.empty(), "bench cluster: --rates is empty");
     } else if (a == "--steps") o.steps = int_option(value(), "bench cluster", "--steps", 2, 100);
     else if (a == "--set") o.sets.push_back(value());
+    else if (a == "--moe") o.moe = true;
     else throw UserError(strprintf("bench cluster: unknown option '%s' (try loom bench --help)", a.c_str()));
   }
   return o;
@@ -102,10 +122,10 @@ RunConfig bench_config(const std::vector<std::string>& layout, int steps) {
 }
 
 struct Measured {
-  double step_s = 0, tp_s = 0, dp_wait_s = 0;
+  double step_s = 0, tp_s = 0, dp_wait_s = 0, a2a_s = 0;
   int nodes = 0;
   std::vector<double> losses;
-  double comm() const { return tp_s + dp_wait_s; }
+  double comm() const { return tp_s + dp_wait_s + a2a_s; }
 };
 
 // OpenMPI yields the core while it waits only when it sees more ranks than
@@ -127,6 +147,7 @@ Measured run_layout(const std::string& launcher, const BenchLayout& l, int steps
   m.step_s = json_number(line, "step_ms") * 1e-3;
   m.tp_s = json_number(line, "tp_ms") * 1e-3;
   m.dp_wait_s = json_number(line, "dp_wait_ms") * 1e-3;
+  m.a2a_s = json_number(line, "a2a_ms") * 1e-3;
   m.nodes = int(json_number(line, "nodes"));
   for (int s = 0; s <= steps; s++) m.losses.push_back(json_number(line, strprintf("loss%d", s).c_str()));
   LOOM_USER_CHECK(m.step_s > 0 && m.nodes > 0 && *std::min_element(m.losses.begin(), m.losses.end()) >= 0,
@@ -175,6 +196,7 @@ double percent_off(double predicted, double measured) { return 100.0 * (predicte
 std::string layout_name(const planner::Layout& l) {
   std::string s = strprintf("dp%d tp%d pp%d", l.dp, l.tp, l.pp);
   if (l.cp > 1) s += strprintf(" cp%d", l.cp);
+  if (l.ep > 1) s += strprintf(" ep%d", l.ep);
   if (l.zero > 0) s += strprintf(" z%d", l.zero);
   return s + strprintf(" mb%d", l.micro_batch);
 }
@@ -183,6 +205,8 @@ std::string layout_name(const planner::Layout& l) {
 
 int cmd_bench_cluster(const Args& args) {
   const Options o = parse(args);
+  const std::vector<BenchLayout>& kLayouts = o.moe ? kMoeLayouts : ::loom::cli::kLayouts;
+  const std::vector<std::string> model_sets = o.moe ? kMoeModel : std::vector<std::string>{};
   EmulatedCluster cluster;
   {
     LOOM_USER_CHECK(o.sets.empty(), "bench cluster: --set is for its child runs, not for bench cluster");
@@ -191,9 +215,9 @@ int cmd_bench_cluster(const Args& args) {
   }
   const planner::ClusterSpec local = planner::local_cluster_or_default();
   std::printf("loom bench cluster: %d emulated nodes x %d ranks (network namespaces, tc-shaped links) on this "
-              "machine's %d cores;\nGPT-2 4 x 256, 256 tokens, batch 8, fp32, %d timed steps after 1 warm-up, 1 "
+              "machine's %d cores;\n%s 4 x 256, 256 tokens, batch 8, fp32, %d timed steps after 1 warm-up, 1 "
               "thread per rank\n%s\nplanner: %s\n\n",
-              kNodes, kRanksPerNode, local.devices(), o.steps, cpu::describe_dispatch().line().c_str(),
+              kNodes, kRanksPerNode, local.devices(), o.moe ? "Mixtral (4 experts of 512, top 2)" : "GPT-2", o.steps, cpu::describe_dispatch().line().c_str(),
               local.description.c_str());
   std::fflush(stdout);
   auto predict = [&](const BenchLayout& l, const planner::ClusterSpec& c) {
@@ -282,15 +306,16 @@ int cmd_bench_cluster(const Args& args) {
     }
     // What the planner itself proposes for this cluster (loom plan --layout
     // auto --cluster FILE), run the same way.
-    const RunConfig plain = bench_config({}, o.steps);
+    const RunConfig plain = bench_config(model_sets, o.steps);
     const planner::Layout chosen = planner::choose_layout(plain, kRanks, two);
-    const BenchLayout proposal{"planner: " + layout_name(chosen), elastic::layout_overrides(plain, chosen)};
+    BenchLayout proposal{"planner: " + layout_name(chosen), model_sets};
+    for (const std::string& set : elastic::layout_overrides(plain, chosen)) proposal.sets.push_back(set);
     const Measured pm = run_layout(cluster.launcher(kRanksPerNode), proposal, o.steps);
     row(rate, proposal.name, pm, predict(proposal, two), nullptr, nullptr);
     const bool best = pm.step_s <= *std::min_element(measured.begin(), measured.end());
     planner_best += best;
     cluster.stop();
-    auto order_of = [](const std::vector<double>& t) {
+    auto order_of = [&](const std::vector<double>& t) {
       std::vector<size_t> idx(t.size());
       for (size_t i = 0; i < t.size(); i++) idx[i] = i;
       std::sort(idx.begin(), idx.end(), [&](size_t a, size_t b) { return t[a] < t[b]; });
@@ -311,7 +336,8 @@ int cmd_bench_cluster(const Args& args) {
               "planner's choice was the fastest at %d of %zu\n"
               "step s = mean step time after the first; pred s = planner::predict_loom_run on the cluster file "
               "(compute calibrated on one node, links measured)\n"
-              "comm s = tensor-parallel waits + gradient-reduction wait after backward, as loom measures them; the "
+              "comm s = tensor-parallel waits + gradient-reduction wait after backward (+ the expert all-to-alls' "
+              "waits), as loom measures them; the "
               "waits include\n         a peer that is not running (4 ranks share 2 cores), which the prediction "
               "does not model\n"
               "link s = step time across the two nodes minus the same layout's on one node: what the link costs\n",
@@ -324,12 +350,14 @@ int cmd_bench_cluster_child(const Args& args, MpiRuntime& mpi) {
   LOOM_USER_CHECK(mpi.world_size() == kRanks, "bench cluster-child: run with -np %d", kRanks);
   const RunConfig cfg = bench_config(o.sets, o.steps);
   const ParallelConfig& pc = cfg.parallel;
-  auto ctx = ParallelContext::create_mpi(ParallelGrid::for_world(kRanks, pc.dp, pc.tp, pc.pp, pc.order, pc.cp),
-                                         MpiOptions{120});
+  auto ctx = ParallelContext::create_mpi(
+      ParallelGrid::for_world(kRanks, pc.dp, pc.tp, pc.pp, pc.order, pc.cp, pc.ep), MpiOptions{120});
   const TrainResult r = train(cfg, *ctx, nullptr);
+  double a2a_ms = 0;  // the expert all-to-alls' wait, mean over the steps after the first
+  for (size_t s = 1; s < r.moe_steps.size(); s++) a2a_ms += r.moe_steps[s].a2a_ms / double(r.moe_steps.size() - 1);
   if (mpi.world_rank() == 0) {
-    std::printf("{\"step_ms\": %.2f, \"tp_ms\": %.2f, \"dp_wait_ms\": %.2f, \"nodes\": %d", r.step_ms, r.tp_comm_ms,
-                r.reduce_wait_ms, ctx->nodes().nodes());
+    std::printf("{\"step_ms\": %.2f, \"tp_ms\": %.2f, \"dp_wait_ms\": %.2f, \"a2a_ms\": %.2f, \"nodes\": %d",
+                r.step_ms, r.tp_comm_ms, r.reduce_wait_ms, a2a_ms, ctx->nodes().nodes());
     for (size_t s = 0; s < r.train_losses.size(); s++) std::printf(", \"loss%zu\": %.7f", s, r.train_losses[s]);
     std::printf("}\n");
   }

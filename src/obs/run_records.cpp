@@ -143,6 +143,7 @@ void to_json(json& j, const RunLayout& l) {
            {"seq_len", l.seq_len},         {"batch_size", l.batch_size},
            {"dtype", l.dtype},             {"loss_scaling", l.loss_scaling},
            {"ranks_per_node", l.ranks_per_node}, {"nodes", l.nodes}};
+  if (l.ep > 1) j["ep"] = l.ep, j["ep_groups"] = l.ep_groups;
 }
 
 void from_json(const json& j, RunLayout& l) {
@@ -152,6 +153,8 @@ void from_json(const json& j, RunLayout& l) {
   get_if(j, "tp", l.tp);
   get_if(j, "pp", l.pp);
   get_if(j, "cp", l.cp);
+  get_if(j, "ep", l.ep);
+  get_if(j, "ep_groups", l.ep_groups);
   get_if(j, "zero", l.zero);
   get_if(j, "order", l.order);
   get_if(j, "schedule", l.schedule);

@@ -83,6 +83,8 @@ struct RunLayout {
   int world_size = 1;
   int dp = 1, tp = 1, pp = 1;
   int cp = 1;                        // context parallelism: ranks per sequence
+  int ep = 1;                        // expert parallelism: ranks the experts are spread over
+  std::vector<std::vector<int>> ep_groups;  // ep > 1: each ep group's world ranks (the all-to-all's)
   int zero = 0;                      // ZeRO stage 0, 1, 2
   std::string order = "tp-dp-pp";    // axes innermost first
   std::string schedule = "none";     // "gpipe", "1f1b", "interleaved", or "none" when pp = 1

@@ -56,6 +56,8 @@ RunRecorder::RunRecorder(const std::string& dir, const RunConfig& cfg, const Par
   const ParallelGrid& g = ctx.grid();
   obs::RunLayout layout;
   layout.world_size = g.world_size(), layout.dp = g.dp(), layout.tp = g.tp(), layout.pp = g.pp(), layout.cp = g.cp();
+  layout.ep = g.ep();
+  if (g.ep() > 1) layout.ep_groups = g.groups(GroupKind::ep);
   layout.zero = cfg.parallel.zero, layout.order = cfg.parallel.order;
   layout.schedule = g.pp() > 1 ? cfg.parallel.schedule : "none";
   layout.micro_batches = micro_batches, layout.virtual_stages = cfg.parallel.virtual_stages;

@@ -230,6 +230,23 @@ TrainResult train(const RunConfig& cfg, const ParallelContext& ctx, FILE* log, c
       std::fprintf(log, "context parallel: each sequence's %d tokens over %d ranks (%d each, chunks r and %d-r), "
                    "ring attention; gradients summed over dp x cp = %d ranks\n",
                    T, cp, T / cp, 2 * cp - 1, ctx.dp().size());
+    if (const int ep = ctx.grid().ep(); ep > 1) {
+      std::string groups;
+      for (const auto& g : ctx.grid().groups(GroupKind::ep)) {
+        if (groups.size() > 60) {
+          groups += " ...";
+          break;
+        }
+        groups += groups.empty() ? "[" : " [";
+        for (size_t i = 0; i < g.size(); i++) groups += (i ? "," : "") + std::to_string(g[i]);
+        groups += "]";
+      }
+      std::fprintf(log,
+                   "expert parallel: %d experts over ep = %d ranks (%d each), tokens exchanged by all-to-all in ep "
+                   "groups %s; the experts' gradients%s over the %d ranks of each expert-data group\n",
+                   m.n_experts, ep, m.n_experts / ep, groups.c_str(),
+                   replica.zero_stage() > 0 ? " and ZeRO shards" : "", ctx.group(GroupKind::expert_data).size());
+    }
     if (replica.zero_stage() > 0 && ctx.dp().size() == 1)
       std::fprintf(log, "note: parallel.zero = %d with one replica shards nothing (every shard is the whole)\n",
                    replica.zero_stage());

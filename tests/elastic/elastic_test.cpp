@@ -97,6 +97,23 @@ TEST(ElasticRelayout, KeepsTheUsersShapeWithFewerReplicasAndTheSameBatch) {
   EXPECT_NE(planned.describe().find("the planner's choice"), std::string::npos);
 }
 
+// Expert parallelism: a restart keeps the user's ep where the survivors'
+// data group still divides by it, else the largest that divides it and the
+// experts (the checkpoint reshards over ep).
+TEST(ElasticRelayout, KeepsADividingEp) {
+  const planner::ClusterSpec cluster = planner::measure_local_cluster_quickly();
+  RunConfig cfg = load_run_config(std::string(LOOM_SOURCE_DIR) + "/configs/mixtral-tiny.toml",
+                                  {"train.batch_size=24", "parallel.ep=4"});
+  Relayout eight = relayout(cfg, 8, 1, cluster);
+  ASSERT_TRUE(eight.users);
+  EXPECT_EQ(eight.layout.ep, 4);
+  Relayout six = relayout(cfg, 6, 1, cluster);  // dp 6: neither 4 nor 3 (8 experts) divides; 2 does
+  ASSERT_TRUE(six.users);
+  EXPECT_EQ(six.layout.dp, 6);
+  EXPECT_EQ(six.layout.ep, 2);
+  EXPECT_NE(std::find(six.overrides.begin(), six.overrides.end(), "parallel.ep=2"), six.overrides.end());
+}
+
 TEST(ElasticRelayout, AsksThePlannerWhenTheUsersShapeNoLongerDivides) {
   const planner::ClusterSpec cluster = planner::measure_local_cluster_quickly();
   // Batch 8 on 3 ranks: dp 3 does not divide it, and tiny's 2 layers and 2

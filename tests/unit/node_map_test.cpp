@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "core/check.h"
 #include "parallel/grid/node_map.h"
 
 namespace loom {
@@ -51,6 +52,25 @@ TEST(NodeMap, ContextParallelRingsAreReportedToo) {
   EXPECT_TRUE(contains(lines[1], "context-parallel groups: all 2 inside one node")) << lines[1];
   const ParallelGrid across(2, 1, 1, "dp-cp-tp-pp", 2);
   EXPECT_TRUE(contains(m.placement_lines(across)[1], "warning: 2 of 2 context-parallel groups span nodes"));
+}
+
+// Expert parallelism: ep groups are runs of the data group's ranks; on 2
+// nodes of 2, dp 4 with ep 2 keeps each inside a node, ep 4 spans both.
+TEST(NodeMap, ExpertParallelGroupsAreReportedToo) {
+  const NodeMap m = NodeMap::from_keys({0, 0, 2, 2}, {"n0", "n0", "n1", "n1"});
+  const ParallelGrid inside(4, 1, 1, "tp-dp-pp", 1, 2);
+  EXPECT_EQ(inside.group(GroupKind::ep, 1), (std::vector<int>{0, 1}));
+  EXPECT_EQ(inside.group(GroupKind::expert_data, 1), (std::vector<int>{1, 3}));
+  EXPECT_EQ(inside.ep_rank(3), 1);
+  const std::vector<std::string> lines = m.placement_lines(inside);
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_TRUE(contains(lines[1], "expert-parallel groups: all 2 inside one node")) << lines[1];
+  const ParallelGrid across(4, 1, 1, "tp-dp-pp", 1, 4);
+  EXPECT_TRUE(contains(m.placement_lines(across)[1], "warning: 1 of 1 expert-parallel groups span nodes"))
+      << m.placement_lines(across)[1];
+  EXPECT_TRUE(contains(m.placement_lines(across)[1], "token all-to-alls"));
+  // ep must divide dp x cp.
+  EXPECT_THROW(ParallelGrid(3, 1, 1, "tp-dp-pp", 1, 2), UserError);
 }
 
 }  // namespace
