@@ -241,13 +241,15 @@ commands:
           Context parallelism on a long-sequence tiny model (--layers blocks, d_model 128, one sequence of
           T tokens per step): cp=1 (1 rank) against cp=2 (2 ranks x 1 thread, ring attention): step
           time, activation MiB per rank and their ratios, peak RSS, largest loss difference.
-            loom bench cluster [--rates 1gbit,100mbit] [--steps 4]
+            loom bench cluster [--rates 1gbit,100mbit] [--steps 4] [--moe]
           The planner's network model on an emulated cluster (root; scripts/cluster/emulate.sh):
           2 nodes x 2 ranks, GPT-2 4 x 256, as tp2 inside each node / dp2 across, tp2 across /
           dp2 inside, and dp4. Each layout runs on one node (compute calibrated there), then
           across the nodes at each link speed (the link measured and written as the cluster file
           .cache/cluster-emulated-2x2-RATE.toml, for loom plan --cluster): measured against
-          predicted step time, communication and link cost, and the two rankings.
+          predicted step time, communication and link cost, and the two rankings. --moe: a
+          Mixtral of the same sizes (4 experts of width 512, top 2) as dp4 with ep 2 (inside each
+          node), ep 4 (the all-to-all across the nodes) and ep 1.
             loom bench calibrate [--mpi] [--out FILE] [--quick] [--threads N]
           Measures this machine for the planner's shape model (fp32 peak per core; the engine's
           fp32 products on three shapes: the GEMM ceiling, short-K and skinny-M penalties; bf16 and
