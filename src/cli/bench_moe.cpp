@@ -16,9 +16,9 @@
 //            slowest rank's wait on the token all-to-alls and its share of
 //            the step (the exchange blocks: none of it is hidden), the
 //            busiest rank's received pairs over the mean, the experts'
-//            state per rank against ep 1 (falls as 1/ep without ZeRO), and
-//            the planner's step for the same run on this machine
-//            (predict_loom_run, the local calibration).
+//            state per rank against ep 1 (falls as 1/ep without ZeRO).
+//            (The planner against measured ep runs: loom bench cluster --moe,
+//            whose compute rate is calibrated on its own runs.)
 // --precision bf16 | fp16 runs the step table in 16-bit compute.
 // Medians of --steps alternating runs; ratios against this invocation's
 // dense run.
@@ -37,7 +37,6 @@
 #include "kernels/cpu/grad_norm.h"
 #include "kernels/cpu/isa.h"
 #include "parallel/grid/parallel_context.h"
-#include "planner/predict.h"
 #include "train/replica.h"
 #include "train/trainer.h"
 
@@ -226,15 +225,12 @@ void bench_ep(const Options& o, const MpiRuntime& mpi) {
   cfg.model.moe_shared_ffn = o.shared_ffn;
   cfg.train.batch_size = o.batch * world, cfg.train.micro_batch_size = o.batch;
   cfg.precision.compute = o.precision;
-  cfg.runtime.threads = omp_get_max_threads();  // what the prediction gives each rank
   if (rank0)
     std::printf("ep: %d ranks (dp %d), each a micro-batch of %d x %d tokens; %d experts of width %d, top %d, "
-                "d_model %d, %d blocks, %s\n%4s | %9s %6s | %8s %7s %7s | %9s | %12s %7s | %9s %6s\n",
+                "d_model %d, %d blocks, %s\n%4s | %9s %6s | %8s %7s %7s | %9s | %12s %7s\n",
                 world, world, o.batch, o.seq, o.experts, o.moe_ffn, o.top_k, o.d_model, o.layers, o.precision.c_str(),
-                "ep", "step ms", "ratio", "a2a ms", "share", "hid ms", "rank load", "expert MiB", "ratio",
-                "plan ms", "off");
+                "ep", "step ms", "ratio", "a2a ms", "share", "hid ms", "rank load", "expert MiB", "ratio");
   double base_step = 0, base_experts = 0;
-  const planner::ClusterSpec local = planner::local_cluster_or_default();
   for (int ep : o.ep) {
     cfg.parallel.ep = ep;
     auto ctx = ParallelContext::create_mpi(ParallelGrid::for_world(world, world, 1, 1, "tp-dp-pp", 1, ep),
@@ -270,20 +266,18 @@ void bench_ep(const Options& o, const MpiRuntime& mpi) {
         experts += bytes * expert_floats / std::max(1.0, floats);
       }
     }
-    const planner::RunPrediction plan = planner::predict_loom_run(cfg, world, local);
     if (ep == o.ep.front()) base_step = figures[0], base_experts = experts;
     if (rank0)
-      std::printf("%4d | %9.2f %5.2fx | %8.2f %6.1f%% %6.2f | %9.2f | %12.2f %6.2fx | %9.2f %+5.0f%%\n", ep,
+      std::printf("%4d | %9.2f %5.2fx | %8.2f %6.1f%% %6.2f | %9.2f | %12.2f %6.2fx\n", ep,
                   1e3 * figures[0], figures[0] / base_step, 1e3 * figures[1], 100 * figures[1] / figures[0],
                   1e3 * figures[2],
-                  median(load), experts / (1 << 20), experts / base_experts, 1e3 * plan.step_seconds,
-                  100 * (plan.step_seconds - figures[0]) / figures[0]);
+                  median(load), experts / (1 << 20), experts / base_experts);
   }
   if (rank0)
     std::printf("a2a = the slowest rank's wait on the token all-to-alls per step (exposed); hid = their flight "
                 "beside the shared expert's work (--shared-ffn; 0 without); rank load = "
                 "the busiest rank's received pairs over the mean; expert MiB = the experts' parameters, gradients "
-                "and AdamW state on one rank; plan = predict_loom_run on this machine's calibration\n");
+                "and AdamW state on one rank\n");
 }
 
 }  // namespace
