@@ -4,11 +4,13 @@
 //     source rank and routing row; experts no token chose get no row; the
 //     reverse brings every row back to where it left;
 //   - the mixtral family with its experts spread over ep ranks in the
-//     layouts built so far (ep alone, ep x dp, ep x tp, ep x pp under 1F1B
-//     and interleaved, ep x cp, ZeRO 1 and 3 on both groups, bf16, and
-//     aux-free and per-sequence balancing): first-step gradients within 1e-5
+//     layouts built so far (ep alone, ep x dp, ep x tp with and without
+//     sequence parallelism, ep x pp under 1F1B, interleaved, ZB-H1 and ZB-V,
+//     ep x cp, ZeRO 1, 2 and 3 on both groups, bf16, fp16, aux-free and
+//     per-sequence balancing, a shared expert): first-step gradients within 1e-5
 //     relative per global tensor and every loss within rtol 1e-4 of one
-//     process (bf16: against bf16 within 1e-2);
+//     process, and the gradient norm too (16-bit: gradients against the
+//     same precision's run within 1e-2); recomputation bitwise;
 //   - a checkpoint resharded over ep (ep 4 -> ep 1 -> ep 2) continues the
 //     run within rtol 1e-4.
 #include <gtest/gtest.h>
@@ -235,7 +237,9 @@ INSTANTIATE_TEST_SUITE_P(
                     EpCase{{1, 1, 1, "1f1b", 1, false, 0, "fp32"}, 2, "shared"},
                     EpCase{{2, 1, 1, "1f1b", 1, true, 1, "fp32"}, 2, "shared"},
                     EpCase{{1, 2, 1, "zb-h1", 1, false, 0, "fp32"}, 2, "sequence"},
-                    EpCase{{1, 1, 1, "1f1b", 1, false, 0, "fp16"}, 4, "shared"}),
+                    EpCase{{1, 1, 1, "1f1b", 1, false, 0, "fp16"}, 4, "shared"},
+                    EpCase{{1, 1, 1, "1f1b", 1, false, 2, "fp32"}, 4, "aux_free"},
+                    EpCase{{1, 2, 1, "zb-v", 2, false, 0, "fp32"}, 2, "shared"}),
     ep_case_name);
 
 // Selective and full recomputation with the experts spread: the forward run
