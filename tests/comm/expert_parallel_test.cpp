@@ -266,6 +266,30 @@ TEST(MixtralExpertParallelLlama, RecomputationRepeatsTheExchangeBitwise) {
   }
 }
 
+// Frozen experts (train.freeze: the "frozen experts" group, ZeRO-3 sharded
+// over the expert-data group) and LoRA on a frozen base (its experts in the
+// compute type alone): the ep 2 run's losses are the ep 1 run's.
+TEST(MixtralExpertParallelLlama, FrozenExpertsAndLoraBaseSpreadLikeTrainedOnes) {
+  const Layout l{1, 1, 1, "1f1b", 1, false, 3, "fp32"};
+  int dp = 1;
+  if (const std::string why = loom::test::layout_case_skip(l, kBatch, &dp); !why.empty()) GTEST_SKIP() << why;
+  if (dp % 2) GTEST_SKIP() << "ep 2 needs an even dp";
+  struct Variant {
+    const char* name;
+    std::vector<std::string> sets;
+  };
+  for (const Variant& v : {Variant{"frozen experts, ZeRO-3", {"train.freeze=[\"*.experts.*\"]"}},
+                           Variant{"LoRA, bf16", {"parallel.zero=0", "precision.compute=\"bf16\"", "lora.rank=4",
+                                                  "lora.alpha=8", "lora.targets=[\"q_proj\", \"v_proj\"]"}}}) {
+    SCOPED_TRACE(v.name);
+    const loom::TrainResult one = loom::train(config(l, dp, 1, "aux_free", v.sets), loom::test::layout_context(1, 1, 1, 1),
+                                              nullptr, first_grads());
+    const loom::TrainResult two = loom::train(config(l, dp, 2, "aux_free", v.sets), loom::test::layout_context(1, 1, 1, 2),
+                                              nullptr, first_grads());
+    loom::test::expect_same_losses(two, one);
+  }
+}
+
 // A fresh folder every rank agrees on.
 std::string fresh_dir(const std::string& name) {
   const std::string dir = "/tmp/loom_ep_test_" + std::to_string(world_size()) + "_" + name;
