@@ -142,7 +142,9 @@ MemoryBreakdown stage_memory(const Workload& w, const Layout& l, const ClusterSp
     // fp32 shard; the adapters fp32 (+ the 16-bit copy) and trained.
     const bool lowp = l.precision != ComputePrecision::fp32;
     const double table = stage == 0 ? w.counts().embedding / l.tp : 0;
-    mem.params = l.zero >= 3 ? 4 * n / l.data() : n * param_bytes(l.precision) + (lowp ? 4 * table : 0);
+    const double ne = stage_expert_parameters(w.counts(), m, l, stage);  // a frozen base's experts: over expert_data
+    mem.params = l.zero >= 3 ? 4 * ((n - ne) / l.data() + ne / l.expert_data())
+                             : n * param_bytes(l.precision) + (lowp ? 4 * table : 0);
     mem.params += trained * (lowp ? 6 : 4) / (l.zero >= 3 ? l.data() : 1);
     mem.grads = trained * l.grad_bytes() / (l.zero >= 2 ? l.data() : 1);
     mem.optimizer = trained * optimizer_bytes(l.precision) / (l.zero >= 1 ? l.data() : 1);
@@ -193,6 +195,13 @@ MemoryBreakdown stage_memory(const Workload& w, const Layout& l, const ClusterSp
   // to send, the all-to-all's fp32 staging and the local experts' fp32
   // outputs (ep x the pairs each).
   if (m.is_moe() && l.ep > 1) mem.comm_buffers += s * b * m.top_k * h * (8.0 * l.ep + 2 * scale);
+  // An MoE block's backward work space (one set per stage), ep x the pairs'
+  // rows: the input and hidden gradients in fp32, the output and gate/up
+  // gradients in the compute type.
+  if (m.is_moe()) {
+    const double rows = s * b * m.top_k * l.ep, Fe = double(m.expert_ffn()) / l.tp, act = scale * 2;
+    mem.activations += rows * (4 * h + 4 * Fe + act * h + act * 2 * Fe);
+  }
   if (l.zero >= 3) mem.comm_buffers += 2 * (w.counts().layer_matrices / l.tp) * param_bytes(l.precision);
   mem.overhead = c.overhead_bytes;
   return mem;

@@ -66,6 +66,7 @@ struct StagePlan {
   std::vector<double> chunk_frozen_products;  // per chunk: frozen product-only floats (no weight gradient)
   double read_fp32 = 0;              // floats the model reads in fp32 (not products_only), in whole pages
   double experts = 0;                // trained floats in the expert groups (ep > 1: over data() / ep)
+  double frozen_experts = 0;         // frozen floats in the expert groups (sharded over data() / ep)
   double gathered = 0;               // ZeRO-3: most floats gathered at once (see zero3_gathered)
   double activations = 0;            // bytes
 };
@@ -112,6 +113,7 @@ StagePlan stage_plan(const RunConfig& cfg, const LoomRun& r, int stage, int thre
       const int64_t aligned = (p.numel + 15) / 16 * 16;
       if (groups[size_t(group[i])].frozen) {
         s.frozen += double(aligned);
+        if (groups[size_t(group[i])].ranks == GroupKind::expert_data) s.frozen_experts += double(aligned);
         // (LoRA's base: the work model already leaves out its weight gradients.)
         if (p.products_only && !cfg.model.lora.enabled()) s.chunk_frozen_products[size_t(c)] += double(p.numel);
         if (p.products_only) s.frozen_products += double(aligned);
@@ -174,13 +176,14 @@ StageFigures stage_memory(const RunConfig& cfg, const LoomRun& r, const StagePla
   // What a rank holds of a ZeRO shard of every trained float: the dense
   // ones over the data group, the experts' over the expert-data group.
   const double shard = (n - s.experts) / dp + s.experts / r.expert_data();
+  const double frozen_shard = (nf - s.frozen_experts) / dp + s.frozen_experts / r.expert_data();
   StageFigures f;
   if (r.zero == 0) f.params = 4 * n + (r.lowp() ? 2 * n : 0);
   else if (r.zero <= 2) f.params = r.lowp() ? 4 * shard + 2 * n + 4 * s.read_fp32 : 4 * n;
   else f.params = 4 * shard + (r.lowp() ? 6 : 4) * s.gathered;
   const bool compute_type_base = cfg.model.lora.enabled() && r.lowp() && r.zero < 3;
   if (compute_type_base) f.params += 2 * s.frozen_products + 6 * (nf - s.frozen_products);
-  else f.params += r.zero == 3 ? 4 * nf / dp : 4 * nf + (r.lowp() ? 2 * nf : 0);
+  else f.params += r.zero == 3 ? 4 * frozen_shard : 4 * nf + (r.lowp() ? 2 * nf : 0);
   if (r.zero == 0) f.grads = 4 * n;
   else if (r.zero == 1 || r.accumulation > 1) f.grads = 4 * n + 4 * shard;
   else f.grads = std::min(4 * n, 4 * shard + 2 * double(cfg.parallel.bucket_mb) * kMiB);
@@ -195,7 +198,7 @@ StageFigures stage_memory(const RunConfig& cfg, const LoomRun& r, const StagePla
     const bool sharded_masters = r.zero == 3 || (r.zero >= 1 && r.lowp());
     f.checkpoint = sharded_masters ? 12 * shard : 4 * n + f.optimizer;
     if (!cfg.model.lora.enabled())  // LoRA's base is not written
-      f.checkpoint += r.zero == 3 ? 4 * nf / dp : 4 * nf;  // dp rank 0 (ZeRO-3: every rank its shard)
+      f.checkpoint += r.zero == 3 ? 4 * frozen_shard : 4 * nf;  // dp rank 0 (ZeRO-3: every rank its shard)
   }
   return f;
 }

@@ -241,7 +241,7 @@ void Replica::combine_router_step() {
     if (m.moe_block(l)) s.layers.push_back(l);
   const size_t E = size_t(m.n_experts), n = s.layers.size() * E;
   std::vector<float>& buf = router_buf_;  // kept: a step allocates nothing here after the first
-  buf.assign(2 * n + 3, 0.f);
+  buf.assign(2 * n + 2, 0.f);
   if (ctx_.tp().rank() == 0)
     for (auto& c : chunks_) {
       const moe::RouterState* r = c->router_state();
@@ -255,12 +255,17 @@ void Replica::combine_router_step() {
       }
       buf[2 * n] += float(r->z_sum()), buf[2 * n + 1] += float(r->balance_sum());
     }
-  // Expert parallelism: this rank's received rows (every rank's, for the mean).
-  float mine[4] = {0, 0, 0, 0};  // the largest |bias|, exchange seconds exposed, rows received, hidden
+  // Expert parallelism: what this rank waited on, hid and received.
+  float mine[4] = {0, 0, 0, 0};  // the largest |bias|, exchange seconds exposed, rows received (then load), hidden
   for (auto& c : chunks_)
     if (const moe::RouterState* r = c->router_state())
       mine[1] += float(r->exchange_seconds()), mine[2] += float(r->rows_received()), mine[3] += float(r->hidden_seconds());
-  buf[2 * n + 2] = mine[2];
+  // The rank's received rows over its ep group's mean (the group's ranks hold
+  // the same layers; other stages hold others).
+  float group_rows = mine[2];
+  Communicator& ep = ctx_.group(GroupKind::ep);
+  if (ep.size() > 1) ep.all_reduce(&group_rows, 1, DType::f32, ReduceOp::Sum);
+  const float load = group_rows > 0 ? mine[2] * float(ep.size()) / group_rows : 0.f;
   ctx_.world().all_reduce(buf.data(), buf.size(), DType::f32, ReduceOp::Sum);
   s.counts.assign(n, 0);
   for (size_t i = 0; i < n; i++) s.counts[i] = int64_t(buf[i]) + (int64_t(buf[n + i]) << 12);
@@ -272,10 +277,10 @@ void Replica::combine_router_step() {
       for (int l : r->layers())
         if (const float* b = r->bias(l))
           for (int e = 0; e < r->experts(); e++) mine[0] = std::max(mine[0], std::fabs(b[e]));
-  const double mean_rows = double(buf[2 * n + 2]) / ctx_.grid().world_size();
+  mine[2] = load;
   ctx_.world().all_reduce(mine, 4, DType::f32, ReduceOp::Max);
   s.bias_max = mine[0], s.exchange_s = mine[1], s.hidden_s = mine[3];
-  s.rank_load_max = mean_rows > 0 ? double(mine[2]) / mean_rows : 0;
+  s.rank_load_max = mine[2];
 }
 
 double Replica::RouterStep::load_max() const {
@@ -403,6 +408,13 @@ int64_t Replica::grad_floats() const {
   return n;
 }
 
+int64_t Replica::grad_shard_floats() const {
+  int64_t n = 0;
+  for (const auto& g : groups_)
+    if (!g->frozen()) n += g->plan().shard_total();
+  return n;
+}
+
 int64_t Replica::frozen_floats() const {
   int64_t n = 0;
   for (const auto& g : groups_)
@@ -426,7 +438,8 @@ const float* Replica::whole_model_params() const {
 
 void Replica::gather_whole_params() {
   // ZeRO-3 exists for models no rank holds whole: it is not gathered for a sample.
-  if (zero_ == 3 || ctx_.grid().tp() != 1 || ctx_.grid().pp() != 1 || chunks_.size() != 1) return;
+  if (zero_ == 3 || ctx_.grid().tp() != 1 || ctx_.grid().pp() != 1 || ctx_.grid().ep() != 1 || chunks_.size() != 1)
+    return;
   if (groups_.size() == 1 && groups_[0]->whole_buffer()) return;  // read in place
   whole_.assign(size_t(layouts_[0].total), 0.f);
   for (auto& g : groups_) {

@@ -60,6 +60,8 @@ class Replica {
   int64_t largest_bucket() const;
   // Floats of every trained group's gradient buffer / of the frozen groups' parameters.
   int64_t grad_floats() const;
+  // Of them, what one rank owns of each group's ZeRO shards (over its own ranks).
+  int64_t grad_shard_floats() const;
   int64_t frozen_floats() const;
   int zero_stage() const { return zero_; }
   const PipelinePlan& pipeline() const { return pipeline_; }

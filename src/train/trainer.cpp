@@ -119,7 +119,7 @@ void print_sample(const RunConfig& cfg, const Replica& replica, FILE* log) {
   const float* params = replica.whole_model_params();
   if (!params) {
     std::fprintf(log, "sample: skipped (%s: no rank holds the whole model; loom generate reads a checkpoint)\n",
-                 replica.zero_stage() == 3 ? "ZeRO-3" : "tp or pp > 1");
+                 replica.zero_stage() == 3 ? "ZeRO-3" : "tp, pp or ep > 1");
     return;
   }
   const TextCodec codec = TextCodec::for_data(cfg.data.format, cfg.data.path, "data.path");
@@ -280,8 +280,14 @@ TrainResult train(const RunConfig& cfg, const ParallelContext& ctx, FILE* log, c
       // What a frozen tensor does not keep: its gradient and AdamW moments
       // (each divided over the data ranks where ZeRO shards them).
       const FrozenShare share = frozen_share(cfg.model, cfg.train.freeze);
-      const double f = double(replica.frozen_floats()), d = double(ctx.dp().size());
-      const double saved = f * 4 / (replica.zero_stage() >= 2 ? d : 1) + f * 8 / (replica.zero_stage() >= 1 ? d : 1);
+      // (Frozen experts: over the expert-data group their trained twins would shard over.)
+      const double f = double(replica.frozen_floats());
+      double saved = 0;
+      for (const auto& g : replica.groups())
+        if (g->frozen()) {
+          const double n = double(g->flat().total), d = double(ctx.group(g->spec().ranks).size());
+          saved += n * 4 / (replica.zero_stage() >= 2 ? d : 1) + n * 8 / (replica.zero_stage() >= 1 ? d : 1);
+        }
       std::fprintf(log, "frozen (%s): %d tensors, %.2fM of %.2fM parameters (%.2fM trained); this rank holds %.1f MiB "
                    "of them with no gradient or AdamW state: %.1f MiB saved\n",
                    lora.enabled() ? "the LoRA base" : "train.freeze", share.tensors, double(share.frozen) / 1e6,
@@ -294,7 +300,7 @@ TrainResult train(const RunConfig& cfg, const ParallelContext& ctx, FILE* log, c
                  "memory per rank: parameters %.1f MiB%s, gradients %.1f MiB%s, AdamW state %.1f MiB, activations "
                  "%.1f MiB\n",
                  double(replica.param_bytes()) / mib, masters,
-                 replica.zero_stage() >= 2 ? grads_mib / ctx.dp().size() : grads_mib,
+                 replica.zero_stage() >= 2 ? double(replica.grad_shard_floats()) * 4 / mib : grads_mib,
                  replica.zero_stage() >= 2 ? " (outside backward)" : "", double(replica.optimizer_state_bytes()) / mib,
                  double(replica.activation_bytes()) / mib);
     if (replica.compute() != ComputePrecision::fp32) {

@@ -30,6 +30,9 @@
 #include "core/rng.h"
 #include "model/moe/expert_exchange.h"
 #include "parallel/grid/parallel_context.h"
+#include "planner/predict.h"
+#include "planner/roomy_cluster.h"
+#include "train/replica.h"
 #include "train/trainer.h"
 
 namespace {
@@ -288,6 +291,36 @@ TEST(MixtralExpertParallelLlama, FrozenExpertsAndLoraBaseSpreadLikeTrainedOnes) 
                                               nullptr, first_grads());
     loom::test::expect_same_losses(two, one);
   }
+}
+
+// The planner's memory per rank (predict_loom_run) against what a real
+// Replica of each rank holds after a step, with the experts spread: the
+// parameters and AdamW state (trained experts over the expert-data group),
+// also with the experts frozen (their ZeRO-3 shards over that group).
+TEST(MixtralExpertParallelLlama, ThePlannerCountsWhatEachRankHolds) {
+  const int world = world_size();
+  if (world != 4) GTEST_SKIP() << "ep 2 of dp 4";
+  const loom::ParallelContext& ctx = loom::test::layout_context(1, 1, 1, 2);
+  for (int zero : {0, 1, 3})
+    for (bool frozen : {false, true}) {
+      SCOPED_TRACE("ZeRO-" + std::to_string(zero) + (frozen ? ", experts frozen" : ""));
+      std::vector<std::string> sets = {"parallel.zero=" + std::to_string(zero)};
+      if (frozen) sets.push_back("train.freeze=[\"*.experts.*\"]");
+      const loom::RunConfig cfg = config(Layout{1, 1, 1, "1f1b", 1, false, zero, "fp32"}, 4, 2, "aux_free", sets);
+      loom::Replica replica(cfg, ctx, cfg.train.batch_size / 4, 1);
+      replica.init_parameters(1);
+      const int T = cfg.model.seq_len;
+      std::vector<int32_t> tokens(size_t(cfg.train.batch_size / 4) * T);
+      for (size_t i = 0; i < tokens.size(); i++) tokens[i] = int32_t(i * 7 % 300);
+      replica.forward_backward(tokens, tokens, T);
+      replica.reduce();
+      replica.update(1e-3f, 1.f);
+      const loom::planner::RunPrediction p = loom::planner::predict_loom_run(cfg, 4, loom::planner::roomy_cluster(4));
+      const double params = double(replica.param_bytes() + replica.compute_weight_bytes());
+      EXPECT_NEAR(p.params_bytes, params, 0.01 * params) << p.params_bytes << " vs " << params;
+      EXPECT_NEAR(p.optimizer_bytes, double(replica.optimizer_state_bytes()),
+                  0.01 * double(replica.optimizer_state_bytes()));
+    }
 }
 
 // A fresh folder every rank agrees on.
