@@ -119,7 +119,7 @@ int run_child(const BenchShape& shape, int threads, int steps, ComputePrecision 
       double norm = global_grad_norm(model.layout().flat(), model.grads());
       // As the trainer does: the update also writes the 16-bit weights.
       const WeightCopy copy{model.compute_weights(), compute_dtype(precision)};
-      opt.step(model.params(), model.grads(), 1e-4f, cpu::clip_scale(norm, 1.0f), copy);
+      opt.step(model.params(), model.grads(), 1e-4f, clip_scale(norm, 1.0f), copy);
     }
     double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (s > 0) times.push_back(dt);

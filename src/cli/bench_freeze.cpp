@@ -8,6 +8,7 @@
 #include "core/check.h"
 #include "core/rng.h"
 #include "kernels/cpu/grad_norm.h"
+#include "optim/grad_clip.h"
 #include "model/param_groups.h"
 #include "parallel/grid/parallel_context.h"
 #include "train/replica.h"
@@ -42,7 +43,7 @@ int run_replica_step_child(const ModelConfig& model, int B, int threads, int ste
     const auto t0 = std::chrono::steady_clock::now();
     replica.forward_backward(tokens, targets, T);
     const double norm = replica.reduce();
-    if (!replica.overflowed()) replica.update(1e-4f, cpu::clip_scale(norm, 1.0f));
+    if (!replica.overflowed()) replica.update(1e-4f, clip_scale(norm, 1.0f));
     const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (s > 0) times.push_back(dt);
   }

@@ -35,6 +35,7 @@
 #include "cli/commands.h"
 #include "core/check.h"
 #include "kernels/cpu/grad_norm.h"
+#include "optim/grad_clip.h"
 #include "kernels/cpu/isa.h"
 #include "parallel/grid/parallel_context.h"
 #include "train/replica.h"
@@ -126,7 +127,7 @@ void step(Replica& r, const std::vector<int32_t>& tokens, const std::vector<int3
   r.forward_backward(tokens, targets, T);
   const double norm = r.reduce();
   const auto t1 = std::chrono::steady_clock::now();
-  r.update(1e-4f, cpu::clip_scale(norm, 1.0f));
+  r.update(1e-4f, clip_scale(norm, 1.0f));
   const auto t2 = std::chrono::steady_clock::now();
   t.step_s.push_back(std::chrono::duration<double>(t2 - t0).count());
   t.adam_s.push_back(std::chrono::duration<double>(t2 - t1).count());

@@ -15,6 +15,7 @@
 #include "data/text_codec.h"
 #include "data/token_source.h"
 #include "kernels/cpu/grad_norm.h"
+#include "optim/grad_clip.h"
 #include "kernels/cpu/isa.h"
 #include "model/stage_module.h"
 #include "model/lora/lora_layout.h"
@@ -27,7 +28,7 @@
 #include "planner/predict.h"
 #include "checkpoint/hf_checkpoint.h"
 #include "checkpoint/peft_adapter.h"
-#include "checkpoint/loss_guard.h"
+#include "train/loss_guard.h"
 #include "train/checkpointing.h"
 #include "train/pass_times.h"
 #include "train/replica.h"
@@ -425,7 +426,7 @@ TrainResult train(const RunConfig& cfg, const ParallelContext& ctx, FILE* log, c
     if (empty) loss = NAN, result.empty_steps++;
     if (step == first_step && options.keep_first_step_grads) result.first_step_grads = replica.gather_grads();
     const obs::MoeStepMetrics moe = moe_metrics(cfg.model, replica, ctx.grid().ep());
-    float clip = cpu::clip_scale(norm, cfg.train.grad_clip);
+    float clip = clip_scale(norm, cfg.train.grad_clip);
     float lr = schedule.at(step);
     if (std::count(options.poison_steps.begin(), options.poison_steps.end(), step + position.data_skip)) loss = NAN;
     // Every rank holds the same loss and the same overflow flag, so every

@@ -113,7 +113,7 @@ TEST_P(LoraAgreement, TenAdamWStepsOnTheFactors) {
     EXPECT_NEAR(loss, losses[step], 1e-5 * std::abs(losses[step])) << "step " << step;
     EXPECT_NEAR(norm, norms[step], 1e-5 * std::abs(norms[step])) << "step " << step;
     opt.step(s.model->params(), s.model->grads(), float(ref.floats.at("lr")),
-             loom::cpu::clip_scale(norm, float(ref.floats.at("grad_clip"))));
+             loom::clip_scale(norm, float(ref.floats.at("grad_clip"))));
   }
   for (size_t i = 0; i < lay.params.size(); i++) {
     const loom::ParamSpec& p = lay.params[i];

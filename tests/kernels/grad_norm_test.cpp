@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "kernels/cpu/grad_norm.h"
+#include "optim/grad_clip.h"
 #include "kernels/ref/grad_norm.h"
 #include "test_util.h"
 
@@ -43,18 +44,18 @@ TEST(GradNormTest, SumOfSquaresIsIndependentOfThreadCount) {
 
 TEST(GradNormTest, ClipScale) {
   const double nan = std::numeric_limits<double>::quiet_NaN(), inf = std::numeric_limits<double>::infinity();
-  EXPECT_EQ(cpu::clip_scale(5.0, 0.f), 1.f);   // clipping off
-  EXPECT_EQ(cpu::clip_scale(5.0, -1.f), 1.f);
-  EXPECT_EQ(cpu::clip_scale(0.5, 1.f), 1.f);   // under the limit
-  EXPECT_EQ(cpu::clip_scale(0.0, 1.f), 1.f);
-  EXPECT_FLOAT_EQ(cpu::clip_scale(4.0, 1.f), float(1.0 / (4.0 + 1e-6)));
-  EXPECT_FLOAT_EQ(cpu::clip_scale(1.0, 1.f), float(1.0 / (1.0 + 1e-6)));  // just over: the 1e-6 makes it < 1
-  EXPECT_LT(cpu::clip_scale(1.0, 1.f), 1.f);
-  EXPECT_EQ(cpu::clip_scale(inf, 1.f), 0.f);
-  EXPECT_TRUE(std::isnan(cpu::clip_scale(nan, 1.f)));  // propagated, as torch's clamp does
+  EXPECT_EQ(clip_scale(5.0, 0.f), 1.f);   // clipping off
+  EXPECT_EQ(clip_scale(5.0, -1.f), 1.f);
+  EXPECT_EQ(clip_scale(0.5, 1.f), 1.f);   // under the limit
+  EXPECT_EQ(clip_scale(0.0, 1.f), 1.f);
+  EXPECT_FLOAT_EQ(clip_scale(4.0, 1.f), float(1.0 / (4.0 + 1e-6)));
+  EXPECT_FLOAT_EQ(clip_scale(1.0, 1.f), float(1.0 / (1.0 + 1e-6)));  // just over: the 1e-6 makes it < 1
+  EXPECT_LT(clip_scale(1.0, 1.f), 1.f);
+  EXPECT_EQ(clip_scale(inf, 1.f), 0.f);
+  EXPECT_TRUE(std::isnan(clip_scale(nan, 1.f)));  // propagated, as torch's clamp does
   for (double norm : {0.0, 0.3, 1.0, 2.5, 1e6, inf})
     for (float max_norm : {-1.f, 0.f, 0.5f, 1.f, 3.f})
-      EXPECT_EQ(cpu::clip_scale(norm, max_norm), ref::clip_scale(norm, max_norm)) << norm << " " << max_norm;
+      EXPECT_EQ(clip_scale(norm, max_norm), ref::clip_scale(norm, max_norm)) << norm << " " << max_norm;
   EXPECT_TRUE(std::isnan(ref::clip_scale(nan, 1.f)));
 }
 

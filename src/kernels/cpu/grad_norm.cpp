@@ -23,12 +23,4 @@ double sum_of_squares(const float* x, size_t n) {
   return total;
 }
 
-// Written so that a NaN norm gives a NaN factor (as torch's clamp does) and
-// the caller sees the bad step, instead of silently using 1.
-float clip_scale(double norm, float max_norm) {
-  if (max_norm <= 0.0f) return 1.0f;
-  const double c = double(max_norm) / (norm + 1e-6);
-  return c >= 1.0 ? 1.0f : float(c);
-}
-
 }  // namespace loom::cpu

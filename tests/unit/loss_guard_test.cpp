@@ -3,7 +3,7 @@
 #include <cmath>
 #include <limits>
 
-#include "checkpoint/loss_guard.h"
+#include "train/loss_guard.h"
 #include "core/check.h"
 
 namespace loom {

@@ -1,4 +1,4 @@
-#include "checkpoint/loss_guard.h"
+#include "train/loss_guard.h"
 
 #include <cmath>
 
