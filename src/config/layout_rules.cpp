@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "config/pipeline_plan.h"
+#include "config/run_pipeline.h"
 #include "core/check.h"
 #include "model/split_rules.h"
 

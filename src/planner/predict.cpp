@@ -4,7 +4,7 @@
 #include <cmath>
 
 #include "config/layout_rules.h"
-#include "config/pipeline_plan.h"
+#include "config/run_pipeline.h"
 #include "core/check.h"
 #include "kernels/cpu/isa.h"
 #include "model/param_groups.h"
@@ -21,7 +21,7 @@ namespace {
 constexpr double kMiB = 1024.0 * 1024.0;
 
 // The run as the engine lays it out: the grid, the micro-batches and the
-// pipeline plan the trainer builds (config/pipeline_plan.h).
+// pipeline plan the trainer builds (config/run_pipeline.h).
 struct LoomRun {
   int dp, tp, pp, zero, micro, accumulation, world;
   int cp;  // context parallelism: dp x cp ranks form the data group (gradients, ZeRO shards)

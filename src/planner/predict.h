@@ -5,7 +5,7 @@
 // Every figure comes from the engine's own plans (docs/planner.md,
 // "loom's own runs"): the pipeline plan the trainer builds (partition by
 // cost or parallel.pp_layers, schedule, v, micro-batches, each stage's
-// action list and the slots each chunk holds: config/pipeline_plan.h), each
+// action list and the slots each chunk holds: config/run_pipeline.h), each
 // chunk's parameter layout (ParamLayout::for_model) and activation plan
 // (planned_activation_bytes, any train.recompute), and the ZeRO stage's
 // model states (predict.cpp). Time: the configured schedule's own action
@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "config/pipeline_plan.h"
+#include "config/run_pipeline.h"
 #include "config/run_config.h"
 #include "planner/cluster.h"
 #include "planner/layout.h"

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "config/pipeline_plan.h"
+#include "config/run_pipeline.h"
 #include "planner/memory_model.h"
 #include "planner/work_model.h"
 
@@ -160,7 +160,7 @@ StepTime step_time(const Workload& w, const Layout& l, const ClusterSpec& c, con
     d.backward_weight.push_back(k.b_weight[vs]);
     d.backward_input.push_back(k.backward(vs) - k.b_weight[vs]);
   }
-  // The engine builds ZB-V with the same ratios (config/pipeline_plan.h).
+  // The engine builds ZB-V with the same ratios (config/run_pipeline.h).
   const PipelineTiming timing = timer.time(l.schedule(), l.pp, m, l.v, d, pass_ratios(w.model));
 
   const double pbytes = act_bytes(l.precision);

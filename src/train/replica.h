@@ -17,7 +17,7 @@
 #include <memory>
 #include <vector>
 
-#include "config/pipeline_plan.h"
+#include "config/run_pipeline.h"
 #include "config/run_config.h"
 #include "checkpoint/checkpoint_reader.h"
 #include "checkpoint/tensor_piece.h"
@@ -35,7 +35,7 @@
 
 namespace loom {
 
-// The model chunks of this rank's stage (chunk_shards in config/pipeline_plan.h,
+// The model chunks of this rank's stage (chunk_shards in config/run_pipeline.h,
 // where the pipeline plan comes from).
 std::vector<ModelShard> stage_shards(const RunConfig& cfg, const ParallelContext& ctx, const PipelinePlan& plan);
 // Where chunk c's tensors start in the stage's buffers (floats): chunk v-1

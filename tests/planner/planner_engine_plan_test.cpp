@@ -8,7 +8,7 @@
 #include "checkpoint/tensor_piece.h"
 #include <omp.h>
 
-#include "config/pipeline_plan.h"
+#include "config/run_pipeline.h"
 #include "core/check.h"
 #include "model/stage_module.h"
 #include "parallel/grid/parallel_context.h"

@@ -5,7 +5,7 @@
 // The one place both the trainer (train/replica.cpp) and the planner
 // (planner/predict.cpp) get these from, so what the planner predicts is
 // what the executor runs. Plain values only: parallel/ knows no config and
-// no model (config/pipeline_plan.h makes one from a RunConfig).
+// no model (config/run_pipeline.h makes one from a RunConfig).
 #pragma once
 
 #include <map>

@@ -1,4 +1,5 @@
-// The run's pipeline plan (parallel/pp/pipeline_plan.h) from its config, and
+// The run's pipeline: its plan (parallel/pp/pipeline_plan.h holds the
+// plan's type and how it is made from plain values) from its config, and
 // the model chunks each stage holds: what the trainer builds and what the
 // planner predicts from, made in one place.
 #pragma once

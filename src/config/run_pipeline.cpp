@@ -1,4 +1,4 @@
-#include "config/pipeline_plan.h"
+#include "config/run_pipeline.h"
 
 namespace loom {
 
