@@ -25,7 +25,7 @@
 #include <thread>
 #include <vector>
 
-#include "cli/bench_util.h"
+#include "cli/command_util.h"
 #include "cli/calibrate.h"
 #include "cli/commands.h"
 #include "core/atomic_file.h"

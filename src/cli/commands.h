@@ -15,7 +15,8 @@ using Args = std::vector<std::string>;
 
 // Every rank of an mpirun job runs cmd_train; rank 0 logs.
 int cmd_train(const Args& args, MpiRuntime& mpi);
-int cmd_bench(const Args& args);
+// `loom bench step` (and its step-child); every bench lives in src/bench/.
+int cmd_bench_step(const Args& args);
 // `loom bench comm` (launches mpirun) and its per-rank child.
 int cmd_bench_comm(const Args& args);
 int cmd_bench_comm_child(const Args& args, MpiRuntime& mpi);

@@ -6,7 +6,7 @@
 #include <cstdlib>
 #include <filesystem>
 
-#include "cli/bench_util.h"
+#include "cli/command_util.h"
 #include "cli/commands.h"
 #include "core/check.h"
 #include "elastic/supervisor.h"

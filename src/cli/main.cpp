@@ -36,6 +36,46 @@ int run_distributed(int* argc, char*** argv, int (*command)(const loom::cli::Arg
   return code;
 }
 
+// `loom bench NAME ...`: the one dispatcher of the benchmarks (src/bench/).
+// A launcher bench starts mpirun of its NAME-child, which runs as ranks.
+int run_bench(int* argc, char*** argv, const loom::cli::Args& rest) {
+  using namespace loom::cli;
+  using Plain = int (*)(const Args&);
+  using Ranked = int (*)(const Args&, loom::MpiRuntime&);
+  struct Entry {
+    const char* name;
+    Plain plain;
+    Ranked ranked;
+  };
+  static const Entry kBenches[] = {
+      {"comm", cmd_bench_comm, nullptr},          {"comm-child", nullptr, cmd_bench_comm_child},
+      {"scaling", cmd_bench_scaling, nullptr},    {"scaling-child", nullptr, cmd_bench_scaling_child},
+      {"checkpoint", cmd_bench_checkpoint, nullptr}, {"tp", cmd_bench_tp, nullptr},
+      {"tp-child", nullptr, cmd_bench_tp_child},  {"pp", cmd_bench_pp, nullptr},
+      {"pp-child", nullptr, cmd_bench_pp_child},  {"cp", cmd_bench_cp, nullptr},
+      {"cp-child", nullptr, cmd_bench_cp_child},  {"tokenizer", cmd_bench_tokenizer, nullptr},
+      {"packed", cmd_bench_packed, nullptr},      {"cluster", cmd_bench_cluster, nullptr},
+      {"cluster-child", nullptr, cmd_bench_cluster_child}, {"elastic", cmd_bench_elastic, nullptr},
+      {"planner", cmd_bench_planner, nullptr}};
+  const std::string name = rest.empty() ? "" : rest[0];
+  // `bench moe --ep LIST` runs as the ranks of the user's mpirun.
+  if (name == "moe")
+    return std::find(rest.begin(), rest.end(), "--ep") != rest.end() ? run_distributed(argc, argv, cmd_bench_moe_ep, rest)
+                                                                      : cmd_bench_moe(rest);
+  if (name == "calibrate") {
+    // An MPI process, like every `loom train` rank, so that the measured
+    // per-process memory includes the MPI runtime's; not with --mpi, which
+    // launches mpirun itself (OpenMPI refuses that from inside a job).
+    const bool launches_mpirun = std::find(rest.begin(), rest.end(), "--mpi") != rest.end();
+    std::unique_ptr<loom::MpiRuntime> mpi;
+    if (!launches_mpirun) mpi = std::make_unique<loom::MpiRuntime>(argc, argv);
+    return cmd_bench_calibrate(rest);
+  }
+  for (const Entry& e : kBenches)
+    if (name == e.name) return e.plain ? e.plain(rest) : run_distributed(argc, argv, e.ranked, rest);
+  return cmd_bench_step(rest);  // step, step-child, or an unknown name (refused there)
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -62,42 +102,7 @@ int main(int argc, char** argv) {
     // it with their own cap (runtime.isa, --isa) and apply it themselves.
     if (cmd != "train" && cmd != "info") cpu::cap_isa(std::nullopt, "LOOM_MAX_CPU_ISA");
     if (cmd == "train") return run_distributed(&argc, &argv, cli::cmd_train, rest);
-    if (cmd == "bench" && !rest.empty() && rest[0] == "comm") return cli::cmd_bench_comm(rest);
-    if (cmd == "bench" && !rest.empty() && rest[0] == "comm-child")
-      return run_distributed(&argc, &argv, cli::cmd_bench_comm_child, rest);
-    if (cmd == "bench" && !rest.empty() && rest[0] == "scaling") return cli::cmd_bench_scaling(rest);
-    if (cmd == "bench" && !rest.empty() && rest[0] == "moe" && std::find(rest.begin(), rest.end(), "--ep") != rest.end())
-      return run_distributed(&argc, &argv, cli::cmd_bench_moe_ep, rest);
-    if (cmd == "bench" && !rest.empty() && rest[0] == "scaling-child")
-      return run_distributed(&argc, &argv, cli::cmd_bench_scaling_child, rest);
-    if (cmd == "bench" && !rest.empty() && rest[0] == "checkpoint") return cli::cmd_bench_checkpoint(rest);
-    if (cmd == "bench" && !rest.empty() && rest[0] == "calibrate") {
-      // An MPI process, like every `loom train` rank, so that the measured
-      // per-process memory includes the MPI runtime's; not with --mpi, which
-      // launches mpirun itself (OpenMPI refuses that from inside a job).
-      const bool launches_mpirun = std::find(rest.begin(), rest.end(), "--mpi") != rest.end();
-      std::unique_ptr<loom::MpiRuntime> mpi;
-      if (!launches_mpirun) mpi = std::make_unique<loom::MpiRuntime>(&argc, &argv);
-      return cli::cmd_bench_calibrate(rest);
-    }
-    if (cmd == "bench" && !rest.empty() && rest[0] == "tp") return cli::cmd_bench_tp(rest);
-    if (cmd == "bench" && !rest.empty() && rest[0] == "pp") return cli::cmd_bench_pp(rest);
-    if (cmd == "bench" && !rest.empty() && rest[0] == "pp-child")
-      return run_distributed(&argc, &argv, cli::cmd_bench_pp_child, rest);
-    if (cmd == "bench" && !rest.empty() && rest[0] == "cp") return cli::cmd_bench_cp(rest);
-    if (cmd == "bench" && !rest.empty() && rest[0] == "tokenizer") return cli::cmd_bench_tokenizer(rest);
-    if (cmd == "bench" && !rest.empty() && rest[0] == "packed") return cli::cmd_bench_packed(rest);
-    if (cmd == "bench" && !rest.empty() && rest[0] == "moe") return cli::cmd_bench_moe(rest);
-    if (cmd == "bench" && !rest.empty() && rest[0] == "cp-child")
-      return run_distributed(&argc, &argv, cli::cmd_bench_cp_child, rest);
-    if (cmd == "bench" && !rest.empty() && rest[0] == "cluster") return cli::cmd_bench_cluster(rest);
-    if (cmd == "bench" && !rest.empty() && rest[0] == "cluster-child")
-      return run_distributed(&argc, &argv, cli::cmd_bench_cluster_child, rest);
-    if (cmd == "bench" && !rest.empty() && rest[0] == "elastic") return cli::cmd_bench_elastic(rest);
-    if (cmd == "bench" && !rest.empty() && rest[0] == "planner") return cli::cmd_bench_planner(rest);
-    if (cmd == "bench" && !rest.empty() && rest[0] == "tp-child")
-      return run_distributed(&argc, &argv, cli::cmd_bench_tp_child, rest);
-    if (cmd == "bench") return cli::cmd_bench(rest);
+    if (cmd == "bench") return run_bench(&argc, &argv, rest);
     if (cmd == "info") return cli::cmd_info(rest);
     if (cmd == "elastic") return cli::cmd_elastic(rest);
     if (cmd == "plan") return cli::cmd_plan(rest);

@@ -11,7 +11,7 @@
 #include <malloc.h>
 #include <unistd.h>
 
-#include "cli/bench_util.h"
+#include "cli/command_util.h"
 #include "cli/calibrate.h"
 #include "cli/commands.h"
 #include "core/atomic_file.h"

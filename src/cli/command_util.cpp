@@ -1,4 +1,4 @@
-#include "cli/bench_util.h"
+#include "cli/command_util.h"
 
 #include <sys/resource.h>
 #include <sys/wait.h>

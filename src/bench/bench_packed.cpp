@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "cli/bench_util.h"
+#include "cli/command_util.h"
 #include "cli/commands.h"
 #include "core/check.h"
 #include "kernels/cpu/attention_tiled.h"

@@ -15,7 +15,7 @@
 #include <filesystem>
 #include <map>
 
-#include "cli/bench_util.h"
+#include "cli/command_util.h"
 #include "cli/commands.h"
 #include "core/check.h"
 #include "kernels/cpu/isa.h"

@@ -21,9 +21,9 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
-#include "cli/bench_planner_matrix.h"
-#include "cli/bench_planner_table.h"
-#include "cli/bench_util.h"
+#include "bench/bench_planner_matrix.h"
+#include "bench/bench_planner_table.h"
+#include "cli/command_util.h"
 #include "cli/commands.h"
 #include "config/run_config.h"
 #include "core/atomic_file.h"

@@ -31,7 +31,7 @@
 #include <string>
 #include <vector>
 
-#include "cli/bench_util.h"
+#include "cli/command_util.h"
 #include "cli/commands.h"
 #include "core/check.h"
 #include "kernels/cpu/grad_norm.h"

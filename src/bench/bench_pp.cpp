@@ -18,7 +18,7 @@
 #include <sstream>
 #include <vector>
 
-#include "cli/bench_util.h"
+#include "cli/command_util.h"
 #include "cli/commands.h"
 #include "comm/mpi_comm.h"
 #include "config/run_config.h"

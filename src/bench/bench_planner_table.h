@@ -9,7 +9,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
-#include "cli/bench_planner_matrix.h"
+#include "bench/bench_planner_matrix.h"
 
 namespace loom::cli {
 

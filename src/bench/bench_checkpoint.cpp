@@ -23,7 +23,7 @@
 #include "checkpoint/checkpoint_reader.h"
 #include "checkpoint/checkpoint_dir.h"
 #include "checkpoint/checkpoint_writer.h"
-#include "cli/bench_checkpoint_stall.h"
+#include "bench/bench_checkpoint_stall.h"
 #include "cli/commands.h"
 #include "core/check.h"
 #include "kernels/cpu/isa.h"

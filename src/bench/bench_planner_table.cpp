@@ -1,4 +1,4 @@
-#include "cli/bench_planner_table.h"
+#include "bench/bench_planner_table.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,4 +1,4 @@
-#include "cli/bench_planner_matrix.h"
+#include "bench/bench_planner_matrix.h"
 
 #include <string_view>
 

@@ -9,7 +9,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "cli/bench_util.h"
+#include "cli/command_util.h"
 #include "cli/commands.h"
 #include "core/check.h"
 #include "core/regular_file.h"

@@ -1,6 +1,7 @@
-// Small helpers the `loom bench` commands share: running a child command
-// (or an mpirun job of this executable) and reading what it prints, this
-// executable's path, peak RSS, integer options.
+// Small helpers the commands share (train, elastic and calibrate, and the
+// benchmarks of src/bench/): running a child command (or an mpirun job of
+// this executable) and reading what it prints, this executable's path, peak
+// RSS, integer options.
 #pragma once
 
 #include <cstdint>

@@ -8,7 +8,7 @@
 // all while training waits. Asynchronous: what TrainCheckpoints does at the
 // step boundary, a copy into buffers kept from save to save, then a thread
 // writes and commits (timed apart, as "background write").
-#include "cli/bench_checkpoint_stall.h"
+#include "bench/bench_checkpoint_stall.h"
 
 #include <algorithm>
 #include <chrono>

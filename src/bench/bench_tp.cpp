@@ -12,7 +12,7 @@
 #include <cstdio>
 #include <vector>
 
-#include "cli/bench_util.h"
+#include "cli/command_util.h"
 #include "cli/commands.h"
 #include "comm/mpi_comm.h"
 #include "config/run_config.h"

@@ -14,7 +14,7 @@
 #include <cstring>
 #include <vector>
 
-#include "cli/bench_util.h"
+#include "cli/command_util.h"
 #include "cli/commands.h"
 #include "comm/mpi_comm.h"
 #include "core/check.h"

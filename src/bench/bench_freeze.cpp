@@ -1,10 +1,10 @@
-#include "cli/bench_freeze.h"
+#include "bench/bench_freeze.h"
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 
-#include "cli/bench_util.h"
+#include "cli/command_util.h"
 #include "core/check.h"
 #include "core/rng.h"
 #include "kernels/cpu/grad_norm.h"

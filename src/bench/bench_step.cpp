@@ -12,9 +12,9 @@
 #include <sstream>
 #include <vector>
 
-#include "cli/bench_freeze.h"
-#include "cli/bench_step_table.h"
-#include "cli/bench_util.h"
+#include "bench/bench_freeze.h"
+#include "bench/bench_step_table.h"
+#include "cli/command_util.h"
 #include "cli/commands.h"
 #include "core/check.h"
 #include "core/rng.h"
@@ -190,9 +190,9 @@ std::string tuned_torch_env(const cpu::Dispatch& d) {
 
 }  // namespace
 
-int cmd_bench(const Args& args) {
+int cmd_bench_step(const Args& args) {
   LOOM_USER_CHECK(!args.empty() && (args[0] == "step" || args[0] == "step-child"),
-                  "bench: expected 'loom bench step|comm|scaling|tp|pp|planner|checkpoint|calibrate [options]' "
+                  "bench: expected 'loom bench step|comm|scaling|tp|pp|cp|moe|packed|tokenizer|checkpoint|cluster|elastic|planner|calibrate [options]' "
                   "(try loom --help)");
   bool child = args[0] == "step-child";
   std::vector<std::string> shapes = {"tiny", "small", "gpt2-124M"};

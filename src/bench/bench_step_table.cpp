@@ -1,8 +1,8 @@
-#include "cli/bench_step_table.h"
+#include "bench/bench_step_table.h"
 
 #include <cstdio>
 
-#include "cli/bench_util.h"
+#include "cli/command_util.h"
 #include "core/check.h"
 
 namespace loom::cli {

@@ -11,7 +11,7 @@
 #include <sstream>
 #include <string>
 
-#include "cli/bench_util.h"
+#include "cli/command_util.h"
 #include "cli/commands.h"
 #include "comm/mpi_comm.h"
 #include "config/run_config.h"
