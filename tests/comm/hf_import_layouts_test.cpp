@@ -6,7 +6,9 @@
 // pieces: first-step gradients within 1e-5 relative per global tensor and
 // losses within rtol 1e-4 of the single process started from the same
 // folder, for GPT-2 (tied head across the pipeline), LLaMA (untied) and
-// LLaMA with Qwen2's q/k/v biases and Llama 3.1's rope scaling.
+// LLaMA with Qwen2's q/k/v biases and Llama 3.1's rope scaling; and a
+// Mixtral read with its experts spread over ep ranks (issue 41), each rank
+// reading its experts' rows of the stacked tensors.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -32,6 +34,7 @@ struct Layout {
   int tp, pp;
   const char* schedule;
   int v, zero;
+  int ep = 1;
 };
 
 std::string layout_name(const testing::TestParamInfo<std::tuple<const char*, Layout>>& info) {
@@ -40,13 +43,17 @@ std::string layout_name(const testing::TestParamInfo<std::tuple<const char*, Lay
   for (char& c : s)
     if (c == '-') c = '_';
   return std::string(family) + "_tp" + std::to_string(l.tp) + "_pp" + std::to_string(l.pp) + "_" + s + "_zero" +
-         std::to_string(l.zero);
+         std::to_string(l.zero) + (l.ep > 1 ? "_ep" + std::to_string(l.ep) : "");
 }
 
 // qwen2: LLaMA with q/k/v biases (split over tp like their rows), here
 // also with Llama 3.1's rope scaling (its bands inside head_dim 16).
 std::vector<std::string> family_sets(const std::string& family) {
   if (family == "gpt2") return {"model.n_layer=4", "model.n_head=4", "model.d_model=64", "model.vocab_size=300"};
+  if (family == "mixtral")  // per-sequence balancing: no selection bias for the export to refuse
+    return {"model.family=\"mixtral\"", "model.n_layer=4",     "model.n_head=4",       "model.n_kv_head=2",
+            "model.d_model=64",       "model.vocab_size=300", "model.n_experts=4",    "model.top_k=2",
+            "model.moe_ffn_hidden=64", "model.moe_balance=\"sequence\"", "model.moe_aux_coef=0.01"};
   std::vector<std::string> sets = {"model.family=\"llama\"", "model.n_layer=4",      "model.n_head=4",
                                    "model.n_kv_head=2",      "model.d_model=64",     "model.ffn_hidden=96",
                                    "model.vocab_size=300"};
@@ -95,7 +102,7 @@ loom::RunConfig import_config(const std::string& family, const Layout& l, int dp
   for (const std::string& s : {"parallel.tp=" + std::to_string(l.tp), "parallel.pp=" + std::to_string(l.pp),
                                std::string("parallel.schedule=\"") + l.schedule + "\"",
                                "parallel.virtual_stages=" + std::to_string(l.v),
-                               "parallel.zero=" + std::to_string(l.zero),
+                               "parallel.zero=" + std::to_string(l.zero), "parallel.ep=" + std::to_string(l.ep),
                                std::string("parallel.sequence_parallel=") + (l.tp > 1 ? "true" : "false")})
     sets.push_back(s);
   return loom::load_run_config("", sets);
@@ -128,9 +135,10 @@ TEST_P(HfImportLayouts, ReadIntoTheLayoutReproducesTheSingleProcess) {
   const int dp = world / (l.tp * l.pp);
   if (8 % (dp * 2) != 0) GTEST_SKIP() << "the batch does not split";
   if (l.zero > 0 && dp == 1) GTEST_SKIP() << "ZeRO needs dp > 1";
+  if (dp % l.ep != 0) GTEST_SKIP() << "ep " << l.ep << " does not divide dp " << dp;
   const std::string& want_family = family;
   const loom::TrainResult& want = single(want_family);
-  const auto& ctx = loom::test::world_context(l.tp, l.pp);
+  const auto& ctx = loom::test::layout_context(l.tp, l.pp, 1, l.ep);
   const loom::RunConfig cfg = import_config(family, l, dp);
   const loom::TrainResult got = loom::train(cfg, ctx, nullptr, keep_grads());
   for (const auto& [name, err] : loom::test::gradient_errors(cfg, ctx, got.first_step_grads, want.first_step_grads))
@@ -150,6 +158,12 @@ INSTANTIATE_TEST_SUITE_P(Qwen2, HfImportLayouts,
                          testing::Combine(testing::Values("qwen2"),
                                           testing::Values(Layout{1, 1, "1f1b", 1, 3}, Layout{2, 1, "1f1b", 1, 1},
                                                           Layout{1, 2, "zb-v", 2, 0}, Layout{2, 2, "1f1b", 1, 1})),
+                         layout_name);
+
+INSTANTIATE_TEST_SUITE_P(Mixtral, HfImportLayouts,
+                         testing::Combine(testing::Values("mixtral"),
+                                          testing::Values(Layout{1, 1, "1f1b", 1, 0, 2}, Layout{1, 1, "1f1b", 1, 3, 4},
+                                                          Layout{2, 1, "1f1b", 1, 1, 2})),
                          layout_name);
 
 }  // namespace
