@@ -15,6 +15,7 @@
 #include "core/dtype.h"
 #include "kernels/cpu/cast.h"
 #include "kernels/cpu/gelu.h"
+#include "kernels/cpu/isa.h"
 #include "kernels/cpu/layernorm.h"
 #include "kernels/cpu/matmul_lowp.h"
 #include "kernels/cpu/rmsnorm.h"
@@ -23,8 +24,13 @@
 
 namespace loom {
 
+// What the kernels run on and which implementation each op kind chose.
+using DeviceInfo = cpu::Dispatch;
+
 class CpuBackend {
  public:
+  DeviceInfo describe() const { return cpu::describe_dispatch(); }
+
   // The matrix products (linear layers; parallel/tp/ drives them).
   cpu::LowpMatmulEngine& matmul() { return matmul_; }
 

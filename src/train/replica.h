@@ -121,6 +121,7 @@ class Replica {
 
   const ScalerDecision& scaler_decision() const { return decision_; }
   LossScaler& scaler() { return scaler_; }
+  const LossScaler& scaler() const { return scaler_; }
   // Test fault injection: the next reduce() finds an inf in this rank's
   // gradients (as if its backward had overflowed).
   void inject_inf() { inject_inf_ = true; }
