@@ -91,8 +91,7 @@ int run_child(const BenchShape& shape, int threads, int steps, ComputePrecision 
   set_threads(threads);
   const ModelConfig& cfg = shape.model;
   const int B = shape.B, T = cfg.seq_len;
-  StageBuffers buffers{nullptr, nullptr, 0, 1, precision};
-  buffers.recompute = recompute;
+  const StageBuffers buffers{{}, {precision, recompute}};
   auto model_owner = make_stage_module(cfg, ModelShard{}, TensorParallel{}, B, T, buffers);
   StageModule& model = *model_owner;
   model.init_parameters(1234);

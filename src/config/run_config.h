@@ -16,7 +16,11 @@
 
 namespace loom {
 
-struct TrainConfig {
+// The [train] table, by concern (one TOML table; the parts only group the
+// fields for the code that reads them).
+
+// What is trained, on how much data, and how the optimizer steps.
+struct OptimizationSettings {
   int batch_size = 8;     // sequences per step (the global batch, over every replica)
   int micro_batch_size = 0;  // sequences per forward/backward on one replica; 0 = batch_size / dp
                              // (gradient accumulation steps = batch_size / (dp x micro_batch_size))
@@ -29,40 +33,10 @@ struct TrainConfig {
   float beta2 = 0.95f;
   float eps = 1e-8f;
   float grad_clip = 1.0f;  // global-norm clip; 0 disables
-  int eval_every = 100;    // validation loss every N steps (and at the end); 0 disables
-  int eval_batches = 8;
-  int log_every = 20;
-  int sample_tokens = 48;              // at the end, rank 0 prints this many sampled tokens (0 = none;
-  std::string sample_prompt = "The";   // needs tp = pp = 1: the whole model on one rank) after this prompt
   int64_t seed = 1337;
-  std::string run_dir = "runs";  // `loom train` writes runs/<run_name> here (metrics, trace); "" = none
-  std::string run_name;          // "" = the start time, YYYYmmdd-HHMMSS
-  int checkpoint_every = 0;      // save every N steps (and at the end); 0 = never
-  std::string checkpoint_dir = "checkpoints";  // step_N/ folders and `latest` (what --resume auto reads)
-  int keep_checkpoints = 3;      // the newest N are kept
-  // Saves copy the state at the step boundary and write it on a thread per
-  // rank while training goes on; false: every rank waits until it is on disk.
-  bool async_checkpoint = true;
-  // TensorBoard event files in the run directory beside metrics.jsonl.
-  bool tensorboard = true;
-  // Every rank appends its finished trace spans to <run dir>/trace/rank-R.jsonl
-  // every N steps (0 = only trace.json at the end), so a killed run keeps them.
-  int trace_flush_every = 10;
-  // Loss guard: a non-finite loss, or one guard_z standard deviations above
-  // the mean of the last guard_window accepted ones, skips the step;
-  // guard_max_skips in a row roll back to the last checkpoint past that data.
-  int guard_window = 50;
-  float guard_z = 6;             // 0 = spikes are not judged (non-finite losses still are)
-  int guard_warmup = 20;
-  int guard_max_skips = 3;
   // Activation recomputation (model/recompute.h): "none", "selective" (the
   // attention core) or "full" (each block from its input).
   std::string recompute = "none";
-  // A rank whose compute per step, over the last straggler_window steps, is
-  // above straggler_factor x the median rank's is named (log, metrics,
-  // diagnose). 0 = off.
-  float straggler_factor = 1.2f;
-  int straggler_window = 10;
   // Shell-style patterns of global tensor names (e.g. "wte.weight",
   // "h.[0-5].*"): those tensors are frozen (model/param_groups.h): no
   // gradients, no optimizer state, their values never change.
@@ -79,6 +53,50 @@ struct TrainConfig {
   std::string init_adapter;
   Recompute recompute_mode() const { return parse_recompute(recompute); }
 };
+
+// What the run prints and measures along the way.
+struct ProgressSettings {
+  int eval_every = 100;    // validation loss every N steps (and at the end); 0 disables
+  int eval_batches = 8;
+  int log_every = 20;
+  int sample_tokens = 48;              // at the end, rank 0 prints this many sampled tokens (0 = none;
+  std::string sample_prompt = "The";   // needs tp = pp = 1: the whole model on one rank) after this prompt
+};
+
+// What the run leaves on disk: its run directory and its checkpoints.
+struct RecordSettings {
+  std::string run_dir = "runs";  // `loom train` writes runs/<run_name> here (metrics, trace); "" = none
+  std::string run_name;          // "" = the start time, YYYYmmdd-HHMMSS
+  // TensorBoard event files in the run directory beside metrics.jsonl.
+  bool tensorboard = true;
+  // Every rank appends its finished trace spans to <run dir>/trace/rank-R.jsonl
+  // every N steps (0 = only trace.json at the end), so a killed run keeps them.
+  int trace_flush_every = 10;
+  int checkpoint_every = 0;      // save every N steps (and at the end); 0 = never
+  std::string checkpoint_dir = "checkpoints";  // step_N/ folders and `latest` (what --resume auto reads)
+  int keep_checkpoints = 3;      // the newest N are kept
+  // Saves copy the state at the step boundary and write it on a thread per
+  // rank while training goes on; false: every rank waits until it is on disk.
+  bool async_checkpoint = true;
+};
+
+// The run's health: bad losses and slow ranks.
+struct HealthSettings {
+  // Loss guard: a non-finite loss, or one guard_z standard deviations above
+  // the mean of the last guard_window accepted ones, skips the step;
+  // guard_max_skips in a row roll back to the last checkpoint past that data.
+  int guard_window = 50;
+  float guard_z = 6;             // 0 = spikes are not judged (non-finite losses still are)
+  int guard_warmup = 20;
+  int guard_max_skips = 3;
+  // A rank whose compute per step, over the last straggler_window steps, is
+  // above straggler_factor x the median rank's is named (log, metrics,
+  // diagnose). 0 = off.
+  float straggler_factor = 1.2f;
+  int straggler_window = 10;
+};
+
+struct TrainConfig : OptimizationSettings, ProgressSettings, RecordSettings, HealthSettings {};
 
 struct DataConfig {
   std::string path = ".cache/data";  // shards: a `loom prepare` output folder; bytes: a text file

@@ -53,20 +53,17 @@ class ParamSource {
   virtual const std::vector<float*>* tensor_grads() const { return nullptr; }
 };
 
-// Where a model's buffers come from; nullptr: the model allocates its own.
-struct StageBuffers {
+// What a model stage is built with, by concern; StageBuffers joins them.
+
+// Where the stage's tensors live; nullptr: the model allocates its own.
+struct StageMemory {
   float* params = nullptr;  // at least layout().total floats
   float* grads = nullptr;   // at least layout().total floats, zeroed (e.g. a data-parallel gradient buffer)
   int64_t param_floats = 0;  // own parameter buffer's size when more than the layout's (ZeRO padding)
   int slots = 1;             // activation sets (micro-batches in flight)
-  // bf16 / fp16: matrix products read a 16-bit copy of the weights and the
-  // activations kept for backward are 16-bit (docs/precision.md lists which).
-  ComputePrecision compute = ComputePrecision::fp32;
   // bf16 / fp16: where the 16-bit weights live (layout().total elements);
   // nullptr: the model allocates them.
   void* weights16 = nullptr;
-  // What each block keeps for its backward (model/recompute.h).
-  Recompute recompute = Recompute::none;
   // Plan the activations but allocate nothing (no parameters either): the
   // module answers activation_bytes() only. planned_activation_bytes() uses it.
   bool plan_only = false;
@@ -82,6 +79,19 @@ struct StageBuffers {
   // its buffers exist once the pool is allocated; slot k is then the same
   // memory in every chunk (the executor gives it to one chunk at a time).
   SharedActivations* shared_activations = nullptr;
+};
+
+// How the stage computes.
+struct StageNumerics {
+  // bf16 / fp16: matrix products read a 16-bit copy of the weights and the
+  // activations kept for backward are 16-bit (docs/precision.md lists which).
+  ComputePrecision compute = ComputePrecision::fp32;
+  // What each block keeps for its backward (model/recompute.h).
+  Recompute recompute = Recompute::none;
+};
+
+// The groups the stage's own layers talk over.
+struct StageGroups {
   // Context parallelism (parallel/cp/): the module's T rows per sequence
   // are this rank's two chunks of a cp-times longer sequence, run at their
   // global positions, with attention over the ring of `cp_group` (needed
@@ -92,6 +102,8 @@ struct StageBuffers {
   // (its size the shard's ep_size; needed when that is > 1 unless plan_only).
   Communicator* ep_group = nullptr;
 };
+
+struct StageBuffers : StageMemory, StageNumerics, StageGroups {};
 
 // Targets >= 0 among targets[n]: the ones a loss counts.
 int64_t count_valid_targets(const int32_t* targets, int64_t n);

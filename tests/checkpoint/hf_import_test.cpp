@@ -129,7 +129,7 @@ void expect_agreement(const std::string& hf, const std::string& what) {
   // order of sums).
   ASSERT_EQ(ref.logits_bf16.size(), ref.logits.size());
   auto bf16 = make_stage_module(cfg.model, ModelShard{}, TensorParallel{}, ref.B, ref.T,
-                                StageBuffers{nullptr, nullptr, 0, 1, ComputePrecision::bf16});
+                                StageBuffers{{}, {ComputePrecision::bf16}});
   fill_from_checkpoint(*ck, bf16->layout(), bf16->params());
   bf16->refresh_compute_weights();
   bf16->forward(ref.tokens.data(), none.data(), ref.B, ref.T);

@@ -74,7 +74,7 @@ TEST(MixedPrecisionTraining, LossScalingRecoversFp16GradientsLostToUnderflow) {
   for (int i = 0; i < N; i++) tokens[size_t(i)] = int32_t((i * 7919 + 13) % 256), targets[size_t(i)] = int32_t((i * 104729 + 5) % 256);
   auto grads = [&](loom::ComputePrecision p, float scale) {
     auto model_owner = loom::make_stage_module(cfg, loom::ModelShard{}, loom::TensorParallel{}, B, T,
-                    loom::StageBuffers{nullptr, nullptr, 0, 1, p});
+                    loom::StageBuffers{{}, {p}});
     loom::StageModule& model = *model_owner;
     model.init_parameters(42);
     model.zero_grads();
