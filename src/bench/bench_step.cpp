@@ -24,7 +24,7 @@
 #include "optim/adamw.h"
 #include "optim/grad_clip.h"
 #include "precision/loss_scaler.h"
-#include "precision/non_finite.h"
+#include "kernels/backend.h"
 #include "train/trainer.h"
 
 namespace loom::cli {
@@ -91,7 +91,8 @@ int run_child(const BenchShape& shape, int threads, int steps, ComputePrecision 
   set_threads(threads);
   const ModelConfig& cfg = shape.model;
   const int B = shape.B, T = cfg.seq_len;
-  const StageBuffers buffers{{}, {precision, recompute}};
+  Backend ops;  // the process's: the model and the optimizer compute with it
+  const StageBuffers buffers{{}, {precision, recompute, &ops}};
   auto model_owner = make_stage_module(cfg, ModelShard{}, TensorParallel{}, B, T, buffers);
   StageModule& model = *model_owner;
   model.init_parameters(1234);
@@ -100,7 +101,7 @@ int run_child(const BenchShape& shape, int threads, int steps, ComputePrecision 
   scaling.mode = default_loss_scale_mode(precision);  // dynamic for fp16, off otherwise
   LossScaler scaler(scaling);
   int skipped = 0;
-  AdamW opt(model.layout().flat(), AdamWConfig{});
+  AdamW opt(ops, model.layout().flat(), AdamWConfig{});
   std::vector<int32_t> tokens(size_t(B) * T), targets(tokens.size());
   random_batch(cfg.vocab_size, &tokens, &targets);
   std::vector<double> times;
@@ -110,12 +111,12 @@ int run_child(const BenchShape& shape, int threads, int steps, ComputePrecision 
     model.forward_backward(tokens.data(), targets.data(), B, T, scaler.scale());
     bool overflow = false;
     if (mixed) {
-      overflow = unscale_and_check(model.grads(), size_t(model.params_size()), scaler.inv_scale());
+      overflow = ops.unscale_and_check(model.grads(), size_t(model.params_size()), scaler.inv_scale());
       scaler.update(overflow);
       if (overflow && s > 0) skipped++;
     }
     if (!overflow) {
-      double norm = global_grad_norm(model.layout().flat(), model.grads());
+      double norm = global_grad_norm(ops, model.layout().flat(), model.grads());
       // As the trainer does: the update also writes the 16-bit weights.
       const WeightCopy copy{model.compute_weights(), compute_dtype(precision)};
       opt.step(model.params(), model.grads(), 1e-4f, clip_scale(norm, 1.0f), copy);

@@ -32,6 +32,7 @@
 #include "core/check.h"
 #include "core/dtype.h"
 #include "core/rng.h"
+#include "kernels/backend.h"
 #include "kernels/cpu/attention_tiled.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/matmul_lowp.h"
@@ -145,10 +146,13 @@ StepFigures measure_training_step(int threads) {
   set_threads(threads);
   ModelConfig cfg;  // the default job's model
   const int B = 4, T = cfg.seq_len;
-  auto model_owner = make_model(cfg, B, T);
+  Backend ops;
+  StageBuffers buffers;
+  buffers.backend = &ops;
+  auto model_owner = make_stage_module(cfg, ModelShard{}, TensorParallel{}, B, T, buffers);
   StageModule& model = *model_owner;
   model.init_parameters(1);
-  AdamW opt(model.layout().flat(), AdamWConfig{});
+  AdamW opt(ops, model.layout().flat(), AdamWConfig{});
   std::vector<int32_t> tokens(size_t(B) * T), targets(tokens.size());
   for (size_t i = 0; i < tokens.size(); i++) {
     tokens[i] = int32_t(rng_uniform(3, 1, i) * cfg.vocab_size);

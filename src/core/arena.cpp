@@ -1,11 +1,21 @@
 #include "core/arena.h"
 
-#include <cstdlib>
-#include <cstring>
+#include <utility>
 
 #include "core/check.h"
 
 namespace loom {
+
+Arena& Arena::operator=(Arena&& other) noexcept {
+  if (this != &other) {
+    reset();
+    size_ = std::exchange(other.size_, 0);
+    base_ = std::exchange(other.base_, nullptr);
+    allocated_bytes_ = std::exchange(other.allocated_bytes_, 0);
+    memory_ = std::exchange(other.memory_, nullptr);
+  }
+  return *this;
+}
 
 size_t Arena::reserve(size_t nbytes) {
   LOOM_CHECK(!allocated(), "reserve() after allocate()");
@@ -14,15 +24,16 @@ size_t Arena::reserve(size_t nbytes) {
   return offset;
 }
 
-void Arena::allocate() {
+void Arena::allocate(MemoryResource& memory) {
   LOOM_CHECK(!allocated(), "allocate() twice");
-  size_t bytes = size_ == 0 ? kAlignment : size_;
-  void* p = std::aligned_alloc(kAlignment, bytes);
-  if (!p) throw UserError(strprintf("out of memory: could not allocate %.1f MiB", double(bytes) / (1 << 20)));
-  std::memset(p, 0, bytes);
-  base_.reset(static_cast<std::byte*>(p));
+  allocated_bytes_ = size_ == 0 ? kAlignment : size_;
+  base_ = static_cast<std::byte*>(memory.allocate(allocated_bytes_));
+  memory_ = &memory;
 }
 
-void Arena::Free::operator()(std::byte* p) const { std::free(p); }
+void Arena::reset() {
+  if (base_) memory_->free(base_, allocated_bytes_);
+  base_ = nullptr;
+}
 
 }  // namespace loom

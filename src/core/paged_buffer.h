@@ -1,4 +1,5 @@
-// A flat fp32 buffer in pages of its own (mmap), whose ranges can be handed
+// The host's releasable buffer (core/memory_resource.h; HostMemory makes
+// them): a flat fp32 buffer in pages of its own (mmap), whose ranges can be handed
 // back to the OS: they then take no memory and read as zeros until written
 // again. Data parallelism's gradient buffer (a ZeRO-2 rank hands back what
 // its shard now holds), ZeRO-3's gathered-parameter windows and the fp32
@@ -14,29 +15,29 @@
 #include <cstdint>
 
 #include "core/flat_layout.h"
+#include "core/memory_resource.h"
 
 namespace loom {
 
-class PagedBuffer {
+class PagedBuffer final : public ReleasableBuffer {
  public:
   // Zero-filled. huge_pages = false: 4 KiB pages only.
   explicit PagedBuffer(int64_t floats, bool huge_pages = true);
-  ~PagedBuffer();
+  ~PagedBuffer() override;
   PagedBuffer(const PagedBuffer&) = delete;
   PagedBuffer& operator=(const PagedBuffer&) = delete;
 
-  float* data() const { return data_; }
-  int64_t size() const { return floats_; }
+  float* data() const override { return data_; }
+  int64_t size() const override { return floats_; }
   // The release granularity, in floats.
-  int64_t page_floats() const { return int64_t(page_bytes_ / sizeof(float)); }
+  int64_t page_floats() const override { return int64_t(page_bytes_ / sizeof(float)); }
 
-  void zero();  // writes zeros over the whole buffer
+  void zero() override;  // writes zeros over the whole buffer
   // Hands the pages of r back to the OS; they read as zeros. r must start
   // and end on pages (page_floats()), or end at size().
-  void release(FlatRange r);
-  void release_all() { release({0, floats_}); }
+  void release(FlatRange r) override;
   // Bytes of the buffer now in memory (mincore).
-  size_t resident_bytes() const;
+  size_t resident_bytes() const override;
 
  private:
   float* data_ = nullptr;

@@ -1,37 +1,85 @@
-// The kernels a model reaches, behind one object per device: CpuBackend
-// today (kernels/cpu/), a CUDA backend later with the same member names.
+// The one way kernels and memory are reached outside src/kernels/: one
+// backend object per process (per run), created by the run and passed
+// explicitly to the model stages, the optimizers, the gradient reducers and
+// the ZeRO gathers. `Backend` is CpuBackend today (kernels/cpu/); a CUDA
+// backend would give the same member names (docs/backends.md lists them).
 //
-// Each op has one signature for fp32 and 16-bit storage (A = float, bf16 or
-// f16: the compute type of weights and stored activations); norm statistics,
-// softmax, losses and gradients of fp32 tensors stay fp32 whatever A is. The
-// backend owns what its kernels need besides their arguments (the matrix
-// engine and its cached primitives; attention is model/attention.h), so model code
-// never branches on the compute type.
+// A compile-time seam, not a virtual interface: the ops are templates over
+// the storage type A (float, bf16 or f16: the compute type of weights and
+// stored activations), which cannot be virtual; a process runs one kind of
+// device; and a virtual call per op would be paid on every small kernel for
+// nothing. Memory is the exception: allocation is rare, so memory() is a
+// MemoryResource (core/memory_resource.h) behind a virtual interface.
+//
+// Norm statistics, softmax, losses and gradients of fp32 tensors stay fp32
+// whatever A is. Members that forward their arguments as given keep the
+// kernel's own argument list (kernels/cpu/<op>.h documents it).
 #pragma once
 
 #include <cstddef>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "core/dtype.h"
+#include "kernels/backend_fwd.h"
+#include "kernels/cpu/adamw.h"
+#include "kernels/cpu/attention_common.h"
+#include "kernels/cpu/attention_tiled.h"
 #include "kernels/cpu/cast.h"
+#include "kernels/cpu/encoder.h"
 #include "kernels/cpu/gelu.h"
+#include "kernels/cpu/grad_norm.h"
+#include "kernels/cpu/host_memory.h"
 #include "kernels/cpu/isa.h"
 #include "kernels/cpu/layernorm.h"
 #include "kernels/cpu/matmul_lowp.h"
+#include "kernels/cpu/non_finite.h"
+#include "kernels/cpu/residual.h"
 #include "kernels/cpu/rmsnorm.h"
 #include "kernels/cpu/rope.h"
+#include "kernels/cpu/softmax_xent.h"
 #include "kernels/cpu/swiglu.h"
 
 namespace loom {
 
 // What the kernels run on and which implementation each op kind chose.
 using DeviceInfo = cpu::Dispatch;
+// The descriptors the span kernels of ring attention take (device-neutral
+// plain structs: row ranges and strides).
+using AttnSpan = cpu::AttnSpan;
+using KvRows = cpu::KvRows;
+using KvGradRows = cpu::KvGradRows;
+using QkvLayout = cpu::detail::QkvLayout;
+using AdamWStep = cpu::AdamWStep;
 
 class CpuBackend {
  public:
-  DeviceInfo describe() const { return cpu::describe_dispatch(); }
+  CpuBackend() = default;
+  CpuBackend(const CpuBackend&) = delete;  // one per process: passed by reference
+  CpuBackend& operator=(const CpuBackend&) = delete;
 
-  // The matrix products (linear layers; parallel/tp/ drives them).
+  DeviceInfo describe() const { return cpu::describe_dispatch(); }
+  // Parameters, gradients, optimizer state and activations come from here.
+  MemoryResource& memory() { return memory_; }
+
+  // Matrix products of the linear layers (parallel/tp/ drives them):
+  // out[N,OC] = inp[N,C] weight[OC,C]^T + bias, in fp32 or A with fp32
+  // accumulation; backward accumulates dweight/dbias, overwrites dinp.
+  template <class... Args>
+  void matmul_forward(Args&&... args) { cpu::matmul_forward(matmul_, std::forward<Args>(args)...); }
+  template <class... Args>
+  void matmul_backward(Args&&... args) { cpu::matmul_backward(matmul_, std::forward<Args>(args)...); }
+  // C[M,N] (+)= op(A)[M,K] op(B)[K,N], row-major (ta: A stored [K,M]; tb: B
+  // stored [N,K]); fp32 operands on the fp32 engine, 16-bit ones summed in
+  // fp32. A 16-bit C is rounded once and never accumulated into.
+  template <class C, class A>
+  void gemm(C* c, const A* a, const A* b, int64_t M, int64_t N, int64_t K, bool ta, bool tb, bool accumulate = false) {
+    if constexpr (std::is_same_v<A, float>) matmul_.fp32().gemm(c, a, b, nullptr, M, N, K, ta, tb, accumulate);
+    else if constexpr (std::is_same_v<C, float>) matmul_.gemm(c, a, b, nullptr, M, N, K, ta, tb, accumulate);
+    else matmul_.gemm(c, a, b, nullptr, M, N, K, ta, tb);
+  }
+  // The engine itself, for kernels/ and benchmarks that time it.
   cpu::LowpMatmulEngine& matmul() { return matmul_; }
 
   // Norms: out in A (fp32 statistics); backward accumulates into fp32 dinp.
@@ -64,9 +112,15 @@ class CpuBackend {
   void swiglu_backward(A* dgate_up, const A* gate_up, const float* dout, int N, int F) {
     cpu::swiglu_backward(dgate_up, gate_up, dout, N, F);
   }
+  // out[N,C] = a + bias + res (bias or res may be null; out may alias a).
+  void residual_bias_forward(float* out, const float* a, const float* bias, const float* res, int64_t N, int C) {
+    cpu::residual_bias_forward(out, a, bias, res, N, C);
+  }
 
-  // Rotary positions, in place on the q and k heads of qkv (cos/sin from
-  // cpu::rope_table; pos[N]: each row's table row, or null: n % T).
+  // Rotary positions: the cos/sin tables, and in place on the q and k heads
+  // of qkv (pos[N]: each row's table row, or null: n % T).
+  template <class... Args>
+  void rope_table(Args&&... args) { cpu::rope_table(std::forward<Args>(args)...); }
   template <class A>
   void rope_forward(A* qkv, const float* cos, const float* sin, int N, int T, int NH, int NKV, int hd,
                     const int32_t* pos = nullptr) {
@@ -78,7 +132,8 @@ class CpuBackend {
     cpu::rope_backward(dqkv, cos, sin, N, T, NH, NKV, hd, pos);
   }
 
-  // fp32 -> A (a copy in fp32; rounded in 16 bits). Not in place.
+  // Casts. round_to: fp32 -> A (a copy in fp32; rounded in 16 bits; not in
+  // place); narrow / widen: fp32 <-> a 16-bit type.
   template <class A>
   void round_to(A* out, const float* in, size_t n) {
     if constexpr (std::is_same_v<A, float>) {
@@ -87,9 +142,74 @@ class CpuBackend {
       cpu::narrow(out, in, n);
     }
   }
+  template <class H>
+  void narrow(H* out, const float* in, size_t n) { cpu::narrow(out, in, n); }
+  template <class H>
+  void widen(float* out, const H* in, size_t n) { cpu::widen(out, in, n); }
+
+  // Embeddings (whole vocabulary, or a tp rank's rows of it) and positions.
+  template <class... Args>
+  void encoder_forward(Args&&... args) { cpu::encoder_forward(std::forward<Args>(args)...); }
+  template <class... Args>
+  void encoder_backward(Args&&... args) { cpu::encoder_backward(std::forward<Args>(args)...); }
+  template <class... Args>
+  void token_embedding_forward(Args&&... args) { cpu::token_embedding_forward(std::forward<Args>(args)...); }
+  template <class... Args>
+  void token_embedding_backward(Args&&... args) { cpu::token_embedding_backward(std::forward<Args>(args)...); }
+  template <class... Args>
+  void position_embedding_forward(Args&&... args) { cpu::position_embedding_forward(std::forward<Args>(args)...); }
+  template <class... Args>
+  void position_embedding_backward(Args&&... args) { cpu::position_embedding_backward(std::forward<Args>(args)...); }
+
+  // Cross-entropy: whole rows (fused: the logits' gradient in place), or a
+  // vocabulary-parallel rank's partial max and sums and the finish.
+  template <class... Args>
+  void softmax_xent_forward(Args&&... args) { cpu::softmax_xent_forward(std::forward<Args>(args)...); }
+  template <class... Args>
+  void softmax_xent_fused(Args&&... args) { cpu::softmax_xent_fused(std::forward<Args>(args)...); }
+  template <class... Args>
+  void xent_partial_max(Args&&... args) { cpu::xent_partial_max(std::forward<Args>(args)...); }
+  template <class... Args>
+  void xent_partial_sums(Args&&... args) { cpu::xent_partial_sums(std::forward<Args>(args)...); }
+  template <class... Args>
+  void xent_finish(Args&&... args) { cpu::xent_finish(std::forward<Args>(args)...); }
+
+  // Attention over whole sequences (kernels/cpu/attention*.h):
+  // materialized (keeps the probabilities) or tiled (keeps one log-sum-exp
+  // per query row). work: attention_thread_floats, then (16-bit tiled)
+  // attention_wide_floats after it.
+  // (Sizes are static: the planner asks them without a backend.)
+  static size_t attention_thread_floats(bool tiled, bool lowp, int T, int C, int NH, int NKV, int threads);
+  static size_t attention_wide_floats(int B, int T, int C, int NH, int NKV) {
+    return cpu::attention_tiled_wide_floats(B, T, C, NH, NKV);
+  }
+  template <class A>
+  void attention_forward(bool tiled, A* out, void* saved, const A* qkv, float* work, float* wide, int B, int T, int C,
+                         int NH, int NKV, const int32_t* doc);
+  template <class A>
+  void attention_backward(bool tiled, A* dqkv, float* scratch, const float* dout, const A* qkv, const A* out,
+                          const void* saved, float* work, float* wide, int B, int T, int C, int NH, int NKV,
+                          const int32_t* doc);
+  // The span kernels ring attention (parallel/cp/) runs block by block, in
+  // fp32: start the row log-sum-exps, then one (query, key) span at a time.
+  static QkvLayout qkv_layout(int C, int NH, int NKV) { return cpu::detail::qkv_layout(C, NH, NKV); }
+  void attention_span_begin(float* lse, int B, int T, int NH) { cpu::attention_tiled_begin(lse, B, T, NH); }
+  template <class... Args>
+  void attention_span_forward(Args&&... args) { cpu::attention_tiled_forward_span(std::forward<Args>(args)...); }
+  template <class... Args>
+  void attention_span_backward(Args&&... args) { cpu::attention_tiled_backward_span(std::forward<Args>(args)...); }
+
+  // The optimizer: AdamW over a range (and the 16-bit copy it refreshes),
+  // the squares the global norm sums, and mixed precision's found-inf check.
+  template <class... Args>
+  void adamw_update(Args&&... args) { cpu::adamw_update(std::forward<Args>(args)...); }
+  double sum_of_squares(const float* x, size_t n) { return cpu::sum_of_squares(x, n); }
+  bool unscale_and_check(float* x, size_t n, float inv_scale) { return cpu::unscale_and_check(x, n, inv_scale); }
+  bool has_non_finite(const float* x, size_t n) { return cpu::has_non_finite(x, n); }
 
  private:
   cpu::LowpMatmulEngine matmul_;
+  cpu::HostMemory memory_;
 };
 
 }  // namespace loom

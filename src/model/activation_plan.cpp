@@ -26,10 +26,10 @@ std::vector<size_t> ActivationPlan::offsets(std::map<int, size_t>* sizes) const 
   return at;
 }
 
-void ActivationPlan::allocate(Arena& arena) {
+void ActivationPlan::allocate(Arena& arena, MemoryResource& memory) {
   std::vector<size_t> own;
   for (const Want& w : wants_) own.push_back(w.alias_of == -1 ? arena.reserve(w.bytes) : 0);
-  arena.allocate();
+  arena.allocate(memory);
   for (size_t i = 0; i < wants_.size(); i++) {
     const long from = wants_[i].alias_of == -1 ? long(i) : wants_[i].alias_of;
     *wants_[i].p = from == -2 ? nullptr : arena.at<uint8_t>(own[size_t(from)]);
@@ -92,7 +92,7 @@ size_t SharedActivations::planned_bytes() const {
   return total;
 }
 
-void SharedActivations::allocate() {
+void SharedActivations::allocate(MemoryResource& memory) {
   LOOM_CHECK(!arena_.allocated(), "shared activations: allocated twice");
   std::vector<std::map<int, size_t>> per_plan;
   for (const Enrolled& e : plans_) per_plan.push_back(e.plan.region_bytes());
@@ -101,7 +101,7 @@ void SharedActivations::allocate() {
   std::vector<size_t> own_at;
   for (const auto& sizes : per_plan)
     own_at.push_back(sizes.count(ActivationPlan::kOwn) ? arena_.reserve(sizes.at(ActivationPlan::kOwn)) : 0);
-  arena_.allocate();
+  arena_.allocate(memory);
   for (size_t i = 0; i < plans_.size(); i++) {
     std::map<int, std::byte*> bases;
     for (const auto& [r, at] : shared_at) bases[r] = arena_.base() + at;

@@ -43,7 +43,7 @@ class ActivationPlan {
   // Want i is not needed after all: no memory, its pointer stays null.
   void drop(size_t i);
   // Reserves and allocates `arena`, then points every wanted pointer into it.
-  void allocate(Arena& arena);
+  void allocate(Arena& arena, MemoryResource& memory);
   // Reserves only: the bytes allocate() would take (a pure plan for the planner).
   size_t planned_bytes() const;
   // Per region, the bytes its wants take (laid out as bind() does).
@@ -73,7 +73,7 @@ class SharedActivations {
   // The bytes allocate() takes: every module's own region, plus each shared
   // region as large as its largest.
   size_t planned_bytes() const;
-  void allocate();
+  void allocate(MemoryResource& memory);
   bool allocated() const { return arena_.allocated(); }
   size_t bytes() const { return arena_.allocated() ? arena_.size() : planned_bytes(); }
 

@@ -1,4 +1,5 @@
-// The attention core a block runs, chosen once per model (model.attention):
+// The attention core a block runs, chosen once per model (model.attention);
+// its kernels are the backend's (kernels/backend.h):
 //   materialized  kernels/cpu/attention*.h: keeps the softmax probabilities,
 //                 B x NH x T x T, for backward
 //   tiled         kernels/cpu/attention_tiled.h: keeps one log-sum-exp per
@@ -14,7 +15,9 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/arena.h"
 #include "core/dtype.h"
+#include "kernels/backend.h"
 
 namespace loom {
 
@@ -23,7 +26,8 @@ class RingAttention;
 class Attention {
  public:
   // ring: the cp group's ring (tiled only); null without context parallelism.
-  explicit Attention(bool tiled = false, RingAttention* ring = nullptr) : tiled_(tiled), ring_(ring) {}
+  Attention() = default;
+  Attention(Backend& ops, bool tiled, RingAttention* ring = nullptr) : ops_(&ops), tiled_(tiled), ring_(ring) {}
   bool tiled() const { return tiled_; }
 
   // fp32 work space, in floats, for micro-batches up to B x T on the local
@@ -31,7 +35,7 @@ class Attention {
   // on a ring of cp ranks (1: none).
   static size_t work_floats(bool tiled, bool lowp, int cp, int B, int T, int C, int NH, int NKV, int threads);
   void reserve(bool lowp, int B, int T, int C, int NH, int NKV);
-  size_t work_bytes() const { return work_.size() * sizeof(float); }
+  size_t work_bytes() const { return work_floats_ * sizeof(float); }
   // What forward keeps for backward, in bytes (a = bytes of a compute-type
   // element): the probabilities (compute type) or the row log-sum-exps (fp32).
   static size_t saved_bytes(bool tiled, int B, int T, int NH, size_t a);
@@ -51,9 +55,11 @@ class Attention {
                 int T, int C, int NH, int NKV, const int32_t* doc = nullptr);
 
  private:
-  bool tiled_;
-  RingAttention* ring_;
-  std::vector<float> work_;  // per-thread tiles (tiled) or rows (16-bit materialized); then widened copies
+  Backend* ops_ = nullptr;
+  bool tiled_ = false;
+  RingAttention* ring_ = nullptr;
+  Arena work_;  // the backend's memory: per-thread tiles (tiled) or rows (16-bit materialized); then widened copies
+  size_t work_floats_ = 0;
   size_t thread_floats_ = 0;  // the per-thread part at the front of work_
 };
 

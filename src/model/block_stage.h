@@ -37,7 +37,7 @@ class BlockStage final : public TransformerStage {
       : TransformerStage(cfg, std::move(layout), Family::shared(tensors), shard, tp, B, T, buffers),
         t_(std::move(tensors)),
         norm_tensors_(Family::norm_tensors(t_)),
-        state_(cfg, T * split().cp) {
+        state_(ops(), cfg, T * split().cp) {
     plan(B, T, buffers.slots);
   }
 

@@ -88,6 +88,9 @@ struct StageNumerics {
   ComputePrecision compute = ComputePrecision::fp32;
   // What each block keeps for its backward (model/recompute.h).
   Recompute recompute = Recompute::none;
+  // The process's backend (kernels/backend.h): its kernels and memory;
+  // nullptr: the stage makes its own (a standalone model).
+  Backend* backend = nullptr;
 };
 
 // The groups the stage's own layers talk over.

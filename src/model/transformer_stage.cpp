@@ -40,6 +40,8 @@ TransformerStage::TransformerStage(const ModelConfig& cfg, ParamLayout layout, S
       compute_(buffers.compute),
       recompute_(buffers.recompute),
       plan_only_(buffers.plan_only),
+      own_ops_(buffers.backend ? nullptr : std::make_unique<Backend>()),
+      ops_(buffers.backend ? *buffers.backend : *own_ops_),
       source_(buffers.source),
       shared_acts_(buffers.shared_activations),
       maxB_(B),
@@ -75,7 +77,7 @@ TransformerStage::TransformerStage(const ModelConfig& cfg, ParamLayout layout, S
   if (plan_only_) {
     // Sizes only: the attention's work space is counted, not made (for
     // buffers.plan_threads threads; 0: this process's, as a real module).
-    attn_ = Attention(tiled);
+    attn_ = Attention(ops_, tiled);
     attention_work_bytes_ =
         Attention::work_floats(tiled, lowp, split.cp, B, T, Cl, NHl, NKVl, buffers.plan_threads) * 4;
     return;
@@ -83,7 +85,7 @@ TransformerStage::TransformerStage(const ModelConfig& cfg, ParamLayout layout, S
   if (split.active()) {
     LOOM_CHECK(buffers.cp_group && buffers.cp_group->size() == split.cp && buffers.cp_group->rank() == split.rank,
                "context parallelism without its group");
-    ring_ = std::make_unique<RingAttention>(*buffers.cp_group);
+    ring_ = std::make_unique<RingAttention>(ops_, *buffers.cp_group);
     cp_group_ = buffers.cp_group;
   }
   if (shard.ep_size > 1) {
@@ -94,7 +96,7 @@ TransformerStage::TransformerStage(const ModelConfig& cfg, ParamLayout layout, S
   }
   if (cfg.is_moe())
     router_ = std::make_unique<moe::RouterState>(cfg, shard.first_layer, shard.layers_end(cfg), buffers.slots);
-  attn_ = Attention(tiled, ring_.get());
+  attn_ = Attention(ops_, tiled, ring_.get());
   attn_.reserve(lowp, B, T, Cl, NHl, NKVl);
   // ZeRO-3 units from the layout: blocks by their index, the rest by role.
   unit_block_.resize(size_t(shard.num_layers(cfg)));
@@ -115,7 +117,7 @@ TransformerStage::TransformerStage(const ModelConfig& cfg, ParamLayout layout, S
     access_.params = buffers.params;
   } else {
     params_.reserve(size_t(std::max(layout_.total, buffers.param_floats)) * 4);
-    params_.allocate();
+    params_.allocate(ops_.memory());
     access_.params = params_.at<float>(0);
   }
   if (source_ && source_->tensor_grads()) {
@@ -124,7 +126,7 @@ TransformerStage::TransformerStage(const ModelConfig& cfg, ParamLayout layout, S
     access_.grads = buffers.grads;
   } else {
     grads_.reserve(size_t(layout_.total) * 4);
-    grads_.allocate();
+    grads_.allocate(ops_.memory());
     access_.grads = grads_.at<float>(0);
   }
   if (source_) {
@@ -132,7 +134,7 @@ TransformerStage::TransformerStage(const ModelConfig& cfg, ParamLayout layout, S
     access_.weights16 = buffers.weights16;
   } else if (compute_ != ComputePrecision::fp32) {
     weights16_.reserve(size_t(layout_.total) * 2);
-    weights16_.allocate();
+    weights16_.allocate(ops_.memory());
     access_.weights16 = weights16_.base();
   }
 }
@@ -176,7 +178,7 @@ void TransformerStage::plan(int B, int T, int slots) {
     planned_bytes_ = p.planned_bytes() + attention_work_bytes_;
     return;
   }
-  p.allocate(acts_);
+  p.allocate(acts_, ops_.memory());
   for (Slot& s : slots_) s.output = s.input;
 }
 
@@ -206,8 +208,8 @@ void TransformerStage::init_parameters(uint64_t seed) {
 void TransformerStage::refresh_compute_weights() {
   if (source_) return;  // ZeRO-3: made as each tensor is gathered
   const size_t n = size_t(layout_.total);
-  if (compute_ == ComputePrecision::bf16) cpu::narrow(static_cast<bf16*>(access_.weights16), params(), n);
-  if (compute_ == ComputePrecision::fp16) cpu::narrow(static_cast<f16*>(access_.weights16), params(), n);
+  if (compute_ == ComputePrecision::bf16) ops_.narrow(static_cast<bf16*>(access_.weights16), params(), n);
+  if (compute_ == ComputePrecision::fp16) ops_.narrow(static_cast<f16*>(access_.weights16), params(), n);
 }
 
 void TransformerStage::set_documents(int slot, const int32_t* positions, int B, int T) {
@@ -232,7 +234,7 @@ void TransformerStage::forward_stage(int slot, const int32_t* tokens, int B, int
   const int N = B * T, C = cfg_.d_model;
   if (layout_.shard.embedding) {
     use(unit_embed_, unit_block_.empty() ? unit_norm_ : unit_block_[0]);
-    tp::embedding_forward(tp_, s.input, grad_work_, tokens, access_.param(shared_.embed), vocab_,
+    tp::embedding_forward(ops_, tp_, s.input, grad_work_, tokens, access_.param(shared_.embed), vocab_,
                           shared_.positions >= 0 ? access_.param(shared_.positions) : nullptr, N, T, C,
                           token_positions(slot));
     done(unit_embed_);
@@ -267,7 +269,7 @@ const A* TransformerStage::head_input_rows(int slot, int N) {
 
 template <class A>
 void TransformerStage::head_logits(const A* x, int rows) {
-  tp::column_parallel_forward(ops_.matmul(), as<A>(logits_), x, access_.weight<A>(shared_.head), nullptr, rows,
+  tp::column_parallel_forward(ops_, as<A>(logits_), x, access_.weight<A>(shared_.head), nullptr, rows,
                               cfg_.d_model, vocab_.rows);
 }
 
@@ -283,7 +285,7 @@ double TransformerStage::stage_loss(int slot, const int32_t* targets, int B, int
     for (int r0 = 0; r0 < N; r0 += chunk) {
       const int n = std::min(chunk, N - r0);
       head_logits<A>(x + size_t(r0) * C, n);
-      tp::cross_entropy(tp_, losses_ + r0, as<A>(logits_), xent_scratch_, targets + r0, vocab_, n, false, 0.f);
+      tp::cross_entropy(ops_, tp_, losses_ + r0, as<A>(logits_), xent_scratch_, targets + r0, vocab_, n, false, 0.f);
     }
   });
   logits_whole_ = chunk == N;
@@ -311,7 +313,7 @@ void TransformerStage::embedding_backward(int slot, const int32_t* tokens, int B
   // On the whole model a tied table's gradient was first written by the
   // head; this is its last write.
   float* dpos = shared_.positions >= 0 ? access_.grad(shared_.positions) : nullptr;
-  tp::embedding_backward(tp_, access_.grad(shared_.embed), dpos, slots_[size_t(slot)].dres, grad_work_, tokens,
+  tp::embedding_backward(ops_, tp_, access_.grad(shared_.embed), dpos, slots_[size_t(slot)].dres, grad_work_, tokens,
                          vocab_, B * T, T, cfg_.d_model, token_positions(slot));
   if (shared_.positions >= 0) grad_ready(shared_.positions);
   grad_ready(shared_.embed);
@@ -335,10 +337,10 @@ double TransformerStage::backward_pass(int slot, const int32_t* tokens, const in
       for (int r0 = 0; r0 < N; r0 += chunk) {
         const int n = std::min(chunk, N - r0);
         head_logits<A>(x + size_t(r0) * C, n);
-        tp::cross_entropy(tp_, losses_ + r0, dlogits, xent_scratch_, targets + r0, vocab_, n, true, dloss);
+        tp::cross_entropy(ops_, tp_, losses_ + r0, dlogits, xent_scratch_, targets + r0, vocab_, n, true, dloss);
         // dnorm = reduce(dlogits @ head_rows); dhead_rows += dlogits^T @ head_in
         float* dnorm = dbuf_c_ + size_t(r0) * C;
-        tp::column_parallel_backward(ops_.matmul(), tp_, dnorm, sp ? grad_work_ : dnorm, access_.grad(shared_.head),
+        tp::column_parallel_backward(ops_, tp_, dnorm, sp ? grad_work_ : dnorm, access_.grad(shared_.head),
                                      nullptr, dlogits, x + size_t(r0) * C, access_.weight<A>(shared_.head), n, C,
                                      vocab_.rows);
       }

@@ -158,6 +158,7 @@ class TransformerStage : public StageModule {
   void* head_input(int slot) { return slots_[size_t(slot)].head_in; }
   const float* slot_input(int slot) const { return slots_[size_t(slot)].input; }
   float* slot_dres(int slot) { return slots_[size_t(slot)].dres; }
+  Backend& ops() { return ops_; }
   const SequenceSplit& split() const { return split_; }
   // Per token row of the slot's micro-batch: its position (null: n % T) and,
   // packed, its document's start (null: one document a row).
@@ -180,7 +181,8 @@ class TransformerStage : public StageModule {
   Recompute recompute_;
   bool plan_only_;
   size_t planned_bytes_ = 0, attention_work_bytes_ = 0;  // plan_only
-  CpuBackend ops_;
+  std::unique_ptr<Backend> own_ops_;  // a standalone stage's own backend
+  Backend& ops_;
   SequenceSplit split_;
   std::vector<int32_t> positions_;  // context parallelism: each local token row's global position [maxB * T]
   struct Documents {                // packed rows, per slot: each token row's

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "kernels/backend_fwd.h"
 #include "core/arena.h"
 #include "core/dtype.h"
 #include "core/flat_layout.h"
@@ -29,10 +30,10 @@ struct AdamWConfig {
 
 class AdamW {
  public:
-  // Owns the whole buffer.
-  AdamW(const FlatLayout& layout, const AdamWConfig& cfg);
+  // Owns the whole buffer; its kernels and moments are the backend's.
+  AdamW(Backend& ops, const FlatLayout& layout, const AdamWConfig& cfg);
   // Owns the elements of `owned` (sorted, disjoint ranges of the buffer).
-  AdamW(const FlatLayout& layout, const std::vector<FlatRange>& owned, const AdamWConfig& cfg);
+  AdamW(Backend& ops, const FlatLayout& layout, const std::vector<FlatRange>& owned, const AdamWConfig& cfg);
 
   // One update with learning rate lr. params: the whole flat buffer (only
   // owned elements change); grads: the owned elements' gradients packed in
@@ -58,6 +59,7 @@ class AdamW {
   size_t state_bytes() const { return m_.size() + v_.size(); }
 
  private:
+  Backend& ops_;
   std::vector<FlatPiece> pieces_;
   std::vector<bool> decay_;     // per piece
   std::vector<double> weight_;  // per piece: 1 / copies of its tensor

@@ -2,13 +2,13 @@
 
 #include <cmath>
 
-#include "kernels/cpu/grad_norm.h"
+#include "kernels/backend.h"
 
 namespace loom {
 
-double global_grad_norm(const FlatLayout& layout, const float* grads) {
+double global_grad_norm(Backend& ops, const FlatLayout& layout, const float* grads) {
   double sum = 0;
-  for (const auto& t : layout.tensors) sum += cpu::sum_of_squares(grads + t.offset, size_t(t.numel));
+  for (const auto& t : layout.tensors) sum += ops.sum_of_squares(grads + t.offset, size_t(t.numel));
   return std::sqrt(sum);
 }
 

@@ -6,7 +6,7 @@
 #include "comm/rank_sum.h"
 #include "core/check.h"
 #include "precision/found_inf.h"
-#include "precision/non_finite.h"
+#include "kernels/backend.h"
 
 namespace loom {
 
@@ -64,14 +64,14 @@ void sum_sequence_partial(ParamGroups& groups, const std::vector<ParamLayout>& l
   }
 }
 
-bool unscale_and_find_inf(ParamGroups& groups, float inv_scale, bool inject, Communicator& world) {
+bool unscale_and_find_inf(Backend& ops, ParamGroups& groups, float inv_scale, bool inject, Communicator& world) {
   bool local = false;
   for (auto& g : groups) {
     float* reduced = g->reduced();
     const int64_t held = g->held();
     if (!reduced) continue;
     if (inject && held > 0) reduced[0] = INFINITY, inject = false;
-    local = unscale_and_check(reduced, size_t(held), inv_scale) || local;
+    local = ops.unscale_and_check(reduced, size_t(held), inv_scale) || local;
   }
   return any_rank_found_inf(world, local);
 }

@@ -39,7 +39,7 @@ void sum_sequence_partial(ParamGroups& groups, const std::vector<ParamLayout>& l
 // Mixed precision: divides what each trained group holds by the loss scale
 // and checks it for inf/NaN; true when any rank of `world` found one
 // (inject: this rank pretends it did, for tests).
-bool unscale_and_find_inf(ParamGroups& groups, float inv_scale, bool inject, Communicator& world);
+bool unscale_and_find_inf(Backend& ops, ParamGroups& groups, float inv_scale, bool inject, Communicator& world);
 
 // The L2 norm of the whole gradient: the square root of every group's
 // summed squares, summed over `model` (the ranks holding the replica); the

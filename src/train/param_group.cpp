@@ -5,7 +5,7 @@
 
 #include "checkpoint/layout_pieces.h"
 #include "core/check.h"
-#include "kernels/cpu/cast.h"
+#include "kernels/backend.h"
 
 namespace loom {
 
@@ -50,16 +50,17 @@ std::vector<int64_t> segment_starts(const FlatLayout& flat, const std::vector<st
   return starts;
 }
 
-void narrow_into(void* to, ComputePrecision compute, const float* from, size_t n) {
-  if (compute == ComputePrecision::bf16) cpu::narrow(static_cast<bf16*>(to), from, n);
-  if (compute == ComputePrecision::fp16) cpu::narrow(static_cast<f16*>(to), from, n);
+void narrow_into(Backend& ops, void* to, ComputePrecision compute, const float* from, size_t n) {
+  if (compute == ComputePrecision::bf16) ops.narrow(static_cast<bf16*>(to), from, n);
+  if (compute == ComputePrecision::fp16) ops.narrow(static_cast<f16*>(to), from, n);
 }
 
 }  // namespace
 
-ParamGroup::ParamGroup(ParamGroupSpec spec, std::vector<Member> members, const std::vector<const ParamLayout*>& chunks,
-                       Communicator& ranks, const Options& o)
-    : spec_(std::move(spec)),
+ParamGroup::ParamGroup(Backend& ops, ParamGroupSpec spec, std::vector<Member> members,
+                       const std::vector<const ParamLayout*>& chunks, Communicator& ranks, const Options& o)
+    : ops_(ops),
+      spec_(std::move(spec)),
       members_(std::move(members)),
       chunks_(chunks),
       ranks_(ranks),
@@ -72,7 +73,7 @@ ParamGroup::ParamGroup(ParamGroupSpec spec, std::vector<Member> members, const s
   LOOM_CHECK(!members_.empty(), "parameter group '%s' holds no tensor", spec_.name.c_str());
   const bool lowp = compute_ != ComputePrecision::fp32;
   const DType gathered = lowp ? compute_dtype(compute_) : DType::f32;
-  if (!frozen()) grads_ = std::make_unique<PagedBuffer>(plan_.padded_total());
+  if (!frozen()) grads_ = ops_.memory().releasable(plan_.padded_total());
   weights_only_ = spec_.compute_type_storage && frozen() && lowp && zero_ < 3;
   if (weights_only_) {
     int64_t total = 0;
@@ -81,32 +82,32 @@ ParamGroup::ParamGroup(ParamGroupSpec spec, std::vector<Member> members, const s
       if (!t.products_only) total += (t.numel + 15) / 16 * 16;
     }
     params_.reserve(size_t(std::max<int64_t>(total, 16)) * sizeof(float));
-    params_.allocate();
+    params_.allocate(ops_.memory());
   } else if (!sharded_storage()) {
     params_.reserve(size_t(plan_.padded_total()) * sizeof(float));
-    params_.allocate();
+    params_.allocate(ops_.memory());
   } else if (zero_ < 3) {
-    read_params_ = std::make_unique<PagedBuffer>(plan_.padded_total(), false);  // small pages: only what is read
+    read_params_ = ops_.memory().releasable(plan_.padded_total(), false);  // small pages: only what is read
   }
   if (lowp && zero_ < 3) {
     weights16_.reserve(size_t(plan_.padded_total()) * 2);
-    weights16_.allocate();
+    weights16_.allocate(ops_.memory());
   }
   if (frozen()) {
     if (zero_ == 3) {
       frozen_owned_ = plan_.shard_ranges(ranks.rank());
       frozen_shard_.reserve(size_t(plan_.shard_total()) * sizeof(float));
-      frozen_shard_.allocate();
-      gather_ = std::make_unique<ParamGather>(flat_, segments_, plan_, ranks, frozen_shard_.at<float>(0), gathered);
+      frozen_shard_.allocate(ops_.memory());
+      gather_ = std::make_unique<ParamGather>(ops_, flat_, segments_, plan_, ranks, frozen_shard_.at<float>(0), gathered);
     }
     return;
   }
   // The model-parallel sum of the norm is the replica's (every group's together).
-  optimizer_ = std::make_unique<ShardedOptimizer>(flat_, plan_, ranks, zero_ > 0, o.adamw, nullptr, sharded_masters_,
+  optimizer_ = std::make_unique<ShardedOptimizer>(ops_, flat_, plan_, ranks, zero_ > 0, o.adamw, nullptr, sharded_masters_,
                                                   zero_ < 3);
-  if (zero_ == 3) gather_ = std::make_unique<ParamGather>(flat_, segments_, plan_, ranks, optimizer_->master(), gathered);
+  if (zero_ == 3) gather_ = std::make_unique<ParamGather>(ops_, flat_, segments_, plan_, ranks, optimizer_->master(), gathered);
   using Mode = GradReducer::Mode;
-  reducer_ = std::make_unique<GradReducer>(plan_, ranks, *grads_, zero_ == 0 ? Mode::AllReduce : Mode::ReduceScatter,
+  reducer_ = std::make_unique<GradReducer>(ops_, plan_, ranks, *grads_, zero_ == 0 ? Mode::AllReduce : Mode::ReduceScatter,
                                            zero_ >= 2, o.grad_wire);
 }
 
@@ -130,7 +131,7 @@ float* ParamGroup::param_at(int j) const {
 }
 
 void ParamGroup::store(size_t j, int64_t at, const float* values, int64_t n) {
-  narrow_into(weights16_.at<uint16_t>(0) + at, compute_, values, size_t(n));
+  narrow_into(ops_, weights16_.at<uint16_t>(0) + at, compute_, values, size_t(n));
   if (fp32_at_[j] >= 0)
     std::memcpy(params_.at<float>(0) + fp32_at_[j] + (at - flat_.tensors[j].offset), values, size_t(n) * sizeof(float));
 }
@@ -163,7 +164,7 @@ void ParamGroup::publish() {
   if (sharded_masters_ && zero_ < 3)
     optimizer_->publish(read_params_->data(), {weights16_.base(), compute_dtype(compute_)});
   else if (!sharded_storage() && weights16_.allocated())
-    narrow_into(weights16_.base(), compute_, params_.at<float>(0), size_t(plan_.padded_total()));
+    narrow_into(ops_, weights16_.base(), compute_, params_.at<float>(0), size_t(plan_.padded_total()));
 }
 
 void ParamGroup::init(uint64_t seed) {
@@ -289,8 +290,8 @@ void ParamGroup::copy_whole_params(const std::vector<float*>& into) {
     for (size_t j = 0; j < members_.size(); j++) {
       const FlatTensor& t = flat_.tensors[j];
       if (fp32_at_[j] >= 0) std::memcpy(into[j], params_.at<float>(0) + fp32_at_[j], size_t(t.numel) * sizeof(float));
-      else if (compute_ == ComputePrecision::bf16) cpu::widen(into[j], weights16_.at<bf16>(0) + t.offset, size_t(t.numel));
-      else cpu::widen(into[j], weights16_.at<f16>(0) + t.offset, size_t(t.numel));
+      else if (compute_ == ComputePrecision::bf16) ops_.widen(into[j], weights16_.at<bf16>(0) + t.offset, size_t(t.numel));
+      else ops_.widen(into[j], weights16_.at<f16>(0) + t.offset, size_t(t.numel));
     }
     return;
   }

@@ -24,7 +24,7 @@
 #include "checkpoint/tensor_piece.h"
 #include "comm/communicator.h"
 #include "core/arena.h"
-#include "core/paged_buffer.h"
+#include "core/memory_resource.h"
 #include "model/param_groups.h"
 #include "optim/adamw.h"
 #include "parallel/dp/bucket_plan.h"
@@ -49,8 +49,9 @@ class ParamGroup {
     AdamWConfig adamw;
   };
   // members: in stage order; chunks: every chunk's layout (by chunk index).
-  ParamGroup(ParamGroupSpec spec, std::vector<Member> members, const std::vector<const ParamLayout*>& chunks,
-             Communicator& ranks, const Options& options);
+  // ops: the process's backend (kernels and memory).
+  ParamGroup(Backend& ops, ParamGroupSpec spec, std::vector<Member> members,
+             const std::vector<const ParamLayout*>& chunks, Communicator& ranks, const Options& options);
   ~ParamGroup();
 
   const ParamGroupSpec& spec() const { return spec_; }
@@ -131,6 +132,7 @@ class ParamGroup {
   // the member keeps fp32 values, those.
   void store(size_t j, int64_t at, const float* values, int64_t n);
 
+  Backend& ops_;
   ParamGroupSpec spec_;
   std::vector<Member> members_;
   std::vector<const ParamLayout*> chunks_;
@@ -141,13 +143,13 @@ class ParamGroup {
   FlatLayout flat_;
   std::vector<std::pair<int, int>> segments_;  // ZeRO-3
   BucketPlan plan_;
-  std::unique_ptr<PagedBuffer> grads_;        // trained
+  std::unique_ptr<ReleasableBuffer> grads_;        // trained
   Arena params_;                              // the whole fp32 buffer (not sharded); compact: see fp32_at_
   // Compute-type storage: per member, its fp32 values' offset in params_
   // (-1: read by products only, kept in 16 bits alone).
   bool weights_only_ = false;
   std::vector<int64_t> fp32_at_;
-  std::unique_ptr<PagedBuffer> read_params_;  // ZeRO 1 / 2 sharded masters: the fp32 values the model reads
+  std::unique_ptr<ReleasableBuffer> read_params_;  // ZeRO 1 / 2 sharded masters: the fp32 values the model reads
   Arena weights16_;                           // bf16 / fp16 below ZeRO 3: laid out as the flat buffer
   Arena frozen_shard_;                        // frozen under ZeRO-3: this rank's shard
   std::vector<FlatRange> frozen_owned_;

@@ -44,8 +44,11 @@ std::vector<std::pair<int, int>> zero3_segments(const ModelConfig& model, const 
   return segments;
 }
 
-Replica::Replica(const RunConfig& cfg, const ParallelContext& ctx, int micro_batch, int micro_batches)
-    : ctx_(ctx),
+Replica::Replica(std::unique_ptr<Backend> own, Backend* ops, const RunConfig& cfg, const ParallelContext& ctx,
+                 int micro_batch, int micro_batches)
+    : own_ops_(std::move(own)),
+      ops_(ops ? *ops : *own_ops_),
+      ctx_(ctx),
       zero_(cfg.parallel.zero),
       base_outside_checkpoints_(cfg.model.lora.enabled()),
       micro_batch_(micro_batch),
@@ -86,7 +89,7 @@ Replica::Replica(const RunConfig& cfg, const ParallelContext& ctx, int micro_bat
   for (size_t g = 0; g < specs.size(); g++) {
     if (members[g].empty()) continue;
     renumber[g] = int(groups_.size());
-    groups_.push_back(std::make_unique<ParamGroup>(specs[g], std::move(members[g]), layout_of,
+    groups_.push_back(std::make_unique<ParamGroup>(ops_, specs[g], std::move(members[g]), layout_of,
                                                    ctx.group(specs[g].ranks), options));
   }
   for (auto& chunk_places : places_)
@@ -103,12 +106,13 @@ Replica::Replica(const RunConfig& cfg, const ParallelContext& ctx, int micro_bat
     buffers.slots = slots[c], buffers.compute = compute_, buffers.recompute = cfg.train.recompute_mode();
     buffers.source = chunk_sources_.back().get();
     buffers.shared_activations = shared_acts_.get();
+    buffers.backend = &ops_;
     buffers.split = split_, buffers.cp_group = &ctx.cp(), buffers.ep_group = &ctx.group(GroupKind::ep);
     chunks_.push_back(make_stage_module(cfg.model, shards_[c],
                                         TensorParallel(&ctx.tp(), shards_[c].sequence_parallel), micro_batch,
                                         split_.local_len(cfg.model.seq_len), buffers));
   }
-  if (shared_acts_) shared_acts_->allocate();
+  if (shared_acts_) shared_acts_->allocate(ops_.memory());
   executor_ = std::make_unique<pp::PipelineExecutor>(ctx.pp(), slots, pipeline_.map(), shared_acts_ != nullptr);
   // Gradients are final once a chunk's last micro-batch wrote them; a table
   // tied across stages once its copies are summed (sync_tied_embedding).
@@ -213,7 +217,7 @@ double Replica::reduce() {
   combine_router_step();
   overflowed_ = false;
   if (compute_ != ComputePrecision::fp32 || scaler_.mode() != LossScaleMode::off) {
-    overflowed_ = unscale_and_find_inf(groups_, scaler_.inv_scale(), inject_inf_, ctx_.world());
+    overflowed_ = unscale_and_find_inf(ops_, groups_, scaler_.inv_scale(), inject_inf_, ctx_.world());
     inject_inf_ = false;
     decision_ = scaler_.update(overflowed_);
   }

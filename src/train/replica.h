@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "config/run_pipeline.h"
+#include "kernels/backend.h"
 #include "config/run_config.h"
 #include "checkpoint/checkpoint_reader.h"
 #include "checkpoint/tensor_piece.h"
@@ -47,9 +48,17 @@ std::vector<std::pair<int, int>> zero3_segments(const ModelConfig& model, const 
 
 class Replica {
  public:
-  // micro_batch rows per forward/backward, micro_batches of them per step.
-  Replica(const RunConfig& cfg, const ParallelContext& ctx, int micro_batch, int micro_batches);
+  // micro_batch rows per forward/backward, micro_batches of them per step;
+  // ops: the process's backend, which every chunk, group, optimizer and
+  // reducer of the replica computes and allocates with.
+  Replica(Backend& ops, const RunConfig& cfg, const ParallelContext& ctx, int micro_batch, int micro_batches)
+      : Replica(nullptr, &ops, cfg, ctx, micro_batch, micro_batches) {}
+  // Standalone (tests, tools): with a backend of its own.
+  Replica(const RunConfig& cfg, const ParallelContext& ctx, int micro_batch, int micro_batches)
+      : Replica(std::make_unique<Backend>(), nullptr, cfg, ctx, micro_batch, micro_batches) {}
   ~Replica();
+
+  Backend& backend() { return ops_; }
 
   void init_parameters(uint64_t seed);
   // The stage's parameter groups (the trained one over the data group first).
@@ -183,10 +192,14 @@ class Replica {
   void set_trace(obs::TraceRecorder* trace) { stage_->set_trace(trace); }
 
  private:
+  Replica(std::unique_ptr<Backend> own, Backend* ops, const RunConfig& cfg, const ParallelContext& ctx,
+          int micro_batch, int micro_batches);
   void combine_router_step();
   void load_router_biases(const GlobalTensors& tensors);
   static std::vector<CheckpointPiece> without_repeats(std::vector<CheckpointPiece> pieces);
 
+  std::unique_ptr<Backend> own_ops_;  // standalone only
+  Backend& ops_;
   const ParallelContext& ctx_;
   int zero_, micro_batch_, micro_batches_;
   // LoRA: the frozen base is the run's starting point (train.init_from or

@@ -64,9 +64,10 @@ void init_parameters(const RunConfig& cfg, Replica& replica, FILE* log) {
   if (log) std::fprintf(log, "init adapter from %s (PEFT format)\n", cfg.train.init_adapter.c_str());
 }
 
-// What the trained model says after train.sample_prompt: a fresh fp32 GPT
-// with the replica's parameters, sampled as `loom generate` does.
-void print_sample(const RunConfig& cfg, const Replica& replica, FILE* log) {
+// What the trained model says after train.sample_prompt: a fresh fp32 model
+// on the run's backend with the replica's parameters, sampled as `loom
+// generate` does.
+void print_sample(const RunConfig& cfg, Replica& replica, FILE* log) {
   const float* params = replica.whole_model_params();
   if (!params) {
     std::fprintf(log, "sample: skipped (%s: no rank holds the whole model; loom generate reads a checkpoint)\n",
@@ -76,7 +77,9 @@ void print_sample(const RunConfig& cfg, const Replica& replica, FILE* log) {
   const TextCodec codec = TextCodec::for_data(cfg.data.format, cfg.data.path, "data.path");
   std::vector<int32_t> prompt = codec.encode_prompt(cfg.train.sample_prompt);
   for (int32_t& t : prompt) t = std::min(t, cfg.model.vocab_size - 1);  // a byte codec on a small vocabulary
-  auto model_owner = make_model(cfg.model, 1, cfg.model.seq_len);
+  StageBuffers buffers;
+  buffers.backend = &replica.backend();
+  auto model_owner = make_stage_module(cfg.model, ModelShard{}, TensorParallel{}, 1, cfg.model.seq_len, buffers);
   StageModule& model = *model_owner;
   std::copy(params, params + model.layout().total, model.params());
   const SamplingOptions opt{cfg.train.sample_tokens, 0.8f, 40, uint64_t(cfg.train.seed), codec.eos()};
@@ -142,7 +145,8 @@ TrainResult train(const RunConfig& cfg, const ParallelContext& ctx, FILE* log, c
   // Each replica runs `accumulation` micro-batches of `micro` rows per step.
   shape.micro = cfg.train.micro_batch_size > 0 ? cfg.train.micro_batch_size : shape.rows.size();
   shape.accumulation = shape.rows.size() / shape.micro;
-  Replica replica(cfg, ctx, shape.micro, shape.accumulation);
+  Backend backend;  // this process's: every part of the replica computes and allocates with it
+  Replica replica(backend, cfg, ctx, shape.micro, shape.accumulation);
   init_parameters(cfg, replica, log);
 
   TrainResult result;
@@ -152,7 +156,7 @@ TrainResult train(const RunConfig& cfg, const ParallelContext& ctx, FILE* log, c
   float peak = float(measure_peak_gflops(shape.threads));
   ctx.world().all_reduce(&peak, 1, DType::f32, ReduceOp::Sum);
   result.peak_gflops = peak;
-  const DeviceInfo device = CpuBackend().describe();
+  const DeviceInfo device = backend.describe();
   std::optional<planner::RunPrediction> prediction;
   if (log) {
     print_run_banner(cfg, ctx, replica, shape, BannerFacts{data->describe(), device.line(), peak}, log);

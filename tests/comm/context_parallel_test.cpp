@@ -159,7 +159,8 @@ void check_ring(loom::Communicator& world, int cp, bool packed = false) {
   loom::cpu::attention_tiled_forward(out.data(), lse.data(), qkv.data(), tiles.data(), B, T, C, NH, NKV, whole_doc);
   loom::cpu::attention_tiled_backward(dqkv.data(), tiles.data(), dout.data(), qkv.data(), out.data(), lse.data(), B,
                                       T, C, NH, NKV, whole_doc);
-  loom::RingAttention ring(world, 1000);
+  loom::CpuBackend ops;
+  loom::RingAttention ring(ops, world, 1000);
   const loom::SequenceSplit& split = ring.split();
   std::vector<float> lqkv32(size_t(B) * Tl * row), ldout(size_t(B) * Tl * C), llse(size_t(B) * NH * Tl);
   std::vector<int32_t> ldoc(size_t(B) * Tl);

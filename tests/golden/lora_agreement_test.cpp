@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "kernels/backend.h"
 #include "golden/reference_file.h"
 #include "kernels/cpu/grad_norm.h"
 #include "model/stage_module.h"
@@ -102,14 +103,15 @@ TEST_P(LoraAgreement, TenAdamWStepsOnTheFactors) {
   std::vector<float> base_before(s.model->params(), s.model->params() + lay.total);
   loom::AdamWConfig acfg{float(ref.floats.at("beta1")), float(ref.floats.at("beta2")), float(ref.floats.at("eps")),
                          float(ref.floats.at("weight_decay"))};
-  loom::AdamW opt(s.trained, acfg);
+  loom::CpuBackend ops;
+  loom::AdamW opt(ops, s.trained, acfg);
   const auto& losses = ref.tensor("adam/losses").f32;
   const auto& norms = ref.tensor("adam/grad_norms").f32;
   for (size_t step = 0; step < losses.size(); step++) {
     s.model->zero_grads();
     const float loss =
         s.model->forward_backward(ref.tensor("inputs").i32.data(), ref.tensor("targets").i32.data(), s.B, s.T);
-    const double norm = loom::global_grad_norm(s.trained, s.model->grads());
+    const double norm = loom::global_grad_norm(ops, s.trained, s.model->grads());
     EXPECT_NEAR(loss, losses[step], 1e-5 * std::abs(losses[step])) << "step " << step;
     EXPECT_NEAR(norm, norms[step], 1e-5 * std::abs(norms[step])) << "step " << step;
     opt.step(s.model->params(), s.model->grads(), float(ref.floats.at("lr")),

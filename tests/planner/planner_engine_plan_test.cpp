@@ -10,6 +10,7 @@
 
 #include "config/run_pipeline.h"
 #include "core/check.h"
+#include "kernels/cpu/host_memory.h"
 #include "model/stage_module.h"
 #include "parallel/grid/parallel_context.h"
 #include "planner/predict.h"
@@ -41,6 +42,7 @@ std::vector<double> engine_activation_bytes(const RunConfig& cfg, int dp) {
     double sum = 0;
     const std::vector<ModelShard> shards = chunk_shards(cfg, plan, s, 0, tp);
     // Several chunks per stage share their activation sets (one pool).
+    cpu::HostMemory host;  // the pool's memory
     SharedActivations pool;
     std::vector<std::unique_ptr<StageModule>> modules;
     for (size_t c = 0; c < shards.size(); c++) {
@@ -53,7 +55,7 @@ std::vector<double> engine_activation_bytes(const RunConfig& cfg, int dp) {
                                           TensorParallel::shape_only(0, tp, shards[c].sequence_parallel), micro,
                                           cfg.model.seq_len, buffers));
     }
-    if (plan.shares_slots()) pool.allocate(), sum += double(pool.bytes());
+    if (plan.shares_slots()) pool.allocate(host), sum += double(pool.bytes());
     for (const auto& module : modules) sum += double(module->activation_bytes());
     per_stage.push_back(sum);
   }

@@ -14,11 +14,12 @@
 #include "comm/self_comm.h"
 #include "core/check.h"
 #include "precision/found_inf.h"
-#include "precision/non_finite.h"
+#include "kernels/cpu/non_finite.h"
 
 namespace {
 
 using namespace loom;
+using loom::cpu::unscale_and_check;
 
 LossScalerOptions small_options() {
   LossScalerOptions o;

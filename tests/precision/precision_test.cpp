@@ -14,12 +14,14 @@
 #include "kernels/cpu/cast.h"
 #include "kernels/test_util.h"
 #include "precision/loss_scaler.h"
-#include "precision/non_finite.h"
+#include "kernels/cpu/non_finite.h"
 #include "precision/policy.h"
 
 namespace {
 
 using namespace loom;
+using loom::cpu::has_non_finite;
+using loom::cpu::unscale_and_check;
 
 template <class Fn>
 std::string user_error(Fn fn) {

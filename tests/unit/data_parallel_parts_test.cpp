@@ -6,6 +6,7 @@
 #include <cstring>
 #include <numeric>
 
+#include "kernels/backend.h"
 #include "comm/self_comm.h"
 #include "config/run_config.h"
 #include "core/check.h"
@@ -95,12 +96,13 @@ TEST(ShardedAdamW, ShardsTogetherEqualTheWholeBufferBitwise) {
   }
   std::vector<float> sharded = whole;
   loom::AdamWConfig cfg{0.9f, 0.95f, 1e-8f, 0.5f};
-  loom::AdamW reference(layout, cfg);
+  loom::CpuBackend ops;
+  loom::AdamW reference(ops, layout, cfg);
   std::vector<std::unique_ptr<loom::AdamW>> parts;
   std::vector<std::vector<float>> packed(shards);
   for (int r = 0; r < shards; r++) {
     auto ranges = plan.shard_ranges(r);
-    parts.push_back(std::make_unique<loom::AdamW>(layout, ranges, cfg));
+    parts.push_back(std::make_unique<loom::AdamW>(ops, layout, ranges, cfg));
     EXPECT_EQ(parts.back()->state_bytes(), size_t(plan.shard_total()) * 8);
     for (const auto& range : ranges)
       packed[r].insert(packed[r].end(), grads.begin() + range.begin, grads.begin() + range.end);
@@ -116,7 +118,7 @@ TEST(ShardedAdamW, ShardsTogetherEqualTheWholeBufferBitwise) {
   // Decay was applied where it should be: a decayed tensor with zero
   // gradient shrinks, a non-decayed one does not move.
   std::vector<float> p(n, 1.f), g(n, 0.f);
-  loom::AdamW(layout, plan.shard_ranges(1), cfg).step(p.data(), g.data(), 0.1f, 1.f);
+  loom::AdamW(ops, layout, plan.shard_ranges(1), cfg).step(p.data(), g.data(), 0.1f, 1.f);
   for (const auto& piece : loom::pieces_of(layout, plan.shard_ranges(1))) {
     float want = layout.tensors[piece.tensor].weight_decay ? 1.f - 0.1f * 0.5f : 1.f;
     for (int64_t i = 0; i < piece.numel; i++) ASSERT_FLOAT_EQ(p[size_t(piece.offset + i)], want);
@@ -187,7 +189,8 @@ TEST(GradReducer, OneRankReduceScatterReleasesReducedPages) {
   loom::PagedBuffer grads(plan.padded_total(), /*huge_pages=*/false);
   ASSERT_EQ(grads.page_floats(), 1024);
   loom::SelfComm self("dp");
-  loom::GradReducer reducer(plan, self, grads, loom::GradReducer::Mode::ReduceScatter, true);
+  loom::CpuBackend ops;
+  loom::GradReducer reducer(ops, plan, self, grads, loom::GradReducer::Mode::ReduceScatter, true);
   for (int64_t i = 0; i < layout.total; i++) grads.data()[i] = float(i % 97);
   const std::vector<float> want(grads.data(), grads.data() + plan.padded_total());
   const int64_t written = (layout.total + 1023) / 1024;  // pages

@@ -46,7 +46,7 @@ void check(double tol) {
   const std::vector<A> x = as<A>(randoms(size_t(c.N) * c.in, 1)), a = as<A>(randoms(size_t(c.rank) * c.in, 2)),
                        b = as<A>(randoms(size_t(c.out) * c.rank, 3)), dy = as<A>(randoms(size_t(c.N) * c.cols, 4));
   std::vector<float> work(lora::work_floats(s));
-  cpu::LowpMatmulEngine eng;
+  CpuBackend eng;
   // u = x a^T in double, from the values the kernel sees.
   std::vector<double> u(size_t(c.N) * c.rank, 0.0);
   for (int n = 0; n < c.N; n++)
@@ -110,7 +110,7 @@ TEST(LoraProduct, ZeroBLeavesTheProductUnchanged) {
   std::vector<bf16> y = as<bf16>(randoms(8 * 16, 9));
   const std::vector<bf16> y0 = y;
   std::vector<float> work(lora::work_floats(s));
-  cpu::LowpMatmulEngine eng;
+  CpuBackend eng;
   lora::forward<bf16, bf16>(eng, y.data(), 16, x.data(), a.data(), b.data(), s, work.data());
   for (size_t i = 0; i < y.size(); i++) ASSERT_EQ(y[i].bits, y0[i].bits) << i;
   std::vector<float> da(2 * 16, 0.f), db(16 * 2, 0.f);

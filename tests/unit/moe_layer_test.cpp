@@ -81,7 +81,7 @@ Result run(const Layer& l, const std::vector<float>& x32, const std::vector<floa
   out.y.resize(size_t(s.N) * C), out.dx.resize(out.y.size());
   out.drouter.assign(l.router.size(), 0.f), out.dgate_up.assign(l.gate_up.size(), 0.f);
   out.ddown.assign(l.down.size(), 0.f);
-  loom::cpu::LowpMatmulEngine eng;
+  loom::CpuBackend eng;
   const loom::moe::Buffers<A> b{xp.data(), gate_up.data(), hidden.data(), yp.data(), xw.data()};
   loom::moe::forward<A>(eng, out.y.data(), x.data(), l.router.data(), bias, gu.data(), dn.data(), s, routing, b);
   const loom::moe::BackwardWork<A> w{dxp.data(), dh.data(), dyp.data(), dgu.data(), dl.data()};

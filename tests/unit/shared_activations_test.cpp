@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "config/run_config.h"
+#include "kernels/cpu/host_memory.h"
 #include "model/stage_module.h"
 
 namespace loom {
@@ -26,6 +27,7 @@ TEST(SharedActivations, ChunksShareEverySlotAndTheWorkSpace) {
     last.first_layer = 2, last.embedding = false;
     const std::vector<ModelShard> chunks = {first, last};
     const int slots = 3, B = 2, T = cfg.model.seq_len;
+    cpu::HostMemory host;  // the pool's memory
     SharedActivations pool;
     std::vector<std::unique_ptr<StageModule>> modules;
     size_t separate = 0;
@@ -35,7 +37,7 @@ TEST(SharedActivations, ChunksShareEverySlotAndTheWorkSpace) {
       modules.push_back(make_stage_module(cfg.model, shard, TensorParallel{}, B, T, buffers));
       separate += planned_activation_bytes(cfg.model, shard, B, T, slots, ComputePrecision::fp32, Recompute::none);
     }
-    pool.allocate();
+    pool.allocate(host);
     size_t total = pool.bytes();
     for (const auto& m : modules) total += m->activation_bytes();
     EXPECT_EQ(total, planned_shared_activation_bytes(cfg.model, chunks, B, T, slots, ComputePrecision::fp32,

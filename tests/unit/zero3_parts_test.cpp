@@ -5,6 +5,7 @@
 
 #include <cstring>
 
+#include "kernels/backend.h"
 #include "comm/self_comm.h"
 #include "model/stage_module.h"
 #include "parallel/dp/bucket_plan.h"
@@ -92,7 +93,8 @@ TEST(ParamGather, OneRankGathersSegmentsIntoTheirWindows) {
   std::vector<float> master(size_t(plan.shard_total()));
   for (size_t i = 0; i < master.size(); i++) master[i] = float(i % 1000) * 0.25f;
   loom::SelfComm self("dp");
-  loom::ParamGather gather(flat, segments, plan, self, master.data(), loom::DType::bf16);
+  loom::CpuBackend ops;
+  loom::ParamGather gather(ops, flat, segments, plan, self, master.data(), loom::DType::bf16);
   EXPECT_EQ(gather.resident_bytes(), 0u);
   const auto [first, end] = segments[1];
   std::vector<int> tensors;

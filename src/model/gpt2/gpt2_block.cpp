@@ -56,23 +56,23 @@ void block_forward(const BlockContext& ctx, const BlockTensors& p, BlockActs& a,
   // Attention: res2 = res + attn_proj(attention(qkv(ln1(res))))
   ops.layernorm_forward(ln1, a.ln1_mean, a.ln1_rstd, res, w.param(p.ln1_w), w.param(p.ln1_b), R, C);
   const A* x = ctx.tp.gather_rows(ln1, work, N, C);
-  tp::column_parallel_forward(ops.matmul(), qkv, x, w.weight<A>(p.qkv_w), w.param(p.qkv_b), N, C, 3 * Cl);
+  tp::column_parallel_forward(ops, qkv, x, w.weight<A>(p.qkv_w), w.param(p.qkv_b), N, C, 3 * Cl);
   lora::column_forward<A>(ctx, p.qkv_lora, qkv, 3 * Cl, 0, x, C, 3 * Cl);
   ctx.attn.forward(atty, a.att, qkv, ctx.B, ctx.T, Cl, NHl, NHl, ctx.doc);
   auto attn_proj_lora = [&](float* partial) { lora::row_forward<A>(ctx, p.attn_proj_lora, partial, atty, Cl, C); };
   const tp::PartialTerm attn_proj_term(attn_proj_lora);
-  tp::row_parallel_forward(ops.matmul(), ctx.tp, a.res2, sp ? ctx.work.grad_work : a.res2, atty,
+  tp::row_parallel_forward(ops, ctx.tp, a.res2, sp ? ctx.work.grad_work : a.res2, atty,
                            w.weight<A>(p.attn_proj_w), w.param(p.attn_proj_b), res, N, Cl, C,
                            p.attn_proj_lora.on() ? &attn_proj_term : nullptr);
   // MLP: res3 = res2 + fc_proj(gelu(fc(ln2(res2))))
   ops.layernorm_forward(ln2, a.ln2_mean, a.ln2_rstd, a.res2, w.param(p.ln2_w), w.param(p.ln2_b), R, C);
   x = ctx.tp.gather_rows(ln2, work, N, C);
-  tp::column_parallel_forward(ops.matmul(), fch, x, w.weight<A>(p.fc_w), w.param(p.fc_b), N, C, Fl);
+  tp::column_parallel_forward(ops, fch, x, w.weight<A>(p.fc_w), w.param(p.fc_b), N, C, Fl);
   lora::column_forward<A>(ctx, p.fc_lora, fch, Fl, 0, x, C, Fl);
   ops.gelu_forward(fch_gelu, fch, size_t(N) * Fl);
   auto fc_proj_lora = [&](float* partial) { lora::row_forward<A>(ctx, p.fc_proj_lora, partial, fch_gelu, Fl, C); };
   const tp::PartialTerm fc_proj_term(fc_proj_lora);
-  tp::row_parallel_forward(ops.matmul(), ctx.tp, a.res3, sp ? ctx.work.grad_work : a.res3, fch_gelu,
+  tp::row_parallel_forward(ops, ctx.tp, a.res3, sp ? ctx.work.grad_work : a.res3, fch_gelu,
                            w.weight<A>(p.fc_proj_w), w.param(p.fc_proj_b), a.res2, N, Fl, C,
                            p.fc_proj_lora.on() ? &fc_proj_term : nullptr);
 }
@@ -110,14 +110,14 @@ void block_backward(const BlockContext& ctx, const BlockTensors& p, BlockActs& a
   // while the row-parallel backward runs.
   auto ln2_ready = split ? nullptr : ctx.tp.gather_rows_async(ln2, gathered, N, C);
   dres_a.refresh();
-  tp::row_parallel_backward(ops.matmul(), ctx.tp, k.dmlp_out, dweight(p.fc_proj_w), dweight(p.fc_proj_b),
+  tp::row_parallel_backward(ops, ctx.tp, k.dmlp_out, dweight(p.fc_proj_w), dweight(p.fc_proj_b),
                             dres_a.local(), dres_a.rows(), fch_gelu, w.weight<A>(p.fc_proj_w), N, Fl, C);
   weight_ready(p.fc_proj_w), weight_ready(p.fc_proj_b);
   lora::row_backward<A>(ctx, p.fc_proj_lora, k.dmlp_out, dout_rows(), fch_gelu, Fl, C);
   ops.gelu_backward(dfch, fch, k.dmlp_out, size_t(N) * Fl);
   auto fc_lora = [&](float* part) { lora::column_backward_input<A>(ctx, p.fc_lora, part, dfch, Fl, 0, C, Fl); };
   const tp::PartialTerm fc_term(fc_lora);
-  tp::column_parallel_backward(ops.matmul(), ctx.tp, dnorm, partial, dweight(p.fc_w), dweight(p.fc_b), dfch,
+  tp::column_parallel_backward(ops, ctx.tp, dnorm, partial, dweight(p.fc_w), dweight(p.fc_b), dfch,
                                sp ? gathered : ln2, w.weight<A>(p.fc_w), N, C, Fl, ln2_ready.get(),
                                p.fc_lora.on() ? &fc_term : nullptr);
   weight_ready(p.fc_w), weight_ready(p.fc_b);
@@ -130,7 +130,7 @@ void block_backward(const BlockContext& ctx, const BlockTensors& p, BlockActs& a
   // Attention.
   auto ln1_ready = split ? nullptr : ctx.tp.gather_rows_async(ln1, gathered, N, C);
   dres_a.refresh();
-  tp::row_parallel_backward(ops.matmul(), ctx.tp, k.dattn_out, dweight(p.attn_proj_w), dweight(p.attn_proj_b),
+  tp::row_parallel_backward(ops, ctx.tp, k.dattn_out, dweight(p.attn_proj_w), dweight(p.attn_proj_b),
                             dres_a.local(), dres_a.rows(), atty, w.weight<A>(p.attn_proj_w), N, Cl, C);
   weight_ready(p.attn_proj_w), weight_ready(p.attn_proj_b);
   lora::row_backward<A>(ctx, p.attn_proj_lora, k.dattn_out, dout_rows(), atty, Cl, C);
@@ -139,7 +139,7 @@ void block_backward(const BlockContext& ctx, const BlockTensors& p, BlockActs& a
     lora::column_backward_input<A>(ctx, p.qkv_lora, part, dqkv, 3 * Cl, 0, C, 3 * Cl);
   };
   const tp::PartialTerm qkv_term(qkv_lora);
-  tp::column_parallel_backward(ops.matmul(), ctx.tp, dnorm, partial, dweight(p.qkv_w), dweight(p.qkv_b), dqkv,
+  tp::column_parallel_backward(ops, ctx.tp, dnorm, partial, dweight(p.qkv_w), dweight(p.qkv_b), dqkv,
                                sp ? gathered : ln1, w.weight<A>(p.qkv_w), N, C, 3 * Cl, ln1_ready.get(),
                                p.qkv_lora.on() ? &qkv_term : nullptr);
   weight_ready(p.qkv_w), weight_ready(p.qkv_b);
@@ -153,7 +153,7 @@ void block_backward(const BlockContext& ctx, const BlockTensors& p, BlockActs& a
 template <class A>
 void block_backward_weight(const BlockContext& ctx, const BlockTensors& p, const BlockActs& a) {
   const int C = ctx.cfg.d_model, t = ctx.tp.size(), Cl = C / t, Fl = ctx.cfg.ffn() / t, N = ctx.N();
-  cpu::LowpMatmulEngine& eng = ctx.ops.matmul();
+  Backend& eng = ctx.ops;
   const ParamAccess& w = ctx.p;
   A* const gathered = as<A>(ctx.work.gathered);
   // What block_backward(split) kept: the residual gradients (fp32, rounded

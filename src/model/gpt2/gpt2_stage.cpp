@@ -14,7 +14,7 @@ struct Gpt2 {
     float *mean = nullptr, *rstd = nullptr;
   };
   struct State {  // nothing besides the parameters
-    State(const ModelConfig&, int) {}
+    State(Backend&, const ModelConfig&, int) {}
   };
 
   static TransformerStage::SharedTensors shared(const Tensors& t) { return {t.wte, t.wpe, t.wte}; }

@@ -75,7 +75,7 @@ void block_forward(const BlockContext& ctx, const RopeTables& rope, const BlockT
   // Attention: res2 = res + o_proj(attention(rope(qkv(rmsnorm(res)))))
   ops.rmsnorm_forward(attn_in, a.attn_rstd, res, w.param(p.attn_norm), R, C, eps);
   const A* x = ctx.tp.gather_rows(attn_in, work, N, C);
-  tp::column_parallel_forward(ops.matmul(), qkv, x, w.weight<A>(p.qkv), w.param(p.qkv_bias), N, C, s.qkv);
+  tp::column_parallel_forward(ops, qkv, x, w.weight<A>(p.qkv), w.param(p.qkv_bias), N, C, s.qkv);
   lora::column_forward<A>(ctx, p.q_lora, qkv, s.qkv, 0, x, C, s.ql());
   lora::column_forward<A>(ctx, p.k_lora, qkv, s.qkv, s.ql(), x, C, s.kvl());
   lora::column_forward<A>(ctx, p.v_lora, qkv, s.qkv, s.ql() + s.kvl(), x, C, s.kvl());
@@ -83,7 +83,7 @@ void block_forward(const BlockContext& ctx, const RopeTables& rope, const BlockT
   ctx.attn.forward(atty, a.att, qkv, ctx.B, ctx.T, s.Cl, s.NHl, s.NKVl, ctx.doc);
   auto o_lora = [&](float* partial) { lora::row_forward<A>(ctx, p.o_lora, partial, atty, s.Cl, C); };
   const tp::PartialTerm o_term(o_lora);
-  tp::row_parallel_forward(ops.matmul(), ctx.tp, a.res2, sp ? ctx.work.grad_work : a.res2, atty,
+  tp::row_parallel_forward(ops, ctx.tp, a.res2, sp ? ctx.work.grad_work : a.res2, atty,
                            w.weight<A>(p.o_proj), nullptr, res, N, s.Cl, C, p.o_lora.on() ? &o_term : nullptr);
   // MLP: res3 = res2 + down(silu(gate) * up), gate/up of rmsnorm(res2)
   ops.rmsnorm_forward(mlp_in, a.mlp_rstd, a.res2, w.param(p.mlp_norm), R, C, eps);
@@ -92,13 +92,13 @@ void block_forward(const BlockContext& ctx, const RopeTables& rope, const BlockT
     moe::mlp_forward<A>(ctx, p.layer, moe_tensors(p), a.moe, x, a.res3, a.res2);
     return;
   }
-  tp::column_parallel_forward(ops.matmul(), gate_up, x, w.weight<A>(p.gate_up), nullptr, N, C, 2 * s.Fl);
+  tp::column_parallel_forward(ops, gate_up, x, w.weight<A>(p.gate_up), nullptr, N, C, 2 * s.Fl);
   lora::column_forward<A>(ctx, p.gate_lora, gate_up, 2 * s.Fl, 0, x, C, s.Fl);
   lora::column_forward<A>(ctx, p.up_lora, gate_up, 2 * s.Fl, s.Fl, x, C, s.Fl);
   ops.swiglu_forward(hidden, gate_up, N, s.Fl);
   auto down_lora = [&](float* partial) { lora::row_forward<A>(ctx, p.down_lora, partial, hidden, s.Fl, C); };
   const tp::PartialTerm down_term(down_lora);
-  tp::row_parallel_forward(ops.matmul(), ctx.tp, a.res3, sp ? ctx.work.grad_work : a.res3, hidden,
+  tp::row_parallel_forward(ops, ctx.tp, a.res3, sp ? ctx.work.grad_work : a.res3, hidden,
                            w.weight<A>(p.down), nullptr, a.res2, N, s.Fl, C, p.down_lora.on() ? &down_term : nullptr);
 }
 
@@ -142,7 +142,7 @@ void block_backward(const BlockContext& ctx, const RopeTables& rope, const Block
   // row-parallel backward runs).
   auto mlp_in_ready = split ? nullptr : ctx.tp.gather_rows_async(mlp_in, gathered, N, C);
   dres_a.refresh();
-  tp::row_parallel_backward(ops.matmul(), ctx.tp, k.dmlp_out, dweight(p.down), nullptr, dres_a.local(),
+  tp::row_parallel_backward(ops, ctx.tp, k.dmlp_out, dweight(p.down), nullptr, dres_a.local(),
                             dres_a.rows(), hidden, w.weight<A>(p.down), N, s.Fl, C);
   weight_ready(p.down);
   lora::row_backward<A>(ctx, p.down_lora, k.dmlp_out, dout_rows(), hidden, s.Fl, C);
@@ -152,7 +152,7 @@ void block_backward(const BlockContext& ctx, const RopeTables& rope, const Block
     lora::column_backward_input<A>(ctx, p.up_lora, part, dgate_up, 2 * s.Fl, s.Fl, C, s.Fl);
   };
   const tp::PartialTerm gate_up_term(gate_up_input);
-  tp::column_parallel_backward(ops.matmul(), ctx.tp, dnorm, partial, dweight(p.gate_up), nullptr, dgate_up,
+  tp::column_parallel_backward(ops, ctx.tp, dnorm, partial, dweight(p.gate_up), nullptr, dgate_up,
                                sp ? gathered : mlp_in, w.weight<A>(p.gate_up), N, C, 2 * s.Fl, mlp_in_ready.get(),
                                gate_up_lora ? &gate_up_term : nullptr);
   weight_ready(p.gate_up);
@@ -169,7 +169,7 @@ void block_backward(const BlockContext& ctx, const RopeTables& rope, const Block
   // Attention.
   auto attn_in_ready = split ? nullptr : ctx.tp.gather_rows_async(attn_in, gathered, N, C);
   dres_a.refresh();
-  tp::row_parallel_backward(ops.matmul(), ctx.tp, k.dattn_out, dweight(p.o_proj), nullptr, dres_a.local(),
+  tp::row_parallel_backward(ops, ctx.tp, k.dattn_out, dweight(p.o_proj), nullptr, dres_a.local(),
                             dres_a.rows(), atty, w.weight<A>(p.o_proj), N, s.Cl, C);
   weight_ready(p.o_proj);
   lora::row_backward<A>(ctx, p.o_lora, k.dattn_out, dout_rows(), atty, s.Cl, C);
@@ -181,7 +181,7 @@ void block_backward(const BlockContext& ctx, const RopeTables& rope, const Block
     lora::column_backward_input<A>(ctx, p.v_lora, part, dqkv, s.qkv, s.ql() + s.kvl(), C, s.kvl());
   };
   const tp::PartialTerm qkv_term(qkv_input);
-  tp::column_parallel_backward(ops.matmul(), ctx.tp, dnorm, partial, dweight(p.qkv), dweight(p.qkv_bias), dqkv,
+  tp::column_parallel_backward(ops, ctx.tp, dnorm, partial, dweight(p.qkv), dweight(p.qkv_bias), dqkv,
                                sp ? gathered : attn_in, w.weight<A>(p.qkv), N, C, s.qkv, attn_in_ready.get(),
                                qkv_lora ? &qkv_term : nullptr);
   weight_ready(p.qkv), weight_ready(p.qkv_bias);
@@ -200,7 +200,7 @@ template <class A>
 void block_backward_weight(const BlockContext& ctx, const BlockTensors& p, const BlockActs& a) {
   const LocalShape s(ctx.cfg, ctx.tp.size());
   const int C = ctx.cfg.d_model, N = ctx.N();
-  cpu::LowpMatmulEngine& eng = ctx.ops.matmul();
+  Backend& eng = ctx.ops;
   const ParamAccess& w = ctx.p;
   A* const gathered = as<A>(ctx.work.gathered);
   auto weights = [&](int i, const A* dout, const A* x, int in, int out, int bias = -1) {

@@ -18,9 +18,9 @@ struct Llama {
   // sequence, made once; a token reads its position's row (BlockContext::pos).
   struct State {
     std::vector<float> cos, sin;
-    State(const ModelConfig& cfg, int positions)
+    State(Backend& ops, const ModelConfig& cfg, int positions)
         : cos(size_t(positions) * size_t(cfg.head_dim() / 2)), sin(cos.size()) {
-      cpu::rope_table(cos.data(), sin.data(), positions, cfg.head_dim(), cfg.rope_inverse_frequencies().data());
+      ops.rope_table(cos.data(), sin.data(), positions, cfg.head_dim(), cfg.rope_inverse_frequencies().data());
     }
     RopeTables tables() const { return {cos.data(), sin.data()}; }
   };

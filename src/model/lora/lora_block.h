@@ -34,7 +34,7 @@ template <class A>
 void column_forward(const BlockContext& ctx, Adapter ad, A* y, int64_t ldy, int col, const A* x, int in, int out_l) {
   if (!ad.on()) return;
   const ParamAccess& w = ctx.p;
-  forward<A, A>(ctx.ops.matmul(), y + col, ldy, x, w.weight<A>(ad.a), w.weight<A>(ad.b), shape_of(ctx, in, out_l),
+  forward<A, A>(ctx.ops, y + col, ldy, x, w.weight<A>(ad.a), w.weight<A>(ad.b), shape_of(ctx, in, out_l),
                 ctx.work.lora);
 }
 
@@ -43,7 +43,7 @@ template <class A>
 void row_forward(const BlockContext& ctx, Adapter ad, float* partial, const A* x, int in_l, int C) {
   if (!ad.on()) return;
   const ParamAccess& w = ctx.p;
-  forward<A, float>(ctx.ops.matmul(), partial, C, x, w.weight<A>(ad.a), w.weight<A>(ad.b), shape_of(ctx, in_l, C),
+  forward<A, float>(ctx.ops, partial, C, x, w.weight<A>(ad.a), w.weight<A>(ad.b), shape_of(ctx, in_l, C),
                     ctx.work.lora);
 }
 
@@ -54,7 +54,7 @@ void column_backward_input(const BlockContext& ctx, Adapter ad, float* dx, const
                            int out_l) {
   if (!ad.on()) return;
   const ParamAccess& w = ctx.p;
-  backward<A>(ctx.ops.matmul(), dx, nullptr, nullptr, dy + col, ldy, nullptr, w.weight<A>(ad.a), w.weight<A>(ad.b),
+  backward<A>(ctx.ops, dx, nullptr, nullptr, dy + col, ldy, nullptr, w.weight<A>(ad.a), w.weight<A>(ad.b),
               shape_of(ctx, in, out_l), ctx.work.lora);
 }
 
@@ -65,7 +65,7 @@ void column_backward_weights(const BlockContext& ctx, Adapter ad, const A* dy, i
                              int in, int out_l) {
   if (!ad.on()) return;
   const ParamAccess& w = ctx.p;
-  backward<A>(ctx.ops.matmul(), nullptr, w.grad(ad.a), w.grad(ad.b), dy + col, ldy, x, w.weight<A>(ad.a),
+  backward<A>(ctx.ops, nullptr, w.grad(ad.a), w.grad(ad.b), dy + col, ldy, x, w.weight<A>(ad.a),
               w.weight<A>(ad.b), shape_of(ctx, in, out_l), ctx.work.lora);
   ctx.grad_ready(ad.a), ctx.grad_ready(ad.b);
 }
@@ -76,7 +76,7 @@ template <class A>
 void row_backward(const BlockContext& ctx, Adapter ad, float* dx, const A* dy, const A* x, int in_l, int C) {
   if (!ad.on()) return;
   const ParamAccess& w = ctx.p;
-  backward<A>(ctx.ops.matmul(), dx, w.grad(ad.a), w.grad(ad.b), dy, C, x, w.weight<A>(ad.a), w.weight<A>(ad.b),
+  backward<A>(ctx.ops, dx, w.grad(ad.a), w.grad(ad.b), dy, C, x, w.weight<A>(ad.a), w.weight<A>(ad.b),
               shape_of(ctx, in_l, C), ctx.work.lora);
   ctx.grad_ready(ad.a), ctx.grad_ready(ad.b);
 }

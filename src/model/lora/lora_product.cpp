@@ -3,7 +3,6 @@
 #include <cstring>
 #include <type_traits>
 
-#include "kernels/cpu/cast.h"
 
 namespace loom::lora {
 namespace {
@@ -11,10 +10,9 @@ namespace {
 // C[M,N] (+)= op(A)[M,K] op(B)[K,N] on the engine the layers use: fp32
 // operands on its fp32 engine, 16-bit ones on the 16-bit engine.
 template <class A>
-void mm(cpu::LowpMatmulEngine& eng, float* c, const A* a, const A* b, int64_t M, int64_t N, int64_t K, bool ta,
+void mm(Backend& eng, float* c, const A* a, const A* b, int64_t M, int64_t N, int64_t K, bool ta,
         bool tb, bool accumulate) {
-  if constexpr (std::is_same_v<A, float>) eng.fp32().gemm(c, a, b, nullptr, M, N, K, ta, tb, accumulate);
-  else eng.gemm(c, a, b, nullptr, M, N, K, ta, tb, accumulate);
+  eng.gemm(c, a, b, M, N, K, ta, tb, accumulate);
 }
 
 float to_f32(float v) { return v; }
@@ -30,12 +28,12 @@ T from_f32(float v) {
 // An fp32 array as the product's operand type: itself for fp32, else
 // rounded once into `to`.
 template <class A>
-const A* as_operand(const float* v, A* to, size_t n) {
+const A* as_operand(Backend& eng, const float* v, A* to, size_t n) {
   if constexpr (std::is_same_v<A, float>) {
-    (void)to, (void)n;
+    (void)eng, (void)to, (void)n;
     return v;
   } else {
-    cpu::narrow(to, v, n);
+    eng.narrow(to, v, n);
     return to;
   }
 }
@@ -61,12 +59,12 @@ size_t work_floats(const Shape& s) {
 }
 
 template <class A, class Y>
-void forward(cpu::LowpMatmulEngine& eng, Y* y, int64_t ldy, const A* x, const A* a, const A* b, const Shape& s,
+void forward(Backend& eng, Y* y, int64_t ldy, const A* x, const A* a, const A* b, const Shape& s,
              float* work) {
   Work w(work, s);
   const size_t nr = size_t(s.N) * s.rank;
   mm<A>(eng, w.u, x, a, s.N, s.rank, s.in, false, true, false);  // u[N, r] = x a^T
-  const A* u = as_operand<A>(w.u, static_cast<A*>(w.u16), nr);
+  const A* u = as_operand<A>(eng, w.u, static_cast<A*>(w.u16), nr);
   mm<A>(eng, w.t, u, b, s.N, s.out, s.rank, false, true, false);  // t[N, out] = u b^T
   for (int n = 0; n < s.N; n++) {
     Y* row = y + int64_t(n) * ldy;
@@ -76,7 +74,7 @@ void forward(cpu::LowpMatmulEngine& eng, Y* y, int64_t ldy, const A* x, const A*
 }
 
 template <class A>
-void backward(cpu::LowpMatmulEngine& eng, float* dx, float* da, float* db, const A* dy, int64_t ldy, const A* x,
+void backward(Backend& eng, float* dx, float* da, float* db, const A* dy, int64_t ldy, const A* x,
               const A* a, const A* b, const Shape& s, float* work) {
   Work w(work, s);
   const size_t nr = size_t(s.N) * s.rank;
@@ -92,30 +90,30 @@ void backward(cpu::LowpMatmulEngine& eng, float* dx, float* da, float* db, const
   // du[N, r] = scale dy b.
   mm<A>(eng, w.du, dyc, b, s.N, s.rank, s.out, false, false, false);
   for (size_t i = 0; i < nr; i++) w.du[i] *= s.scale;
-  const A* du = as_operand<A>(w.du, static_cast<A*>(w.du16), nr);
+  const A* du = as_operand<A>(eng, w.du, static_cast<A*>(w.du16), nr);
   if (dx) mm<A>(eng, dx, du, a, s.N, s.in, s.rank, false, false, true);  // dx[N, in] += du a
   if (da) mm<A>(eng, da, du, x, s.rank, s.in, s.N, true, false, true);   // da[r, in] += du^T x
   if (db) {
     // db[out, r] += dy^T (scale u), u = x a^T again.
     mm<A>(eng, w.u, x, a, s.N, s.rank, s.in, false, true, false);
     for (size_t i = 0; i < nr; i++) w.us[i] = s.scale * w.u[i];
-    const A* us = as_operand<A>(w.us, static_cast<A*>(w.us16), nr);
+    const A* us = as_operand<A>(eng, w.us, static_cast<A*>(w.us16), nr);
     mm<A>(eng, db, dyc, us, s.out, s.rank, s.N, true, false, true);
   }
 }
 
 #define LOOM_LORA(A)                                                                                               \
-  template void forward<A, A>(cpu::LowpMatmulEngine&, A*, int64_t, const A*, const A*, const A*, const Shape&,     \
+  template void forward<A, A>(Backend&, A*, int64_t, const A*, const A*, const A*, const Shape&,     \
                               float*);                                                                             \
-  template void backward<A>(cpu::LowpMatmulEngine&, float*, float*, float*, const A*, int64_t, const A*, const A*, \
+  template void backward<A>(Backend&, float*, float*, float*, const A*, int64_t, const A*, const A*, \
                             const A*, const Shape&, float*);
 LOOM_LORA(float)
 LOOM_LORA(bf16)
 LOOM_LORA(f16)
 #undef LOOM_LORA
-template void forward<bf16, float>(cpu::LowpMatmulEngine&, float*, int64_t, const bf16*, const bf16*, const bf16*,
+template void forward<bf16, float>(Backend&, float*, int64_t, const bf16*, const bf16*, const bf16*,
                                    const Shape&, float*);
-template void forward<f16, float>(cpu::LowpMatmulEngine&, float*, int64_t, const f16*, const f16*, const f16*,
+template void forward<f16, float>(Backend&, float*, int64_t, const f16*, const f16*, const f16*,
                                   const Shape&, float*);
 
 }  // namespace loom::lora

@@ -17,7 +17,7 @@
 #include <cstdint>
 
 #include "core/dtype.h"
-#include "kernels/cpu/matmul_lowp.h"
+#include "kernels/backend.h"
 
 namespace loom::lora {
 
@@ -36,7 +36,7 @@ size_t work_floats(const Shape& s);
 // y[n, j] += scale * sum_k u[n, k] b[j, k] for j < s.out, u = x a^T; y's rows
 // are ldy apart (y points at the block's first column). Y is float or A.
 template <class A, class Y>
-void forward(cpu::LowpMatmulEngine& eng, Y* y, int64_t ldy, const A* x, const A* a, const A* b, const Shape& s,
+void forward(Backend& eng, Y* y, int64_t ldy, const A* x, const A* a, const A* b, const Shape& s,
              float* work);
 
 // From dy (rows ldy apart, the block's columns): dx[N, in] += du a,
@@ -44,7 +44,7 @@ void forward(cpu::LowpMatmulEngine& eng, Y* y, int64_t ldy, const A* x, const A*
 // recomputed and du = scale dy b. dx, da or db may be null (skipped): a
 // frozen base still needs dx; a split backward computes da, db later.
 template <class A>
-void backward(cpu::LowpMatmulEngine& eng, float* dx, float* da, float* db, const A* dy, int64_t ldy, const A* x,
+void backward(Backend& eng, float* dx, float* da, float* db, const A* dy, int64_t ldy, const A* x,
               const A* a, const A* b, const Shape& s, float* work);
 
 }  // namespace loom::lora

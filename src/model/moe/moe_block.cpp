@@ -7,8 +7,6 @@
 #include <numeric>
 
 #include "comm/communicator.h"
-#include "kernels/cpu/residual.h"
-#include "kernels/cpu/swiglu.h"
 #include "model/moe/router_state.h"
 
 namespace loom::moe {
@@ -84,7 +82,7 @@ template <class A, class Poke>
 void shared_products(const BlockContext& ctx, const Tensors& t, const Acts& m, const A* x, Poke&& poke) {
   const int N = ctx.N(), C = ctx.cfg.d_model, Fs = ctx.cfg.moe_shared_ffn / ctx.tp.size();
   const ParamAccess& w = ctx.p;
-  cpu::LowpMatmulEngine& eng = ctx.ops.matmul();
+  Backend& eng = ctx.ops;
   A* gate_up = static_cast<A*>(m.shared_gate_up);
   A* hidden = static_cast<A*>(m.shared_hidden);
   product_out<A>(eng, gate_up, x, w.weight<A>(t.shared_gate_up), N, 2 * Fs, C);
@@ -130,7 +128,7 @@ void shared_backward(const BlockContext& ctx, const Tensors& t, const Acts& m, c
   const int N = ctx.N(), C = ctx.cfg.d_model, Fs = ctx.cfg.moe_shared_ffn / ctx.tp.size();
   const ParamAccess& w = ctx.p;
   const BlockWork& k = ctx.work;
-  cpu::LowpMatmulEngine& eng = ctx.ops.matmul();
+  Backend& eng = ctx.ops;
   A* dout = static_cast<A*>(k.moe_shared_dy);
   A* dgate_up = static_cast<A*>(k.moe_shared_dgate_up);
   const float* x32 = std::is_same_v<A, float> ? reinterpret_cast<const float*>(x) : m.x32;
@@ -146,13 +144,13 @@ void shared_backward(const BlockContext& ctx, const Tensors& t, const Acts& m, c
     float* dxn = dx + size_t(n) * C;
     for (int c = 0; c < C; c++) dxn[c] += dlogit[n] * gate[c];
   }
-  if (float* dgate = w.grad(t.shared_gate)) eng.fp32().gemm(dgate, dlogit, x32, nullptr, 1, C, N, true, false, true);
+  if (float* dgate = w.grad(t.shared_gate)) eng.gemm(dgate, dlogit, x32, 1, C, N, true, false, true);
   const A* hidden = static_cast<const A*>(m.shared_hidden);
   product<A>(eng, k.moe_shared_dhidden, dout, w.weight<A>(t.shared_down), N, Fs, C, false, false, false);
   poke();
   if (float* dw = w.grad(t.shared_down)) product<A>(eng, dw, dout, hidden, C, Fs, N, true, false, true);
   poke();
-  cpu::swiglu_backward(dgate_up, static_cast<const A*>(m.shared_gate_up), k.moe_shared_dhidden, N, Fs);
+  eng.swiglu_backward(dgate_up, static_cast<const A*>(m.shared_gate_up), k.moe_shared_dhidden, N, Fs);
   if (float* dw = w.grad(t.shared_gate_up)) product<A>(eng, dw, dgate_up, x, 2 * Fs, C, N, true, false, true);
   poke();
   product<A>(eng, dx, dgate_up, w.weight<A>(t.shared_gate_up), N, C, 2 * Fs, false, false, true);
@@ -171,7 +169,7 @@ void forward_spread(const BlockContext& ctx, const Tensors& t, const Acts& m, co
   const Routing r = routing(m);
   const Buffers<A> b = buffers<A>(m);
   const ExchangeLayout x_at = exchange_layout(m);
-  cpu::LowpMatmulEngine& eng = ctx.ops.matmul();
+  Backend& eng = ctx.ops;
   A* send = static_cast<A*>(ctx.work.moe_send);
   route_tokens<A>(eng, send, x, w.param(t.router), bias, s, r, b);
   exchange_counts(*ctx.ep_group, s, r, x_at);
@@ -197,7 +195,7 @@ void backward_spread(const BlockContext& ctx, const Tensors& t, const Acts& m, c
   const Routing r = routing(m);
   const Buffers<A> b = buffers<A>(m);
   const ExchangeLayout x_at = exchange_layout(m);
-  cpu::LowpMatmulEngine& eng = ctx.ops.matmul();
+  Backend& eng = ctx.ops;
   A* dys = static_cast<A*>(ctx.work.moe_send);
   combine_backward<A>(work.dlogits, dys, dy, b.yp, s, r, losses);
   // The output gradients travel while the shared expert's backward runs
@@ -228,12 +226,12 @@ void mlp_forward(const BlockContext& ctx, int layer, const Tensors& t, const Act
   if (experts_spread(ctx))
     forward_spread<A>(ctx, t, m, x, bias, y);
   else
-    forward<A>(ctx.ops.matmul(), y, x, w.param(t.router), bias, w.weight<A>(t.gate_up), w.weight<A>(t.down),
+    forward<A>(ctx.ops, y, x, w.param(t.router), bias, w.weight<A>(t.gate_up), w.weight<A>(t.down),
                shape_of(ctx.cfg, N, ctx.tp.size()), routing(m), buffers<A>(m));
   if (ctx.router) ctx.router->set_forward_counts(ctx.slot, layer, routing(m).count);
   if (t.shared_gate_up >= 0 && !experts_spread(ctx)) shared_forward<A>(ctx, t, m, x, y);  // (spread: inside)
   ctx.tp.reduce_rows(y, out, N, C);
-  cpu::residual_bias_forward(out, out, nullptr, residual, ctx.R(), C);
+  ctx.ops.residual_bias_forward(out, out, nullptr, residual, ctx.R(), C);
 }
 
 template <class A>
@@ -275,7 +273,7 @@ void mlp_backward(const BlockContext& ctx, int layer, const Tensors& t, const Ac
   if (experts_spread(ctx))
     backward_spread<A>(ctx, t, m, x, dy, dx, work, losses);
   else
-    backward<A>(ctx.ops.matmul(), dx, w.grad(t.router), w.grad(t.gate_up), w.grad(t.down), dy, x, w.param(t.router),
+    backward<A>(ctx.ops, dx, w.grad(t.router), w.grad(t.gate_up), w.grad(t.down), dy, x, w.param(t.router),
                 w.weight<A>(t.gate_up), w.weight<A>(t.down), s, r, buffers<A>(m), work, losses);
   ctx.grad_ready(t.router), ctx.grad_ready(t.gate_up), ctx.grad_ready(t.down);
   if (t.shared_gate_up >= 0 && !experts_spread(ctx))

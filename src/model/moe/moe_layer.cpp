@@ -5,19 +5,17 @@
 #include <cstring>
 #include <type_traits>
 
-#include "kernels/cpu/cast.h"
-#include "kernels/cpu/swiglu.h"
 
 namespace loom::moe {
 namespace {
 
 template <class A>
-const float* widened(const A* x, float* to, size_t n) {
+const float* widened(Backend& eng, const A* x, float* to, size_t n) {
   if constexpr (std::is_same_v<A, float>) {
-    (void)to, (void)n;
+    (void)eng, (void)to, (void)n;
     return x;
   } else {
-    cpu::widen(to, x, n);
+    eng.widen(to, x, n);
     return to;
   }
 }
@@ -88,13 +86,13 @@ Routing RoutingStorage::view(const Shape& s) {
 }
 
 template <class A>
-void route_tokens(cpu::LowpMatmulEngine& eng, A* xs, const A* x, const float* w_router, const float* bias,
+void route_tokens(Backend& eng, A* xs, const A* x, const float* w_router, const float* bias,
                   const Shape& s, const Routing& r, const Buffers<A>& b) {
   const int C = s.C, k = s.k;
   // Router in fp32: logits into yp's first N x E floats (free until the experts' outputs arrive).
-  const float* x32 = widened(x, b.x32, size_t(s.N) * C);
+  const float* x32 = widened(eng, x, b.x32, size_t(s.N) * C);
   float* logits = b.yp;
-  eng.fp32().gemm(logits, x32, w_router, nullptr, s.N, s.E, C, false, true, false);
+  eng.gemm(logits, x32, w_router, s.N, s.E, C, false, true, false);
   route(logits, bias, s, r);
 #pragma omp parallel for schedule(static)
   for (int n = 0; n < s.N; n++)
@@ -103,7 +101,7 @@ void route_tokens(cpu::LowpMatmulEngine& eng, A* xs, const A* x, const float* w_
 }
 
 template <class A>
-void experts_forward(cpu::LowpMatmulEngine& eng, const ExpertRows& rows, A* xp, A* gate_up, A* hidden, float* yp,
+void experts_forward(Backend& eng, const ExpertRows& rows, A* xp, A* gate_up, A* hidden, float* yp,
                      const A* w_gate_up, const A* w_down, int C, int F) {
   zero_padding(xp, C, rows);  // zero rows in: zero rows out, all the way through backward
   // Each expert: one product over its (padded) rows for gate/up, SwiGLU, one for down.
@@ -111,7 +109,7 @@ void experts_forward(cpu::LowpMatmulEngine& eng, const ExpertRows& rows, A* xp, 
     const int64_t n = rows.first[size_t(e) + 1] - rows.first[size_t(e)], at = rows.first[size_t(e)];
     if (n == 0) continue;
     product_out<A>(eng, gate_up + at * 2 * F, xp + at * C, w_gate_up + int64_t(e) * 2 * F * C, n, 2 * F, C);
-    cpu::swiglu_forward(hidden + at * F, gate_up + at * 2 * F, int(n), F);
+    eng.swiglu_forward(hidden + at * F, gate_up + at * 2 * F, int(n), F);
     product<A>(eng, yp + at * C, hidden + at * F, w_down + int64_t(e) * C * F, n, C, F, false, true, false);
   }
 }
@@ -131,7 +129,7 @@ void combine(float* y, const float* ys, const Shape& s, const Routing& r) {
 }
 
 template <class A>
-void forward(cpu::LowpMatmulEngine& eng, float* y, const A* x, const float* w_router, const float* bias,
+void forward(Backend& eng, float* y, const A* x, const float* w_router, const float* bias,
              const A* w_gate_up, const A* w_down, const Shape& s, const Routing& r, const Buffers<A>& b) {
   route_tokens<A>(eng, b.xp, x, w_router, bias, s, r, b);
   experts_forward<A>(eng, ExpertRows{s.E, r.first, r.count}, b.xp, b.gate_up, b.hidden, b.yp, w_gate_up, w_down, s.C,
@@ -196,7 +194,7 @@ void combine_backward(float* dlogits, A* dys, const float* dy, const float* ys, 
 }
 
 template <class A>
-void experts_backward(cpu::LowpMatmulEngine& eng, const ExpertRows& rows, A* dyp, float* dxp, float* dhidden,
+void experts_backward(Backend& eng, const ExpertRows& rows, A* dyp, float* dxp, float* dhidden,
                       A* dgate_up, const A* xp, const A* gate_up, const A* hidden, const A* w_gate_up,
                       const A* w_down, float* dw_gate_up, float* dw_down, int C, int F) {
   zero_padding(dyp, C, rows);  // the padding rows add nothing to the weights' gradients
@@ -207,7 +205,7 @@ void experts_backward(cpu::LowpMatmulEngine& eng, const ExpertRows& rows, A* dyp
     const A* wgu = w_gate_up + int64_t(e) * 2 * F * C;
     product<A>(eng, dhidden + at * F, dyp + at * C, wd, n, F, C, false, false, false);  // dyp wd
     if (dw_down) product<A>(eng, dw_down + int64_t(e) * C * F, dyp + at * C, hidden + at * F, C, F, n, true, false, true);
-    cpu::swiglu_backward(dgate_up + at * 2 * F, gate_up + at * 2 * F, dhidden + at * F, int(n), F);
+    eng.swiglu_backward(dgate_up + at * 2 * F, gate_up + at * 2 * F, dhidden + at * F, int(n), F);
     if (dw_gate_up)
       product<A>(eng, dw_gate_up + int64_t(e) * 2 * F * C, dgate_up + at * 2 * F, xp + at * C, 2 * F, C, n, true,
                  false, true);
@@ -216,14 +214,14 @@ void experts_backward(cpu::LowpMatmulEngine& eng, const ExpertRows& rows, A* dyp
 }
 
 template <class A>
-void router_backward(cpu::LowpMatmulEngine& eng, float* dx, float* dw_router, const float* dlogits, const A* x,
+void router_backward(Backend& eng, float* dx, float* dw_router, const float* dlogits, const A* x,
                      float* x32, const float* w_router, const float* dxs, const Shape& s, const Routing& r,
                      bool accumulate) {
   const int C = s.C, E = s.E, k = s.k;
   // dWr += dlogits^T x, dx = dlogits Wr, then each pair's input gradient added back.
-  const float* x32w = widened(x, x32, size_t(s.N) * C);
-  if (dw_router) eng.fp32().gemm(dw_router, dlogits, x32w, nullptr, E, C, s.N, true, false, true);
-  eng.fp32().gemm(dx, dlogits, w_router, nullptr, s.N, C, E, false, false, accumulate);
+  const float* x32w = widened(eng, x, x32, size_t(s.N) * C);
+  if (dw_router) eng.gemm(dw_router, dlogits, x32w, E, C, s.N, true, false, true);
+  eng.gemm(dx, dlogits, w_router, s.N, C, E, false, false, accumulate);
 #pragma omp parallel for schedule(static)
   for (int n = 0; n < s.N; n++)
     for (int j = 0; j < k; j++) {
@@ -234,7 +232,7 @@ void router_backward(cpu::LowpMatmulEngine& eng, float* dx, float* dw_router, co
 }
 
 template <class A>
-void backward(cpu::LowpMatmulEngine& eng, float* dx, float* dw_router, float* dw_gate_up, float* dw_down,
+void backward(Backend& eng, float* dx, float* dw_router, float* dw_gate_up, float* dw_down,
               const float* dy, const A* x, const float* w_router, const A* w_gate_up, const A* w_down,
               const Shape& s, const Routing& r, const Buffers<A>& b, const BackwardWork<A>& w,
               const RouterLossGrad& losses) {
@@ -245,20 +243,20 @@ void backward(cpu::LowpMatmulEngine& eng, float* dx, float* dw_router, float* dw
 }
 
 #define LOOM_MOE(A)                                                                                                 \
-  template void forward<A>(cpu::LowpMatmulEngine&, float*, const A*, const float*, const float*, const A*, const A*, \
+  template void forward<A>(Backend&, float*, const A*, const float*, const float*, const A*, const A*, \
                            const Shape&, const Routing&, const Buffers<A>&);                                               \
-  template void backward<A>(cpu::LowpMatmulEngine&, float*, float*, float*, float*, const float*, const A*,          \
+  template void backward<A>(Backend&, float*, float*, float*, float*, const float*, const A*,          \
                             const float*, const A*, const A*, const Shape&, const Routing&, const Buffers<A>&,      \
                             const BackwardWork<A>&, const RouterLossGrad&);                                      \
-  template void route_tokens<A>(cpu::LowpMatmulEngine&, A*, const A*, const float*, const float*, const Shape&,      \
+  template void route_tokens<A>(Backend&, A*, const A*, const float*, const float*, const Shape&,      \
                                 const Routing&, const Buffers<A>&);                                                   \
-  template void experts_forward<A>(cpu::LowpMatmulEngine&, const ExpertRows&, A*, A*, A*, float*, const A*, const A*, \
+  template void experts_forward<A>(Backend&, const ExpertRows&, A*, A*, A*, float*, const A*, const A*, \
                                    int, int);                                                                         \
   template void combine_backward<A>(float*, A*, const float*, const float*, const Shape&, const Routing&,            \
                                     const RouterLossGrad&);                                                           \
-  template void experts_backward<A>(cpu::LowpMatmulEngine&, const ExpertRows&, A*, float*, float*, A*, const A*,     \
+  template void experts_backward<A>(Backend&, const ExpertRows&, A*, float*, float*, A*, const A*,     \
                                     const A*, const A*, const A*, const A*, float*, float*, int, int);               \
-  template void router_backward<A>(cpu::LowpMatmulEngine&, float*, float*, const float*, const A*, float*,           \
+  template void router_backward<A>(Backend&, float*, float*, const float*, const A*, float*,           \
                                    const float*, const float*, const Shape&, const Routing&, bool);
 LOOM_MOE(float)
 LOOM_MOE(bf16)

@@ -29,7 +29,7 @@
 #include <vector>
 
 #include "core/dtype.h"
-#include "kernels/cpu/matmul_lowp.h"
+#include "kernels/backend.h"
 
 namespace loom::moe {
 
@@ -127,23 +127,21 @@ A from_f32(float v) {
 // C[M,N] (+)= op(A) op(B) with fp32 C, on the engine the layers use (an
 // empty product writes zeros unless it accumulates).
 template <class A>
-void product(cpu::LowpMatmulEngine& eng, float* c, const A* a, const A* b, int64_t M, int64_t N, int64_t K, bool ta,
+void product(Backend& eng, float* c, const A* a, const A* b, int64_t M, int64_t N, int64_t K, bool ta,
              bool tb, bool accumulate) {
   if (M == 0 || N == 0) return;
   if (K == 0) {  // an expert without rows: nothing to add
     if (!accumulate) std::fill(c, c + M * N, 0.f);
     return;
   }
-  if constexpr (std::is_same_v<A, float>) eng.fp32().gemm(c, a, b, nullptr, M, N, K, ta, tb, accumulate);
-  else eng.gemm(c, a, b, nullptr, M, N, K, ta, tb, accumulate);
+  eng.gemm(c, a, b, M, N, K, ta, tb, accumulate);
 }
 
 // C[M,N] = A B^T with C in the compute type (rounded once).
 template <class A>
-void product_out(cpu::LowpMatmulEngine& eng, A* c, const A* a, const A* b, int64_t M, int64_t N, int64_t K) {
+void product_out(Backend& eng, A* c, const A* a, const A* b, int64_t M, int64_t N, int64_t K) {
   if (M == 0 || N == 0) return;
-  if constexpr (std::is_same_v<A, float>) eng.fp32().gemm(c, a, b, nullptr, M, N, K, false, true, false);
-  else eng.gemm(c, a, b, nullptr, M, N, K, false, true);
+  eng.gemm(c, a, b, M, N, K, false, true);
 }
 
 // The router losses' gradients backward adds at the router (each already
@@ -162,12 +160,12 @@ struct RouterLossGrad {
 // The router's logits (into b.yp) and the routing (r), then each pair's
 // token copied to its routing row of xs [routed_rows, C].
 template <class A>
-void route_tokens(cpu::LowpMatmulEngine& eng, A* xs, const A* x, const float* w_router, const float* bias,
+void route_tokens(Backend& eng, A* xs, const A* x, const float* w_router, const float* bias,
                   const Shape& s, const Routing& r, const Buffers<A>& b);
 // Every local expert over its rows: gate_up, hidden and yp [P, C] from xp
 // (its padding rows zeroed first). Weights: the local experts' stacks.
 template <class A>
-void experts_forward(cpu::LowpMatmulEngine& eng, const ExpertRows& rows, A* xp, A* gate_up, A* hidden, float* yp,
+void experts_forward(Backend& eng, const ExpertRows& rows, A* xp, A* gate_up, A* hidden, float* yp,
                      const A* w_gate_up, const A* w_down, int C, int F);
 // y[n] = sum_j weight[n, j] ys[row[n, j]] in fp32, slot by slot.
 void combine(float* y, const float* ys, const Shape& s, const Routing& r);
@@ -181,19 +179,19 @@ void combine_backward(float* dlogits, A* dys, const float* dy, const float* ys, 
 // first): dxp [P, C] fp32 written, the weights' gradients added (null:
 // frozen, skipped).
 template <class A>
-void experts_backward(cpu::LowpMatmulEngine& eng, const ExpertRows& rows, A* dyp, float* dxp, float* dhidden,
+void experts_backward(Backend& eng, const ExpertRows& rows, A* dyp, float* dxp, float* dhidden,
                       A* dgate_up, const A* xp, const A* gate_up, const A* hidden, const A* w_gate_up,
                       const A* w_down, float* dw_gate_up, float* dw_down, int C, int F);
 // The router's backward: dWr += dlogits^T x, dx (+)= dlogits Wr + sum_j dxs[row[n, j]].
 template <class A>
-void router_backward(cpu::LowpMatmulEngine& eng, float* dx, float* dw_router, const float* dlogits, const A* x,
+void router_backward(Backend& eng, float* dx, float* dw_router, const float* dlogits, const A* x,
                      float* x32, const float* w_router, const float* dxs, const Shape& s, const Routing& r,
                      bool accumulate = false);
 
 // y[N, C] (written) from x[N, C] on one rank holding every expert (ep 1).
 // bias [E] may be null.
 template <class A>
-void forward(cpu::LowpMatmulEngine& eng, float* y, const A* x, const float* w_router, const float* bias,
+void forward(Backend& eng, float* y, const A* x, const float* w_router, const float* bias,
              const A* w_gate_up, const A* w_down, const Shape& s, const Routing& r, const Buffers<A>& b);
 
 
@@ -201,7 +199,7 @@ void forward(cpu::LowpMatmulEngine& eng, float* y, const A* x, const float* w_ro
 // (fp32: dw_router [E, C], dw_gate_up [E, 2F, C], dw_down [E, C, F]; a
 // null one, a frozen tensor's, is skipped).
 template <class A>
-void backward(cpu::LowpMatmulEngine& eng, float* dx, float* dw_router, float* dw_gate_up, float* dw_down,
+void backward(Backend& eng, float* dx, float* dw_router, float* dw_gate_up, float* dw_down,
               const float* dy, const A* x, const float* w_router, const A* w_gate_up, const A* w_down,
               const Shape& s, const Routing& r, const Buffers<A>& b, const BackwardWork<A>& w,
               const RouterLossGrad& losses = {});

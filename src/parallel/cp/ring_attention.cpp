@@ -13,9 +13,6 @@
 #include <type_traits>
 #include <vector>
 
-#include "kernels/cpu/attention_common.h"
-#include "kernels/cpu/attention_tiled.h"
-#include "kernels/cpu/cast.h"
 
 namespace loom {
 namespace {
@@ -31,7 +28,7 @@ size_t copy_floats(bool lowp, size_t n, size_t row, size_t C) { return lowp ? n 
 int ring_blocks(int cp) { return cp > 2 ? 5 : 4; }
 
 Buffers carve(float* w, int B, int T, int C, int NH, int NKV, bool lowp, int cp) {
-  const cpu::detail::QkvLayout L = cpu::detail::qkv_layout(C, NH, NKV);
+  const QkvLayout L = Backend::qkv_layout(C, NH, NKV);
   const size_t n = size_t(B) * T, row = size_t(L.row), blk = n * 2 * size_t(L.NKV) * L.hs;
   Buffers b{};
   if (lowp) b.qkv32 = w, b.dqkv32 = w + n * row, b.out32 = w + 2 * n * row;
@@ -42,11 +39,11 @@ Buffers carve(float* w, int B, int T, int C, int NH, int NKV, bool lowp, int cp)
 }
 
 // qkv's key and value columns (side by side in a row) into block[n, 2 kvw], and back.
-void pack_kv(float* block, const float* qkv, size_t n, const cpu::detail::QkvLayout& L) {
+void pack_kv(float* block, const float* qkv, size_t n, const QkvLayout& L) {
   const size_t w = 2 * size_t(L.NKV) * L.hs;
   for (size_t i = 0; i < n; i++) std::memcpy(block + i * w, qkv + i * L.row + L.kofs, w * sizeof(float));
 }
-void unpack_kv(float* qkv, const float* block, size_t n, const cpu::detail::QkvLayout& L) {
+void unpack_kv(float* qkv, const float* block, size_t n, const QkvLayout& L) {
   const size_t w = 2 * size_t(L.NKV) * L.hs;
   for (size_t i = 0; i < n; i++) std::memcpy(qkv + i * L.row + L.kofs, block + i * w, w * sizeof(float));
 }
@@ -61,7 +58,7 @@ void for_each_span(const SequenceSplit& mine, int src, int T, const int32_t* doc
   for (int qh = 0; qh < 2; qh++)
     for (int kh = 0; kh < 2; kh++) {
       const int cq = mine.chunk(qh), ck = theirs.chunk(kh);
-      if (ck <= cq) f(cpu::AttnSpan{qh * Tc, Tc, cq * Tc, kh * Tc, Tc, ck * Tc, doc});
+      if (ck <= cq) f(AttnSpan{qh * Tc, Tc, cq * Tc, kh * Tc, Tc, ck * Tc, doc});
     }
 }
 
@@ -98,7 +95,7 @@ class Transfer {
 }  // namespace
 
 size_t RingAttention::work_floats(int B, int T, int C, int NH, int NKV, bool lowp, int cp) {
-  const cpu::detail::QkvLayout L = cpu::detail::qkv_layout(C, NH, NKV);
+  const QkvLayout L = Backend::qkv_layout(C, NH, NKV);
   const size_t n = size_t(B) * T;
   return copy_floats(lowp, n, size_t(L.row), size_t(C)) + size_t(ring_blocks(cp)) * n * 2 * size_t(L.NKV) * L.hs;
 }
@@ -108,7 +105,7 @@ void RingAttention::forward(A* out, float* lse, const A* qkv, float* tiles, floa
                             int NKV, const int32_t* doc) {
   constexpr bool f32 = std::is_same_v<A, float>;
   LOOM_CHECK(T % 2 == 0, "ring attention: %d local rows are not two chunks", T);
-  const cpu::detail::QkvLayout L = cpu::detail::qkv_layout(C, NH, NKV);
+  const QkvLayout L = Backend::qkv_layout(C, NH, NKV);
   const size_t n = size_t(B) * T, blk = n * 2 * size_t(L.NKV) * L.hs;
   Buffers w = carve(work, B, T, C, NH, NKV, !f32, split_.cp);
   const float* q32;
@@ -116,12 +113,12 @@ void RingAttention::forward(A* out, float* lse, const A* qkv, float* tiles, floa
   if constexpr (f32) {
     q32 = qkv, o32 = out;
   } else {
-    cpu::widen(w.qkv32, qkv, n * L.row);
+    ops_.widen(w.qkv32, qkv, n * L.row);
     q32 = w.qkv32, o32 = w.out32;
   }
   const int P = split_.cp, next = (split_.rank + 1) % P, prev = (split_.rank + P - 1) % P;
   pack_kv(w.kv[0], q32, n, L);
-  cpu::attention_tiled_begin(lse, B, T, NH);
+  ops_.attention_span_begin(lse, B, T, NH);
   for (int s = 0; s < P; s++) {
     float* cur = w.kv[s % 2];
     Transfer send, recv;
@@ -129,21 +126,21 @@ void RingAttention::forward(A* out, float* lse, const A* qkv, float* tiles, floa
       send = Transfer::send(cp_, cur, blk, piece_, next, kKvTag);
       recv = Transfer::recv(cp_, w.kv[(s + 1) % 2], blk, piece_, prev, kKvTag);
     }
-    const cpu::KvRows kv{cur, T, 2 * int64_t(L.NKV) * L.hs, 0, int64_t(L.NKV) * L.hs};
-    for_each_span(split_, (split_.rank - s + P) % P, T, doc, [&](const cpu::AttnSpan& span) {
-      cpu::attention_tiled_forward_span(o32, lse, q32, T, kv, span, tiles, B, C, NH, NKV);
+    const KvRows kv{cur, T, 2 * int64_t(L.NKV) * L.hs, 0, int64_t(L.NKV) * L.hs};
+    for_each_span(split_, (split_.rank - s + P) % P, T, doc, [&](const AttnSpan& span) {
+      ops_.attention_span_forward(o32, lse, q32, T, kv, span, tiles, B, C, NH, NKV);
       send.poke(), recv.poke();
     });
     recv.wait(), send.wait();
   }
-  if constexpr (!f32) cpu::narrow(out, o32, n * C);
+  if constexpr (!f32) ops_.narrow(out, o32, n * C);
 }
 
 template <class A>
 void RingAttention::backward(A* dqkv, const float* dout, const A* qkv, const A* out, const float* lse, float* tiles,
                              float* work, int B, int T, int C, int NH, int NKV, const int32_t* doc) {
   constexpr bool f32 = std::is_same_v<A, float>;
-  const cpu::detail::QkvLayout L = cpu::detail::qkv_layout(C, NH, NKV);
+  const QkvLayout L = Backend::qkv_layout(C, NH, NKV);
   const int64_t kvw = int64_t(L.NKV) * L.hs;
   const size_t n = size_t(B) * T, blk = n * 2 * size_t(kvw);
   Buffers w = carve(work, B, T, C, NH, NKV, !f32, split_.cp);
@@ -152,8 +149,8 @@ void RingAttention::backward(A* dqkv, const float* dout, const A* qkv, const A* 
   if constexpr (f32) {
     q32 = qkv, o32 = out, dq32 = dqkv;
   } else {
-    cpu::widen(w.qkv32, qkv, n * L.row);
-    cpu::widen(w.out32, out, n * C);
+    ops_.widen(w.qkv32, qkv, n * L.row);
+    ops_.widen(w.out32, out, n * C);
     q32 = w.qkv32, o32 = w.out32, dq32 = w.dqkv32;
   }
   std::memset(dq32, 0, n * L.row * sizeof(float));
@@ -173,10 +170,10 @@ void RingAttention::backward(A* dqkv, const float* dout, const A* qkv, const A* 
     // At step 0 nothing has arrived to add to; at the last no block arrives.
     float* share = s == 0 ? held : s + 1 == P ? w.kv[(s + 1) % 2] : w.part;
     std::memset(share, 0, blk * sizeof(float));
-    const cpu::KvRows kv{cur, T, 2 * kvw, 0, kvw};
-    const cpu::KvGradRows dkv{share, 2 * kvw, 0, kvw};
-    for_each_span(split_, (split_.rank - s + P) % P, T, doc, [&](const cpu::AttnSpan& span) {
-      cpu::attention_tiled_backward_span(dq32, dkv, dout, q32, o32, lse, T, kv, span, tiles, B, C, NH, NKV);
+    const KvRows kv{cur, T, 2 * kvw, 0, kvw};
+    const KvGradRows dkv{share, 2 * kvw, 0, kvw};
+    for_each_span(split_, (split_.rank - s + P) % P, T, doc, [&](const AttnSpan& span) {
+      ops_.attention_span_backward(dq32, dkv, dout, q32, o32, lse, T, kv, span, tiles, B, C, NH, NKV);
       send.poke(), recv.poke(), grad_send.poke(), grad_recv.poke();
     });
     if (s > 0) {
@@ -191,7 +188,7 @@ void RingAttention::backward(A* dqkv, const float* dout, const A* qkv, const A* 
   }
   grad_recv.wait(), grad_send.wait();  // after a full turn: this rank's own block's gradient
   unpack_kv(dq32, w.dkv[P % 2], n, L);
-  if constexpr (!f32) cpu::narrow(dqkv, dq32, n * L.row);
+  if constexpr (!f32) ops_.narrow(dqkv, dq32, n * L.row);
 }
 
 template void RingAttention::forward(float*, float*, const float*, float*, float*, int, int, int, int, int,

@@ -13,6 +13,7 @@
 #include <cstdint>
 
 #include "comm/communicator.h"
+#include "kernels/backend.h"
 #include "parallel/cp/sequence_split.h"
 
 namespace loom {
@@ -21,8 +22,8 @@ class RingAttention {
  public:
   // piece: the most floats one MPI message carries (counts are ints); a
   // block travels in pieces of at most this many.
-  explicit RingAttention(Communicator& cp, size_t piece = size_t(1) << 28)
-      : cp_(cp), split_{cp.size(), cp.rank()}, piece_(piece) {}
+  RingAttention(Backend& ops, Communicator& cp, size_t piece = size_t(1) << 28)
+      : ops_(ops), cp_(cp), split_{cp.size(), cp.rank()}, piece_(piece) {}
   const SequenceSplit& split() const { return split_; }
 
   // fp32 work space, in floats, for B local sequences of T rows (2 chunks)
@@ -41,6 +42,7 @@ class RingAttention {
                 int B, int T, int C, int NH, int NKV, const int32_t* doc = nullptr);
 
  private:
+  Backend& ops_;
   Communicator& cp_;
   SequenceSplit split_;
   size_t piece_;

@@ -4,7 +4,7 @@
 #include <cstring>
 
 #include "core/check.h"
-#include "kernels/cpu/cast.h"
+#include "kernels/backend.h"
 
 namespace loom {
 
@@ -12,9 +12,9 @@ namespace {
 double seconds(std::chrono::steady_clock::duration d) { return std::chrono::duration<double>(d).count(); }
 }  // namespace
 
-GradReducer::GradReducer(const BucketPlan& plan, Communicator& dp, PagedBuffer& grads, Mode mode,
+GradReducer::GradReducer(Backend& ops, const BucketPlan& plan, Communicator& dp, ReleasableBuffer& grads, Mode mode,
                          bool release_reduced, DType wire)
-    : plan_(plan), dp_(dp), grads_(grads), mode_(mode), release_reduced_(release_reduced), wire_(wire) {
+    : ops_(ops), plan_(plan), dp_(dp), grads_(grads), mode_(mode), release_reduced_(release_reduced), wire_(wire) {
   LOOM_CHECK(wire == DType::f32 || wire == DType::bf16, "gradient reduction in %s", dtype_name(wire));
   LOOM_CHECK(grads.size() >= plan.padded_total(), "gradient buffer of %lld floats, plan needs %lld",
              (long long)grads.size(), (long long)plan.padded_total());
@@ -22,12 +22,12 @@ GradReducer::GradReducer(const BucketPlan& plan, Communicator& dp, PagedBuffer& 
              "reduce-scatter needs one shard per rank; only it can release reduced buckets");
   if (mode == Mode::ReduceScatter) {
     shard_.reserve(size_t(plan.shard_total()) * sizeof(float));
-    shard_.allocate();
+    shard_.allocate(ops_.memory());
   }
   if (wire_ == DType::bf16 && dp.size() > 1) {
     const int64_t n = plan.padded_total() + (mode == Mode::ReduceScatter ? plan.shard_total() : 0);
     wire_buf_.reserve(size_t(n) * sizeof(bf16));
-    wire_buf_.allocate();
+    wire_buf_.allocate(ops_.memory());
   }
   const auto& buckets = plan.buckets();
   const size_t n = buckets.size();
@@ -80,7 +80,7 @@ void GradReducer::launch_ready() {
     started_[b] = Clock::now();
     if (wire_buf_.allocated()) {
       bf16* wire = wire_buf_.at<bf16>(0) + r.begin;
-      cpu::cast_f32_to_bf16(wire, full, size_t(r.size()));
+      ops_.narrow(wire, full, size_t(r.size()));
       if (mode_ == Mode::AllReduce) {
         work_[b] = dp_.all_reduce_sum_16bit_async(wire, size_t(r.size()), DType::bf16);
       } else {
@@ -121,10 +121,10 @@ void GradReducer::complete(size_t b) {
   if (wire_buf_.allocated()) {  // the reduced bf16 values, widened back into the fp32 buffers
     const FlatRange r = plan_.buckets()[b].range;
     if (mode_ == Mode::AllReduce)
-      cpu::cast_bf16_to_f32(grads_.data() + r.begin, wire_buf_.at<bf16>(0) + r.begin, size_t(r.size()));
+      ops_.widen(grads_.data() + r.begin, wire_buf_.at<bf16>(0) + r.begin, size_t(r.size()));
     else
-      cpu::cast_bf16_to_f32(shard_.at<float>(0) + plan_.shard_offset(int(b)),
-                            wire_buf_.at<bf16>(0) + plan_.padded_total() + plan_.shard_offset(int(b)),
+      ops_.widen(shard_.at<float>(0) + plan_.shard_offset(int(b)),
+                 wire_buf_.at<bf16>(0) + plan_.padded_total() + plan_.shard_offset(int(b)),
                             size_t(plan_.shard_size(int(b))));
   }
 }

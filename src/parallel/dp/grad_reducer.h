@@ -28,7 +28,8 @@
 #include "comm/communicator.h"
 #include "core/arena.h"
 #include "parallel/dp/bucket_plan.h"
-#include "core/paged_buffer.h"
+#include "core/memory_resource.h"
+#include "kernels/backend_fwd.h"
 
 namespace loom {
 
@@ -57,8 +58,10 @@ class GradReducer {
   // half the bytes; each partial sum is added in fp32 and rounded back to
   // bf16, so precision falls with the rank count), and widens the result
   // back into fp32. docs/precision.md gives the risk.
-  GradReducer(const BucketPlan& plan, Communicator& dp, PagedBuffer& grads, Mode mode, bool release_reduced,
-              DType wire = DType::f32);
+  // grads: a releasable buffer of the backend's memory (release_reduced
+  // hands back the reduced prefix where the resource can).
+  GradReducer(Backend& ops, const BucketPlan& plan, Communicator& dp, ReleasableBuffer& grads, Mode mode,
+              bool release_reduced, DType wire = DType::f32);
 
   // Before the backward whose gradients are to be reduced.
   void begin();
@@ -83,9 +86,10 @@ class GradReducer {
   void complete(size_t b);
   void release_reduced_prefix();
 
+  Backend& ops_;
   const BucketPlan& plan_;
   Communicator& dp_;
-  PagedBuffer& grads_;
+  ReleasableBuffer& grads_;
   Mode mode_;
   bool release_reduced_;
   DType wire_;

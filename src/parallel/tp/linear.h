@@ -17,7 +17,7 @@
 // are fp32.
 #pragma once
 
-#include "kernels/cpu/matmul_lowp.h"
+#include "kernels/backend.h"
 #include "parallel/tp/tensor_parallel.h"
 
 namespace loom::tp {
@@ -38,7 +38,7 @@ class PartialTerm {
 
 // out[N, OCl] = x[N, C] @ weight[OCl, C]^T + bias[OCl]; Out is A or float.
 template <class A, class Out>
-void column_parallel_forward(cpu::LowpMatmulEngine& eng, Out* out, const A* x, const A* weight, const float* bias,
+void column_parallel_forward(Backend& eng, Out* out, const A* x, const A* weight, const float* bias,
                              int N, int C, int OCl);
 
 // dx[local_rows, C] = reduce(dout[N, OCl] @ weight), computed into
@@ -49,7 +49,7 @@ void column_parallel_forward(cpu::LowpMatmulEngine& eng, Out* out, const A* x, c
 // gradient alone (a zero-bubble schedule's B; linear_weight_backward later).
 // `extra`, if given, adds to work before the reduction.
 template <class A>
-void column_parallel_backward(cpu::LowpMatmulEngine& eng, const TensorParallel& tp, float* dx, float* work,
+void column_parallel_backward(Backend& eng, const TensorParallel& tp, float* dx, float* work,
                               float* dweight, float* dbias, const A* dout, const A* x, const A* weight, int N, int C,
                               int OCl, Work* x_ready = nullptr, const PartialTerm* extra = nullptr);
 
@@ -58,7 +58,7 @@ void column_parallel_backward(cpu::LowpMatmulEngine& eng, const TensorParallel& 
 // parallelism); out must not alias residual. `extra`, if given, adds to the
 // partial product before the reduction.
 template <class A>
-void row_parallel_forward(cpu::LowpMatmulEngine& eng, const TensorParallel& tp, float* out, float* work, const A* x,
+void row_parallel_forward(Backend& eng, const TensorParallel& tp, float* out, float* work, const A* x,
                           const A* weight, const float* bias, const float* residual, int N, int ICl, int C,
                           const PartialTerm* extra = nullptr);
 
@@ -67,7 +67,7 @@ void row_parallel_forward(cpu::LowpMatmulEngine& eng, const TensorParallel& tp, 
 // dbias += column sums of every row (complete on every rank). dweight ==
 // nullptr: the input gradient alone.
 template <class A>
-void row_parallel_backward(cpu::LowpMatmulEngine& eng, const TensorParallel& tp, float* dx, float* dweight,
+void row_parallel_backward(Backend& eng, const TensorParallel& tp, float* dx, float* dweight,
                            float* dbias, const A* dout, A* work, const A* x, const A* weight, int N, int ICl, int C);
 
 // The weight part of either layer's backward on its own (a zero-bubble
@@ -75,7 +75,7 @@ void row_parallel_backward(cpu::LowpMatmulEngine& eng, const TensorParallel& tp,
 // sums (dbias may be null); dout and x hold every row (gathered with
 // sequence parallelism). Bitwise what the combined backward adds.
 template <class A>
-void linear_weight_backward(cpu::LowpMatmulEngine& eng, float* dweight, float* dbias, const A* dout, const A* x,
+void linear_weight_backward(Backend& eng, float* dweight, float* dbias, const A* dout, const A* x,
                             int N, int C, int OC);
 
 }  // namespace loom::tp

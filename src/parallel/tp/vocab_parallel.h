@@ -8,6 +8,7 @@
 
 #include <cstdint>
 
+#include "kernels/backend_fwd.h"
 #include "parallel/tp/tensor_parallel.h"
 
 namespace loom::tp {
@@ -22,7 +23,7 @@ struct VocabSlice {
 // the N = B x T token rows. work[N, C]: the masked lookups before their
 // reduction (unused on one rank). wpe == nullptr: no position table (LLaMA's
 // positions are rotary, inside attention).
-void embedding_forward(const TensorParallel& tp, float* out, float* work, const int32_t* tokens,
+void embedding_forward(Backend& ops, const TensorParallel& tp, float* out, float* work, const int32_t* tokens,
                        const float* wte_rows, const VocabSlice& vocab, const float* wpe, int N, int T, int C,
                        const int32_t* positions = nullptr);
 
@@ -30,7 +31,7 @@ void embedding_forward(const TensorParallel& tp, float* out, float* work, const 
 // sequence-parallel ranks: each adds its own rows) and this rank's rows of
 // dwte. work[N, C] receives the gathered gradient with sequence parallelism.
 // dwpe == nullptr: no position table.
-void embedding_backward(const TensorParallel& tp, float* dwte_rows, float* dwpe, const float* dout, float* work,
+void embedding_backward(Backend& ops, const TensorParallel& tp, float* dwte_rows, float* dwpe, const float* dout, float* work,
                         const int32_t* tokens, const VocabSlice& vocab, int N, int T, int C,
                         const int32_t* positions = nullptr);
 
@@ -40,7 +41,7 @@ void embedding_backward(const TensorParallel& tp, float* dwte_rows, float* dwpe,
 // padding columns 0. scratch[3N] is work space. L: float, or bf16 / fp16
 // logits (read widened, the gradient written back rounded; fp32 math).
 template <class L>
-void cross_entropy(const TensorParallel& tp, float* losses, L* logits, float* scratch, const int32_t* targets,
+void cross_entropy(Backend& ops, const TensorParallel& tp, float* losses, L* logits, float* scratch, const int32_t* targets,
                    const VocabSlice& vocab, int N, bool backward, float dloss);
 
 }  // namespace loom::tp

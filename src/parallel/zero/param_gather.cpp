@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "core/check.h"
-#include "kernels/cpu/cast.h"
+#include "kernels/backend.h"
 
 namespace loom {
 namespace {
@@ -24,14 +24,15 @@ int64_t rounded_window(int64_t floats) { return (floats + kWindowAlign - 1) / kW
 
 }  // namespace
 
-ParamGather::ParamGather(const FlatLayout& layout, const std::vector<std::pair<int, int>>& segments,
+ParamGather::ParamGather(Backend& ops, const FlatLayout& layout, const std::vector<std::pair<int, int>>& segments,
                          const BucketPlan& plan, Communicator& dp, const float* master, DType compute)
-    : plan_(plan),
+    : ops_(ops),
+      plan_(plan),
       dp_(dp),
       master_(master),
       compute_(compute),
       segment_of_(layout.tensors.size(), -1),
-      windows_([&] {
+      windows_(ops.memory().releasable([&] {
         int64_t total = 0;
         for (auto [first, end] : segments)
           if (first < end) {
@@ -39,9 +40,9 @@ ParamGather::ParamGather(const FlatLayout& layout, const std::vector<std::pair<i
             total += rounded_window(hi - lo);
           }
         return std::max<int64_t>(total, 1);
-      }()) {
+      }())) {
   LOOM_CHECK(plan.shards() == dp.size(), "ZeRO-3 plan of %d shards for %d ranks", plan.shards(), dp.size());
-  if (compute != DType::f32) copy_ = std::make_unique<PagedBuffer>(windows_.size());
+  if (compute != DType::f32) copy_ = ops.memory().releasable(windows_->size());
   const auto& buckets = plan.buckets();
   int64_t window = 0;
   for (auto [first, end] : segments) {
@@ -66,7 +67,7 @@ ParamGather::ParamGather(const FlatLayout& layout, const std::vector<std::pair<i
     LOOM_CHECK(segment_of_[t] >= 0, "tensor %zu is in no ZeRO-3 segment", t);
     const Segment& s = segs_[size_t(segment_of_[t])];
     const int64_t at = s.window + (layout.tensors[t].offset - s.lo);
-    params_at_[t] = windows_.data() + at;
+    params_at_[t] = windows_->data() + at;
     // The 16-bit copy fills the first half of the same window in its own buffer.
     if (copy_) weights_at_[t] = reinterpret_cast<uint16_t*>(copy_->data() + s.window) + (at - s.window);
   }
@@ -82,7 +83,7 @@ std::vector<int> ParamGather::segments_of(const std::vector<int>& tensors) const
 
 void ParamGather::start(Segment& s) {
   const auto& buckets = plan_.buckets();
-  float* window = windows_.data() + s.window;
+  float* window = windows_->data() + s.window;
   for (int b = s.first_bucket; b < s.end_bucket; b++) {
     const int64_t n = plan_.shard_size(b);
     s.gathers.push_back(dp_.all_gather_async(master_ + plan_.shard_offset(b),
@@ -96,16 +97,16 @@ void ParamGather::start(Segment& s) {
 void ParamGather::finish(Segment& s) {
   for (auto& g : s.gathers) g->wait();
   s.gathers.clear();
-  const float* values = windows_.data() + s.window;
+  const float* values = windows_->data() + s.window;
   const size_t n = size_t(s.hi - s.lo);
-  if (compute_ == DType::bf16) cpu::narrow(reinterpret_cast<bf16*>(copy_->data() + s.window), values, n);
-  if (compute_ == DType::f16) cpu::narrow(reinterpret_cast<f16*>(copy_->data() + s.window), values, n);
+  if (compute_ == DType::bf16) ops_.narrow(reinterpret_cast<bf16*>(copy_->data() + s.window), values, n);
+  if (compute_ == DType::f16) ops_.narrow(reinterpret_cast<f16*>(copy_->data() + s.window), values, n);
   s.state = State::present;
 }
 
 void ParamGather::drop(Segment& s) {
   const int64_t end = s.window + rounded_window(s.hi - s.lo);
-  windows_.release({s.window, std::min(end, windows_.size())});
+  windows_->release({s.window, std::min(end, windows_->size())});
   if (copy_) copy_->release({s.window, std::min(end, copy_->size())});
   s.state = State::absent;
   gathered_ -= size_t(s.hi - s.lo) * (copy_ ? 6 : 4);

@@ -20,7 +20,8 @@
 
 #include "comm/communicator.h"
 #include "parallel/dp/bucket_plan.h"
-#include "core/paged_buffer.h"
+#include "core/memory_resource.h"
+#include "kernels/backend_fwd.h"
 
 namespace loom {
 
@@ -30,7 +31,7 @@ class ParamGather {
   // in order; plan: made with a break at every segment's first offset.
   // master: this rank's shard (plan.shard_total() floats), read at each gather.
   // compute: f32, or bf16 / f16 for a 16-bit copy beside the fp32 values.
-  ParamGather(const FlatLayout& layout, const std::vector<std::pair<int, int>>& segments, const BucketPlan& plan,
+  ParamGather(Backend& ops, const FlatLayout& layout, const std::vector<std::pair<int, int>>& segments, const BucketPlan& plan,
               Communicator& dp, const float* master, DType compute);
 
   // Makes the segments holding `tensors` present (waiting for their
@@ -45,7 +46,7 @@ class ParamGather {
   const std::vector<float*>& tensor_params() const { return params_at_; }
   const std::vector<void*>& tensor_weights() const { return weights_at_; }
   // Bytes of gathered parameters in memory now, and the most at once so far.
-  size_t resident_bytes() const { return windows_.resident_bytes() + (copy_ ? copy_->resident_bytes() : 0); }
+  size_t resident_bytes() const { return windows_->resident_bytes() + (copy_ ? copy_->resident_bytes() : 0); }
   size_t peak_bytes() const { return peak_bytes_; }
   // Bytes of segments present or in flight now (what peak_bytes() maximises).
   size_t gathered_bytes() const { return gathered_; }
@@ -66,14 +67,15 @@ class ParamGather {
   void drop(Segment& s);
   std::vector<int> segments_of(const std::vector<int>& tensors) const;
 
+  Backend& ops_;
   const BucketPlan& plan_;
   Communicator& dp_;
   const float* master_;
   DType compute_;
   std::vector<Segment> segs_;
   std::vector<int> segment_of_;  // per tensor
-  PagedBuffer windows_;           // fp32 values
-  std::unique_ptr<PagedBuffer> copy_;  // bf16 / fp16: the same windows, 16-bit
+  std::unique_ptr<ReleasableBuffer> windows_;  // fp32 values (the backend's releasable memory)
+  std::unique_ptr<ReleasableBuffer> copy_;  // bf16 / fp16: the same windows, 16-bit
   std::vector<float*> params_at_;
   std::vector<void*> weights_at_;
   size_t gathered_ = 0, peak_bytes_ = 0;  // bytes of present or in-flight segments

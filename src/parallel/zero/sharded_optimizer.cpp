@@ -7,7 +7,7 @@
 
 #include "comm/rank_sum.h"
 #include "core/check.h"
-#include "kernels/cpu/cast.h"
+#include "kernels/backend.h"
 
 namespace loom {
 
@@ -20,23 +20,24 @@ std::vector<FlatRange> owned_ranges(const FlatLayout& layout, const BucketPlan& 
 
 }  // namespace
 
-ShardedOptimizer::ShardedOptimizer(const FlatLayout& layout, const BucketPlan& plan, Communicator& dp, bool sharded,
+ShardedOptimizer::ShardedOptimizer(Backend& ops, const FlatLayout& layout, const BucketPlan& plan, Communicator& dp, bool sharded,
                                    const AdamWConfig& cfg, Communicator* model_parallel, bool sharded_masters,
                                    bool publish)
-    : plan_(plan),
+    : ops_(ops),
+      plan_(plan),
       dp_(dp),
       model_parallel_(model_parallel && model_parallel->size() > 1 ? model_parallel : nullptr),
       sharded_(sharded),
       sharded_masters_(sharded_masters),
       publish_(publish),
       owned_(owned_ranges(layout, plan, dp.rank(), sharded)),
-      adamw_(layout, owned_, cfg) {
+      adamw_(ops, layout, owned_, cfg) {
   LOOM_CHECK(!sharded || plan.shards() == dp.size(), "ZeRO plan of %d shards for %d ranks", plan.shards(),
              dp.size());
   LOOM_CHECK(sharded || !sharded_masters, "sharded master weights need a sharded optimizer");
   if (!sharded_masters) return;
   master_.reserve(size_t(plan.shard_total()) * sizeof(float));
-  master_.allocate();
+  master_.allocate(ops_.memory());
   for (const auto& b : plan.buckets()) {
     std::vector<FlatRange> keep;
     for (const FlatPiece& p : pieces_of(layout, {b.range}))
@@ -62,9 +63,9 @@ void ShardedOptimizer::publish(float* params, const WeightCopy& copy) {
     const float* values = stage[b % 2].data();
     const FlatRange r = buckets[b].range;
     if (copy.dtype == DType::bf16)
-      cpu::cast_f32_to_bf16(static_cast<bf16*>(copy.data) + r.begin, values, size_t(r.size()));
+      ops_.narrow(static_cast<bf16*>(copy.data) + r.begin, values, size_t(r.size()));
     else
-      cpu::cast_f32_to_f16(static_cast<f16*>(copy.data) + r.begin, values, size_t(r.size()));
+      ops_.narrow(static_cast<f16*>(copy.data) + r.begin, values, size_t(r.size()));
     for (const FlatRange& k : fp32_read_[b])
       std::copy(values + (k.begin - r.begin), values + (k.end - r.begin), params + k.begin);
   }
@@ -113,9 +114,9 @@ void ShardedOptimizer::step(float* params, const float* reduced, float lr, float
   auto round_range = [&](int64_t begin, int64_t end) {
     if (begin >= end) return;
     if (copy.dtype == DType::bf16)
-      cpu::cast_f32_to_bf16(static_cast<bf16*>(copy.data) + begin, params + begin, size_t(end - begin));
+      ops_.narrow(static_cast<bf16*>(copy.data) + begin, params + begin, size_t(end - begin));
     else
-      cpu::cast_f32_to_f16(static_cast<f16*>(copy.data) + begin, params + begin, size_t(end - begin));
+      ops_.narrow(static_cast<f16*>(copy.data) + begin, params + begin, size_t(end - begin));
   };
   for (const FlatRange& r : owned_) round_range(at, r.begin), at = r.end;
   round_range(at, plan_.padded_total());

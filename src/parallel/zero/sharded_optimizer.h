@@ -42,7 +42,7 @@ class ShardedOptimizer {
   // (needs sharded); with publish, step() then writes the whole compute copy
   // and the fp32 values the model reads (ZeRO 1, 2 in mixed precision);
   // without, nothing (ZeRO 3).
-  ShardedOptimizer(const FlatLayout& layout, const BucketPlan& plan, Communicator& dp, bool sharded,
+  ShardedOptimizer(Backend& ops, const FlatLayout& layout, const BucketPlan& plan, Communicator& dp, bool sharded,
                    const AdamWConfig& cfg, Communicator* model_parallel = nullptr, bool sharded_masters = false,
                    bool publish = false);
 
@@ -79,6 +79,7 @@ class ShardedOptimizer {
   const std::vector<FlatRange>& owned() const { return owned_; }
 
  private:
+  Backend& ops_;
   const BucketPlan& plan_;
   Communicator& dp_;
   Communicator* model_parallel_;

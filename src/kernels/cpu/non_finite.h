@@ -8,7 +8,7 @@
 
 #include <cstddef>
 
-namespace loom {
+namespace loom::cpu {
 
 // True if any of x[n] is inf or NaN.
 bool has_non_finite(const float* x, size_t n);
@@ -19,4 +19,4 @@ bool has_non_finite(const float* x, size_t n);
 // exact unless the result becomes subnormal.
 bool unscale_and_check(float* x, size_t n, float inv_scale);
 
-}  // namespace loom
+}  // namespace loom::cpu

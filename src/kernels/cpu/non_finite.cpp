@@ -1,9 +1,9 @@
-#include "precision/non_finite.h"
+#include "kernels/cpu/non_finite.h"
 
 #include <cstdint>
 #include <cstring>
 
-namespace loom {
+namespace loom::cpu {
 
 namespace {
 // Below this many elements a thread team costs more than it saves.
@@ -36,4 +36,4 @@ bool unscale_and_check(float* x, size_t n, float inv_scale) {
   return bad != 0;
 }
 
-}  // namespace loom
+}  // namespace loom::cpu
