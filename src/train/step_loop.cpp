@@ -26,7 +26,8 @@ obs::MoeStepMetrics moe_metrics(const ModelConfig& model, const Replica& replica
   m.experts = model.n_experts, m.top_k = model.top_k;
   m.load_max = s.load_max(), m.load_min = s.load_min();
   m.aux_loss = s.balance_loss, m.z_loss = s.z_loss, m.bias_max = s.bias_max;
-  if (ep > 1) m.ep = ep, m.a2a_ms = 1e3 * s.exchange_s, m.a2a_hidden_ms = 1e3 * s.hidden_s, m.rank_load_max = s.rank_load_max;
+  if (ep > 1)
+    m.ep = ep, m.a2a_ms = 1e3 * s.exchange_s, m.a2a_hidden_ms = 1e3 * s.hidden_s, m.rank_load_max = s.rank_load_max;
   return m;
 }
 
@@ -47,14 +48,7 @@ struct StepLoop::Step {
 };
 
 StepLoop::StepLoop(const Parts& p, TrainPosition position, double flops_per_step, TrainResult& result, FILE* log)
-    : cfg_(p.cfg),
-      ctx_(p.ctx),
-      options_(p.options),
-      shape_(p.shape),
-      data_(p.data),
-      replica_(p.replica),
-      checkpoints_(p.checkpoints),
-      recorder_(p.recorder),
+    : run_(p),
       result_(result),
       log_(log),
       flops_per_step_(flops_per_step),
@@ -66,14 +60,15 @@ StepLoop::StepLoop(const Parts& p, TrainPosition position, double flops_per_step
       stragglers_(p.ctx.grid().world_size(), p.cfg.train.straggler_factor, p.cfg.train.straggler_window),
       pass_times_(p.replica.pipeline()) {
   guard_.restore(position_.guard);
-  times_.bubble_sum.assign(size_t(ctx_.grid().pp()), 0.0);
+  times_.bubble_sum.assign(size_t(run_.ctx.grid().pp()), 0.0);
   first_step_ = int(position_.next_step);
-  end_step_ = options_.stop_after > 0 ? std::min(options_.stop_after, cfg_.train.steps) : cfg_.train.steps;
+  end_step_ =
+      run_.options.stop_after > 0 ? std::min(run_.options.stop_after, run_.cfg.train.steps) : run_.cfg.train.steps;
 }
 
 void StepLoop::run() {
   if (log_ && first_step_ >= end_step_)
-    std::fprintf(log_, "nothing to do: the checkpoint is at step %d of %d\n", first_step_, cfg_.train.steps);
+    std::fprintf(log_, "nothing to do: the checkpoint is at step %d of %d\n", first_step_, run_.cfg.train.steps);
   for (int step = first_step_; step < end_step_;) step = run_step(step);
 }
 
@@ -81,11 +76,11 @@ int StepLoop::run_step(int step) {
   Step s;
   s.step = step;
   s.timed = step > first_step_ || end_step_ - first_step_ == 1;
-  s.last = step + 1 == cfg_.train.steps;
-  if (FlightRecorder* flight = recorder_.flight()) flight->note_step(step + 1);
-  options_.faults.at_step_begin(step, ctx_.rank());
+  s.last = step + 1 == run_.cfg.train.steps;
+  if (FlightRecorder* flight = run_.recorder.flight()) flight->note_step(step + 1);
+  run_.options.faults.at_step_begin(step, run_.ctx.rank());
   s.t0 = Clock::now();
-  obs::ScopedSpan step_span(recorder_.trace(), "step", obs::SpanKind::step, obs::CommGroup::none, step);
+  obs::ScopedSpan step_span(run_.recorder.trace(), "step", obs::SpanKind::step, obs::CommGroup::none, step);
   read_batch(s);
   forward_backward(s);
   judge(s);
@@ -95,17 +90,18 @@ int StepLoop::run_step(int step) {
   evaluate_if_due(s);
   int next = step + 1;
   if (s.verdict == LossVerdict::Rollback && roll_back(s, next)) return next;
-  if (cfg_.train.checkpoint_every > 0 && ((step + 1) % cfg_.train.checkpoint_every == 0 || s.last))
-    checkpoints_.save(TrainPosition{step + 1, position_.data_skip, guard_.state()}, replica_, options_.faults, log_);
+  if (run_.cfg.train.checkpoint_every > 0 && ((step + 1) % run_.cfg.train.checkpoint_every == 0 || s.last))
+    run_.checkpoints.save(TrainPosition{step + 1, position_.data_skip, guard_.state()}, run_.replica,
+                          run_.options.faults, log_);
   record(s);
   return next;
 }
 
 void StepLoop::read_batch(Step& s) {
-  obs::TraceRecorder* trace = recorder_.trace();
+  obs::TraceRecorder* trace = run_.recorder.trace();
   const auto t = Clock::now();
   if (trace) trace->begin("data", obs::SpanKind::data);
-  batch_.read(data_, uint64_t(cfg_.train.seed), s.step + position_.data_skip);
+  batch_.read(run_.data, uint64_t(run_.cfg.train.seed), s.step + position_.data_skip);
   if (trace) trace->end();
   s.data_s = seconds_since(t);
   times_.data_s += s.data_s;
@@ -115,24 +111,24 @@ void StepLoop::read_batch(Step& s) {
 // rank's own compute, without its waits for tensor-parallel peers (the
 // straggler monitor compares ranks).
 void StepLoop::forward_backward(Step& s) {
-  s.scale_used = replica_.scaler().scale();
+  s.scale_used = run_.replica.scaler().scale();
   result_.loss_scales.push_back(s.scale_used);
-  if ((options_.inf_rank < 0 || ctx_.rank() == options_.inf_rank) && listed(options_.inf_steps, s.step))
-    replica_.inject_inf();
-  const double tp_wait_before = replica_.tp_comm_seconds();
-  const int slow_ms = options_.faults.slow_ms(s.step, ctx_.rank());
+  if ((run_.options.inf_rank < 0 || run_.ctx.rank() == run_.options.inf_rank) && listed(run_.options.inf_steps, s.step))
+    run_.replica.inject_inf();
+  const double tp_wait_before = run_.replica.tp_comm_seconds();
+  const int slow_ms = run_.options.faults.slow_ms(s.step, run_.ctx.rank());
   if (slow_ms > 0)  // an injected straggler: the delay stands for slower compute
     std::this_thread::sleep_for(std::chrono::milliseconds(slow_ms));
-  s.loss = replica_.forward_backward(batch_.tokens, batch_.targets, shape_.T, batch_.positions);
-  const pp::StageTimeline& tl = replica_.timeline();
-  s.busy_s = 1e-3 * slow_ms + std::max(0.0, tl.compute - (replica_.tp_comm_seconds() - tp_wait_before));
+  s.loss = run_.replica.forward_backward(batch_.tokens, batch_.targets, run_.shape.T, batch_.positions);
+  const pp::StageTimeline& tl = run_.replica.timeline();
+  s.busy_s = 1e-3 * slow_ms + std::max(0.0, tl.compute - (run_.replica.tp_comm_seconds() - tp_wait_before));
   if (s.timed) {
-    times_.bubble_sum[size_t(ctx_.coord().pp)] += tl.bubble();
-    if (ctx_.grid().pp() > 1) pass_times_.add(tl, ctx_.coord().pp);
+    times_.bubble_sum[size_t(run_.ctx.coord().pp)] += tl.bubble();
+    if (run_.ctx.grid().pp() > 1) pass_times_.add(tl, run_.ctx.coord().pp);
   }
   result_.peak_in_flight = std::max(result_.peak_in_flight, tl.peak_in_flight);
-  obs::ScopedSpan wait(recorder_.trace(), "gradient reduction", obs::SpanKind::wait, obs::CommGroup::dp);
-  s.norm = replica_.reduce();
+  obs::ScopedSpan wait(run_.recorder.trace(), "gradient reduction", obs::SpanKind::wait, obs::CommGroup::dp);
+  s.norm = run_.replica.reduce();
 }
 
 // Every rank holds the same loss and the same overflow flag, so every rank
@@ -143,18 +139,19 @@ void StepLoop::forward_backward(Step& s) {
 // the loss guard, which skips and then rolls back.
 void StepLoop::judge(Step& s) {
   // Each replica (and cp rank) holds its share of the batch's mean loss.
-  s.loss = float(sum_over_ranks(ctx_.dp(), double(s.loss)));
+  s.loss = float(sum_over_ranks(run_.ctx.dp(), double(s.loss)));
   // A batch with no valid target has no loss and zero gradients: nothing
   // is updated, in every layout alike.
-  s.empty = replica_.step_targets() == 0;
+  s.empty = run_.replica.step_targets() == 0;
   if (s.empty) s.loss = NAN, result_.empty_steps++;
-  if (s.step == first_step_ && options_.keep_first_step_grads) result_.first_step_grads = replica_.gather_grads();
-  s.moe = moe_metrics(cfg_.model, replica_, ctx_.grid().ep());
-  s.clip = clip_scale(s.norm, cfg_.train.grad_clip);
+  if (s.step == first_step_ && run_.options.keep_first_step_grads)
+    result_.first_step_grads = run_.replica.gather_grads();
+  s.moe = moe_metrics(run_.cfg.model, run_.replica, run_.ctx.grid().ep());
+  s.clip = clip_scale(s.norm, run_.cfg.train.grad_clip);
   s.lr = schedule_.at(s.step);
-  if (listed(options_.poison_steps, s.step + position_.data_skip)) s.loss = NAN;
-  s.overflow = replica_.overflowed();
-  const LossScalerOptions& scaling = replica_.scaler().options();
+  if (listed(run_.options.poison_steps, s.step + position_.data_skip)) s.loss = NAN;
+  s.overflow = run_.replica.overflowed();
+  const LossScalerOptions& scaling = run_.replica.scaler().options();
   s.scaler_skip = s.overflow && scaling.mode == LossScaleMode::dynamic && s.scale_used > scaling.min_scale;
   s.verdict = s.scaler_skip || s.empty ? LossVerdict::Skip : guard_.observe(s.overflow ? NAN : s.loss);
   if (s.overflow) result_.overflow_steps++;
@@ -162,16 +159,16 @@ void StepLoop::judge(Step& s) {
 
 void StepLoop::apply(Step& s) {
   const auto t = Clock::now();
-  const int n = s.step + 1, steps = cfg_.train.steps;
+  const int n = s.step + 1, steps = run_.cfg.train.steps;
   if (s.verdict == LossVerdict::Ok) {
-    obs::ScopedSpan optimizer(recorder_.trace(), "optimizer", obs::SpanKind::optimizer);
-    replica_.update(s.lr, s.clip);
+    obs::ScopedSpan optimizer(run_.recorder.trace(), "optimizer", obs::SpanKind::optimizer);
+    run_.replica.update(s.lr, s.clip);
   } else if (s.empty) {
     if (log_) std::fprintf(log_, "step %5d/%d | skipped: no valid target in the batch\n", n, steps);
   } else if (s.scaler_skip) {
     if (log_)
       std::fprintf(log_, "step %5d/%d | skipped: inf/NaN in the gradients; loss scale %g -> %g\n", n, steps,
-                   double(s.scale_used), double(replica_.scaler().scale()));
+                   double(s.scale_used), double(run_.replica.scaler().scale()));
   } else {
     result_.skipped_steps++;
     if (log_)
@@ -184,7 +181,8 @@ void StepLoop::apply(Step& s) {
 
 void StepLoop::account(Step& s) {
   s.dt = seconds_since(s.t0);
-  if (s.step == first_step_) times_.warm_up = replica_.reduce_times(), times_.tp_comm_warm_up = replica_.tp_comm_seconds();
+  if (s.step == first_step_)
+    times_.warm_up = run_.replica.reduce_times(), times_.tp_comm_warm_up = run_.replica.tp_comm_seconds();
   result_.train_losses.push_back(s.loss);
   result_.grad_norms.push_back(float(s.norm));
   if (s.moe.experts > 0) result_.moe_steps.push_back(s.moe);
@@ -195,15 +193,15 @@ void StepLoop::account(Step& s) {
 
 // One line per logged step: the window since the last logged step.
 void StepLoop::print_step(const Step& s) {
-  const bool logged = s.step % cfg_.train.log_every == 0 || s.last;
+  const bool logged = s.step % run_.cfg.train.log_every == 0 || s.last;
   if (log_ && logged) {
-    const double tok_s = shape_.tokens_per_step() * window_steps_ / window_s_;
+    const double tok_s = run_.shape.tokens_per_step() * window_steps_ / window_s_;
     const double gflops = flops_per_step_ * window_steps_ / window_s_ * 1e-9;
     const std::string scale =
-        replica_.scaler().mode() == LossScaleMode::off ? "" : strprintf(" | scale %g", double(s.scale_used));
+        run_.replica.scaler().mode() == LossScaleMode::off ? "" : strprintf(" | scale %g", double(s.scale_used));
     // Instruction data: how many of the batch's tokens are learned from.
-    const std::string targets = replica_.step_targets() < int64_t(shape_.tokens_per_step())
-                                    ? strprintf(" | targets %lld", (long long)replica_.step_targets())
+    const std::string targets = run_.replica.step_targets() < int64_t(run_.shape.tokens_per_step())
+                                    ? strprintf(" | targets %lld", (long long)run_.replica.step_targets())
                                     : "";
     // A mixture of experts: the busiest and idlest expert's load over the
     // mean; expert parallelism: the token all-to-alls' exposed time.
@@ -213,8 +211,8 @@ void StepLoop::print_step(const Step& s) {
     std::fprintf(log_,
                  "step %5d/%d | loss %.4f%s | lr %.2e | grad norm %.3f%s%s | %.0f tok/s | %.1f GFLOP/s (%.1f%% of "
                  "peak)\n",
-                 s.step + 1, cfg_.train.steps, s.loss, targets.c_str(), s.lr, s.norm, scale.c_str(), experts.c_str(),
-                 tok_s, gflops, 100.0 * gflops / result_.peak_gflops);
+                 s.step + 1, run_.cfg.train.steps, s.loss, targets.c_str(), s.lr, s.norm, scale.c_str(),
+                 experts.c_str(), tok_s, gflops, 100.0 * gflops / result_.peak_gflops);
     std::fflush(log_);
   }
   if (logged) window_s_ = 0, window_steps_ = 0;
@@ -223,38 +221,39 @@ void StepLoop::print_step(const Step& s) {
 // This step's exposed communication (tensor-parallel waits and the
 // data-parallel wait after backward) is taken before an evaluation adds its own.
 void StepLoop::evaluate_if_due(Step& s) {
-  const double tp_now = replica_.tp_comm_seconds(), wait_now = replica_.reduce_times().wait_s;
+  const double tp_now = run_.replica.tp_comm_seconds(), wait_now = run_.replica.reduce_times().wait_s;
   s.comm_s = (tp_now - tp_comm_before_) + (wait_now - wait_before_);
-  const bool due = cfg_.train.eval_every > 0 && ((s.step + 1) % cfg_.train.eval_every == 0 || s.last);
+  const bool due = run_.cfg.train.eval_every > 0 && ((s.step + 1) % run_.cfg.train.eval_every == 0 || s.last);
   if (due) {
-    const double tp_before = replica_.tp_comm_seconds();
-    s.val = evaluate(replica_, data_, cfg_.train.eval_batches, shape_, ctx_);
-    if (s.timed) times_.tp_comm_eval += replica_.tp_comm_seconds() - tp_before;
+    const double tp_before = run_.replica.tp_comm_seconds();
+    s.val = evaluate(run_.replica, run_.data, run_.cfg.train.eval_batches, run_.shape, run_.ctx);
+    if (s.timed) times_.tp_comm_eval += run_.replica.tp_comm_seconds() - tp_before;
     result_.val_losses.push_back(s.val);
-    if (log_) std::fprintf(log_, "step %5d/%d | val loss %.4f\n", s.step + 1, cfg_.train.steps, s.val), std::fflush(log_);
+    if (log_)
+      std::fprintf(log_, "step %5d/%d | val loss %.4f\n", s.step + 1, run_.cfg.train.steps, s.val), std::fflush(log_);
   }
-  tp_comm_before_ = replica_.tp_comm_seconds(), wait_before_ = replica_.reduce_times().wait_s;
+  tp_comm_before_ = run_.replica.tp_comm_seconds(), wait_before_ = run_.replica.reduce_times().wait_s;
 }
 
 // Back to the last checkpoint, past the data window that went bad; with no
 // checkpoint the run goes on (false).
 bool StepLoop::roll_back(Step& s, int& next) {
   guard_.after_rollback();
-  if (checkpoints_.last().empty()) {
+  if (run_.checkpoints.last().empty()) {
     if (log_)
       std::fprintf(log_, "step %5d/%d | %d bad steps in a row and no checkpoint to roll back to: going on\n",
-                   s.step + 1, cfg_.train.steps, cfg_.train.guard_max_skips);
+                   s.step + 1, run_.cfg.train.steps, run_.cfg.train.guard_max_skips);
     return false;
   }
   const int64_t skip = position_.data_skip;
-  const TrainPosition back = checkpoints_.resume(checkpoints_.last(), replica_, log_);
+  const TrainPosition back = run_.checkpoints.resume(run_.checkpoints.last(), run_.replica, log_);
   LOOM_CHECK(back.next_step <= s.step + 1, "rolled back to step %lld, after step %d", (long long)back.next_step,
              s.step + 1);
   position_.data_skip = skip + (s.step + 1 - back.next_step);
   result_.rollbacks++;
   if (log_)
     std::fprintf(log_, "step %5d/%d | rolled back to step %lld; skipping %lld steps of data\n", s.step + 1,
-                 cfg_.train.steps, (long long)back.next_step, (long long)(s.step + 1 - back.next_step));
+                 run_.cfg.train.steps, (long long)back.next_step, (long long)(s.step + 1 - back.next_step));
   next = int(back.next_step);
   return true;
 }
@@ -262,28 +261,29 @@ bool StepLoop::roll_back(Step& s, int& next) {
 // Stragglers (after the first step, which warms up) and metrics.jsonl.
 void StepLoop::record(const Step& s) {
   RankStats stats;
-  if (recorder_.active() || stragglers_.enabled()) stats = gather_rank_stats(ctx_, s.busy_s);
+  if (run_.recorder.active() || stragglers_.enabled()) stats = gather_rank_stats(run_.ctx, s.busy_s);
   if (s.step > first_step_)
     for (const obs::StragglerEvent& e : stragglers_.observe(stats.busy_s))
-      if (log_) std::fprintf(log_, "step %5d/%d | %s\n", s.step + 1, cfg_.train.steps, e.text().c_str()), std::fflush(log_);
-  if (!recorder_.active()) return;
+      if (log_)
+        std::fprintf(log_, "step %5d/%d | %s\n", s.step + 1, run_.cfg.train.steps, e.text().c_str()), std::fflush(log_);
+  if (!run_.recorder.active()) return;
   obs::StepMetrics m;
   m.skipped = s.verdict != LossVerdict::Ok;
   m.loss_scale = s.scale_used;
   m.step = s.step + 1, m.loss = s.loss, m.val_loss = s.val, m.lr = s.lr, m.grad_norm = s.norm;
-  m.step_time_s = s.dt, m.tokens_per_s = shape_.tokens_per_step() / s.dt;
-  m.target_tokens = replica_.step_targets();
+  m.step_time_s = s.dt, m.tokens_per_s = run_.shape.tokens_per_step() / s.dt;
+  m.target_tokens = run_.replica.step_targets();
   m.mfu = flops_per_step_ / s.dt / (result_.peak_gflops * 1e9);
   m.peak_mem_bytes = stats.peak_mem_bytes;
-  if (ctx_.grid().world_size() > 1) m.busy_s = stats.busy_s;
+  if (run_.ctx.grid().world_size() > 1) m.busy_s = stats.busy_s;
   m.stragglers = stragglers_.current();
-  const pp::StageTimeline& tl = replica_.timeline();
+  const pp::StageTimeline& tl = run_.replica.timeline();
   m.time.compute = tl.compute;
-  m.time.bubble = ctx_.grid().pp() > 1 ? std::max(0.0, tl.span - tl.compute) : 0;
+  m.time.bubble = run_.ctx.grid().pp() > 1 ? std::max(0.0, tl.span - tl.compute) : 0;
   m.time.comm_exposed = s.comm_s, m.time.optimizer = s.optimizer_s, m.time.data = s.data_s;
-  m.checkpoint_stall_s = checkpoints_.stall_s(s.step + 1);
+  m.checkpoint_stall_s = run_.checkpoints.stall_s(s.step + 1);
   m.moe = s.moe;
-  recorder_.step(m);
+  run_.recorder.step(m);
 }
 
 }  // namespace loom

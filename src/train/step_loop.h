@@ -70,14 +70,7 @@ class StepLoop {
   bool roll_back(Step& s, int& next);
   void record(const Step& s);
 
-  const RunConfig& cfg_;
-  const ParallelContext& ctx_;
-  const TrainOptions& options_;
-  const RunShape& shape_;
-  TokenSource& data_;
-  Replica& replica_;
-  TrainCheckpoints& checkpoints_;
-  RunRecorder& recorder_;
+  const Parts run_;
   TrainResult& result_;
   FILE* log_;
   const double flops_per_step_;
