@@ -18,6 +18,7 @@
 #include "cli/command_util.h"
 #include "cli/commands.h"
 #include "comm/mpi_comm.h"
+#include "comm/progress_engine.h"
 #include "config/run_config.h"
 #include "core/check.h"
 #include "parallel/grid/parallel_context.h"
@@ -34,6 +35,9 @@ struct Options {
   double bucket_mb = 4;
   int repeat = 1;
   std::vector<std::string> layouts = {"dp"};  // how the N ranks split the work: dp, tp or pp
+  // The progress engine (runtime.progress_thread) in the N-rank runs: on, off.
+  std::vector<std::string> progress = {"off"};
+  int poll_us = 50;  // runtime.progress_poll_us
 };
 
 int positive_int(const std::string& s, const char* what, int min = 1) {
@@ -52,6 +56,7 @@ Options parse(const Args& args) {
     else if (a == "--steps") o.steps = positive_int(value(), "--steps", 2);
     else if (a == "--micro-batch") o.micro_batch = positive_int(value(), "--micro-batch");
     else if (a == "--repeat") o.repeat = positive_int(value(), "--repeat");
+    else if (a == "--poll-us") o.poll_us = positive_int(value(), "--poll-us");
     else if (a == "--bucket-mb") {
       std::string text = value();
       char* end = nullptr;
@@ -66,6 +71,14 @@ Options parse(const Args& args) {
                         l.c_str());
         o.layouts.push_back(l);
       }
+    } else if (a == "--progress") {
+      o.progress.clear();
+      std::stringstream list(value());
+      for (std::string p; std::getline(list, p, ',');) {
+        LOOM_USER_CHECK(p == "on" || p == "off", "bench scaling: --progress takes on, off; got '%s'", p.c_str());
+        o.progress.push_back(p);
+      }
+      LOOM_USER_CHECK(!o.progress.empty(), "bench scaling: --progress needs on, off or both");
     } else if (a == "--zero") {
       o.zero.clear();
       std::stringstream list(value());
@@ -80,7 +93,7 @@ Options parse(const Args& args) {
 }
 
 struct Row {
-  std::string layout = "dp";
+  std::string layout = "dp", progress = "on";
   int ranks = 0, zero = 0;
   double tp_comm_ms = 0, bubble = 0;
   double tokens_per_s = 0, step_ms = 0, overlap = 0, wait_ms = 0, calls_ms = 0, optimizer_ms = 0, buckets = 0;
@@ -88,15 +101,17 @@ struct Row {
   double model_state_mb() const { return param_mb + grad_mb + state_mb; }
 };
 
-Row run_config(const Options& o, int ranks, int zero, const std::string& layout = "dp") {
+Row run_config(const Options& o, int ranks, int zero, const std::string& layout = "dp",
+               const std::string& progress = "on") {
   std::string cmd = mpirun_prefix(ranks, 1) +
                     strprintf("'%s' bench scaling-child --zero %d --steps %d --micro-batch %d --bucket-mb %g --layouts "
-                              "%s 2>&1",
-                              self_exe().c_str(), zero, o.steps, o.micro_batch, o.bucket_mb, layout.c_str());
+                              "%s --progress %s --poll-us %d 2>&1",
+                              self_exe().c_str(), zero, o.steps, o.micro_batch, o.bucket_mb, layout.c_str(),
+                              progress.c_str(), o.poll_us);
   std::string line = run_for_json(cmd);
   LOOM_USER_CHECK(!line.empty(), "bench scaling: the run with %d ranks, ZeRO-%d failed", ranks, zero);
   Row r;
-  r.layout = layout, r.ranks = ranks, r.zero = zero;
+  r.layout = layout, r.ranks = ranks, r.zero = zero, r.progress = progress;
   r.tp_comm_ms = json_number(line, "tp_comm_ms");
   r.bubble = json_number(line, "bubble");
   r.tokens_per_s = json_number(line, "tokens_per_s");
@@ -126,27 +141,34 @@ int cmd_bench_scaling(const Args& args) {
   std::printf("loom bench scaling: small shape (V=4096 L=6 C=384 H=6 T=256), micro-batch %d per rank, 1 thread per "
               "rank,\n%d timed steps after 1 warm-up, buckets of %g MiB; median tokens/s of %d run(s) per row\n\n",
               o.micro_batch, o.steps, o.bucket_mb, o.repeat);
-  std::printf("%6s %5s %4s | %7s %8s %10s | %7s %7s %8s %8s %8s %8s %7s | %12s %9s %9s %10s %11s\n", "layout",
-              "ranks", "zero", "tok/s", "step ms", "efficiency", "buckets", "overlap", "wait ms", "calls ms", "tp ms",
+  std::printf("%6s %5s %4s %6s | %7s %8s %10s | %7s %7s %8s %8s %8s %8s %7s | %12s %9s %9s %10s %11s\n", "layout",
+              "ranks", "zero", "thread", "tok/s", "step ms", "efficiency", "buckets", "overlap", "wait ms", "calls ms", "tp ms",
               "optim ms", "bubble", "peak RSS MiB", "AdamW MiB", "grads MiB", "params MiB", "state MiB");
   std::fflush(stdout);
   // One row per (layout, ZeRO stage): ZeRO stages apply to data parallelism.
-  std::vector<std::pair<std::string, int>> configs;
+  // And per progress mode (the progress thread on or off in the N-rank runs).
+  struct Config {
+    std::string layout;
+    int zero = 0;
+    std::string progress;
+  };
+  std::vector<Config> configs;
   for (const std::string& layout : o.layouts)
-    if (layout == "dp") for (int z : o.zero) configs.push_back({layout, z});
-    else configs.push_back({layout, 0});
+    for (const std::string& p : o.progress)
+      if (layout == "dp") for (int z : o.zero) configs.push_back({layout, z, p});
+      else configs.push_back({layout, 0, p});
   std::vector<Row> single;
   std::vector<std::vector<Row>> runs(configs.size());
   for (int rep = 0; rep < o.repeat; rep++) {  // interleaved, so that a noisy minute hits every row alike
     single.push_back(run_config(o, 1, 0));
     for (size_t c = 0; c < configs.size(); c++)
-      runs[c].push_back(run_config(o, o.ranks, configs[c].second, configs[c].first));
+      runs[c].push_back(run_config(o, o.ranks, configs[c].zero, configs[c].layout, configs[c].progress));
   }
   auto print = [&](const Row& r, double efficiency) {
     const bool reduces = r.ranks > 1 && r.layout == "dp";
-    std::printf("%6s %5d %4d | %7.0f %8.1f %10s | %7.0f %7s %8.1f %8.1f %8.1f %8.1f %6.1f%% | %12.0f %9.1f %9.1f "
+    std::printf("%6s %5d %4d %6s | %7.0f %8.1f %10s | %7.0f %7s %8.1f %8.1f %8.1f %8.1f %6.1f%% | %12.0f %9.1f %9.1f "
                 "%10.1f %11.1f\n",
-                r.ranks > 1 ? r.layout.c_str() : "-", r.ranks, r.zero, r.tokens_per_s, r.step_ms,
+                r.ranks > 1 ? r.layout.c_str() : "-", r.ranks, r.zero, r.ranks > 1 ? r.progress.c_str() : "-", r.tokens_per_s, r.step_ms,
                 efficiency < 0 ? "-" : strprintf("%.3f", efficiency).c_str(), r.buckets,
                 reduces ? strprintf("%.0f%%", 100 * r.overlap).c_str() : "-", r.wait_ms, r.calls_ms, r.tp_comm_ms,
                 r.optimizer_ms, 100 * std::max(0.0, r.bubble), r.rss_mb, r.state_mb, r.grad_mb, r.param_mb,
@@ -165,6 +187,8 @@ int cmd_bench_scaling(const Args& args) {
       "             reductions (OpenMPI moves and adds the data inside them, on the rank's own core)\n"
       "wait ms    = per step, after backward, until every bucket was reduced\n"
       "calls ms   = per step, during backward, inside those calls\n"
+      "thread     = the progress thread (runtime.progress_thread): on, it completes the reductions while\n"
+      "             backward computes and the calls above only start them and read a flag\n"
       "optim ms   = per step, AdamW (and under ZeRO the all-gather of the updated parameters)\n"
       "tp ms      = per step, waiting on tensor-parallel collectives (tp layout: ranks split each layer)\n"
       "bubble     = pipeline idle share of the worst stage (pp layout: ranks are stages, m = ranks micro-batches)\n"
@@ -189,7 +213,8 @@ int cmd_bench_scaling_child(const Args& args, MpiRuntime& mpi) {
            // pp: the same per-rank work as m = ranks micro-batches of micro_batch rows
            "train.micro_batch_size=" + std::to_string(pp > 1 || tp > 1 ? o.micro_batch : 0),
            "data.format=\"bytes\"", "data.path=\"" + project_root() + "/data/sample/kjv.txt\""});
-  auto ctx = ParallelContext::create_mpi(ParallelGrid::for_world(world, 0, tp, pp), MpiOptions{600});
+  ProgressEngine* engine = o.progress.at(0) == "on" && world > 1 ? mpi.progress_engine(o.poll_us) : nullptr;
+  auto ctx = ParallelContext::create_mpi(ParallelGrid::for_world(world, 0, tp, pp), MpiOptions{600, engine});
   TrainResult r = train(cfg, *ctx, nullptr);
   float bubble = 0;
   for (float b : r.bubble) bubble = std::max(bubble, b);

@@ -123,7 +123,9 @@ commands:
                              off | fixed | dynamic) initial_scale growth_factor backoff_factor
                              growth_interval hysteresis min_scale allow_unscaled_fp16
                              grad_reduce (fp32 | bf16)
-                  [runtime] threads (0 = cores / ranks per node) comm_timeout_s
+                  [runtime] threads (0 = cores / ranks per node) comm_timeout_s progress_thread
+                            (a communication thread per rank completes non-blocking operations;
+                            default false) progress_poll_us (50)
                             isa ("auto" | "avx2" | "avx512" | "avx512_bf16" | "amx": the highest
                             instruction set the kernels may use; LOOM_MAX_CPU_ISA caps it too)
           Many processes: mpirun -np N loom train ... (add --oversubscribe when N exceeds
@@ -260,13 +262,15 @@ commands:
           2 s, once per CPU, thread count and build, cached in .cache/calibration/) when there is
           no .cache/cluster-local.toml.
             loom bench scaling [--ranks 2] [--zero 0,1,2,3] [--steps 8] [--micro-batch 4]
-                               [--bucket-mb 4] [--repeat 1]
+                               [--bucket-mb 4] [--repeat 1] [--progress off|on|on,off] [--poll-us 50]
           Weak scaling of data parallelism on the "small" shape, 1 thread per rank: 1 rank
           against N ranks for each ZeRO stage; efficiency = tokens/s(N) / (N x tokens/s(1)),
           the share of gradient-reduction time overlapped with backward, the wait after it,
           per-rank peak RSS, AdamW state and gradient memory. --layouts dp,tp,pp also runs the
           N ranks as tensor-parallel ranks and as pipeline stages (m = N micro-batches), with
           the time split that explains each loss of efficiency (tp wait, dp wait, bubble, AdamW).
+          --progress on,off runs the N ranks with and without the progress thread
+          (runtime.progress_thread, polling every --poll-us) in one sitting.
             loom bench planner [--quick] [--steps 5] [--out FILE.json]
           The planner's prediction for loom's own runs against what they measured: 28 small
           layouts (dp / tp / pp up to 4 ranks, ZeRO 0-3, recompute none / selective / full,

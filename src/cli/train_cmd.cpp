@@ -16,6 +16,7 @@
 #include "cli/commands.h"
 #include "core/atomic_file.h"
 #include "comm/mpi_comm.h"
+#include "comm/progress_engine.h"
 #include "config/run_config.h"
 #include "core/check.h"
 #include "kernels/cpu/isa.h"
@@ -284,9 +285,19 @@ int cmd_train(const Args& args, MpiRuntime& mpi) {
     if (rank0) std::fprintf(stderr, "loom: error: %s\n", e.what());
     return 2;
   }
-  auto ctx = ParallelContext::create_mpi(*grid, MpiOptions{cfg.runtime.comm_timeout_s});
+  // The progress engine with more than one rank (one rank has nothing to progress).
+  ProgressEngine* engine =
+      cfg.runtime.progress_thread && mpi.world_size() > 1 ? mpi.progress_engine(cfg.runtime.progress_poll_us) : nullptr;
+  auto ctx = ParallelContext::create_mpi(*grid, MpiOptions{cfg.runtime.comm_timeout_s, engine});
   if (rank0 && !cfg.train.run_dir.empty())
     options.run_dir = obs::RunDir::default_path(cfg.train.run_dir, cfg.train.run_name);
+  if (rank0 && mpi.world_size() > 1)
+    std::printf("%s\n", engine ? strprintf("communication: a progress thread per rank completes the non-blocking "
+                                            "operations while compute runs (polls every %d us)",
+                                            cfg.runtime.progress_poll_us).c_str()
+                                : cfg.runtime.progress_thread
+                                      ? "communication: no progress thread (MPI gives no MPI_THREAD_MULTIPLE)"
+                                      : "communication: no progress thread (runtime.progress_thread = false)");
   train(cfg, *ctx, rank0 ? stdout : nullptr, options);
   return 0;
 }

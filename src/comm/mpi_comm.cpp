@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "comm/flight_recorder.h"
+#include "comm/progress_engine.h"
 #include "core/check.h"
 
 namespace loom {
@@ -38,8 +39,11 @@ MpiRuntime::MpiRuntime(int* argc, char*** argv) {
   for (const char* var : {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID"})
     launched_ = launched_ || std::getenv(var) != nullptr;
   int provided = 0;
-  // Only the main thread calls MPI; OpenMP threads inside a rank never do.
-  MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);
+  // The training thread calls MPI, and (runtime.progress_thread) the
+  // progress engine's thread polls beside it: MPI_THREAD_MULTIPLE. OpenMP
+  // threads inside a rank never call MPI.
+  MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided);
+  multiple_ = provided >= MPI_THREAD_MULTIPLE;
   // Errors come back as return codes, which we turn into exceptions that
   // name the rank; the top level then aborts the whole job.
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
@@ -48,9 +52,16 @@ MpiRuntime::MpiRuntime(int* argc, char*** argv) {
 }
 
 MpiRuntime::~MpiRuntime() {
+  engine_.reset();  // its thread out of MPI before MPI ends
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (!finalized) MPI_Finalize();
+}
+
+ProgressEngine* MpiRuntime::progress_engine(int poll_us) {
+  if (!multiple_) return nullptr;
+  if (!engine_) engine_ = std::make_unique<ProgressEngine>(ProgressEngine::Options{poll_us});
+  return engine_.get();
 }
 
 void MpiRuntime::abort_job(int code) {
@@ -75,8 +86,12 @@ struct FlightEntry {
 
 class MpiWork final : public Work {
  public:
-  MpiWork(MPI_Request req, std::string what, double timeout_s, std::function<void()> finish, FlightEntry flight = {})
-      : req_(req), what_(std::move(what)), timeout_s_(timeout_s), finish_(std::move(finish)), flight_(flight) {}
+  // engine: completes the request from now on (test() then reads its flag).
+  MpiWork(MPI_Request req, std::string what, double timeout_s, std::function<void()> finish, FlightEntry flight = {},
+          ProgressEngine* engine = nullptr)
+      : req_(req), what_(std::move(what)), timeout_s_(timeout_s), finish_(std::move(finish)), flight_(flight) {
+    if (engine) engine_done_ = engine->adopt(req_);
+  }
   ~MpiWork() override {
     if (!done_) wait();  // a dropped handle must not leave MPI writing into freed buffers
   }
@@ -84,7 +99,8 @@ class MpiWork final : public Work {
   bool test() override {
     if (done_) return true;
     int flag = 0;
-    MPI_Test(&req_, &flag, MPI_STATUS_IGNORE);
+    if (engine_done_) flag = engine_done_->load(std::memory_order_acquire);
+    else MPI_Test(&req_, &flag, MPI_STATUS_IGNORE);
     if (flag) complete();
     return done_;
   }
@@ -96,7 +112,10 @@ class MpiWork final : public Work {
       // Each MPI_Test also drives the transfer, so keep polling; after a
       // short spin, yield between polls so that a waiting rank leaves its core
       // to oversubscribed peers that have work (returns at once if none do).
-      if (polls > 1000) sched_yield();
+      // With the engine, the flag is read: spin briefly, then leave the core
+      // to the engine's thread.
+      if (engine_done_ && polls > 200) std::this_thread::sleep_for(std::chrono::microseconds(10));
+      else if (polls > 1000) sched_yield();
       if (timeout_s_ > 0 && (polls & 63) == 0 &&
           std::chrono::duration<double>(Clock::now() - start).count() > timeout_s_)
         timed_out();
@@ -128,6 +147,7 @@ class MpiWork final : public Work {
   }
 
   MPI_Request req_;
+  ProgressEngine::Done engine_done_;  // set: the engine owns req_
   std::string what_;
   double timeout_s_;
   std::function<void()> finish_;
@@ -286,7 +306,7 @@ std::unique_ptr<Work> MpiComm::all_reduce_sum_16bit_async(void* buf, size_t coun
   const uint64_t seq = enter_collective("all_reduce(sum, 16-bit)", count, dtype);
   check(MPI_Iallreduce(MPI_IN_PLACE, buf, as_int(count), MPI_UINT16_T, op, comm_, &req), "all_reduce");
   return std::make_unique<MpiWork>(req, describe("all_reduce(sum, 16-bit wire)", count, dtype), opts_.timeout_s,
-                                   nullptr, FlightEntry{flight_, flight_slot_, seq});
+                                   nullptr, FlightEntry{flight_, flight_slot_, seq}, opts_.engine);
 }
 
 std::unique_ptr<Work> MpiComm::reduce_scatter_sum_16bit_async(const void* send, void* recv, size_t count,
@@ -296,7 +316,7 @@ std::unique_ptr<Work> MpiComm::reduce_scatter_sum_16bit_async(const void* send, 
   const uint64_t seq = enter_collective("reduce_scatter(sum, 16-bit)", count, dtype);
   check(MPI_Ireduce_scatter_block(send, recv, as_int(count), MPI_UINT16_T, op, comm_, &req), "reduce_scatter");
   return std::make_unique<MpiWork>(req, describe("reduce_scatter(sum, 16-bit wire)", count, dtype),
-                                   opts_.timeout_s, nullptr, FlightEntry{flight_, flight_slot_, seq});
+                                   opts_.timeout_s, nullptr, FlightEntry{flight_, flight_slot_, seq}, opts_.engine);
 }
 
 Watchdog& MpiComm::watchdog() {
@@ -311,7 +331,7 @@ std::unique_ptr<Work> MpiComm::all_reduce_async(void* buf, size_t count, DType d
   const uint64_t seq = enter_collective(name.c_str(), count, dtype);
   check(MPI_Iallreduce(rb.send, rb.recv, as_int(count), MPI_FLOAT, mpi_op(op), comm_, &req), "all_reduce");
   return std::make_unique<MpiWork>(req, describe(name.c_str(), count, dtype), opts_.timeout_s, rb.finish,
-                                   FlightEntry{flight_, flight_slot_, seq});
+                                   FlightEntry{flight_, flight_slot_, seq}, opts_.engine);
 }
 
 void MpiComm::all_reduce(void* buf, size_t count, DType dtype, ReduceOp op) {
@@ -335,7 +355,7 @@ std::unique_ptr<Work> MpiComm::reduce_scatter_async(const void* send, void* recv
   check(MPI_Ireduce_scatter_block(rb.send, rb.recv, as_int(count), MPI_FLOAT, mpi_op(op), comm_, &req),
         "reduce_scatter");
   return std::make_unique<MpiWork>(req, describe(name.c_str(), count, dtype), opts_.timeout_s, rb.finish,
-                                   FlightEntry{flight_, flight_slot_, seq});
+                                   FlightEntry{flight_, flight_slot_, seq}, opts_.engine);
 }
 
 void MpiComm::reduce_scatter(const void* send, void* recv, size_t count, DType dtype, ReduceOp op) {
@@ -363,7 +383,7 @@ std::unique_ptr<Work> MpiComm::all_gather_async(const void* send, void* recv, si
   check(MPI_Iallgather(send, as_int(count), raw_type(dtype), recv, as_int(count), raw_type(dtype), comm_, &req),
         "all_gather");
   return std::make_unique<MpiWork>(req, describe("all_gather", count, dtype), opts_.timeout_s, nullptr,
-                                   FlightEntry{flight_, flight_slot_, seq});
+                                   FlightEntry{flight_, flight_slot_, seq}, opts_.engine);
 }
 
 void MpiComm::all_gather(const void* send, void* recv, size_t count, DType dtype) {
@@ -383,7 +403,7 @@ std::unique_ptr<Work> MpiComm::broadcast_async(void* buf, size_t count, DType dt
   const uint64_t seq = enter_collective(name.c_str(), count, dtype);
   check(MPI_Ibcast(buf, as_int(count), raw_type(dtype), root, comm_, &req), "broadcast");
   return std::make_unique<MpiWork>(req, describe(name.c_str(), count, dtype), opts_.timeout_s, nullptr,
-                                   FlightEntry{flight_, flight_slot_, seq});
+                                   FlightEntry{flight_, flight_slot_, seq}, opts_.engine);
 }
 
 void MpiComm::broadcast(void* buf, size_t count, DType dtype, int root) {
@@ -402,7 +422,7 @@ std::unique_ptr<Work> MpiComm::send_async(const void* buf, size_t count, DType d
   const uint64_t n = flight_ ? flight_->enter_p2p(flight_slot_, true, peer, name.c_str()) : 0;
   check(MPI_Isend(buf, as_int(count), raw_type(dtype), peer, tag, comm_, &req), "send");
   return std::make_unique<MpiWork>(req, describe(name.c_str(), count, dtype), opts_.timeout_s, nullptr,
-                                   FlightEntry{flight_, flight_slot_, n, peer, true});
+                                   FlightEntry{flight_, flight_slot_, n, peer, true}, opts_.engine);
 }
 
 std::unique_ptr<Work> MpiComm::recv_async(void* buf, size_t count, DType dtype, int peer, int tag) {
@@ -411,7 +431,7 @@ std::unique_ptr<Work> MpiComm::recv_async(void* buf, size_t count, DType dtype, 
   const uint64_t n = flight_ ? flight_->enter_p2p(flight_slot_, false, peer, name.c_str()) : 0;
   check(MPI_Irecv(buf, as_int(count), raw_type(dtype), peer, tag, comm_, &req), "recv");
   return std::make_unique<MpiWork>(req, describe(name.c_str(), count, dtype), opts_.timeout_s, nullptr,
-                                   FlightEntry{flight_, flight_slot_, n, peer, false});
+                                   FlightEntry{flight_, flight_slot_, n, peer, false}, opts_.engine);
 }
 
 std::unique_ptr<Work> MpiComm::all_to_all_rows_async(const void* send, const int* send_rows, const int* send_first,
@@ -435,7 +455,7 @@ std::unique_ptr<Work> MpiComm::all_to_all_rows_async(const void* send, const int
   check(MPI_Ialltoallv(send, c, c + n, row_type, recv, c + 2 * n, c + 3 * n, row_type, comm_, &req), "all_to_all");
   MPI_Type_free(&row_type);  // freed once the pending exchange no longer needs it
   return std::make_unique<MpiWork>(req, describe("all_to_all", rows * row, dtype), opts_.timeout_s,
-                                   [counts] {}, FlightEntry{flight_, flight_slot_, seq});
+                                   [counts] {}, FlightEntry{flight_, flight_slot_, seq}, opts_.engine);
 }
 
 void MpiComm::barrier() {

@@ -24,8 +24,14 @@
 
 namespace loom {
 
+class ProgressEngine;
+
 struct MpiOptions {
   double timeout_s = 300;  // per operation; <= 0 waits forever
+  // The communication thread that completes non-blocking operations
+  // (comm/progress_engine.h; MpiRuntime::progress_engine); nullptr: the
+  // caller's test() and wait() drive them, as MPI's own calls.
+  ProgressEngine* engine = nullptr;
 };
 
 // MPI_Init_thread on construction, MPI_Finalize on destruction. Works under
@@ -45,9 +51,17 @@ class MpiRuntime {
   // Ends every rank of the job (MPI_Abort on the world) with `code`.
   [[noreturn]] static void abort_job(int code);
 
+  // MPI was started with MPI_THREAD_MULTIPLE (a progress engine may run).
+  bool threads_multiple() const { return multiple_; }
+  // Starts the process's progress engine on first use (nullptr when MPI
+  // gives no MPI_THREAD_MULTIPLE); it stops before MPI_Finalize.
+  ProgressEngine* progress_engine(int poll_us = 50);
+
  private:
   int rank_ = 0, size_ = 1;
   bool launched_ = false;
+  bool multiple_ = false;
+  std::unique_ptr<ProgressEngine> engine_;
 };
 
 class MpiComm final : public Communicator {

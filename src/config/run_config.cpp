@@ -294,6 +294,9 @@ void read_fields(FieldReader& r, RunConfig& c) {
   r.get("runtime.threads", &c.runtime.threads);
   r.get("runtime.isa", &c.runtime.isa);
   r.get("runtime.comm_timeout_s", &c.runtime.comm_timeout_s);
+  r.get("runtime.progress_thread", &c.runtime.progress_thread);
+  r.get("runtime.progress_poll_us", &c.runtime.progress_poll_us);
+  r.get("runtime.heartbeat_stale_s", &c.runtime.heartbeat_stale_s);
   r.reject_unknown();
 }
 
@@ -412,6 +415,10 @@ void RunConfig::validate() const {
   require(runtime.threads >= 0 && runtime.threads <= 1024, "runtime.threads", "in [0, 1024] (0 = all cores)");
   require(runtime.comm_timeout_s == 0 || (runtime.comm_timeout_s >= 1 && runtime.comm_timeout_s <= 1e6),
           "runtime.comm_timeout_s", "0 (wait forever) or in [1, 1e6] seconds");
+  require(runtime.heartbeat_stale_s >= 1 && runtime.heartbeat_stale_s <= 1e6, "runtime.heartbeat_stale_s",
+          "in [1, 1e6] seconds");
+  require(runtime.progress_poll_us >= 1 && runtime.progress_poll_us <= 100000, "runtime.progress_poll_us",
+          "in [1, 100000] microseconds");
   require(parallel.dp >= 0, "parallel.dp", ">= 0 (0 = infer from the world size)");
   require(parallel.tp >= 1, "parallel.tp", ">= 1");
   require(parallel.pp >= 1, "parallel.pp", ">= 1");
@@ -553,6 +560,8 @@ std::string RunConfig::to_toml() const {
     << "\nallow_unscaled_fp16 = " << (precision.allow_unscaled_fp16 ? "true" : "false") << "\ngrad_reduce = \""
     << toml_escaped(precision.grad_reduce) << "\"\n[runtime]\nthreads = " << runtime.threads
     << "\ncomm_timeout_s = " << runtime.comm_timeout_s
+    << "\nprogress_thread = " << (runtime.progress_thread ? "true" : "false")
+    << "\nprogress_poll_us = " << runtime.progress_poll_us << "\nheartbeat_stale_s = " << runtime.heartbeat_stale_s
     << "\nisa = \"" << toml_escaped(runtime.isa) << "\"\n";
   if (model.lora.enabled()) {
     const LoraConfig& l = model.lora;

@@ -153,6 +153,21 @@ struct RuntimeConfig {
   int threads = 0;             // OpenMP / oneDNN threads per rank; 0 = all cores / ranks per node
   std::string isa = "auto";    // highest instruction set the kernels may use (kernels/cpu/isa.h)
   float comm_timeout_s = 300;  // a communication not done by then aborts the job, naming what waited; 0 = never
+  // A communication thread per rank completes the non-blocking operations
+  // (gradient buckets, ZeRO gathers, pipeline transfers, the ring, the
+  // expert all-to-all) while compute runs (comm/progress_engine.h), polling
+  // every progress_poll_us; false: the training thread drives them between
+  // kernels. Off by default: where ranks x threads fill the cores it takes
+  // their time (`loom bench scaling --progress on,off` measures it).
+  bool progress_thread = false;
+  int progress_poll_us = 50;
+  // A rank whose flight-record heartbeat (stamped every 0.5 s by a thread of
+  // its own) is older than this when a deadline expires is frozen (stopped,
+  // not dead: SIGSTOP, a cgroup freeze, a debugger) and is the one named; a
+  // rank busy in a long kernel or an fsync keeps stamping. At most half of
+  // comm_timeout_s is used (a frozen rank must look stale when the deadline
+  // of the rank waiting on it expires).
+  float heartbeat_stale_s = 3;
 };
 
 struct RunConfig {

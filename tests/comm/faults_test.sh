@@ -15,7 +15,7 @@ echo "$out" | tail -5
 echo "$out" | grep -qi "rank 1" || fail "killed rank: no message naming rank 1"
 echo "killed rank: job ended with exit $rc in ${took}s, naming rank 1"
 
-for drill in stuck stuck-async; do
+for drill in stuck stuck-async stuck-async-engine; do
   start=$(date +%s)
   out=$(timeout 90 "$mpirun" --oversubscribe -np 3 "$exe" --fault=$drill 2>&1); rc=$?
   took=$(( $(date +%s) - start ))

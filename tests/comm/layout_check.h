@@ -15,6 +15,7 @@
 #include <tuple>
 #include <vector>
 
+#include "comm/progress_engine.h"
 #include "config/run_config.h"
 #include "model/param_layout.h"
 #include "parallel/grid/parallel_context.h"
@@ -69,15 +70,28 @@ inline std::string layout_case_skip(const LayoutCase& l, int batch, int* dp) {
   return "";
 }
 
+// A progress engine for the layout contexts (as `loom train` runs with
+// one); world_context's operations are completed by their callers, so the
+// suite runs both paths. nullptr where MPI gives no MPI_THREAD_MULTIPLE.
+inline ProgressEngine* test_progress_engine() {
+  static const std::unique_ptr<ProgressEngine> engine = [] {
+    int provided = 0;
+    MPI_Query_thread(&provided);
+    return provided >= MPI_THREAD_MULTIPLE ? std::make_unique<ProgressEngine>(ProgressEngine::Options{20}) : nullptr;
+  }();
+  return engine.get();
+}
+
 // The whole world as dp x cp x tp x pp for (tp, pp, cp), "tp-dp-pp" order,
 // its experts over ep ranks of the data group, made once per shape (every
-// rank runs the tests in the same order).
+// rank runs the tests in the same order); its non-blocking operations
+// completed by the progress engine.
 inline const ParallelContext& layout_context(int tp, int pp, int cp, int ep = 1) {
   static std::map<std::tuple<int, int, int, int>, std::unique_ptr<ParallelContext>> contexts;
   auto& ctx = contexts[{tp, pp, cp, ep}];
   if (!ctx)
     ctx = ParallelContext::create_mpi(ParallelGrid::for_world(world_size(), 0, tp, pp, "tp-dp-pp", cp, ep),
-                                      MpiOptions{120});
+                                      MpiOptions{120, test_progress_engine()});
   return *ctx;
 }
 

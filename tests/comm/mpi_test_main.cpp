@@ -5,6 +5,7 @@
 //   --fault=kill   rank 1 kills itself while the others wait in an all_reduce
 //   --fault=stuck  rank 1 skips a blocking all_reduce; the others time out after 3 s
 //   --fault=stuck-async  the same with a non-blocking all_reduce, waited on
+//   --fault=stuck-async-engine  the same, completed by a progress engine
 #include <gtest/gtest.h>
 
 #include <csignal>
@@ -12,12 +13,15 @@
 #include <thread>
 
 #include "comm/mpi_comm.h"
+#include "comm/progress_engine.h"
 #include "kernels/cpu/isa.h"
 
 namespace {
 
 int run_fault_drill(const std::string& kind, int rank) {
-  auto world = loom::MpiComm::world(loom::MpiOptions{kind == "kill" ? 120.0 : 3.0});
+  std::unique_ptr<loom::ProgressEngine> engine;
+  if (kind == "stuck-async-engine") engine = std::make_unique<loom::ProgressEngine>(loom::ProgressEngine::Options{20});
+  auto world = loom::MpiComm::world(loom::MpiOptions{kind == "kill" ? 120.0 : 3.0, engine.get()});
   float x = 1.f;
   world->barrier();
   if (rank == 1) {
@@ -25,7 +29,7 @@ int run_fault_drill(const std::string& kind, int rank) {
     std::this_thread::sleep_for(std::chrono::seconds(60));  // "stuck": never joins
     return 0;
   }
-  if (kind == "stuck-async") world->all_reduce_async(&x, 1, loom::DType::f32, loom::ReduceOp::Sum)->wait();
+  if (kind == "stuck-async" || kind == "stuck-async-engine") world->all_reduce_async(&x, 1, loom::DType::f32, loom::ReduceOp::Sum)->wait();
   else world->all_reduce(&x, 1, loom::DType::f32, loom::ReduceOp::Sum);
   return 0;
 }
