@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstring>
 #include <ctime>
+#include <chrono>
 #include <filesystem>
 
 #include <nlohmann/json.hpp>
@@ -20,7 +21,7 @@ namespace loom {
 
 namespace {
 
-constexpr uint64_t kMagic = 0x31544847494c46ull;  // "FLIGHT1"
+constexpr uint64_t kMagic = 0x32544847494c46ull;  // "FLIGHT2"
 constexpr int kMaxGroups = 8, kMaxPeers = 64, kText = 56;
 
 double wall_now() {
@@ -56,13 +57,15 @@ struct FlightRecord {
   double started_at, span_at;
   char span[kText];
   FlightGroup groups[kMaxGroups];
+  double heartbeat_at;  // stamped by the owner's heartbeat thread
 };
 
 std::string FlightRecorder::record_path(const std::string& dir, int world_rank) {
   return strprintf("%s/rank_%05d.flight", dir.c_str(), world_rank);
 }
 
-FlightRecorder::FlightRecorder(std::string dir, int world_rank) : dir_(std::move(dir)), world_rank_(world_rank) {
+FlightRecorder::FlightRecorder(std::string dir, int world_rank, FlightOptions options)
+    : dir_(std::move(dir)), world_rank_(world_rank), options_(options) {
   std::error_code ec;
   std::filesystem::create_directories(dir_, ec);
   const std::string path = record_path(dir_, world_rank);
@@ -79,11 +82,25 @@ FlightRecorder::FlightRecorder(std::string dir, int world_rank) : dir_(std::move
   rec_->pid = int32_t(::getpid());
   ::gethostname(rec_->host, sizeof rec_->host - 1);
   rec_->started_at = wall_now();
+  rec_->heartbeat_at = rec_->started_at;
   rec_->magic = kMagic;
+  if (options_.heartbeat_s > 0) heartbeat_ = std::thread([this] { beat(); });
 }
 
 FlightRecorder::~FlightRecorder() {
+  stop_ = true;
+  if (heartbeat_.joinable()) heartbeat_.join();
   if (rec_) ::munmap(rec_, sizeof(FlightRecord));
+}
+
+// Stamps the record every heartbeat_s; wakes every 50 ms to see a stop.
+void FlightRecorder::beat() {
+  double next = 0;
+  while (!stop_.load(std::memory_order_relaxed)) {
+    const double now = wall_now();
+    if (now >= next) rec_->heartbeat_at = now, next = now + options_.heartbeat_s;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
 }
 
 int FlightRecorder::add_group(const std::string& name, const std::vector<int>& members, int my_group_rank) {
@@ -176,6 +193,17 @@ std::string what_member_did(const FlightRecord& r, const FlightGroup* g, const s
 
 }  // namespace
 
+namespace {
+
+// "rank 3's heartbeat stopped 6.2 s ago: the process is frozen (stopped, not
+// dead); <what it did>"
+std::string frozen_text(int rank, const FlightRecord& r, const FlightGroup* g, const std::string& group, double now) {
+  return strprintf("\n  rank %d: its heartbeat stopped %.1f s ago: the process is frozen (stopped, not dead); %s", rank,
+                   now - r.heartbeat_at, what_member_did(r, g, group, now).c_str());
+}
+
+}  // namespace
+
 HangReport FlightRecorder::explain_collective(int slot, uint64_t seq) const {
   HangReport out;
   if (slot < 0) return out;
@@ -183,7 +211,8 @@ HangReport FlightRecorder::explain_collective(int slot, uint64_t seq) const {
   const double now = wall_now();
   out.text = strprintf("flight recorder: %s #%llu on group %s (ranks %s):", text_of(rec_->groups[slot].entered_op).c_str(),
                        (unsigned long long)seq, grp.name.c_str(), ranks_text(grp.members).c_str());
-  std::vector<int> entered;
+  std::vector<int> entered, absent, frozen;
+  std::string absent_text, frozen_lines;
   for (int m : grp.members) {
     if (m == world_rank_) continue;
     FlightRecord r;
@@ -192,18 +221,35 @@ HangReport FlightRecorder::explain_collective(int slot, uint64_t seq) const {
       continue;
     }
     const FlightGroup* g = find_group(r, grp.name);
+    if (now - r.heartbeat_at > options_.stale_s) {
+      frozen.push_back(m), frozen_lines += frozen_text(m, r, g, grp.name, now);
+      out.frozen.push_back({m, r.pid, std::string(r.host, strnlen(r.host, sizeof r.host))});
+    }
     const uint64_t got = g ? g->entered : 0;
     if (got >= seq) {
       entered.push_back(m);
       continue;
     }
-    out.culprits.push_back(m);
-    out.text += strprintf("\n  rank %d never entered #%llu; %s", m, (unsigned long long)seq,
-                          what_member_did(r, g, grp.name, now).c_str());
+    absent.push_back(m);
+    absent_text += strprintf("\n  rank %d never entered #%llu; %s", m, (unsigned long long)seq,
+                             what_member_did(r, g, grp.name, now).c_str());
   }
+  // A frozen member explains everything after it: the members that never
+  // entered may wait on it elsewhere (healthy: their heartbeats go on).
+  if (!frozen.empty()) {
+    out.culprits = frozen, out.evidence = "heartbeat";
+    out.text += frozen_lines;
+    if (!absent.empty())
+      out.text += strprintf("\n  ranks %s never entered #%llu but their heartbeats go on: they wait on the frozen "
+                            "rank elsewhere", ranks_text(absent).c_str(), (unsigned long long)seq);
+    return out;
+  }
+  out.culprits = absent;
+  out.text += absent_text;
+  if (!absent.empty()) out.evidence = "never entered";
   if (out.culprits.empty())
-    out.text += strprintf("\n  every member entered #%llu: it is stuck inside the operation (the transport, or a "
-                          "rank that stopped inside it)", (unsigned long long)seq);
+    out.text += strprintf("\n  every member entered #%llu and every heartbeat goes on: it is stuck inside the "
+                          "operation (the transport or the link)", (unsigned long long)seq);
   else if (!entered.empty())
     out.text += strprintf("\n  ranks %s entered it", ranks_text(entered).c_str());
   return out;
@@ -223,13 +269,19 @@ HangReport FlightRecorder::explain_p2p(int slot, bool send, int peer, uint64_t c
     return out;
   }
   const FlightGroup* g = find_group(r, grp.name);
-  const uint64_t posted = g && grp.me < kMaxPeers ? (send ? g->received : g->sent)[grp.me] : 0;
-  if (posted >= count) {
-    out.text += strprintf("\n  rank %d posted the matching %s: the transfer is stuck in the transport", peer_world,
-                          send ? "receive" : "send");
+  if (now - r.heartbeat_at > options_.stale_s) {
+    out.culprits.push_back(peer_world), out.evidence = "heartbeat";
+    out.frozen.push_back({peer_world, r.pid, std::string(r.host, strnlen(r.host, sizeof r.host))});
+    out.text += frozen_text(peer_world, r, g, grp.name, now);
     return out;
   }
-  out.culprits.push_back(peer_world);
+  const uint64_t posted = g && grp.me < kMaxPeers ? (send ? g->received : g->sent)[grp.me] : 0;
+  if (posted >= count) {
+    out.text += strprintf("\n  rank %d posted the matching %s and its heartbeat goes on: the transfer is stuck in the "
+                          "transport", peer_world, send ? "receive" : "send");
+    return out;
+  }
+  out.culprits.push_back(peer_world), out.evidence = "never entered";
   out.text += strprintf("\n  rank %d never posted the matching %s #%llu (it posted %llu); %s", peer_world,
                         send ? "receive" : "send", (unsigned long long)count, (unsigned long long)posted,
                         what_member_did(r, g, grp.name, now).c_str());
@@ -238,7 +290,10 @@ HangReport FlightRecorder::explain_p2p(int slot, bool send, int peer, uint64_t c
 
 void FlightRecorder::write_hang(const HangReport& report, const std::string& what) const {
   nlohmann::json j = {{"waiting_rank", world_rank_}, {"waiting_for", what}, {"culprits", report.culprits},
-                      {"explanation", report.text}, {"time", wall_now()}};
+                      {"evidence", report.evidence}, {"explanation", report.text}, {"time", wall_now()}};
+  j["frozen"] = nlohmann::json::array();
+  for (const HangReport::Process& p : report.frozen)
+    j["frozen"].push_back({{"rank", p.rank}, {"pid", p.pid}, {"host", p.host}});
   // The first rank whose deadline expires writes the verdict: it waited
   // longest, nearest the cause; a rank timing out later may be waiting on
   // that first one (which is healthy) and would name it.

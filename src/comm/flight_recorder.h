@@ -11,13 +11,22 @@
 // operation #N of which group and what that rank did last (explain_*), and
 // leaves the answer in <dir>/hang.json for a supervisor.
 //
+// A heartbeat thread stamps the record every `heartbeat_s`: a process that
+// is stopped (SIGSTOP, a cgroup freeze, a debugger) stops stamping, while one
+// busy in a long kernel, an fsync or a slow evaluation goes on. When every
+// member entered the operation a rank waits in (a rank frozen inside it),
+// the members whose stamp is older than `stale_s` are the culprits; a member
+// with a fresh stamp is never named while a stale one exists.
+//
 // The records are read across processes through the file system: on several
 // machines <dir> must be on a shared file system for a rank to read another
 // machine's records (an unreadable record is said to be unreadable).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace loom {
@@ -27,14 +36,25 @@ struct FlightRecord;  // the mapped file (flight_recorder.cpp)
 // One member's state as read from its record.
 struct HangReport {
   std::string text;          // lines for the log, naming ranks, groups and operations
-  std::vector<int> culprits;  // world ranks that never entered (or never posted) the operation
+  std::vector<int> culprits;  // world ranks that never entered (or never posted) the operation, or froze
+  std::string evidence;       // "heartbeat" (stamps stopped), "never entered", or "" (no culprit)
+  struct Process {
+    int rank = 0, pid = 0;
+    std::string host;
+  };
+  std::vector<Process> frozen;  // evidence "heartbeat": where the stopped processes are (a supervisor kills them)
+};
+
+struct FlightOptions {
+  double heartbeat_s = 0.5;  // the heartbeat thread's period; <= 0: stamped once, at the start (tests)
+  double stale_s = 3;        // a stamp older than this marks a frozen process (runtime.heartbeat_stale_s)
 };
 
 class FlightRecorder {
  public:
   // Creates <dir>/rank_RRRRR.flight (and dir). Throws UserError naming the
   // path if it cannot.
-  FlightRecorder(std::string dir, int world_rank);
+  FlightRecorder(std::string dir, int world_rank, FlightOptions options = {});
   ~FlightRecorder();
   FlightRecorder(const FlightRecorder&) = delete;
   FlightRecorder& operator=(const FlightRecorder&) = delete;
@@ -72,11 +92,14 @@ class FlightRecorder {
     std::vector<int> members;
     int me = 0;
   };
-  std::string describe_member(int world_rank, const std::string& group, double now) const;
+  void beat();  // the heartbeat thread
   std::string dir_;
   int world_rank_;
+  FlightOptions options_;
   FlightRecord* rec_ = nullptr;
   std::vector<Group> groups_;
+  std::atomic<bool> stop_{false};
+  std::thread heartbeat_;
 };
 
 }  // namespace loom

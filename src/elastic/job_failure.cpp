@@ -61,6 +61,10 @@ JobFailure classify_failure(int exit_code, const std::string& hang_json, const s
     if (j.is_object() && j.contains("culprits") && j["culprits"].is_array() && !j["culprits"].empty()) {
       for (const auto& c : j["culprits"])
         if (c.is_number_integer()) f.ranks.push_back(c.get<int>());
+      if (j.contains("frozen") && j["frozen"].is_array())
+        for (const auto& p : j["frozen"])
+          if (p.is_object() && p.value("pid", 0) > 0)
+            f.frozen.push_back({p.value("rank", -1), p.value("pid", 0), p.value("host", std::string())});
       if (!f.ranks.empty()) {
         f.rank_failure = true;
         // One line: the explanation's lines joined.

@@ -23,6 +23,13 @@ struct JobFailure {
   bool rank_failure = false;  // a rank died or hung: the survivors may go on
   std::vector<int> ranks;     // the failed world ranks (sorted, unique)
   std::string reason;         // one line, for the log and elastic.jsonl
+  // Frozen ranks (hang.json's evidence "heartbeat"): their processes may be
+  // stopped, not dead; the supervisor kills those still there.
+  struct Frozen {
+    int rank = 0, pid = 0;
+    std::string host;
+  };
+  std::vector<Frozen> frozen;
 };
 
 // The rank and reason of one line of mpirun's output if it says a rank died

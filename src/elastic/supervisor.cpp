@@ -26,6 +26,32 @@
 #include "planner/predict.h"
 
 namespace loom::elastic {
+
+namespace {
+
+// A frozen rank's process may outlive its job (stopped, it cannot act on
+// the launcher's SIGTERM): SIGKILL it where it runs on this machine and
+// still exists (another machine's is its node agent's to kill).
+void kill_frozen(const std::vector<JobFailure::Frozen>& frozen, FILE* out) {
+  char host[256] = {};
+  ::gethostname(host, sizeof host - 1);
+  for (const JobFailure::Frozen& p : frozen) {
+    if (p.host != host) {
+      std::fprintf(out, "loom elastic: rank %d (pid %d) is on %s: not this machine's to kill\n", p.rank, p.pid,
+                   p.host.c_str());
+      continue;
+    }
+    if (::kill(p.pid, 0) != 0) continue;  // already gone
+    // Only a loom process: a pid may have been given to another since.
+    std::ifstream cmdline(strprintf("/proc/%d/cmdline", p.pid));
+    const std::string args((std::istreambuf_iterator<char>(cmdline)), std::istreambuf_iterator<char>());
+    if (args.find("loom") == std::string::npos) continue;
+    ::kill(p.pid, SIGKILL);
+    std::fprintf(out, "loom elastic: killed the frozen rank %d (pid %d)\n", p.rank, p.pid);
+  }
+}
+
+}  // namespace
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -255,6 +281,7 @@ int run_elastic(const ElasticOptions& o, FILE* out) {
       if (d.rank < world) deaths.push_back(d);
     const JobFailure f = classify_failure(a.exit_code, read_text(run_dir + "/flight/hang.json"), deaths,
                                           a.last_error, a.timeout_line);
+    kill_frozen(f.frozen, out);
     obs::RestartRecord r;
     r.attempt = attempt, r.reason = f.reason, r.failed_ranks = f.ranks;
     double age_s = -1;

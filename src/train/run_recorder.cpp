@@ -1,5 +1,6 @@
 #include "train/run_recorder.h"
 
+#include <algorithm>
 #include <sys/resource.h>
 
 #include <cstdio>
@@ -12,6 +13,14 @@
 #include "obs/trace_analysis.h"
 
 namespace loom {
+
+namespace {
+// runtime.heartbeat_stale_s, at most half the deadline.
+double stale_after(const RuntimeConfig& r) {
+  const double stale = double(r.heartbeat_stale_s);
+  return r.comm_timeout_s > 0 ? std::min(stale, 0.5 * double(r.comm_timeout_s)) : stale;
+}
+}  // namespace
 
 RunRecorder::RunRecorder(const std::string& dir, const RunConfig& cfg, const ParallelContext& ctx,
                          int micro_batches, bool resuming)
@@ -33,7 +42,8 @@ RunRecorder::RunRecorder(const std::string& dir, const RunConfig& cfg, const Par
     std::filesystem::remove_all(run_path + "/trace", ec);  // an earlier attempt's ranks (this run starts its own)
   }
   ctx.world().barrier();
-  flight_ = std::make_unique<FlightRecorder>(run_path + "/flight", ctx.rank());
+  flight_ = std::make_unique<FlightRecorder>(run_path + "/flight", ctx.rank(),
+                                             FlightOptions{0.5, stale_after(cfg.runtime)});
   for (GroupKind kind : kAllGroupKinds) ctx.group(kind).set_flight_recorder(flight_.get());
   trace_->set_flight(flight_.get());
   trace_flush_every_ = cfg.train.trace_flush_every;

@@ -38,6 +38,20 @@ TEST(ElasticFailure, AHangNamesTheCulpritsFromHangJson) {
                       "'optimizer'; ranks 1,3 entered it");
 }
 
+TEST(ElasticFailure, AFrozenRankFromItsHeartbeatIsLeftOutAndItsProcessNamed) {
+  const std::string hang = R"j({"waiting_rank": 0, "culprits": [1], "evidence": "heartbeat",
+    "frozen": [{"rank": 1, "pid": 4242, "host": "vm"}],
+    "explanation": "flight recorder: all_reduce(sum) #9 on group dp (ranks 0,1,2,3):\n  rank 1: its heartbeat stopped 5.1 s ago: the process is frozen (stopped, not dead)"})j";
+  JobFailure f = classify_failure(3, hang, {}, "", "loom: all_reduce(sum): no completion after 5 s");
+  EXPECT_TRUE(f.rank_failure);
+  EXPECT_EQ(f.ranks, std::vector<int>{1});
+  ASSERT_EQ(f.frozen.size(), 1u);
+  EXPECT_EQ(f.frozen[0].rank, 1);
+  EXPECT_EQ(f.frozen[0].pid, 4242);
+  EXPECT_EQ(f.frozen[0].host, "vm");
+  EXPECT_NE(f.reason.find("rank 1: its heartbeat stopped"), std::string::npos) << f.reason;
+}
+
 TEST(ElasticFailure, AnErrorThatIsNoRanksIsNotRestarted) {
   JobFailure f = classify_failure(2, "", {}, "loom: rank 0: error: data file 'x' (data.path) not found");
   EXPECT_FALSE(f.rank_failure);
