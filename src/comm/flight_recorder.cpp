@@ -204,6 +204,26 @@ std::string frozen_text(int rank, const FlightRecord& r, const FlightGroup* g, c
 
 }  // namespace
 
+void FlightRecorder::find_frozen(const std::vector<int>& group, double now, HangReport& out,
+                                 std::string& lines) const {
+  std::vector<int> ranks = group;
+  if (options_.world_size > 0) {
+    ranks.clear();
+    for (int r = 0; r < options_.world_size; r++) ranks.push_back(r);
+  }
+  for (int m : ranks) {
+    FlightRecord r;
+    if (m == world_rank_ || !read_record(record_path(dir_, m), r) || now - r.heartbeat_at <= options_.stale_s) continue;
+    out.culprits.push_back(m);
+    out.frozen.push_back({m, r.pid, std::string(r.host, strnlen(r.host, sizeof r.host))});
+    const FlightGroup* last = nullptr;  // the group it last entered an operation on
+    for (int i = 0; i < std::min(r.n_groups, kMaxGroups); i++)
+      if (!last || r.groups[i].entered_at > last->entered_at) last = &r.groups[i];
+    lines += frozen_text(m, r, last, last ? std::string(last->name, strnlen(last->name, sizeof last->name)) : "", now);
+  }
+  if (!out.culprits.empty()) out.evidence = "heartbeat";
+}
+
 HangReport FlightRecorder::explain_collective(int slot, uint64_t seq) const {
   HangReport out;
   if (slot < 0) return out;
@@ -211,8 +231,11 @@ HangReport FlightRecorder::explain_collective(int slot, uint64_t seq) const {
   const double now = wall_now();
   out.text = strprintf("flight recorder: %s #%llu on group %s (ranks %s):", text_of(rec_->groups[slot].entered_op).c_str(),
                        (unsigned long long)seq, grp.name.c_str(), ranks_text(grp.members).c_str());
-  std::vector<int> entered, absent, frozen;
+  std::vector<int> entered, absent;
   std::string absent_text, frozen_lines;
+  HangReport frozen_report;
+  find_frozen(grp.members, now, frozen_report, frozen_lines);
+  const std::vector<int>& frozen = frozen_report.culprits;
   for (int m : grp.members) {
     if (m == world_rank_) continue;
     FlightRecord r;
@@ -221,10 +244,6 @@ HangReport FlightRecorder::explain_collective(int slot, uint64_t seq) const {
       continue;
     }
     const FlightGroup* g = find_group(r, grp.name);
-    if (now - r.heartbeat_at > options_.stale_s) {
-      frozen.push_back(m), frozen_lines += frozen_text(m, r, g, grp.name, now);
-      out.frozen.push_back({m, r.pid, std::string(r.host, strnlen(r.host, sizeof r.host))});
-    }
     const uint64_t got = g ? g->entered : 0;
     if (got >= seq) {
       entered.push_back(m);
@@ -237,11 +256,14 @@ HangReport FlightRecorder::explain_collective(int slot, uint64_t seq) const {
   // A frozen member explains everything after it: the members that never
   // entered may wait on it elsewhere (healthy: their heartbeats go on).
   if (!frozen.empty()) {
-    out.culprits = frozen, out.evidence = "heartbeat";
+    out.culprits = frozen, out.evidence = "heartbeat", out.frozen = frozen_report.frozen;
     out.text += frozen_lines;
-    if (!absent.empty())
+    std::vector<int> waiting;  // never entered, heartbeat alive
+    for (int m : absent)
+      if (std::count(frozen.begin(), frozen.end(), m) == 0) waiting.push_back(m);
+    if (!waiting.empty())
       out.text += strprintf("\n  ranks %s never entered #%llu but their heartbeats go on: they wait on the frozen "
-                            "rank elsewhere", ranks_text(absent).c_str(), (unsigned long long)seq);
+                            "rank elsewhere", ranks_text(waiting).c_str(), (unsigned long long)seq);
     return out;
   }
   out.culprits = absent;
@@ -269,10 +291,10 @@ HangReport FlightRecorder::explain_p2p(int slot, bool send, int peer, uint64_t c
     return out;
   }
   const FlightGroup* g = find_group(r, grp.name);
-  if (now - r.heartbeat_at > options_.stale_s) {
-    out.culprits.push_back(peer_world), out.evidence = "heartbeat";
-    out.frozen.push_back({peer_world, r.pid, std::string(r.host, strnlen(r.host, sizeof r.host))});
-    out.text += frozen_text(peer_world, r, g, grp.name, now);
+  std::string frozen_lines;
+  find_frozen({peer_world}, now, out, frozen_lines);
+  if (!out.culprits.empty()) {  // the peer, or a rank it waits on (its heartbeat goes on)
+    out.text += frozen_lines;
     return out;
   }
   const uint64_t posted = g && grp.me < kMaxPeers ? (send ? g->received : g->sent)[grp.me] : 0;

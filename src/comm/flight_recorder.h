@@ -48,6 +48,10 @@ struct HangReport {
 struct FlightOptions {
   double heartbeat_s = 0.5;  // the heartbeat thread's period; <= 0: stamped once, at the start (tests)
   double stale_s = 3;        // a stamp older than this marks a frozen process (runtime.heartbeat_stale_s)
+  // The job's ranks (0 .. world_size-1), every one of which a verdict looks
+  // at for a stopped heartbeat: a frozen rank outside the group a rank waits
+  // in (a pipeline peer's own peer) explains the wait too. 0: the group only.
+  int world_size = 0;
 };
 
 class FlightRecorder {
@@ -93,6 +97,9 @@ class FlightRecorder {
     int me = 0;
   };
   void beat();  // the heartbeat thread
+  // The ranks of the job (this one aside) whose heartbeat stopped, each with
+  // a line for the report; `group`: the members looked at when world_size is 0.
+  void find_frozen(const std::vector<int>& group, double now, HangReport& out, std::string& lines) const;
   std::string dir_;
   int world_rank_;
   FlightOptions options_;

@@ -43,7 +43,7 @@ RunRecorder::RunRecorder(const std::string& dir, const RunConfig& cfg, const Par
   }
   ctx.world().barrier();
   flight_ = std::make_unique<FlightRecorder>(run_path + "/flight", ctx.rank(),
-                                             FlightOptions{0.5, stale_after(cfg.runtime)});
+                                             FlightOptions{0.5, stale_after(cfg.runtime), ctx.grid().world_size()});
   for (GroupKind kind : kAllGroupKinds) ctx.group(kind).set_flight_recorder(flight_.get());
   trace_->set_flight(flight_.get());
   trace_flush_every_ = cfg.train.trace_flush_every;

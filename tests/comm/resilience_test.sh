@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Failures at run time (issue 19), short versions of the issue's targets:
 #   hang        a rank stopped with SIGSTOP: the job ends within
-#               comm_timeout + 10 s of the stop, naming that rank and the
-#               operation it never entered; hang.json lists it as the culprit
+#               comm_timeout + 10 s of the stop, naming that rank (its
+#               heartbeat stopped) and the operation the others wait in;
+#               hang.json lists it as the culprit, evidence "heartbeat"
 #   straggler   a rank slowed by 150 ms a step is named within 20 steps
 #   elastic     `loom bench elastic` (short): one of 4 ranks killed, the
 #               supervisor finishes on the survivors from the checkpoint, the
@@ -32,7 +33,7 @@ out=$(timeout 120 "$mpirun" --oversubscribe -np 4 "$loom" train "${common[@]}" -
 end=$EPOCHREALTIME
 stopped=$(echo "$out" | grep "fault injection: rank 2 stopped" | head -1 | cut -d' ' -f1)
 [[ -n "$stopped" ]] || fail "hang: the fault did not fire: $out"
-echo "$out" | grep -q "rank 2 never entered #" || fail "hang: rank 2 not named: $out"
+echo "$out" | grep -q "rank 2: its heartbeat stopped" || fail "hang: rank 2 not named: $out"
 # A step's first collective on the data group: the count of its valid targets (an all-gather).
 echo "$out" | grep -q "flight recorder: all_gather" || fail "hang: the operation not named: $out"
 took=$(python3 -c "print(round($end - $stopped, 1))")
@@ -41,9 +42,9 @@ python3 -c "import sys; sys.exit(0 if $end - $stopped <= $timeout + 10 else 1)" 
 python3 - "$work/runs/hang/flight/hang.json" <<'PY' || fail "hang: hang.json: $(cat "$work/runs/hang/flight/hang.json")"
 import json, sys
 h = json.load(open(sys.argv[1]))
-sys.exit(0 if h["culprits"] == [2] and "rank 2 never entered" in h["explanation"] else 1)
+sys.exit(0 if h["culprits"] == [2] and h["evidence"] == "heartbeat" and "rank 2: its heartbeat stopped" in h["explanation"] else 1)
 PY
-echo "ok: hang: rank 2 named, the job ended $took s after the stop: $(echo "$out" | grep -m1 'never entered' | cut -d' ' -f2-)"
+echo "ok: hang: rank 2 named, the job ended $took s after the stop: $(echo "$out" | grep -m1 'heartbeat stopped' | cut -d' ' -f2-)"
 
 # --- straggler: rank 1 of 2 computes 150 ms longer from step 5 on.
 out=$(timeout 120 "$mpirun" --oversubscribe -np 2 "$loom" train "${common[@]}" --set train.steps=30 \

@@ -26,12 +26,12 @@ using loom::FlightRecorder;
 struct Records {
   std::string dir;
   std::vector<std::unique_ptr<FlightRecorder>> ranks;
-  Records(const std::string& name, std::vector<int> frozen) {
+  Records(const std::string& name, std::vector<int> frozen, int world_size = 0) {
     dir = (std::filesystem::temp_directory_path() / ("loom_flight_" + name + std::to_string(::getpid()))).string();
     std::filesystem::remove_all(dir);
     for (int r = 0; r < 3; r++) {
       const bool stops = std::count(frozen.begin(), frozen.end(), r) > 0;
-      ranks.push_back(std::make_unique<FlightRecorder>(dir, r, FlightOptions{stops ? 0.0 : 0.05, 0.4}));
+      ranks.push_back(std::make_unique<FlightRecorder>(dir, r, FlightOptions{stops ? 0.0 : 0.05, 0.4, world_size}));
       ranks.back()->add_group("dp", {0, 1, 2}, r);
     }
   }
@@ -102,6 +102,23 @@ TEST(FlightHeartbeat, AFrozenPeerOfATransferIsNamedAndTheVerdictWritten) {
   EXPECT_EQ(j["evidence"], "heartbeat");
   EXPECT_EQ(j["frozen"][0]["rank"], 2);
   EXPECT_EQ(j["frozen"][0]["pid"], int(::getpid()));
+}
+
+// A pipeline: rank 0 waits for rank 2's send; rank 2 is healthy but waits
+// on rank 1, which froze. With the job's ranks known, rank 1 is named, not 2.
+TEST(FlightHeartbeat, TheFrozenRankBehindAHealthyPeerIsNamedNotThePeer) {
+  Records rec("behind", {1}, 3);
+  rec[0].enter_p2p(0, false, 2, "recv");  // rank 2 never posts its send: it waits on rank 1
+  past_stale();
+  const loom::HangReport report = rec[0].explain_p2p(0, false, 2, 1);
+  EXPECT_EQ(report.culprits, std::vector<int>{1}) << report.text;
+  EXPECT_EQ(report.evidence, "heartbeat");
+  // Looking at the peer alone (world_size 0) would name the healthy rank 2:
+  // why the run passes its world size.
+  Records group_only("peer", {1});
+  group_only[0].enter_p2p(0, false, 2, "recv");
+  past_stale();
+  EXPECT_EQ(group_only[0].explain_p2p(0, false, 2, 1).culprits, std::vector<int>{2});
 }
 
 }  // namespace
