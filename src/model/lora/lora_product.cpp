@@ -3,7 +3,6 @@
 #include <cstring>
 #include <type_traits>
 
-
 namespace loom::lora {
 namespace {
 

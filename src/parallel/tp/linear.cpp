@@ -1,6 +1,5 @@
 #include "parallel/tp/linear.h"
 
-
 namespace loom::tp {
 
 template <class A, class Out>
