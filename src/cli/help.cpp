@@ -57,8 +57,10 @@ commands:
             --fault SPEC      for tests and demos only: make a rank fail on purpose. SPEC is
                               kill:rank=R:step=S (SIGKILL as step S begins), stop:rank=R:step=S
                               (SIGSTOP: a hang), slow:rank=R:step=S:ms=M (M ms more compute per
-                              step from step S: a straggler), kill-in-save:rank=R:step=S (SIGKILL
-                              half-way through its checkpoint file of step S); steps as logged
+                              step from step S: a straggler), pause:rank=R:step=S:ms=M (busy M ms
+                              once: a long kernel or fsync, alive), kill-in-save:rank=R:step=S
+                              (SIGKILL half-way through its checkpoint file of step S); steps as
+                              logged
           Fields: [model] family ("gpt2" | "llama" | "mixtral") vocab_size n_layer n_head d_model seq_len
                           LLaMA only: n_kv_head (0 = n_head; grouped-query attention)
                           ffn_hidden (0 = 8/3 d_model rounded up to ffn_multiple_of, 256)

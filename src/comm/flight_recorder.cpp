@@ -262,8 +262,10 @@ HangReport FlightRecorder::explain_collective(int slot, uint64_t seq) const {
     for (int m : absent)
       if (std::count(frozen.begin(), frozen.end(), m) == 0) waiting.push_back(m);
     if (!waiting.empty())
-      out.text += strprintf("\n  ranks %s never entered #%llu but their heartbeats go on: they wait on the frozen "
-                            "rank elsewhere", ranks_text(waiting).c_str(), (unsigned long long)seq);
+      out.text += strprintf("\n  %s %s never entered #%llu but %s on: alive (busy, or waiting on the frozen rank "
+                            "elsewhere), not judged", waiting.size() == 1 ? "rank" : "ranks",
+                            ranks_text(waiting).c_str(), (unsigned long long)seq,
+                            waiting.size() == 1 ? "its heartbeat goes" : "their heartbeats go");
     return out;
   }
   out.culprits = absent;

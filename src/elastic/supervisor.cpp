@@ -282,6 +282,9 @@ int run_elastic(const ElasticOptions& o, FILE* out) {
     const JobFailure f = classify_failure(a.exit_code, read_text(run_dir + "/flight/hang.json"), deaths,
                                           a.last_error, a.timeout_line);
     kill_frozen(f.frozen, out);
+    // Kept for the post-mortem: the next attempt's verdict, if any, is hang.json.
+    std::rename((run_dir + "/flight/hang.json").c_str(),
+                (run_dir + strprintf("/flight/hang.attempt%d.json", attempt)).c_str());
     obs::RestartRecord r;
     r.attempt = attempt, r.reason = f.reason, r.failed_ranks = f.ranks;
     double age_s = -1;

@@ -7,6 +7,8 @@
 //   loom train --fault stop:rank=2:step=12          rank 2 hangs (SIGSTOP)
 //   loom train --fault slow:rank=3:step=5:ms=150    rank 3 computes 150 ms longer
 //                                                   every step from step 5 on
+//   loom train --fault pause:rank=1:step=9:ms=4000  rank 1 is busy 4 s once (a long
+//                                                   kernel or fsync: alive, out of MPI)
 //   loom train --fault kill-in-save:rank=0:step=20  rank 0 dies while its
 //                                                   background save of step 20
 //                                                   is half written
@@ -20,13 +22,13 @@
 
 namespace loom {
 
-enum class FaultKind { kill, stop, slow, kill_in_save };
+enum class FaultKind { kill, stop, slow, pause, kill_in_save };
 
 struct Fault {
   FaultKind kind = FaultKind::kill;
   int rank = 0;
   int step = 1;  // 1-based, as logged
-  int ms = 0;    // slow: extra milliseconds per step
+  int ms = 0;    // slow: extra milliseconds per step; pause: once
 };
 
 // Parses one --fault value; throws UserError naming the option and the part
@@ -44,8 +46,8 @@ class FaultPlan {
   // Throws UserError if a fault names a rank outside the world.
   void check_ranks(int world_size) const;
 
-  // As step `step` (0-based loop index) begins on world rank `rank`: kills or
-  // stops this process when a fault says so (prints what it does first).
+  // As step `step` (0-based loop index) begins on world rank `rank`: kills,
+  // stops or pauses this process when a fault says so (prints what it does first).
   void at_step_begin(int step, int rank) const;
   // Extra compute milliseconds this rank spends in step `step` (0-based).
   int slow_ms(int step, int rank) const;

@@ -2,6 +2,8 @@
 // where and when, and bad specs rejected naming the option.
 #include <gtest/gtest.h>
 
+#include <chrono>
+
 #include "core/check.h"
 #include "fault/fault_plan.h"
 
@@ -21,12 +23,30 @@ TEST(FaultPlan, ParsesEveryKind) {
   EXPECT_EQ(s.ms, 150);
   EXPECT_EQ(parse_fault("kill-in-save:rank=0:step=20").kind, FaultKind::kill_in_save);
   EXPECT_EQ(loom::describe_fault(s), "slow:rank=3:step=5:ms=150");
+  Fault p = parse_fault("pause:rank=1:step=9:ms=4000");
+  EXPECT_EQ(p.kind, FaultKind::pause);
+  EXPECT_EQ(p.ms, 4000);
+  EXPECT_EQ(loom::describe_fault(p), "pause:rank=1:step=9:ms=4000");
+}
+
+TEST(FaultPlan, APauseKeepsTheRankBusyOnceAtItsStep) {
+  FaultPlan plan({parse_fault("pause:rank=1:step=3:ms=150")});
+  EXPECT_EQ(plan.slow_ms(5, 1), 0);  // not a straggler: it does not add to later steps
+  using Clock = std::chrono::steady_clock;
+  auto t0 = Clock::now();
+  plan.at_step_begin(1, 1);  // step 2: nothing
+  plan.at_step_begin(2, 0);  // step 3, another rank: nothing
+  EXPECT_LT(std::chrono::duration<double>(Clock::now() - t0).count(), 0.1);
+  t0 = Clock::now();
+  plan.at_step_begin(2, 1);  // step 3 on rank 1: busy 150 ms, then goes on
+  EXPECT_GE(std::chrono::duration<double>(Clock::now() - t0).count(), 0.15);
 }
 
 TEST(FaultPlan, RejectsBadSpecsNamingTheOption) {
   for (const char* bad : {"", "explode:rank=1:step=2", "kill:rank=1", "kill:step=3", "kill:rank=-1:step=3",
                           "kill:rank=1:step=0", "kill:rank=x:step=3", "slow:rank=1:step=2", "kill:rank=1:step=2:ms=5",
-                          "kill:rank=1:step=2:oops", "slow:rank=1:step=2:ms=0"}) {
+                          "kill:rank=1:step=2:oops", "slow:rank=1:step=2:ms=0",
+                          "pause:rank=1:step=2", "stop:rank=1:step=2:ms=9"}) {
     try {
       parse_fault(bad);
       ADD_FAILURE() << "accepted '" << bad << "'";
