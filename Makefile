@@ -2,7 +2,7 @@
 BUILD ?= build
 JOBS ?= $(shell nproc)
 
-.PHONY: setup venv build run test interop interop-latest bench sanitize clean
+.PHONY: setup venv build run test interop interop-latest bench bench-venv sanitize clean
 setup:
 	scripts/setup.sh
 venv:
@@ -33,6 +33,11 @@ interop-latest: build
 	  $(BUILD)/tests/loom_tests --gtest_filter='HfInterop.*:HfExport*:HfImport.*:PeftInterop.*'
 bench: build
 	$(BUILD)/loom bench step
+# PyTorch 2.x for `loom bench step --torch .venv-latest/bin/python [--torch-compile]`
+# (the same environment as interop-latest; never made by setup.sh or CI).
+bench-venv:
+	test -x .venv-latest/bin/python || (/usr/bin/python3 -m venv .venv-latest && \
+	  .venv-latest/bin/pip install -q $(LATEST_PINS))
 # AddressSanitizer + UndefinedBehaviorSanitizer build in build-sanitize/, then
 # the single-process tests (every test but tests/comm's MPI ones), the
 # bad-input fuzz test among them; the first report stops the run.

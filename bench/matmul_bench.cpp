@@ -41,7 +41,7 @@ int main() {
   loom::cpu::MatmulEngine eng;
   loom::cpu::LowpMatmulEngine lowp;
   const int N = 1024;
-  const Shape shapes[] = {{"qkv", 768, 2304}, {"attn_proj", 768, 768}, {"fc", 768, 3072}, {"fc_proj", 3072, 768},
+  const Shape shapes[] = {{"qkv", 768, 2304}, {"attn_proj", 768, 768}, {"fc", 768, 3072}, {"fc_proj", 3072, 768}, {"llama_down", 2048, 768},
                           {"lm_head", 768, 50304}};
   std::printf("threads %d\n%-10s %10s %10s %10s  %s\n", omp_get_max_threads(), "layer", "fwd GF/s", "dinp GF/s",
               "dW GF/s", "impl (fwd / dinp / dW)");

@@ -3,6 +3,7 @@
 Usage:
   /usr/bin/python3 tools/bench_pytorch.py --shape tiny|small|gpt2-124M --threads N
       [--steps S] [--warmup W] [--json] [--autocast bf16|fp16|none]
+      [--compile] [--sdpa auto|on|off] [--fused-adamw auto|on|off]
       [--vocab V] [--layers L] [--d-model C] [--heads H] [--seq-len T] [--batch B]
   /usr/bin/python3 tools/bench_pytorch.py --model llama [--shape tiny|small|llama-124M]
       --threads N [...as above...] [--kv-heads K] [--ffn-hidden F]
@@ -28,8 +29,39 @@ the loss and norms in fp32, as autocast's op lists decide); backward runs
 outside it, and parameters, gradients and AdamW stay fp32. fp16 is refused
 when this torch's CPU autocast does not support it (torch 1.13 does not).
 
+The script runs under Debian's torch 1.13 (/usr/bin/python3) and under
+PyTorch 2.x (e.g. .venv-latest/bin/python). Three switches use what 2.x adds;
+each is reported in the JSON line as the bool that was in effect:
+  --compile          model = torch.compile(model) (default backend, inductor):
+                     forward and, through AOTAutograd, backward are compiled;
+                     clipping and AdamW stay eager. The first calls compile,
+                     so warmup is raised to at least 2 (the JSON's "warmup"
+                     is the count actually run). torch < 2.0 has no
+                     torch.compile: exit status 2 with a message on stderr.
+                     "compiled": true/false.
+  --sdpa auto|on|off attention through F.scaled_dot_product_attention(q, k,
+                     v, is_causal=True) instead of the explicit masked
+                     softmax (GPTConfig/LlamaConfig sdpa=True). auto (the
+                     default) uses it where this torch has it (>= 2.0), so
+                     torch 1.13 keeps the explicit path; on requires it (exit
+                     status 2 without it); off forces the explicit path.
+                     "sdpa": true/false.
+  --fused-adamw auto|on|off
+                     torch.optim.AdamW(fused=True). auto (the default) uses
+                     it where this torch's fused AdamW runs on CPU tensors
+                     (probed by building one and stepping it; torch >= 2.4);
+                     on requires it (exit status 2 without it); off leaves
+                     AdamW's default (fused not passed), as before.
+                     "fused_adamw": true/false.
+Under torch 1.13 the defaults therefore time exactly what they always did
+(sdpa false, fused_adamw false, compiled false); under 2.x the defaults use
+SDPA and fused AdamW, and --sdpa off --fused-adamw off is the 1.13-like eager
+baseline. --compile combines with --autocast bf16 (autocast is entered
+around the compiled model's call).
+
 Output: with --json, exactly one JSON line on stdout; otherwise a readable
-per-step listing followed by the same JSON line.
+per-step listing (with --compile also the warmup steps, the first of which
+includes compiling) followed by the same JSON line.
 """
 
 import argparse
@@ -79,6 +111,12 @@ def parse_args():
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--autocast", choices=("bf16", "fp16", "none"), default="none",
                    help="CPU autocast dtype for forward + loss (default none: fp32)")
+    p.add_argument("--compile", action="store_true",
+                   help="torch.compile the model (torch >= 2.0; warmup raised to >= 2)")
+    p.add_argument("--sdpa", choices=("auto", "on", "off"), default="auto",
+                   help="attention via F.scaled_dot_product_attention (auto: if this torch has it)")
+    p.add_argument("--fused-adamw", choices=("auto", "on", "off"), default="auto",
+                   help="AdamW(fused=True) (auto: if this torch supports it on CPU)")
     p.add_argument("--vocab", type=int)
     p.add_argument("--layers", type=int)
     p.add_argument("--d-model", type=int)
@@ -102,7 +140,47 @@ def parse_args():
     if args.autocast != "none" and not cpu_autocast_supported(AUTOCAST_DTYPES[args.autocast]):
         p.error(f"--autocast {args.autocast}: CPU autocast in torch {torch.__version__} "
                 "does not support this dtype (torch 1.13 supports only bf16)")
+    if args.compile and not hasattr(torch, "compile"):
+        refuse(f"--compile needs torch.compile (PyTorch >= 2.0); this is torch {torch.__version__}")
+    if args.compile:
+        args.warmup = max(args.warmup, 2)   # the first calls compile
+    has_sdpa = hasattr(torch.nn.functional, "scaled_dot_product_attention")
+    if args.sdpa == "on" and not has_sdpa:
+        refuse("--sdpa on needs torch.nn.functional.scaled_dot_product_attention "
+               f"(PyTorch >= 2.0); this is torch {torch.__version__}")
+    args.use_sdpa = has_sdpa and args.sdpa != "off"
+    has_fused = args.fused_adamw != "off" and cpu_fused_adamw_supported()
+    if args.fused_adamw == "on" and not has_fused:
+        refuse("--fused-adamw on needs AdamW(fused=True) on CPU tensors "
+               f"(PyTorch >= 2.4); this is torch {torch.__version__}")
+    args.use_fused_adamw = has_fused
     return args
+
+
+def refuse(message):
+    """One line on stderr, exit status 2 (as argparse's usage errors)."""
+    print(f"{os.path.basename(sys.argv[0])}: error: {message}", file=sys.stderr, flush=True)
+    sys.exit(2)
+
+
+def cpu_fused_adamw_supported():
+    """True if torch.optim.AdamW(fused=True) builds and steps on a CPU tensor.
+
+    Probed rather than looked up by version: torch 1.13 has no `fused`
+    argument (TypeError), 2.0-2.3 accept it for CUDA tensors only
+    (RuntimeError when built on CPU tensors).
+    """
+    import warnings
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            p = torch.nn.Parameter(torch.ones(4))
+            opt = torch.optim.AdamW([p], lr=1e-3, fused=True)
+            p.grad = torch.ones(4)
+            opt.step()
+            return bool(torch.isfinite(p).all()) and not torch.equal(p.detach(), torch.ones(4))
+    except (TypeError, RuntimeError, ValueError, NotImplementedError):
+        return False
 
 
 AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
@@ -199,15 +277,20 @@ def main():
     if llama:
         cfg = LlamaConfig(vocab_size=dims["vocab"], n_layer=dims["layers"], n_head=dims["heads"],
                           n_kv_head=dims["kv_heads"], d_model=dims["d_model"],
-                          ffn_hidden=dims["ffn_hidden"], seq_len=dims["seq_len"])
+                          ffn_hidden=dims["ffn_hidden"], seq_len=dims["seq_len"],
+                          sdpa=args.use_sdpa)
         model = Llama(cfg)
     else:
         cfg = GPTConfig(vocab_size=dims["vocab"], n_layer=dims["layers"], n_head=dims["heads"],
-                        d_model=dims["d_model"], seq_len=dims["seq_len"])
+                        d_model=dims["d_model"], seq_len=dims["seq_len"], sdpa=args.use_sdpa)
         model = GPT(cfg)
     model.train()
-    opt = make_adamw(model, lr=1e-4)
+    # fused=None keeps make_adamw's (and AdamW's) default, as before.
+    opt = make_adamw(model, lr=1e-4, fused=True if args.use_fused_adamw else None)
     params = list(model.parameters())
+    # The compiled wrapper shares model's parameters; model itself stays the
+    # plain module for num_params() and the FLOP count.
+    run_model = torch.compile(model) if args.compile else model
 
     B, T = dims["batch"], dims["seq_len"]
     tokens = torch.randint(0, cfg.vocab_size, (B, T))
@@ -223,7 +306,7 @@ def main():
 
     def step():
         with autocast():
-            _, loss = model(tokens, targets)
+            _, loss = run_model(tokens, targets)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()
@@ -231,8 +314,13 @@ def main():
         # .item() forces the step to finish (CPU ops are synchronous anyway).
         return loss.item()
 
-    for _ in range(args.warmup):
-        step()
+    for i in range(args.warmup):
+        t0 = time.perf_counter()
+        loss = step()
+        dt = time.perf_counter() - t0
+        if args.compile and not args.json:
+            print(f"warmup {i}: {dt * 1e3:9.1f} ms  loss {loss:.4f}"
+                  + ("  (includes compiling)" if i == 0 else ""), flush=True)
 
     times = []
     for i in range(args.steps):
@@ -265,6 +353,9 @@ def main():
         # ru_maxrss is in KiB on Linux
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
         "torch": torch.__version__,
+        "compiled": args.compile,
+        "sdpa": args.use_sdpa,
+        "fused_adamw": args.use_fused_adamw,
         "OPENBLAS_CORETYPE": os.environ.get("OPENBLAS_CORETYPE"),
         "OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY"),
     }

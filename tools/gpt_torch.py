@@ -31,6 +31,10 @@ class GPTConfig:
     n_head: int
     d_model: int
     seq_len: int
+    # Attention through F.scaled_dot_product_attention (torch >= 2.0) instead
+    # of the explicit masked softmax; off by default, so references built from
+    # this module are unchanged. tools/bench_pytorch.py turns it on (--sdpa).
+    sdpa: bool = False
 
 
 class CausalSelfAttention(nn.Module):
@@ -38,6 +42,7 @@ class CausalSelfAttention(nn.Module):
         super().__init__()
         assert cfg.d_model % cfg.n_head == 0
         self.n_head = cfg.n_head
+        self.sdpa = cfg.sdpa
         # One projection produces q, k, v in that order, each C wide; within
         # each, the C features are laid out head-major as [n_head, head_size].
         self.c_attn = nn.Linear(cfg.d_model, 3 * cfg.d_model)
@@ -52,11 +57,14 @@ class CausalSelfAttention(nn.Module):
         k = k.view(B, T, self.n_head, hs).transpose(1, 2)
         v = v.view(B, T, self.n_head, hs).transpose(1, 2)
 
-        scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hs))
-        causal = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
-        scores = scores.masked_fill(~causal, float("-inf"))
-        att = F.softmax(scores, dim=-1)
-        y = att @ v                                    # [B, NH, T, hs]
+        if self.sdpa:   # same maths (scale 1/sqrt(hs), causal), one fused op
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:
+            scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hs))
+            causal = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
+            scores = scores.masked_fill(~causal, float("-inf"))
+            att = F.softmax(scores, dim=-1)
+            y = att @ v                                # [B, NH, T, hs]
         y = y.transpose(1, 2).contiguous().view(B, T, C)
         return self.c_proj(y)
 
@@ -135,9 +143,12 @@ class GPT(nn.Module):
         return sum(p.numel() for p in self.parameters())
 
 
-def make_adamw(model, lr, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1):
+def make_adamw(model, lr, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1, fused=None):
     """AdamW with two groups: decay on every parameter with dim >= 2
-    (matmul weights and both embeddings), none on biases and LayerNorm."""
+    (matmul weights and both embeddings), none on biases and LayerNorm.
+
+    fused: None (default) leaves AdamW's own choice, as before; True/False is
+    passed on as AdamW(fused=...) (fused CPU kernels need torch >= 2.4)."""
     decay, no_decay = [], []
     for _, p in model.named_parameters():
         if p.requires_grad:  # frozen parameters (a LoRA base) take no step
@@ -146,4 +157,5 @@ def make_adamw(model, lr, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1):
         {"params": decay, "weight_decay": weight_decay},
         {"params": no_decay, "weight_decay": 0.0},
     ]
-    return torch.optim.AdamW(groups, lr=lr, betas=betas, eps=eps)
+    extra = {} if fused is None else {"fused": fused}
+    return torch.optim.AdamW(groups, lr=lr, betas=betas, eps=eps, **extra)

@@ -70,6 +70,10 @@ class LlamaConfig:
     norm_eps: float = 1e-5
     tie_embeddings: bool = False
     head_dim: Optional[int] = None   # default d_model // n_head, as HF
+    # Attention through F.scaled_dot_product_attention (torch >= 2.0) instead
+    # of the explicit fp32 softmax; off by default, so references built from
+    # this module are unchanged. tools/bench_pytorch.py turns it on (--sdpa).
+    sdpa: bool = False
 
     def __post_init__(self):
         if self.head_dim is None:
@@ -126,6 +130,7 @@ class Attention(nn.Module):
     def __init__(self, cfg: LlamaConfig):
         super().__init__()
         self.n_head, self.n_kv_head, self.head_dim = cfg.n_head, cfg.n_kv_head, cfg.head_dim
+        self.sdpa = cfg.sdpa
         self.q_proj = nn.Linear(cfg.d_model, cfg.n_head * cfg.head_dim, bias=False)
         self.k_proj = nn.Linear(cfg.d_model, cfg.n_kv_head * cfg.head_dim, bias=False)
         self.v_proj = nn.Linear(cfg.d_model, cfg.n_kv_head * cfg.head_dim, bias=False)
@@ -144,13 +149,16 @@ class Attention(nn.Module):
         k = repeat_kv(k, rep)
         v = repeat_kv(v, rep)
 
-        scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hd))
-        causal = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
-        scores = scores.masked_fill(~causal, float("-inf"))
-        # Softmax in fp32 at least (HF: dtype=float32, then back to q's dtype).
-        sm_dtype = torch.float32 if scores.dtype in LOW_PRECISION else scores.dtype
-        att = F.softmax(scores, dim=-1, dtype=sm_dtype).to(q.dtype)
-        y = att @ v                                          # [B, NH, T, hd]
+        if self.sdpa:   # same maths (scale 1/sqrt(hd), causal), one fused op
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:
+            scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hd))
+            causal = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
+            scores = scores.masked_fill(~causal, float("-inf"))
+            # Softmax in fp32 at least (HF: dtype=float32, then back to q's dtype).
+            sm_dtype = torch.float32 if scores.dtype in LOW_PRECISION else scores.dtype
+            att = F.softmax(scores, dim=-1, dtype=sm_dtype).to(q.dtype)
+            y = att @ v                                      # [B, NH, T, hd]
         y = y.transpose(1, 2).reshape(B, T, self.n_head * hd)
         return self.o_proj(y)
 

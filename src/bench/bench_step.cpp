@@ -8,11 +8,13 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <sstream>
 #include <vector>
 
 #include "bench/bench_freeze.h"
+#include "bench/bench_step_profile.h"
 #include "bench/bench_step_table.h"
 #include "cli/command_util.h"
 #include "cli/commands.h"
@@ -87,7 +89,9 @@ int parse_int(const std::string& s, const char* what) {
 // trainer's (Replica::reduce/update): in bf16/fp16 the gradients are unscaled
 // and checked for inf/NaN, an overflowing step skips AdamW, and AdamW writes
 // the 16-bit weight copies as it updates.
-int run_child(const BenchShape& shape, int threads, int steps, ComputePrecision precision, Recompute recompute) {
+// With `profile`: no JSON line, but where the timed steps' time went.
+int run_child(const BenchShape& shape, int threads, int steps, ComputePrecision precision, Recompute recompute,
+              bool profile) {
   set_threads(threads);
   const ModelConfig& cfg = shape.model;
   const int B = shape.B, T = cfg.seq_len;
@@ -105,7 +109,9 @@ int run_child(const BenchShape& shape, int threads, int steps, ComputePrecision 
   std::vector<int32_t> tokens(size_t(B) * T), targets(tokens.size());
   random_batch(cfg.vocab_size, &tokens, &targets);
   std::vector<double> times;
+  KernelProfile kernels;
   for (int s = 0; s <= steps; s++) {  // step 0 is warm-up
+    if (s == 1 && profile) ops.set_profile(&kernels);
     auto t0 = std::chrono::steady_clock::now();
     model.zero_grads();
     model.forward_backward(tokens.data(), targets.data(), B, T, scaler.scale());
@@ -127,6 +133,14 @@ int run_child(const BenchShape& shape, int threads, int steps, ComputePrecision 
   std::sort(times.begin(), times.end());
   double median = times[times.size() / 2];
   double tok_s = double(B) * T / median;
+  if (profile) {
+    ops.set_profile(nullptr);
+    double total = 0;
+    for (double t : times) total += t;
+    // Shares of the mean step (the profile sums every timed step).
+    print_step_profile(kernels, steps, total / steps, double(B) * T, precision, measure_machine_limits(threads));
+    return 0;
+  }
   std::printf("{\"engine\": \"loom\", \"shape\": \"%s\", \"threads\": %d, \"precision\": \"%s\", "
               "\"steps\": %d, \"step_ms\": %.2f, \"tokens_per_s\": %.2f, \"gflops\": %.2f, \"peak_rss_mb\": %.1f, "
               "\"activation_mib\": %.1f, \"skipped_steps\": %d}\n",
@@ -182,6 +196,18 @@ std::vector<ComputePrecision> parse_precisions(const std::string& list) {
 // and OpenBLAS's SkylakeX kernels where the CPU has AVX-512 (forcing them
 // elsewhere dies with an illegal instruction). A core type the environment
 // already sets is kept: some machines set it on purpose.
+std::string shell_quote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+// --torch PYTHON must import torch: said before anything runs (exit 2).
+void check_torch(const std::string& python) {
+  const CommandResult r = run_command(shell_quote(python) + " -c 'import torch; print(torch.__version__)' 2>&1");
+  LOOM_USER_CHECK(r.status == 0, "bench: --torch '%s' cannot import torch: %s", python.c_str(), r.output.c_str());
+}
+
 std::string tuned_torch_env(const cpu::Dispatch& d) {
   std::string env = "OMP_WAIT_POLICY=PASSIVE";
   if (!std::getenv("OPENBLAS_CORETYPE") && d.highest >= Isa::avx512) env = "OPENBLAS_CORETYPE=SkylakeX " + env;
@@ -199,7 +225,8 @@ int cmd_bench_step(const Args& args) {
   std::vector<int> threads = {1, 2};
   std::vector<ComputePrecision> precisions = {ComputePrecision::fp32};
   int steps = 0;
-  bool pytorch = true, autocast = false, per_run_table = false;
+  bool pytorch = true, autocast = false, per_run_table = false, profile = false, compiled = false;
+  std::string python = "/usr/bin/python3";  // --torch: the interpreter that runs the PyTorch side
   std::vector<Recompute> recompute;  // --recompute: the recomputation table instead
   std::vector<std::string> freeze;   // --freeze: the frozen-tensors table instead
   bool replica_child = false;        // step-child --replica: the trainer's Replica step
@@ -223,6 +250,9 @@ int cmd_bench_step(const Args& args) {
     else if (a == "--precision") precisions = parse_precisions(value("--precision")), per_run_table = true;
     else if (a == "--torch-autocast") autocast = per_run_table = true;
     else if (a == "--no-pytorch") pytorch = false;
+    else if (a == "--profile") profile = true;
+    else if (a == "--torch") python = value("--torch");
+    else if (a == "--torch-compile") compiled = per_run_table = true;
     else if (a == "--freeze") {
       freeze = split(value("--freeze"));
       LOOM_USER_CHECK(!freeze.empty(), "bench: --freeze needs tensor name patterns, e.g. 'wte.weight,h.[0-5].*'");
@@ -237,6 +267,8 @@ int cmd_bench_step(const Args& args) {
   for (auto& s : shapes) find_shape(s);  // reject unknown names before running anything
   LOOM_USER_CHECK(!threads.empty() && !shapes.empty(), "bench: nothing to run");
   LOOM_USER_CHECK(!(autocast && !pytorch), "bench: --torch-autocast runs PyTorch; it cannot go with --no-pytorch");
+  LOOM_USER_CHECK(!(compiled && !pytorch), "bench: --torch-compile runs PyTorch; it cannot go with --no-pytorch");
+  if (pytorch && !child && !profile && recompute.empty() && freeze.empty() && lora_rank == 0) check_torch(python);
   if (child && replica_child)
     return run_replica_step_child(find_shape(shapes.at(0)).model, find_shape(shapes.at(0)).B, threads.at(0),
                                   steps > 0 ? steps : find_shape(shapes.at(0)).default_steps, precisions.at(0), freeze,
@@ -244,7 +276,25 @@ int cmd_bench_step(const Args& args) {
   if (child) {
     const BenchShape& s = find_shape(shapes.at(0));
     return run_child(s, threads.at(0), steps > 0 ? steps : s.default_steps, precisions.at(0),
-                     recompute.empty() ? Recompute::none : recompute.at(0));
+                     recompute.empty() ? Recompute::none : recompute.at(0), profile);
+  }
+  if (profile) {
+    std::printf("loom bench step --profile: where the step's time goes, each run in its own process, the op "
+                "limits measured in it\n%s\n",
+                cpu::describe_dispatch().line().c_str());
+    for (const auto& name : shapes)
+      for (int t : threads)
+        for (ComputePrecision p : precisions) {
+          const int n = steps > 0 ? steps : find_shape(name).default_steps;
+          std::printf("\n%s, %d thread%s, %s:\n", name.c_str(), t, t == 1 ? "" : "s", compute_precision_name(p));
+          std::fflush(stdout);
+          const int rc = std::system(strprintf("'%s' bench step-child --shape %s --threads %d --steps %d --precision %s "
+                                               "--profile",
+                                               self_exe().c_str(), name.c_str(), t, n, compute_precision_name(p))
+                                         .c_str());
+          LOOM_CHECK(rc == 0, "bench step --profile: the run of %s failed", name.c_str());
+        }
+    return 0;
   }
   if (lora_rank > 0) {
     std::printf("loom bench step --lora: the trainer's step (one process, parameter groups) training every tensor, "
@@ -298,7 +348,7 @@ int cmd_bench_step(const Args& args) {
   std::printf("torch = PyTorch eager as the environment is (OPENBLAS_CORETYPE=%s); torch* = %s\n%s",
               std::getenv("OPENBLAS_CORETYPE") ? std::getenv("OPENBLAS_CORETYPE") : "unset", torch_tuning.c_str(),
               per_run_table ? "" : "\n");
-  if (per_run_table) print_precision_header();
+  if (per_run_table) print_precision_header(), print_precision_columns(compiled);
   else
     std::printf("%-10s %3s %5s | %10s %8s | %10s %8s | %10s %8s | %10s %10s\n", "shape", "thr", "steps", "loom tok/s",
                 "RSS MiB", "torch tok/s", "RSS MiB", "torch* tok/s", "RSS MiB", "loom/torch", "loom/torch*");
@@ -308,15 +358,17 @@ int cmd_bench_step(const Args& args) {
     for (int t : threads) {
       const std::string run = strprintf("--threads %d --steps %d", t, n);
       const std::string common = "--shape " + name + " " + run;
-      PrecisionGroup g{name, t, n, {}, pytorch, autocast, {}, {}, {}};
+      PrecisionGroup g{name, t, n, {}, pytorch, autocast, compiled, {}, {}, {}, {}, {}};
       for (ComputePrecision p : precisions)
         g.loom.emplace_back(p, run_and_parse("'" + exe + "' bench step-child " + common + " --precision " +
                                              compute_precision_name(p) + " 2>&1"));
       if (pytorch) {
-        std::string py = "/usr/bin/python3 '" + tool + "' " + s.torch_args + " " + run + " --warmup 1 --json";
+        std::string py = shell_quote(python) + " '" + tool + "' " + s.torch_args + " " + run + " --warmup 1 --json";
         g.torch = run_and_parse(py + " 2>&1");
         g.torch_best = run_and_parse("env " + torch_tuning + " " + py + " 2>&1");
         if (autocast) g.torch_bf16 = run_and_parse(py + " --autocast bf16 2>&1");
+        if (compiled) g.torch_compiled = run_and_parse(py + " --compile 2>&1");
+        if (compiled && autocast) g.torch_compiled_bf16 = run_and_parse(py + " --compile --autocast bf16 2>&1");
       }
       if (per_run_table) {
         print_precision_group(g);

@@ -197,6 +197,7 @@ commands:
   bench   Benchmarks (speed is measured here, never in tests).
             loom bench step [--shapes tiny,small,gpt2-124M] [--model gpt2|llama] [--threads 1,2]
                             [--steps N] [--precision fp32,bf16,fp16] [--torch-autocast] [--no-pytorch]
+                            [--torch PYTHON] [--torch-compile] [--profile]
           --model llama: the LLaMA shapes llama-tiny, llama-small, llama-124M (12 layers, d_model
           768, 12 heads, 4 kv heads, SwiGLU 2048, T 256, B 4), PyTorch's LLaMA beside them.
           Tokens/s and peak RSS of a full training step (forward, backward, clip, AdamW)
@@ -207,6 +208,14 @@ commands:
           --precision runs loom once per compute precision (default fp32) and prints a row
           per run with activation MiB and tokens/s against loom fp32; --torch-autocast also
           runs PyTorch under bf16 autocast, and loom bf16 is compared with it.
+          --torch PYTHON: the interpreter for the PyTorch side (default /usr/bin/python3, Debian's
+          torch 1.13; `make bench-venv` makes .venv-latest with PyTorch 2.x: --torch
+          .venv-latest/bin/python). PyTorch 2.x runs SDPA attention and fused AdamW where it has
+          them; --torch-compile adds torch.compile rows (fp32, and bf16 with --torch-autocast).
+          Each PyTorch row names its torch version.
+          --profile: loom alone, where one step's time goes: per op kind and per op shape, ms
+          per step, share of the step, and the rate against the op's own limit (the fp32 FMA
+          peak, the bf16 dot-product peak, or memory bandwidth, measured in the same process).
           --freeze 'wte.weight,h.[0-5].*' (train.freeze's patterns): the trainer's own step in
           one process with every tensor trained, then with those frozen: tok/s, peak RSS and the
           parameter, gradient and AdamW MiB the engine holds, with the ratios of the two runs.

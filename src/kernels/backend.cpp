@@ -16,6 +16,9 @@ size_t CpuBackend::attention_thread_floats(bool tiled, bool lowp, int T, int C, 
 template <class A>
 void CpuBackend::attention_forward(bool tiled, A* out, void* saved, const A* qkv, float* work, float* wide, int B,
                                    int T, int C, int NH, int NKV, const int32_t* doc) {
+  // Useful work: QK^T and PV over the causal half (doc masks not counted).
+  ProfileScope p(profile_, "attention fwd", flops_limit<A>(), 2.0 * B * T * double(T) * C, 0,
+                 [&] { return strprintf("attention fwd %s B%d T%d C%d NH%d", type_name<A>(), B, T, C, NH); });
   if (tiled) {
     if constexpr (std::is_same_v<A, float>)
       cpu::attention_tiled_forward(out, static_cast<float*>(saved), qkv, work, B, T, C, NH, NKV, doc);
@@ -33,6 +36,9 @@ template <class A>
 void CpuBackend::attention_backward(bool tiled, A* dqkv, float* scratch, const float* dout, const A* qkv, const A* out,
                                     const void* saved, float* work, float* wide, int B, int T, int C, int NH, int NKV,
                                     const int32_t* doc) {
+  // dV, dP, dQ, dK over the causal half (a tiled pass's recomputed QK^T not counted).
+  ProfileScope p(profile_, "attention bwd", flops_limit<A>(), 4.0 * B * T * double(T) * C, 0,
+                 [&] { return strprintf("attention bwd %s B%d T%d C%d NH%d", type_name<A>(), B, T, C, NH); });
   const float* lse = static_cast<const float*>(saved);
   if (tiled) {
     if constexpr (std::is_same_v<A, float>)

@@ -3,7 +3,9 @@
 #include <immintrin.h>
 #include <omp.h>
 
+#include <algorithm>
 #include <chrono>
+#include <vector>
 
 namespace loom {
 namespace {
@@ -39,9 +41,24 @@ double fma_loop(long iters, float* sink) {
   return double(accs) * lanes * 2.0 * double(iters);
 }
 
-}  // namespace
+#if defined(__AVX512BF16__)
+double bf16_dot_loop(long iters, float* sink) {
+  constexpr int accs = 16;
+  __m512 acc[accs];
+  for (int i = 0; i < accs; i++) acc[i] = _mm512_set1_ps(float(i));
+  const __m512bh a = (__m512bh)_mm512_set1_epi16(0x3f80), b = (__m512bh)_mm512_set1_epi16(0x3400);  // 1, 2^-23
+  for (long it = 0; it < iters; it++)
+    for (int i = 0; i < accs; i++) acc[i] = _mm512_dpbf16_ps(acc[i], a, b);
+  __m512 sum = acc[0];
+  for (int i = 1; i < accs; i++) sum = _mm512_add_ps(sum, acc[i]);
+  *sink = _mm512_cvtss_f32(sum);
+  return double(accs) * 16 * 2 * 2 * double(iters);
+}
+#endif
 
-double measure_peak_gflops(int threads, double seconds) {
+// Best GFLOP/s of `loop` on `threads` threads over about `seconds`.
+template <class Loop>
+double measure_loop(Loop loop, int threads, double seconds) {
   float sink[64] = {0};
   double best = 0;
   // A few rounds; keep the best (the first may run before clocks ramp up).
@@ -52,7 +69,7 @@ double measure_peak_gflops(int threads, double seconds) {
       auto t0 = std::chrono::steady_clock::now();
       double per_thread = 0;
 #pragma omp parallel num_threads(threads) reduction(max : per_thread)
-      per_thread = fma_loop(iters, &sink[omp_get_thread_num() % 64]);
+      per_thread = loop(iters, &sink[omp_get_thread_num() % 64]);
       elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       flops = per_thread * threads;
       iters *= 2;
@@ -61,5 +78,33 @@ double measure_peak_gflops(int threads, double seconds) {
   }
   return best;
 }
+
+}  // namespace
+
+double measure_bf16_peak_gflops(int threads, double seconds) {
+#if defined(__AVX512BF16__)
+  return measure_loop(bf16_dot_loop, threads, seconds);
+#else
+  (void)threads, (void)seconds;
+  return 0;
+#endif
+}
+
+double measure_memory_gbps(int threads, size_t mib) {
+  const size_t n = (mib << 20) / sizeof(float);
+  std::vector<float> a(n, 1.0f), b(n, 2.0f);
+  double best = 0;
+  for (int rep = 0; rep < 4; rep++) {
+    auto t0 = std::chrono::steady_clock::now();
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (size_t i = 0; i < n; i++) b[i] = a[i];
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (rep > 0) best = std::max(best, 2.0 * double(n) * sizeof(float) / s * 1e-9);
+    std::swap(a, b);
+  }
+  return best;
+}
+
+double measure_peak_gflops(int threads, double seconds) { return measure_loop(fma_loop, threads, seconds); }
 
 }  // namespace loom

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "core/cpu_info.h"
+#include "kernels/cpu/isa.h"
 
 namespace {
 
@@ -186,6 +187,9 @@ TEST(Cli, InfoNamesTheCpuTheKernelsAndTheirRates) {
   EXPECT_NE(j.at("flags").get<std::string>().find("avx2"), std::string::npos);
   EXPECT_EQ(j.at("fp32_gemm").get<std::string>().rfind("oneDNN ", 0), 0u) << r.output;
   EXPECT_GT(j.at("fp32_peak_gflops").get<double>(), 0);
+  // The bf16 dot-product peak where the CPU has vdpbf16ps, else null.
+  if (loom::cpu::native_bf16_products()) EXPECT_GT(j.at("bf16_peak_gflops").get<double>(), 0);
+  else EXPECT_TRUE(j.at("bf16_peak_gflops").is_null());
   for (const char* p : {"fp32", "bf16", "fp16"}) EXPECT_GT(j.at("layer_gflops").at(p).get<double>(), 0) << p;
 
   // The environment's cap: a bad name is refused, naming the variable.
@@ -197,6 +201,21 @@ TEST(Cli, InfoNamesTheCpuTheKernelsAndTheirRates) {
   ASSERT_EQ(capped.code, 0) << capped.output;
   EXPECT_NE(capped.output.find("| isa avx2"), std::string::npos) << capped.output;
   EXPECT_NE(capped.output.find("bf16 GEMM: widened to fp32"), std::string::npos) << capped.output;
+}
+
+// Where a step's time goes: every op kind of the step with its share, and
+// the GEMMs judged against the FLOP peak.
+TEST(Cli, BenchStepProfileListsTheStepsOps) {
+  CliResult r = run("bench step --profile --shapes tiny --threads 1 --steps 2 --precision fp32");
+  ASSERT_EQ(r.code, 0) << r.output;
+  for (const char* op : {"matmul fwd", "matmul bwd", "attention fwd", "attention bwd", "layernorm fwd", "gelu bwd",
+                         "cross-entropy", "adamw", "clipping", "outside the backend's ops", "GFLOP/s", "GB/s",
+                         "matmul fwd fp32 1024x128 -> 384"})
+    EXPECT_NE(r.output.find(op), std::string::npos) << op << "\n" << r.output;
+  // A PyTorch interpreter that cannot import torch is refused before anything runs.
+  CliResult bad = run("bench step --shapes tiny --torch /bin/false");
+  EXPECT_EQ(bad.code, 2) << bad.output;
+  EXPECT_NE(bad.output.find("--torch"), std::string::npos) << bad.output;
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 #include "kernels/cpu/matmul.h"
 
+#include <algorithm>
 #include <dnnl.hpp>
 #include <unordered_map>
 #include <vector>
@@ -11,11 +12,13 @@ namespace loom::cpu {
 using dnnl::memory;
 
 namespace {
+constexpr int64_t kWideColumns = 1536, kColumnBlock = 768;
+
 struct Key {
   int64_t M, N, K;
   bool trans_a, trans_b, bias, accumulate;
-  int64_t ldc;
-  auto tie() const { return std::tie(M, N, K, trans_a, trans_b, bias, accumulate, ldc); }
+  int64_t ldb, ldc;
+  auto tie() const { return std::tie(M, N, K, trans_a, trans_b, bias, accumulate, ldb, ldc); }
   bool operator<(const Key& o) const { return tie() < o.tie(); }
 };
 // A primitive with its memory objects made once; each call only swaps the
@@ -44,7 +47,7 @@ struct MatmulEngine::Impl {
     memory::desc a_md({k.M, k.K}, memory::data_type::f32,
                       k.trans_a ? memory::dims{1, k.M} : memory::dims{k.K, 1});
     memory::desc b_md({k.K, k.N}, memory::data_type::f32,
-                      k.trans_b ? memory::dims{1, k.K} : memory::dims{k.N, 1});
+                      k.trans_b ? memory::dims{1, k.ldb} : memory::dims{k.ldb, 1});
     memory::desc c_md({k.M, k.N}, memory::data_type::f32, memory::dims{k.ldc, 1});
     dnnl::primitive_attr attr;
     attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
@@ -80,8 +83,22 @@ MatmulEngine::MatmulEngine() : impl_(std::make_unique<Impl>()) {}
 MatmulEngine::~MatmulEngine() = default;
 
 void MatmulEngine::gemm(float* c, const float* a, const float* b, const float* bias, int64_t M, int64_t N,
-                        int64_t K, bool trans_a, bool trans_b, bool accumulate, int64_t ldc) {
-  Key k{M, N, K, trans_a, trans_b, bias != nullptr, accumulate, ldc > 0 ? ldc : N};
+                        int64_t K, bool trans_a, bool trans_b, bool accumulate, int64_t ldc, int64_t ldb) {
+  // oneDNN 2.6's fp32 matmul runs a product whose B is untransposed and wide
+  // (N >= 1536 columns: the MLP's down-projection backward) at 35-45% of the
+  // FMA peak, and the same work as column blocks of at most 768 at 70-90%
+  // (bench/README.md, "Where the step's time goes"). Each output element's
+  // sum over K is the block's: the split changes no arithmetic but the order
+  // oneDNN picks inside it.
+  if (!trans_b && N >= kWideColumns && ldb <= 0 && ldc <= 0) {
+    const int64_t blocks = (N + kColumnBlock - 1) / kColumnBlock;
+    const int64_t nb = ((N + blocks - 1) / blocks + 15) / 16 * 16;
+    for (int64_t j0 = 0; j0 < N; j0 += nb)
+      gemm(c + j0, a, b + j0, bias ? bias + j0 : nullptr, M, std::min(nb, N - j0), K, trans_a, false, accumulate, N,
+           N);
+    return;
+  }
+  Key k{M, N, K, trans_a, trans_b, bias != nullptr, accumulate, ldb > 0 ? ldb : (trans_b ? K : N), ldc > 0 ? ldc : N};
   Entry& e = impl_->get(k);
   e.a.set_data_handle(const_cast<float*>(a));
   e.b.set_data_handle(const_cast<float*>(b));
@@ -94,7 +111,7 @@ void MatmulEngine::gemm(float* c, const float* a, const float* b, const float* b
 
 const char* MatmulEngine::implementation(int64_t M, int64_t N, int64_t K, bool trans_a, bool trans_b, bool bias,
                                          bool accumulate) {
-  return impl_->get(Key{M, N, K, trans_a, trans_b, bias, accumulate, N}).impl.c_str();
+  return impl_->get(Key{M, N, K, trans_a, trans_b, bias, accumulate, trans_b ? K : N, N}).impl.c_str();
 }
 
 void matmul_forward(MatmulEngine& eng, float* out, const float* inp, const float* weight, const float* bias, int N,

@@ -22,9 +22,10 @@ class MatmulEngine {
   // C[M,N] (+)= op(A)[M,K] @ op(B)[K,N] (+ bias[N]); row-major, packed.
   // trans_a: A is stored [K,M]; trans_b: B is stored [N,K].
   // accumulate: add into C instead of overwriting it. ldc: C's row stride
-  // (0 = N), for writing a block of columns of a wider matrix.
+  // (0 = N), for writing a block of columns of a wider matrix; ldb: B's
+  // (0 = packed), for reading one.
   void gemm(float* c, const float* a, const float* b, const float* bias, int64_t M, int64_t N, int64_t K,
-            bool trans_a, bool trans_b, bool accumulate, int64_t ldc = 0);
+            bool trans_a, bool trans_b, bool accumulate, int64_t ldc = 0, int64_t ldb = 0);
 
   // Name of the oneDNN implementation last used for this shape (for logs).
   const char* implementation(int64_t M, int64_t N, int64_t K, bool trans_a, bool trans_b, bool bias,
