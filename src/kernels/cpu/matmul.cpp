@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/check.h"
+#include "kernels/cpu/isa.h"
 
 namespace loom::cpu {
 
@@ -39,6 +40,7 @@ struct MatmulEngine::Impl {
   // One scratchpad shared by all primitives (they run one at a time), grown
   // when a primitive that needs more is created.
   std::vector<uint8_t> scratch_bytes;
+  const bool wide_in_blocks = kernel_isa() >= Isa::avx512;
 
   Entry& get(const Key& k) {
     auto it = cache.find(k);
@@ -84,13 +86,13 @@ MatmulEngine::~MatmulEngine() = default;
 
 void MatmulEngine::gemm(float* c, const float* a, const float* b, const float* bias, int64_t M, int64_t N,
                         int64_t K, bool trans_a, bool trans_b, bool accumulate, int64_t ldc, int64_t ldb) {
-  // oneDNN 2.6's fp32 matmul runs a product whose B is untransposed and wide
-  // (N >= 1536 columns: the MLP's down-projection backward) at 35-45% of the
-  // FMA peak, and the same work as column blocks of at most 768 at 70-90%
-  // (bench/README.md, "Where the step's time goes"). Each output element's
-  // sum over K is the block's: the split changes no arithmetic but the order
-  // oneDNN picks inside it.
-  if (!trans_b && N >= kWideColumns && ldb <= 0 && ldc <= 0) {
+  // oneDNN 2.6's AVX-512 fp32 matmul runs a product whose B is untransposed
+  // and wide (N >= 1536 columns: the MLP's down-projection backward) at
+  // 35-45% of the FMA peak, and the same work as column blocks of at most 768
+  // at 70-90% (bench/README.md, "Where the step's time goes"); its AVX2
+  // kernels do not gain (3-7% slower on a capped Xeon), so they keep one call.
+  // Each output element's sum over K stays within one block.
+  if (impl_->wide_in_blocks && !trans_b && N >= kWideColumns && ldb <= 0 && ldc <= 0) {
     const int64_t blocks = (N + kColumnBlock - 1) / kColumnBlock;
     const int64_t nb = ((N + blocks - 1) / blocks + 15) / 16 * 16;
     for (int64_t j0 = 0; j0 < N; j0 += nb)
