@@ -138,7 +138,8 @@ int run_child(const BenchShape& shape, int threads, int steps, ComputePrecision 
     double total = 0;
     for (double t : times) total += t;
     // Shares of the mean step (the profile sums every timed step).
-    print_step_profile(kernels, steps, total / steps, double(B) * T, precision, measure_machine_limits(threads));
+    print_step_profile(kernels, steps, total / steps, double(B) * T, cfg.train_flops_per_token(T), precision,
+                       measure_machine_limits(threads));
     return 0;
   }
   std::printf("{\"engine\": \"loom\", \"shape\": \"%s\", \"threads\": %d, \"precision\": \"%s\", "

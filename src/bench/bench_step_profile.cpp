@@ -49,16 +49,25 @@ MachineLimits measure_machine_limits(int threads) {
 }
 
 void print_step_profile(const KernelProfile& profile, int steps, double step_s, double tokens_per_step,
-                        ComputePrecision precision, const MachineLimits& m) {
+                        double flops_per_token, ComputePrecision precision, const MachineLimits& m) {
   std::printf("limits (measured now): fp32 FMA peak %.1f GFLOP/s; bf16 dot-product peak %s; memory %.1f GB/s "
               "(copy, read + write)\n",
               m.fp32_gflops,
               m.bf16_gflops > 0 ? strprintf("%.1f GFLOP/s (vdpbf16ps)", m.bf16_gflops).c_str()
                                 : "- (bf16 products widen to fp32: judged against the fp32 peak)",
               m.memory_gbps);
-  std::printf("step: %.1f ms median over %d steps (%.0f tok/s), %s; each op's time is its wall time on the calling "
-              "thread, its limit the FLOP peak of its precision (products) or memory bandwidth (the rest)\n\n",
+  std::printf("step: %.1f ms, the mean of %d steps (%.0f tok/s), %s; each op's time is its wall time on the calling "
+              "thread, its limit the FLOP peak of its precision (products) or memory bandwidth (the rest; above 100%%: in "
+              "cache)\n",
               1e3 * step_s, steps, tokens_per_step / step_s, compute_precision_name(precision));
+  // The step against its precision's peak, as the model counts its FLOPs.
+  const double model_gflops = flops_per_token * tokens_per_step / step_s * 1e-9;
+  const bool lowp = precision != ComputePrecision::fp32;
+  const double peak = limit_of(lowp ? OpLimit::lowp_flops : OpLimit::fp32_flops, m);
+  std::printf("model FLOPs (6N + 12·L·C·T a token): %.1f GFLOP/s = %.0f%% of the %s peak%s\n\n", model_gflops,
+              100 * model_gflops / peak, lowp && m.bf16_gflops > 0 ? "bf16 dot-product" : "fp32 FMA",
+              lowp && m.bf16_gflops > 0 ? strprintf(" (%.0f%% of the fp32 peak)", 100 * model_gflops / m.fp32_gflops).c_str()
+                                        : "");
   // By kind, largest first.
   std::map<std::string, OpTotals> kinds;
   double counted = 0;

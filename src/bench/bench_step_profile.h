@@ -17,7 +17,8 @@ MachineLimits measure_machine_limits(int threads);
 
 // Prints the tables for `steps` timed steps of `step_s` median seconds whose
 // kernels went into `profile`.
+// flops_per_token: the model's count (6N + 12·L·C·T), for the step's share of the peak.
 void print_step_profile(const KernelProfile& profile, int steps, double step_s, double tokens_per_step,
-                        ComputePrecision precision, const MachineLimits& limits);
+                        double flops_per_token, ComputePrecision precision, const MachineLimits& limits);
 
 }  // namespace loom::cli
