@@ -206,7 +206,8 @@ std::string shell_quote(const std::string& s) {
 // --torch PYTHON must import torch: said before anything runs (exit 2).
 void check_torch(const std::string& python) {
   const CommandResult r = run_command(shell_quote(python) + " -c 'import torch; print(torch.__version__)' 2>&1");
-  LOOM_USER_CHECK(r.status == 0, "bench: --torch '%s' cannot import torch: %s", python.c_str(), r.output.c_str());
+  LOOM_USER_CHECK(r.status == 0, "bench: --torch '%s' cannot import torch (--no-pytorch runs loom alone): %s",
+                  python.c_str(), r.output.c_str());
 }
 
 std::string tuned_torch_env(const cpu::Dispatch& d) {
