@@ -132,15 +132,9 @@ struct Measured {
 // slots; the emulated nodes declare many slots, so both launches ask for it.
 constexpr const char* kYield = "--mca mpi_yield_when_idle 1";
 
-std::string shell_quoted(const std::string& s) {
-  std::string q = "'";
-  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return q + "'";
-}
-
 Measured run_layout(const std::string& launcher, const BenchLayout& l, int steps) {
-  std::string cmd = launcher + " " + shell_quoted(self_exe()) + strprintf(" bench cluster-child --steps %d", steps);
-  for (const std::string& set : l.sets) cmd += " --set " + shell_quoted(set);
+  std::string cmd = launcher + " " + shell_quote(self_exe()) + strprintf(" bench cluster-child --steps %d", steps);
+  for (const std::string& set : l.sets) cmd += " --set " + shell_quote(set);
   const std::string line = run_for_json(cmd + " 2>&1");
   LOOM_USER_CHECK(!line.empty(), "bench cluster: the run of '%s' failed", l.name.c_str());
   Measured m;
@@ -161,16 +155,16 @@ struct EmulatedCluster {
   std::string script = project_root() + "/scripts/cluster/emulate.sh";
   bool up = false;
   void start(const std::string& rate) {
-    const CommandResult r = run_command(shell_quoted(script) + strprintf(" up %d %s 2>&1", kNodes, rate.c_str()));
+    const CommandResult r = run_command(shell_quote(script) + strprintf(" up %d %s 2>&1", kNodes, rate.c_str()));
     LOOM_USER_CHECK(r.status == 0, "bench cluster: emulate.sh up failed:\n%s", r.output.c_str());
     up = true;
   }
   void stop() {
-    if (up) run_command(shell_quoted(script) + " down 2>&1");
+    if (up) run_command(shell_quote(script) + " down 2>&1");
     up = false;
   }
   std::string launcher(int per_node) const {
-    return "OMP_NUM_THREADS=1 " + shell_quoted(script) +
+    return "OMP_NUM_THREADS=1 " + shell_quote(script) +
            strprintf(" run %d %s -x OMP_NUM_THREADS --", per_node, kYield);
   }
   ~EmulatedCluster() { stop(); }
@@ -210,7 +204,7 @@ int cmd_bench_cluster(const Args& args) {
   EmulatedCluster cluster;
   {
     LOOM_USER_CHECK(o.sets.empty(), "bench cluster: --set is for its child runs, not for bench cluster");
-    const CommandResult check = run_command(shell_quoted(cluster.script) + " check 2>&1");
+    const CommandResult check = run_command(shell_quote(cluster.script) + " check 2>&1");
     LOOM_USER_CHECK(check.status == 0, "bench cluster: cannot emulate a cluster here: %s", check.output.c_str());
   }
   const planner::ClusterSpec local = planner::local_cluster_or_default();

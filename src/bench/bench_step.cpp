@@ -197,12 +197,6 @@ std::vector<ComputePrecision> parse_precisions(const std::string& list) {
 // and OpenBLAS's SkylakeX kernels where the CPU has AVX-512 (forcing them
 // elsewhere dies with an illegal instruction). A core type the environment
 // already sets is kept: some machines set it on purpose.
-std::string shell_quote(const std::string& s) {
-  std::string q = "'";
-  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return q + "'";
-}
-
 // --torch PYTHON must import torch: said before anything runs (exit 2).
 void check_torch(const std::string& python) {
   const CommandResult r = run_command(shell_quote(python) + " -c 'import torch; print(torch.__version__)' 2>&1");

@@ -15,6 +15,12 @@
 
 namespace loom::cli {
 
+std::string shell_quote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
 double json_number(const std::string& line, const char* key) {
   std::string k = std::string("\"") + key + "\"";
   size_t at = line.find(k);

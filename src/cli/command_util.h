@@ -12,6 +12,8 @@ namespace loom::cli {
 
 // The number after "key": in a one-line JSON object (-1 if absent).
 double json_number(const std::string& line, const char* key);
+// s in single quotes for a shell command line (inner quotes escaped).
+std::string shell_quote(const std::string& s);
 
 struct CommandResult {
   int status = -1;     // the exit code; -1 if it could not start or a signal ended it
