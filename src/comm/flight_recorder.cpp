@@ -11,6 +11,7 @@
 #include <ctime>
 #include <chrono>
 #include <filesystem>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
@@ -204,16 +205,43 @@ std::string frozen_text(int rank, const FlightRecord& r, const FlightGroup* g, c
 
 }  // namespace
 
-void FlightRecorder::find_frozen(const std::vector<int>& group, double now, HangReport& out,
-                                 std::string& lines) const {
-  std::vector<int> ranks = group;
-  if (options_.world_size > 0) {
-    ranks.clear();
-    for (int r = 0; r < options_.world_size; r++) ranks.push_back(r);
-  }
+std::vector<int> FlightRecorder::judged_ranks(const std::vector<int>& group) const {
+  std::vector<int> ranks;
+  if (options_.world_size <= 0) ranks = group;
+  for (int r = 0; r < options_.world_size; r++) ranks.push_back(r);
+  ranks.erase(std::remove(ranks.begin(), ranks.end(), world_rank_), ranks.end());
+  return ranks;
+}
+
+// A deadline counts from this rank's entry, not from the stop: under load a
+// peer may enter late and freeze a moment before the deadline, its stamp
+// still fresh. So a fresh stamp proves nothing yet: wait until each such rank
+// stamps again (alive) or its stamp goes stale (frozen), at most stale_s plus
+// two periods; a live rank answers within one period.
+void FlightRecorder::settle_heartbeats(const std::vector<int>& ranks) const {
+  std::vector<std::pair<int, double>> open;  // rank, the stamp first read
   for (int m : ranks) {
     FlightRecord r;
-    if (m == world_rank_ || !read_record(record_path(dir_, m), r) || now - r.heartbeat_at <= options_.stale_s) continue;
+    if (read_record(record_path(dir_, m), r) && wall_now() - r.heartbeat_at <= options_.stale_s)
+      open.push_back({m, r.heartbeat_at});
+  }
+  const double give_up = wall_now() + options_.stale_s + 2 * std::max(options_.heartbeat_s, 0.05);
+  while (!open.empty() && wall_now() < give_up) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    std::erase_if(open, [&](const std::pair<int, double>& o) {
+      FlightRecord r;
+      return !read_record(record_path(dir_, o.first), r) || r.heartbeat_at != o.second ||
+             wall_now() - r.heartbeat_at > options_.stale_s;
+    });
+  }
+}
+
+void FlightRecorder::find_frozen(const std::vector<int>& group, double now, HangReport& out,
+                                 std::string& lines) const {
+  const std::vector<int> ranks = judged_ranks(group);
+  for (int m : ranks) {
+    FlightRecord r;
+    if (!read_record(record_path(dir_, m), r) || now - r.heartbeat_at <= options_.stale_s) continue;
     out.culprits.push_back(m);
     out.frozen.push_back({m, r.pid, std::string(r.host, strnlen(r.host, sizeof r.host))});
     const FlightGroup* last = nullptr;  // the group it last entered an operation on
@@ -228,6 +256,7 @@ HangReport FlightRecorder::explain_collective(int slot, uint64_t seq) const {
   HangReport out;
   if (slot < 0) return out;
   const Group& grp = groups_[size_t(slot)];
+  settle_heartbeats(judged_ranks(grp.members));
   const double now = wall_now();
   out.text = strprintf("flight recorder: %s #%llu on group %s (ranks %s):", text_of(rec_->groups[slot].entered_op).c_str(),
                        (unsigned long long)seq, grp.name.c_str(), ranks_text(grp.members).c_str());
@@ -284,6 +313,7 @@ HangReport FlightRecorder::explain_p2p(int slot, bool send, int peer, uint64_t c
   if (slot < 0 || peer < 0 || size_t(peer) >= groups_[size_t(slot)].members.size()) return out;
   const Group& grp = groups_[size_t(slot)];
   const int peer_world = grp.members[size_t(peer)];
+  settle_heartbeats(judged_ranks({peer_world}));
   const double now = wall_now();
   out.text = strprintf("flight recorder: %s #%llu %s rank %d on group %s:", send ? "send" : "receive",
                        (unsigned long long)count, send ? "to" : "from", peer_world, grp.name.c_str());

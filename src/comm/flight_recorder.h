@@ -100,6 +100,9 @@ class FlightRecorder {
   // The ranks of the job (this one aside) whose heartbeat stopped, each with
   // a line for the report; `group`: the members looked at when world_size is 0.
   void find_frozen(const std::vector<int>& group, double now, HangReport& out, std::string& lines) const;
+  std::vector<int> judged_ranks(const std::vector<int>& group) const;  // the ranks find_frozen looks at
+  // Waits until each of `ranks` with a fresh stamp stamps again or goes stale.
+  void settle_heartbeats(const std::vector<int>& ranks) const;
   std::string dir_;
   int world_rank_;
   FlightOptions options_;

@@ -17,8 +17,17 @@
 # usage: freeze_test.sh LOOM SOURCE_DIR
 set -u
 loom="$1"; src="$2"
-fail() { echo "FAIL: $*"; exit 1; }
 work=$(mktemp -d); trap 'pkill -KILL -f "$work" 2>/dev/null; rm -rf "$work"' EXIT
+# On a failure the runs' logs, flight records and metrics (not checkpoints)
+# are kept beside the binary, in freeze_test.failed/, for a post-mortem.
+kept="$(cd "$(dirname "$loom")" && pwd)/freeze_test.failed"
+fail() {
+  echo "FAIL: $*"
+  rm -rf "$kept"; mkdir -p "$kept"
+  (cd "$work" && cp -r --parents runs $(ls *.log 2>/dev/null) "$kept/" 2>/dev/null)
+  echo "kept: $kept"
+  exit 1
+}
 timeout_s=5
 steps=1200
 common=(--config "$src/configs/tiny.toml" --set "data.path=$src/data/sample/kjv.txt" --set runtime.threads=1

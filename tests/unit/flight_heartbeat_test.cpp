@@ -56,6 +56,31 @@ TEST(FlightHeartbeat, ARankFrozenInsideTheCollectiveIsNamed) {
   EXPECT_NE(report.text.find("rank 1: its heartbeat stopped"), std::string::npos) << report.text;
 }
 
+// The deadline counts from the waiting rank's entry: a peer that entered
+// late and froze just before it still has a fresh stamp. The verdict waits
+// for that stamp to go stale (or to move) instead of naming nobody, and a
+// live rank answers within its period.
+TEST(FlightHeartbeat, ARankFrozenAMomentBeforeTheDeadlineIsNamed) {
+  Records rec("just_now", {1});
+  for (int r = 0; r < 3; r++) rec[r].enter(0, "all_gather of 4 bf16");
+  const auto start = std::chrono::steady_clock::now();
+  const loom::HangReport report = rec[0].explain_collective(0, 1);  // rank 1's stamp: fresh
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_EQ(report.culprits, std::vector<int>{1}) << report.text;
+  EXPECT_EQ(report.evidence, "heartbeat");
+  EXPECT_LT(took, 0.4 + 2 * 0.05 + 0.3) << "waited past stale_s and two periods";
+}
+
+TEST(FlightHeartbeat, LiveRanksWithFreshStampsAreSettledWithinAPeriod) {
+  Records rec("fresh_alive", {});
+  for (int r = 0; r < 3; r++) rec[r].enter(0, "all_reduce(sum)");
+  const auto start = std::chrono::steady_clock::now();
+  const loom::HangReport report = rec[0].explain_collective(0, 1);
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_TRUE(report.culprits.empty()) << report.text;
+  EXPECT_LT(took, 0.35) << "a live rank stamps every 0.05 s: no need to wait out stale_s (0.4 s)";
+}
+
 TEST(FlightHeartbeat, AHealthyRankThatNeverEnteredIsNotNamedBesideAFrozenOne) {
   Records rec("elsewhere", {1});
   rec[0].enter(0, "all_reduce(sum)");
