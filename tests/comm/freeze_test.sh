@@ -32,7 +32,7 @@ timeout_s=5
 steps=1200
 common=(--config "$src/configs/tiny.toml" --set "data.path=$src/data/sample/kjv.txt" --set runtime.threads=1
         --set train.eval_every=0 --set train.sample_tokens=0 --set "train.run_dir=$work/runs"
-        --set train.batch_size=12 --set train.checkpoint_every=200 --set train.log_every=1000 --set runtime.comm_timeout_s=$timeout_s)
+        --set train.batch_size=12 --set train.checkpoint_every=50 --set train.log_every=1000 --set runtime.comm_timeout_s=$timeout_s)
 
 # reference NAME [--set ...]: the uninterrupted run of a layout.
 reference() {
@@ -99,6 +99,7 @@ assert drift <= 0.01, f"the last 100 steps' mean loss differs from the uninterru
 line = [l for l in hang["explanation"].split("\n") if l.startswith(f"  rank {rank}: its heartbeat")][0]
 last = line.split("its last on ")[1].split(";")[0]
 moment = ("inside " if "not completed" in last else "after ") + last.split(": ", 1)[1].split(", entered")[0]
+open(run + "/resumed_step", "w").write(f"{resumed}\n")
 print(f"ok: trial {sys.argv[7]}: rank {rank} of {sys.argv[9]} stopped {sys.argv[8]} s in, {moment}: named "
       f"{named_after:.1f} s after the stop, detect {first['detect_s']:.1f} s, restart {first['restart_s']:.1f} s, "
       f"resumed at {resumed}; loss vs uninterrupted: {near:.1g} over 25 steps, last 100 {100 * drift:.2f}%")
@@ -114,6 +115,12 @@ for n in $(seq 1 10); do
   rank=$((RANDOM % 4)); tenths=$((3 + RANDOM % 18)); delay="$((tenths / 10)).$((tenths % 10))"
   if (( n <= 7 )); then trial $n $rank $delay ref_dp; else trial $n $rank $delay ref_pp --set parallel.pp=2; fi
 done
+
+# The resumes must include some from a checkpoint, not only from step 0 (a
+# slow CPU reaches the first checkpoint later).
+from_checkpoint=$(cat "$work"/runs/trial*/resumed_step | grep -vc '^0$')
+(( from_checkpoint >= 1 )) || fail "every trial resumed from step 0: no resume from a checkpoint was tried"
+echo "ok: $from_checkpoint of 10 trials resumed from a checkpoint, the others from step 0"
 
 # Slow but alive: a long kernel shorter than the deadline is no failure.
 out=$(timeout 120 "$loom" elastic --np 4 "${common[@]}" --set train.run_name=pause --set train.steps=40 \
@@ -133,4 +140,4 @@ python3 -c "import json,sys; h=json.load(open('$work/runs/both/flight/hang.attem
   fail "pause beside a stop: hang.json: $(cat "$work/runs/both/flight/hang.attempt1.json")"
 echo "$out" | grep -q "finished on 3 ranks" || fail "pause beside a stop: not finished on 3 ranks: $out"
 echo "ok: rank 1 busy 9 s while rank 2 is stopped: only rank 2 named, finished on 3 ranks"
-echo "12 passed, 0 failed"
+echo "13 passed, 0 failed"
