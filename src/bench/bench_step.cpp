@@ -5,6 +5,7 @@
 // its peak RSS is its own: loom re-executes itself as `loom bench step-child`.
 // --precision / --torch-autocast switch to the per-run table of
 // bench_step_table.cpp; without them the output is the original one.
+#include <cmath>
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -115,14 +116,18 @@ int run_child(const BenchShape& shape, int threads, int steps, ComputePrecision 
     auto t0 = std::chrono::steady_clock::now();
     model.zero_grads();
     model.forward_backward(tokens.data(), targets.data(), B, T, scaler.scale());
+    // As the trainer does: unscaled bf16 finds a non-finite gradient through
+    // the norm's sum (one pass); a loss scale is divided out first.
     bool overflow = false;
-    if (mixed) {
+    if (mixed && scaling.mode != LossScaleMode::off)
       overflow = ops.unscale_and_check(model.grads(), size_t(model.params_size()), scaler.inv_scale());
+    const double norm = overflow ? NAN : global_grad_norm(ops, model.layout().flat(), model.grads());
+    if (mixed) {
+      overflow = overflow || !std::isfinite(norm);
       scaler.update(overflow);
       if (overflow && s > 0) skipped++;
     }
     if (!overflow) {
-      double norm = global_grad_norm(ops, model.layout().flat(), model.grads());
       // As the trainer does: the update also writes the 16-bit weights.
       const WeightCopy copy{model.compute_weights(), compute_dtype(precision)};
       opt.step(model.params(), model.grads(), 1e-4f, clip_scale(norm, 1.0f), copy);

@@ -10,6 +10,7 @@
 #include "comm/rank_sum.h"
 #include "core/check.h"
 #include "model/moe/router_state.h"
+#include "precision/found_inf.h"
 #include "train/grad_sync.h"
 
 namespace loom {
@@ -216,13 +217,25 @@ double Replica::reduce() {
   sum_sequence_partial(groups_, layouts_, shards_, ctx_.tp());
   combine_router_step();
   overflowed_ = false;
-  if (compute_ != ComputePrecision::fp32 || scaler_.mode() != LossScaleMode::off) {
+  if (scaler_.mode() != LossScaleMode::off) {
     overflowed_ = unscale_and_find_inf(ops_, groups_, scaler_.inv_scale(), inject_inf_, ctx_.world());
     inject_inf_ = false;
     decision_ = scaler_.update(overflowed_);
+    if (overflowed_) return NAN;
   }
-  if (overflowed_) return NAN;
-  return global_grad_norm(groups_, ctx_.group(GroupKind::model), ctx_.group(GroupKind::ep));
+  const double norm = global_grad_norm(groups_, ctx_.group(GroupKind::model), ctx_.group(GroupKind::ep));
+  if (compute_ != ComputePrecision::fp32 && scaler_.mode() == LossScaleMode::off) {
+    // Unscaled 16-bit compute: nothing to divide, and a non-finite gradient
+    // makes the norm's sum (in double, which finite fp32 squares cannot
+    // overflow) non-finite, so the norm's pass is the check: one pass over
+    // the gradients, not two. The flag still goes round the world: an inf
+    // injected on one replica leaves the others' norms finite.
+    if (inject_inf_) overflowed_ = true, inject_inf_ = false;
+    overflowed_ = any_rank_found_inf(ctx_.world(), overflowed_ || !std::isfinite(norm));
+    decision_ = scaler_.update(overflowed_);
+    if (overflowed_) return NAN;
+  }
+  return norm;
 }
 
 void Replica::update(float lr, float grad_scale) {

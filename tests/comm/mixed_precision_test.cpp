@@ -95,6 +95,34 @@ TEST(MixedPrecision, InfOnOneRankSkipsTheStepOnEveryRankAndBacksOff) {
   EXPECT_EQ(counts[0], -counts[1]);
 }
 
+// bf16 without loss scaling finds a non-finite gradient through the global
+// norm's sum (one pass, not an unscale pass first): an inf on one rank still
+// skips the step on every rank, as on all.
+TEST(MixedPrecision, Bf16InfOnOneRankSkipsTheStepOnEveryRank) {
+  const int world = world_size();
+  if (world < 2 || world % 2) GTEST_SKIP() << "needs an even world";
+  const int pp = 2, dp = world / pp;
+  const auto& ctx = context(1, pp);
+  const loom::RunConfig cfg = tiny("bf16", dp, 1, pp, {"train.steps=8"});
+  loom::TrainOptions one;
+  one.inf_steps = {3};
+  one.inf_rank = world - 1;
+  const loom::TrainResult got = loom::train(cfg, ctx, nullptr, one);
+  loom::TrainOptions all = one;
+  all.inf_rank = -1;
+  const loom::TrainResult every = loom::train(cfg, ctx, nullptr, all);
+  EXPECT_EQ(got.overflow_steps, 1);
+  EXPECT_EQ(every.overflow_steps, 1);
+  ASSERT_EQ(got.train_losses.size(), every.train_losses.size());
+  for (size_t s = 0; s < got.train_losses.size(); s++) {
+    EXPECT_TRUE(std::isfinite(got.train_losses[s])) << "step " << s;
+    EXPECT_EQ(got.train_losses[s], every.train_losses[s]) << "step " << s;
+  }
+  float counts[2] = {float(got.overflow_steps), -float(got.overflow_steps)};
+  ctx.world().all_reduce(counts, 2, loom::DType::f32, loom::ReduceOp::Max);
+  EXPECT_EQ(counts[0], -counts[1]);
+}
+
 // precision.grad_reduce = "bf16": the data-parallel reduction sends bf16, so
 // the reduced gradient is the fp32 one up to bf16 roundings of each rank's
 // contribution and of the partial sums (relative 2^-8 each, a few of them at

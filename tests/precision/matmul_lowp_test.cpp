@@ -86,7 +86,7 @@ std::string shape_name(const ::testing::TestParamInfo<Shape>& p) {
 // The last two cut every product into several panels of the widened path
 // (LowpMatmulEngine::kPanel*): rows and reduction, then columns.
 const auto kShapes = ::testing::Values(Shape{1, 1, 1}, Shape{7, 13, 5}, Shape{64, 32, 96}, Shape{37, 129, 67},
-                                       Shape{128, 256, 192}, Shape{1030, 1030, 5}, Shape{3, 1100, 1030});
+                                       Shape{128, 256, 192}, Shape{2100, 4200, 5}, Shape{3, 4200, 4110});
 
 // Skips the test (with the reason) where native bf16 products are missing.
 #define SKIP_UNLESS_NATIVE_BF16()                                                                          \

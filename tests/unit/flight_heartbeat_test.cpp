@@ -26,12 +26,12 @@ using loom::FlightRecorder;
 struct Records {
   std::string dir;
   std::vector<std::unique_ptr<FlightRecorder>> ranks;
-  Records(const std::string& name, std::vector<int> frozen, int world_size = 0) {
+  Records(const std::string& name, std::vector<int> frozen, int world_size = 0, double stale_s = 0.4) {
     dir = (std::filesystem::temp_directory_path() / ("loom_flight_" + name + std::to_string(::getpid()))).string();
     std::filesystem::remove_all(dir);
     for (int r = 0; r < 3; r++) {
       const bool stops = std::count(frozen.begin(), frozen.end(), r) > 0;
-      ranks.push_back(std::make_unique<FlightRecorder>(dir, r, FlightOptions{stops ? 0.0 : 0.05, 0.4, world_size}));
+      ranks.push_back(std::make_unique<FlightRecorder>(dir, r, FlightOptions{stops ? 0.0 : 0.05, stale_s, world_size}));
       ranks.back()->add_group("dp", {0, 1, 2}, r);
     }
   }
@@ -68,17 +68,17 @@ TEST(FlightHeartbeat, ARankFrozenAMomentBeforeTheDeadlineIsNamed) {
   const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   EXPECT_EQ(report.culprits, std::vector<int>{1}) << report.text;
   EXPECT_EQ(report.evidence, "heartbeat");
-  EXPECT_LT(took, 0.4 + 2 * 0.05 + 0.3) << "waited past stale_s and two periods";
+  EXPECT_LT(took, 0.4 + 2 * 0.05 + 1.0) << "waited well past stale_s and two periods";
 }
 
 TEST(FlightHeartbeat, LiveRanksWithFreshStampsAreSettledWithinAPeriod) {
-  Records rec("fresh_alive", {});
+  Records rec("fresh_alive", {}, 0, 3.0);
   for (int r = 0; r < 3; r++) rec[r].enter(0, "all_reduce(sum)");
   const auto start = std::chrono::steady_clock::now();
   const loom::HangReport report = rec[0].explain_collective(0, 1);
   const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   EXPECT_TRUE(report.culprits.empty()) << report.text;
-  EXPECT_LT(took, 0.35) << "a live rank stamps every 0.05 s: no need to wait out stale_s (0.4 s)";
+  EXPECT_LT(took, 1.5) << "a live rank stamps every 0.05 s: no need to wait out stale_s (3 s)";
 }
 
 TEST(FlightHeartbeat, AHealthyRankThatNeverEnteredIsNotNamedBesideAFrozenOne) {
