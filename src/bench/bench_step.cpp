@@ -5,9 +5,9 @@
 // its peak RSS is its own: loom re-executes itself as `loom bench step-child`.
 // --precision / --torch-autocast switch to the per-run table of
 // bench_step_table.cpp; without them the output is the original one.
-#include <cmath>
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>

@@ -37,8 +37,9 @@ class LowpMatmulEngine {
   // Panel sizes of the widened path (elements): A panels are at most
   // kPanelM x kPanelK, B panels kPanelK x kPanelN: up to 32 and 64 MiB of
   // fp32, but GPT-2 124M's largest are 12 MiB. Each panel is one fp32 GEMM:
-  // at 512 x 1024 x 1024 the products ran at 0.85-0.97x the fp32 rate on a
-  // first-generation Zen (AVX2), at these sizes 0.93-1.08x (matmul_bench).
+  // at 512 x 1024 x 1024 the products ran at 0.76-0.97x (median 0.92x) the
+  // fp32 rate on a first-generation Zen (AVX2), at these sizes 0.93-1.08x
+  // (median 0.98x; bench/matmul_bench).
   static constexpr int64_t kPanelM = 2048, kPanelN = 4096, kPanelK = 4096;
 
   // Bf16Path::native on a CPU (or cap) without native bf16 products throws
