@@ -37,6 +37,7 @@
 #include "kernels/cpu/isa.h"
 #include "parallel/grid/parallel_context.h"
 #include "planner/predict.h"
+#include "train/run_context.h"
 #include "train/trainer.h"
 
 namespace loom::cli {
@@ -47,6 +48,8 @@ constexpr int kNodes = 2, kRanksPerNode = 2, kRanks = kNodes * kRanksPerNode;
 struct Options {
   std::vector<std::string> rates = {"1gbit", "100mbit"};
   int steps = 4;
+  int batch = 8;                                // sequences a step (more: backward outlasts the reduction)
+  std::vector<std::string> progress = {"off"};  // runtime.progress_thread in the runs across nodes
   std::vector<std::string> sets;  // child only: the layout's --set options
   bool moe = false;               // --moe: the mixture-of-experts layouts
 };
@@ -58,7 +61,8 @@ struct BenchLayout {
 const std::vector<BenchLayout> kLayouts = {
     {"tp2 in node, dp2 across", {"parallel.tp=2", "parallel.order=\"tp-dp-pp\""}},
     {"tp2 across, dp2 in node", {"parallel.tp=2", "parallel.order=\"dp-tp-pp\""}},
-    {"dp4", {"parallel.tp=1"}}};
+    {"dp4", {"parallel.tp=1", "parallel.dp_reduce=\"flat\""}},
+    {"dp4, hierarchical reduction", {"parallel.tp=1", "parallel.dp_reduce=\"hierarchical\""}}};
 
 // --moe: the model (over bench_config's sizes) and its expert layouts.
 const std::vector<std::string> kMoeModel = {"model.family=\"mixtral\"", "model.n_kv_head=4", "model.n_experts=4",
@@ -100,6 +104,17 @@ Options parse(const Args& args) {
       }
       LOOM_USER_CHECK(!o.rates.empty(), "bench cluster: --rates is empty");
     } else if (a == "--steps") o.steps = int_option(value(), "bench cluster", "--steps", 2, 100);
+    else if (a == "--batch") o.batch = int_option(value(), "bench cluster", "--batch", 4, 256);
+    else if (a == "--progress") {
+      o.progress.clear();
+      std::istringstream list(value());
+      for (std::string p; std::getline(list, p, ',');) {
+        LOOM_USER_CHECK(p == "on" || p == "off", "bench cluster: --progress takes on, off or on,off; got '%s'",
+                        p.c_str());
+        o.progress.push_back(p);
+      }
+      LOOM_USER_CHECK(!o.progress.empty(), "bench cluster: --progress is empty");
+    }
     else if (a == "--set") o.sets.push_back(value());
     else if (a == "--moe") o.moe = true;
     else throw UserError(strprintf("bench cluster: unknown option '%s' (try loom bench --help)", a.c_str()));
@@ -110,10 +125,10 @@ Options parse(const Args& args) {
 // GPT-2 with 4 blocks of d_model 256 over 256 tokens, 8 sequences a step,
 // fp32: enough gradient (3.2 M parameters) and activation traffic that a
 // 1 Gb/s link shows, small enough for 4 ranks on 2 cores; `layout` on top.
-RunConfig bench_config(const std::vector<std::string>& layout, int steps) {
+RunConfig bench_config(const std::vector<std::string>& layout, int steps, int batch) {
   std::vector<std::string> sets = {
       "model.vocab_size=256", "model.n_layer=4", "model.n_head=4", "model.d_model=256", "model.seq_len=256",
-      "train.batch_size=8", "train.steps=" + std::to_string(steps + 1), "train.warmup_steps=2", "train.eval_every=0",
+      "train.batch_size=" + std::to_string(batch), "train.steps=" + std::to_string(steps + 1), "train.warmup_steps=2", "train.eval_every=0",
       "train.log_every=1000", "train.sample_tokens=0", "train.run_dir=\"\"", "runtime.threads=1",
       "precision.compute=\"fp32\"", "data.format=\"bytes\"",
       "data.path=\"" + project_root() + "/data/sample/kjv.txt\""};
@@ -123,6 +138,7 @@ RunConfig bench_config(const std::vector<std::string>& layout, int steps) {
 
 struct Measured {
   double step_s = 0, tp_s = 0, dp_wait_s = 0, a2a_s = 0;
+  double overlap = 0, calls_s = 0;  // the gradient reduction's share hidden behind backward; time in its calls
   int nodes = 0;
   std::vector<double> losses;
   double comm() const { return tp_s + dp_wait_s + a2a_s; }
@@ -132,8 +148,9 @@ struct Measured {
 // slots; the emulated nodes declare many slots, so both launches ask for it.
 constexpr const char* kYield = "--mca mpi_yield_when_idle 1";
 
-Measured run_layout(const std::string& launcher, const BenchLayout& l, int steps) {
-  std::string cmd = launcher + " " + shell_quote(self_exe()) + strprintf(" bench cluster-child --steps %d", steps);
+Measured run_layout(const std::string& launcher, const BenchLayout& l, int steps, int batch) {
+  std::string cmd =
+      launcher + " " + shell_quote(self_exe()) + strprintf(" bench cluster-child --steps %d --batch %d", steps, batch);
   for (const std::string& set : l.sets) cmd += " --set " + shell_quote(set);
   const std::string line = run_for_json(cmd + " 2>&1");
   LOOM_USER_CHECK(!line.empty(), "bench cluster: the run of '%s' failed", l.name.c_str());
@@ -142,6 +159,8 @@ Measured run_layout(const std::string& launcher, const BenchLayout& l, int steps
   m.tp_s = json_number(line, "tp_ms") * 1e-3;
   m.dp_wait_s = json_number(line, "dp_wait_ms") * 1e-3;
   m.a2a_s = json_number(line, "a2a_ms") * 1e-3;
+  m.overlap = json_number(line, "overlap");
+  m.calls_s = json_number(line, "calls_ms") * 1e-3;
   m.nodes = int(json_number(line, "nodes"));
   for (int s = 0; s <= steps; s++) m.losses.push_back(json_number(line, strprintf("loss%d", s).c_str()));
   LOOM_USER_CHECK(m.step_s > 0 && m.nodes > 0 && *std::min_element(m.losses.begin(), m.losses.end()) >= 0,
@@ -209,19 +228,19 @@ int cmd_bench_cluster(const Args& args) {
   }
   const planner::ClusterSpec local = planner::local_cluster_or_default();
   std::printf("loom bench cluster: %d emulated nodes x %d ranks (network namespaces, tc-shaped links) on this "
-              "machine's %d cores;\n%s 4 x 256, 256 tokens, batch 8, fp32, %d timed steps after 1 warm-up, 1 "
+              "machine's %d cores;\n%s 4 x 256, 256 tokens, batch %d, fp32, %d timed steps after 1 warm-up, 1 "
               "thread per rank\n%s\nplanner: %s\n\n",
-              kNodes, kRanksPerNode, local.devices(), o.moe ? "Mixtral (4 experts of 512, top 2)" : "GPT-2", o.steps, cpu::describe_dispatch().line().c_str(),
-              local.description.c_str());
+              kNodes, kRanksPerNode, local.devices(), o.moe ? "Mixtral (4 experts of 512, top 2)" : "GPT-2", o.batch,
+              o.steps, cpu::describe_dispatch().line().c_str(), local.description.c_str());
   std::fflush(stdout);
   auto predict = [&](const BenchLayout& l, const planner::ClusterSpec& c) {
-    return planner::predict_loom_run(bench_config(l.sets, o.steps), kRanks, c);
+    return planner::predict_loom_run(bench_config(l.sets, o.steps, o.batch), kRanks, c);
   };
 
   // One node: every group on shared memory.
   const std::string one_node = mpirun_prefix(kRanks, 1) + kYield;
   std::vector<Measured> base;
-  for (const BenchLayout& l : kLayouts) base.push_back(run_layout(one_node, l, o.steps));
+  for (const BenchLayout& l : kLayouts) base.push_back(run_layout(one_node, l, o.steps, o.batch));
   // The emulated devices' compute rate, calibrated on these runs: the speed
   // at which the prediction's compute fills the measured steps beyond what
   // it predicts for everything else.
@@ -242,20 +261,23 @@ int cmd_bench_cluster(const Args& args) {
               node.intra_bandwidth * 1e-9, node.intra_latency * 1e6,
               node.peak_flops_fp32 * node.matmul_efficiency * 1e-9, speed, local.name.c_str());
 
-  std::printf("\n%-8s %-32s | %8s %8s %6s | %8s %8s %6s | %8s %8s %6s\n", "link", "layout", "step s", "pred s",
-              "off", "comm s", "pred s", "off", "link s", "pred s", "off");
+  std::printf("\n%-8s %-40s | %8s %8s %6s | %8s %8s %6s | %8s %8s %6s | %6s %6s\n", "link", "layout", "step s",
+              "pred s", "off", "comm s", "pred s", "off", "link s", "pred s", "off", "hidden", "pred");
   auto row = [](const std::string& link, const std::string& name, const Measured& m,
                 const planner::RunPrediction& p, const Measured* one, const planner::RunPrediction* one_p) {
-    std::printf("%-8s %-32s | %8.3f %8.3f %+5.0f%% | %8.3f %8.3f %+5.0f%% | ", link.c_str(), name.c_str(), m.step_s,
+    std::printf("%-8s %-40s | %8.3f %8.3f %+5.0f%% | %8.3f %8.3f %+5.0f%% | ", link.c_str(), name.c_str(), m.step_s,
                 p.step_seconds, percent_off(p.step_seconds, m.step_s), m.comm(), p.comm_seconds,
                 percent_off(p.comm_seconds, m.comm()));
     if (one) {
       const double link_m = m.step_s - one->step_s, link_p = p.step_seconds - one_p->step_seconds;
-      if (link_m > 0) std::printf("%8.3f %8.3f %+5.0f%%\n", link_m, link_p, percent_off(link_p, link_m));
-      else std::printf("%8.3f %8.3f %6s\n", link_m, link_p, "-");  // no slower than one node: noise
+      if (link_m > 0) std::printf("%8.3f %8.3f %+5.0f%% | ", link_m, link_p, percent_off(link_p, link_m));
+      else std::printf("%8.3f %8.3f %6s | ", link_m, link_p, "-");  // no slower than one node: noise
     } else {
-      std::printf("%8s %8s %6s\n", "-", "-", "-");
+      std::printf("%8s %8s %6s | ", "-", "-", "-");
     }
+    // The gradient reduction's share hidden behind backward, where there is one.
+    if (p.reduce_seconds > 0) std::printf("%5.0f%% %5.0f%%\n", 100 * m.overlap, 100 * p.reduce_hidden());
+    else std::printf("%6s %6s\n", "-", "-");
     std::fflush(stdout);
   };
   std::vector<planner::RunPrediction> base_pred;
@@ -286,12 +308,23 @@ int cmd_bench_cluster(const Args& args) {
                 rate.c_str(), two.inter_bandwidth * 1e-6, 100 * two.inter_bandwidth * 8 / rate_bits_per_s(rate),
                 link.latency_s * 1e6, file.c_str());
     std::vector<double> measured, predicted;
+    std::vector<Measured> first_setting(kLayouts.size());
     double worst_dloss = 0;
     for (size_t i = 0; i < kLayouts.size(); i++) {
-      const Measured m = run_layout(cluster.launcher(kRanksPerNode), kLayouts[i], o.steps);
-      LOOM_USER_CHECK(m.nodes == kNodes, "bench cluster: the run saw %d nodes, not %d", m.nodes, kNodes);
+      // With and without the progress thread (--progress); the rankings
+      // below compare the first setting's runs.
+      for (size_t t = 0; t < o.progress.size(); t++) {
+        BenchLayout l = kLayouts[i];
+        const bool thread = o.progress[t] == "on";
+        l.sets.push_back(std::string("runtime.progress_thread=") + (thread ? "true" : "false"));
+        if (thread) l.name += ", progress thread";
+        const Measured m = run_layout(cluster.launcher(kRanksPerNode), l, o.steps, o.batch);
+        LOOM_USER_CHECK(m.nodes == kNodes, "bench cluster: the run saw %d nodes, not %d", m.nodes, kNodes);
+        row(rate, l.name, m, predict(l, two), &base[i], &base_pred[i]);
+        if (t == 0) first_setting[i] = m;
+      }
+      const Measured& m = first_setting[i];
       const planner::RunPrediction p = predict(kLayouts[i], two);
-      row(rate, kLayouts[i].name, m, p, &base[i], &base_pred[i]);
       measured.push_back(m.step_s), predicted.push_back(p.step_seconds);
       const double link_m = m.step_s - base[i].step_s, link_p = p.step_seconds - base_pred[i].step_seconds;
       link_rows++, link_within_25 += link_m > 0 && std::abs(link_p / link_m - 1) <= 0.25;
@@ -300,11 +333,11 @@ int cmd_bench_cluster(const Args& args) {
     }
     // What the planner itself proposes for this cluster (loom plan --layout
     // auto --cluster FILE), run the same way.
-    const RunConfig plain = bench_config(model_sets, o.steps);
+    const RunConfig plain = bench_config(model_sets, o.steps, o.batch);
     const planner::Layout chosen = planner::choose_layout(plain, kRanks, two);
     BenchLayout proposal{"planner: " + layout_name(chosen), model_sets};
     for (const std::string& set : elastic::layout_overrides(plain, chosen)) proposal.sets.push_back(set);
-    const Measured pm = run_layout(cluster.launcher(kRanksPerNode), proposal, o.steps);
+    const Measured pm = run_layout(cluster.launcher(kRanksPerNode), proposal, o.steps, o.batch);
     row(rate, proposal.name, pm, predict(proposal, two), nullptr, nullptr);
     const bool best = pm.step_s <= *std::min_element(measured.begin(), measured.end());
     planner_best += best;
@@ -342,16 +375,17 @@ int cmd_bench_cluster(const Args& args) {
 int cmd_bench_cluster_child(const Args& args, MpiRuntime& mpi) {
   const Options o = parse(args);
   LOOM_USER_CHECK(mpi.world_size() == kRanks, "bench cluster-child: run with -np %d", kRanks);
-  const RunConfig cfg = bench_config(o.sets, o.steps);
+  const RunConfig cfg = bench_config(o.sets, o.steps, o.batch);
   const ParallelConfig& pc = cfg.parallel;
-  auto ctx = ParallelContext::create_mpi(
-      ParallelGrid::for_world(kRanks, pc.dp, pc.tp, pc.pp, pc.order, pc.cp, pc.ep), MpiOptions{120});
+  auto ctx = make_run_context(cfg, ParallelGrid::for_world(kRanks, pc.dp, pc.tp, pc.pp, pc.order, pc.cp, pc.ep), mpi);
   const TrainResult r = train(cfg, *ctx, nullptr);
   double a2a_ms = 0;  // the expert all-to-alls' wait, mean over the steps after the first
   for (size_t s = 1; s < r.moe_steps.size(); s++) a2a_ms += r.moe_steps[s].a2a_ms / double(r.moe_steps.size() - 1);
   if (mpi.world_rank() == 0) {
-    std::printf("{\"step_ms\": %.2f, \"tp_ms\": %.2f, \"dp_wait_ms\": %.2f, \"a2a_ms\": %.2f, \"nodes\": %d",
-                r.step_ms, r.tp_comm_ms, r.reduce_wait_ms, a2a_ms, ctx->nodes().nodes());
+    std::printf("{\"step_ms\": %.2f, \"tp_ms\": %.2f, \"dp_wait_ms\": %.2f, \"a2a_ms\": %.2f, \"nodes\": %d, "
+                "\"overlap\": %.4f, \"calls_ms\": %.2f",
+                r.step_ms, r.tp_comm_ms, r.reduce_wait_ms, a2a_ms, ctx->nodes().nodes(), r.reduce_overlap,
+                r.reduce_calls_ms);
     for (size_t s = 0; s < r.train_losses.size(); s++) std::printf(", \"loss%zu\": %.7f", s, r.train_losses[s]);
     std::printf("}\n");
   }

@@ -121,6 +121,9 @@ commands:
                              pp_layers ([blocks per virtual stage];
                              [] = balanced by cost)
                              zero (0 | 1 | 2 | 3) bucket_mb (MiB per gradient bucket, > 0)
+                             dp_reduce ("auto" | "flat" | "hierarchical": the data group's sums
+                             across nodes; auto times both at start-up where a group has 2+
+                             ranks on a node and others elsewhere)
                   [precision] compute (fp32 | bf16 | fp16) loss_scale ("" = dynamic for fp16, else
                              off | fixed | dynamic) initial_scale growth_factor backoff_factor
                              growth_interval hysteresis min_scale allow_unscaled_fp16
@@ -254,13 +257,17 @@ commands:
           Context parallelism on a long-sequence tiny model (--layers blocks, d_model 128, one sequence of
           T tokens per step): cp=1 (1 rank) against cp=2 (2 ranks x 1 thread, ring attention): step
           time, activation MiB per rank and their ratios, peak RSS, largest loss difference.
-            loom bench cluster [--rates 1gbit,100mbit] [--steps 4] [--moe]
+            loom bench cluster [--rates 1gbit,100mbit] [--steps 4] [--batch 8] [--progress off|on|off,on]
+                               [--moe]
           The planner's network model on an emulated cluster (root; scripts/cluster/emulate.sh):
           2 nodes x 2 ranks, GPT-2 4 x 256, as tp2 inside each node / dp2 across, tp2 across /
-          dp2 inside, and dp4. Each layout runs on one node (compute calibrated there), then
+          dp2 inside, dp4 with a flat reduction and dp4 with the hierarchical one
+          (parallel.dp_reduce). Each layout runs on one node (compute calibrated there), then
           across the nodes at each link speed (the link measured and written as the cluster file
           .cache/cluster-emulated-2x2-RATE.toml, for loom plan --cluster): measured against
-          predicted step time, communication and link cost, and the two rankings. --moe: a
+          predicted step time, communication, link cost and the share of the gradient reduction
+          hidden behind backward, and the two rankings. --progress off,on runs each layout across
+          the nodes without and with the progress thread; --batch: sequences a step. --moe: a
           Mixtral of the same sizes (4 experts of width 512, top 2) as dp4 with ep 2 (inside each
           node), ep 4 (the all-to-all across the nodes) and ep 1.
             loom bench calibrate [--mpi] [--out FILE] [--quick] [--threads N]

@@ -3,6 +3,7 @@
 #include <omp.h>
 #include <stdlib.h>  // getloadavg
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -25,6 +26,7 @@
 #include "obs/run_dir.h"
 #include "parallel/grid/parallel_context.h"
 #include "planner/predict.h"
+#include "train/run_context.h"
 #include "train/trainer.h"
 
 namespace loom::cli {
@@ -285,10 +287,8 @@ int cmd_train(const Args& args, MpiRuntime& mpi) {
     if (rank0) std::fprintf(stderr, "loom: error: %s\n", e.what());
     return 2;
   }
-  // The progress engine with more than one rank (one rank has nothing to progress).
-  ProgressEngine* engine =
-      cfg.runtime.progress_thread && mpi.world_size() > 1 ? mpi.progress_engine(cfg.runtime.progress_poll_us) : nullptr;
-  auto ctx = ParallelContext::create_mpi(*grid, MpiOptions{cfg.runtime.comm_timeout_s, engine});
+  auto ctx = make_run_context(cfg, *grid, mpi);
+  const bool engine = mpi.progress_engine_started();
   if (rank0 && !cfg.train.run_dir.empty())
     options.run_dir = obs::RunDir::default_path(cfg.train.run_dir, cfg.train.run_name);
   if (rank0 && mpi.world_size() > 1)
@@ -298,6 +298,7 @@ int cmd_train(const Args& args, MpiRuntime& mpi) {
                                 : cfg.runtime.progress_thread
                                       ? "communication: no progress thread (MPI gives no MPI_THREAD_MULTIPLE)"
                                       : "communication: no progress thread (runtime.progress_thread = false)");
+  if (rank0 && ctx->dp_reduce().applies) std::printf("%s\n", ctx->dp_reduce().line().c_str());
   train(cfg, *ctx, rank0 ? stdout : nullptr, options);
   return 0;
 }

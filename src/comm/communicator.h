@@ -86,6 +86,17 @@ class Communicator {
     return reduce_scatter_async(send, recv, count, dtype, ReduceOp::Sum);
   }
 
+  // buf[count] of every rank reduced into `root`'s buf (in place there; the
+  // other ranks' buffers are left as they were, or hold the result). By
+  // default an all-reduce, which gives root the same sum.
+  virtual std::unique_ptr<Work> reduce_async(void* buf, size_t count, DType dtype, ReduceOp op, int /*root*/) {
+    return all_reduce_async(buf, count, dtype, op);
+  }
+  // reduce_async's sum with the 16-bit wire of all_reduce_sum_16bit_async.
+  virtual std::unique_ptr<Work> reduce_sum_16bit_async(void* buf, size_t count, DType dtype, int /*root*/) {
+    return all_reduce_sum_16bit_async(buf, count, dtype);
+  }
+
   // Blocking forms. By default the non-blocking operation, waited on; an
   // implementation may override them with a faster blocking path.
   virtual void all_reduce(void* buf, size_t count, DType dtype, ReduceOp op) {

@@ -23,7 +23,7 @@ namespace loom {
 namespace {
 
 constexpr uint64_t kMagic = 0x32544847494c46ull;  // "FLIGHT2"
-constexpr int kMaxGroups = 8, kMaxPeers = 64, kText = 56;
+constexpr int kMaxGroups = 12, kMaxPeers = 64, kText = 56;
 
 double wall_now() {
   timespec ts;

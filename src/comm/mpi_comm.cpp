@@ -199,6 +199,13 @@ std::unique_ptr<MpiComm> MpiComm::split(const std::string& name, int color, cons
                                         const MpiOptions& opts) {
   int world_rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+  if (color < 0) {
+    MPI_Comm none;
+    const int rc = MPI_Comm_split(MPI_COMM_WORLD, MPI_UNDEFINED, 0, &none);
+    LOOM_CHECK(rc == MPI_SUCCESS && none == MPI_COMM_NULL, "rank %d: MPI_Comm_split outside group %s failed (%d)",
+               world_rank, name.c_str(), rc);
+    return nullptr;
+  }
   int key = -1;
   for (size_t i = 0; i < members.size(); i++)
     if (members[i] == world_rank) key = int(i);
@@ -317,6 +324,28 @@ std::unique_ptr<Work> MpiComm::reduce_scatter_sum_16bit_async(const void* send, 
   check(MPI_Ireduce_scatter_block(send, recv, as_int(count), MPI_UINT16_T, op, comm_, &req), "reduce_scatter");
   return std::make_unique<MpiWork>(req, describe("reduce_scatter(sum, 16-bit wire)", count, dtype),
                                    opts_.timeout_s, nullptr, FlightEntry{flight_, flight_slot_, seq}, opts_.engine);
+}
+
+std::unique_ptr<Work> MpiComm::reduce_async(void* buf, size_t count, DType dtype, ReduceOp op, int root) {
+  ReduceBuffers rb = prepare_reduce(nullptr, buf, count, count, dtype, op, size_);
+  // In place at the root; elsewhere the (widened) data is only sent.
+  const void* send = rank_ == root ? MPI_IN_PLACE : static_cast<const void*>(rb.recv);
+  MPI_Request req;
+  const std::string name = strprintf("reduce(%s, root %d)", reduce_op_name(op), root);
+  const uint64_t seq = enter_collective(name.c_str(), count, dtype);
+  check(MPI_Ireduce(send, rb.recv, as_int(count), MPI_FLOAT, mpi_op(op), root, comm_, &req), "reduce");
+  return std::make_unique<MpiWork>(req, describe(name.c_str(), count, dtype), opts_.timeout_s, rb.finish,
+                                   FlightEntry{flight_, flight_slot_, seq}, opts_.engine);
+}
+
+std::unique_ptr<Work> MpiComm::reduce_sum_16bit_async(void* buf, size_t count, DType dtype, int root) {
+  MPI_Op op = sum_16bit_op(dtype);
+  const void* send = rank_ == root ? MPI_IN_PLACE : buf;
+  MPI_Request req;
+  const uint64_t seq = enter_collective("reduce(sum, 16-bit)", count, dtype);
+  check(MPI_Ireduce(send, buf, as_int(count), MPI_UINT16_T, op, root, comm_, &req), "reduce");
+  return std::make_unique<MpiWork>(req, describe("reduce(sum, 16-bit wire)", count, dtype), opts_.timeout_s,
+                                   nullptr, FlightEntry{flight_, flight_slot_, seq}, opts_.engine);
 }
 
 Watchdog& MpiComm::watchdog() {

@@ -56,6 +56,7 @@ class MpiRuntime {
   // Starts the process's progress engine on first use (nullptr when MPI
   // gives no MPI_THREAD_MULTIPLE); it stops before MPI_Finalize.
   ProgressEngine* progress_engine(int poll_us = 50);
+  bool progress_engine_started() const { return engine_ != nullptr; }
 
  private:
   int rank_ = 0, size_ = 1;
@@ -68,7 +69,8 @@ class MpiComm final : public Communicator {
  public:
   // Collective over MPI_COMM_WORLD: every world rank calls it with the color
   // of its own group; `members` are that group's world ranks, in group-rank
-  // order (the key of the split is the position in `members`).
+  // order (the key of the split is the position in `members`). A rank in no
+  // group of this split passes color < 0 and gets nullptr.
   static std::unique_ptr<MpiComm> split(const std::string& name, int color, const std::vector<int>& members,
                                         const MpiOptions& opts);
   // A communicator over every rank (a duplicate of MPI_COMM_WORLD).
@@ -91,6 +93,8 @@ class MpiComm final : public Communicator {
   std::unique_ptr<Work> all_reduce_sum_16bit_async(void* buf, size_t count, DType dtype) override;
   std::unique_ptr<Work> reduce_scatter_sum_16bit_async(const void* send, void* recv, size_t count,
                                                        DType dtype) override;
+  std::unique_ptr<Work> reduce_async(void* buf, size_t count, DType dtype, ReduceOp op, int root) override;
+  std::unique_ptr<Work> reduce_sum_16bit_async(void* buf, size_t count, DType dtype, int root) override;
   // Blocking forms use MPI's blocking collectives (faster than the
   // non-blocking ones for large messages), under a Watchdog deadline.
   void all_reduce(void* buf, size_t count, DType dtype, ReduceOp op) override;

@@ -281,6 +281,7 @@ void read_fields(FieldReader& r, RunConfig& c) {
   r.get("parallel.order", &c.parallel.order);
   r.get("parallel.zero", &c.parallel.zero);
   r.get("parallel.bucket_mb", &c.parallel.bucket_mb);
+  r.get("parallel.dp_reduce", &c.parallel.dp_reduce);
   r.get("precision.compute", &c.precision.compute);
   r.get("precision.loss_scale", &c.precision.loss_scale);
   r.get("precision.initial_scale", &c.precision.initial_scale);
@@ -448,6 +449,8 @@ void RunConfig::validate() const {
           "parallel.virtual_stages", "1 unless parallel.schedule = \"interleaved\" (or 2 with \"zb-v\")");
   require(parallel.bucket_mb > 0 && parallel.bucket_mb <= 65536, "parallel.bucket_mb",
           "in (0, 65536] (MiB of gradients per reduction bucket)");
+  require(parallel.dp_reduce == "auto" || parallel.dp_reduce == "flat" || parallel.dp_reduce == "hierarchical",
+          "parallel.dp_reduce", "\"auto\", \"flat\" or \"hierarchical\"");
   const ComputePrecision compute = precision.compute_precision();  // names precision.compute if unknown
   check_loss_scaling(compute, precision.loss_scale_mode(), precision.allow_unscaled_fp16);
   precision.scaler_options().validate();
@@ -552,7 +555,8 @@ std::string RunConfig::to_toml() const {
          return s;
        }() << "]"
     << "\norder = \"" << toml_escaped(parallel.order) << "\"\nzero = " << parallel.zero
-    << "\nbucket_mb = " << parallel.bucket_mb << "\n[precision]\ncompute = \"" << toml_escaped(precision.compute)
+    << "\nbucket_mb = " << parallel.bucket_mb << "\ndp_reduce = \"" << toml_escaped(parallel.dp_reduce)
+    << "\"\n[precision]\ncompute = \"" << toml_escaped(precision.compute)
     << "\"\nloss_scale = \"" << toml_escaped(precision.loss_scale) << "\"\ninitial_scale = " << precision.initial_scale
     << "\ngrowth_factor = " << precision.growth_factor << "\nbackoff_factor = " << precision.backoff_factor
     << "\ngrowth_interval = " << precision.growth_interval << "\nhysteresis = " << precision.hysteresis

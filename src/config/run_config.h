@@ -127,6 +127,10 @@ struct ParallelConfig {
   int zero = 0;          // ZeRO stage: 0 replicated optimizer, 1 sharded optimizer state and master weights,
                          // 2 also sharded gradients, 3 also sharded parameters (gathered per block)
   float bucket_mb = 4;   // MiB of gradients per reduction bucket (reductions overlap backward)
+  // The data group's sums across nodes: "flat" (one all-reduce), "hierarchical"
+  // (in each node, between nodes, back in each node) or "auto" (timed at
+  // start-up where it applies; parallel/grid/dp_hierarchy.h).
+  std::string dp_reduce = "auto";
 };
 
 // Mixed precision (docs/precision.md): matrix products and stored

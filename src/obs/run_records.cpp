@@ -144,6 +144,8 @@ void to_json(json& j, const RunLayout& l) {
            {"dtype", l.dtype},             {"loss_scaling", l.loss_scaling},
            {"ranks_per_node", l.ranks_per_node}, {"nodes", l.nodes}};
   if (l.ep > 1) j["ep"] = l.ep, j["ep_groups"] = l.ep_groups;
+  j["dp_reduce"] = l.dp_reduce;
+  if (!l.dp_reduce_why.empty()) j["dp_reduce_why"] = l.dp_reduce_why;
 }
 
 void from_json(const json& j, RunLayout& l) {
@@ -167,6 +169,8 @@ void from_json(const json& j, RunLayout& l) {
   get_if(j, "loss_scaling", l.loss_scaling);
   get_if(j, "nodes", l.nodes);
   get_if(j, "ranks_per_node", l.ranks_per_node);
+  get_if(j, "dp_reduce", l.dp_reduce);
+  get_if(j, "dp_reduce_why", l.dp_reduce_why);
 }
 
 void to_json(json& j, const RunSummary& s) {

@@ -97,6 +97,10 @@ struct RunLayout {
   bool loss_scaling = false;         // dynamic loss scaling on
   int ranks_per_node = 0;            // 0 = unknown
   int nodes = 0;                     // machines the ranks ran on (0 = unknown)
+  // The data group's sums across nodes: "flat" or "hierarchical", and why
+  // (parallel.dp_reduce; what "auto" measured at start-up).
+  std::string dp_reduce = "flat";
+  std::string dp_reduce_why;
 };
 
 // summary.json, written once when a run ends.

@@ -19,7 +19,7 @@ Link link_of(const ClusterSpec& c, const ParallelGrid& grid, GroupKind kind, int
   if (on_node == int(members.size())) return {intra, c.intra_latency, false};
   // ranks_per_node / on_node groups of this kind leave each node at once and share its NICs.
   const double share = c.inter_bandwidth * c.inter_efficiency * on_node / ranks_per_node;
-  return {std::min(intra, share), std::max(c.intra_latency, c.inter_latency), true};
+  return {std::min(intra, share), std::max(c.intra_latency, c.inter_latency), true, on_node, intra, c.intra_latency};
 }
 
 }  // namespace
@@ -38,6 +38,16 @@ GroupLinks group_links(const ClusterSpec& cluster, int dp, int tp, int pp, int c
 double all_reduce_seconds(double bytes, int n, const Link& link) {
   if (n <= 1) return 0;
   return 2.0 * (n - 1) * link.latency + 2.0 * (n - 1) / n * bytes / link.bandwidth;
+}
+
+double hierarchical_all_reduce_seconds(double bytes, int n, const Link& link) {
+  const int per_node = link.on_node, nodes = per_node > 0 ? n / per_node : 1;
+  if (!link.crosses_nodes || per_node <= 1 || nodes <= 1) return all_reduce_seconds(bytes, n, link);
+  const Link node{link.node_bandwidth, link.node_latency, false};
+  // A pipelined reduce and broadcast move what a reduce-scatter and an
+  // all-gather do; between the nodes each node's link carries one ring.
+  return reduce_scatter_seconds(bytes, per_node, node) + all_reduce_seconds(bytes, nodes, link) +
+         all_gather_seconds(bytes, per_node, node);
 }
 
 double reduce_scatter_seconds(double bytes, int n, const Link& link) {

@@ -18,6 +18,10 @@ struct Link {
   double bandwidth = 0;  // bytes/s one ring gets on its slowest hop
   double latency = 0;    // seconds per step of the ring
   bool crosses_nodes = false;
+  // Crossing nodes: the group's members on one node, and that node's own
+  // link (for the hierarchical sum's stages inside the node).
+  int on_node = 1;
+  double node_bandwidth = 0, node_latency = 0;
 };
 
 struct GroupLinks {
@@ -37,6 +41,11 @@ GroupLinks group_links(const ClusterSpec& cluster, int dp, int tp, int pp, int c
 // full input for all_reduce, the gathered result for all_gather and the
 // input of reduce_scatter).
 double all_reduce_seconds(double bytes, int n, const Link& link);
+// The hierarchical sum (comm/hierarchical_comm.h): a reduce inside each
+// node, an all-reduce between one member per node, a broadcast inside each
+// node; the flat all-reduce where the group does not cross nodes with more
+// than one member on a node.
+double hierarchical_all_reduce_seconds(double bytes, int n, const Link& link);
 double reduce_scatter_seconds(double bytes, int n, const Link& link);
 double all_gather_seconds(double bytes, int n, const Link& link);
 double p2p_seconds(double bytes, const Link& link);

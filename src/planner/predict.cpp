@@ -402,8 +402,16 @@ RunPrediction predict_loom_run(const RunConfig& cfg, int world_size, const Clust
       return collective(bytes * (1 - experts), r.data(), links.dp) +
              (experts > 0 ? collective(bytes * experts, r.expert_data(), links.expert_dp) : 0.0);
     };
-    const double reduce = r.zero == 0 ? over_groups(all_reduce_seconds, bucket)
-                                      : over_groups(reduce_scatter_seconds, bucket);
+    // parallel.dp_reduce: the run times both at start-up under "auto" and
+    // keeps the faster (parallel/grid/dp_hierarchy.h), so the faster is predicted.
+    const std::string& how = cfg.parallel.dp_reduce;
+    auto data_sum = [&](double bytes, int members, const Link& link) {
+      const double flat = all_reduce_seconds(bytes, members, link);
+      if (how == "flat" || &link != &links.dp) return flat;
+      const double hierarchical = hierarchical_all_reduce_seconds(bytes, members, link);
+      return how == "hierarchical" ? hierarchical : std::min(flat, hierarchical);
+    };
+    const double reduce = r.zero == 0 ? over_groups(data_sum, bucket) : over_groups(reduce_scatter_seconds, bucket);
     const double gather = r.zero == 1 || r.zero == 2 ? over_groups(all_gather_seconds, 4 * n) : 0;
     double window = 0;
     for (int c = 0; c < r.plan.v; c++) {
@@ -431,6 +439,7 @@ RunPrediction predict_loom_run(const RunConfig& cfg, int world_size, const Clust
         out.comm_seconds += r.accumulation * (k.f_tp + k.b_tp + k.f_zero3 + k.b_zero3 + k.f_cp + k.b_cp + k.f_ep + k.b_ep);
       }
       out.optimizer_seconds = opt;
+      out.reduce_seconds = buckets * reduce, out.reduce_exposed_seconds = exposed - gather;
       out.bubble_seconds = std::max(0.0, (share < 1 ? finish_of(s) : timing.makespan) - timing.stage_busy[size_t(s)]);
     }
   }

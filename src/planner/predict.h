@@ -33,6 +33,10 @@ struct RunPrediction {
   double bubble_seconds = 0;     // pipeline idle time (simulated schedule)
   double comm_seconds = 0;       // tensor-parallel collectives + exposed data-parallel reduction
   double optimizer_seconds = 0;  // zeroing, norm and AdamW: memory-bound
+  // The gradient reduction of that stage: its buckets' link time in all,
+  // and the part of it the step waits for (the rest hides behind backward).
+  double reduce_seconds = 0, reduce_exposed_seconds = 0;
+  double reduce_hidden() const { return reduce_seconds > 0 ? 1 - reduce_exposed_seconds / reduce_seconds : 0; }
   // Every pipeline stage's memory per rank (the figures above are the largest's).
   struct Stage {
     double params = 0, grads = 0, optimizer = 0, activations = 0, total = 0;

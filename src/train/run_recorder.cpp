@@ -74,6 +74,8 @@ RunRecorder::RunRecorder(const std::string& dir, const RunConfig& cfg, const Par
   layout.micro_batch_size = cfg.train.batch_size / g.dp() / micro_batches;
   layout.seq_len = cfg.model.seq_len, layout.batch_size = cfg.train.batch_size;
   layout.ranks_per_node = ctx.nodes().max_ranks_per_node(), layout.nodes = ctx.nodes().nodes();
+  layout.dp_reduce = ctx.dp_reduce().hierarchical ? "hierarchical" : "flat";
+  if (ctx.dp_reduce().applies) layout.dp_reduce_why = ctx.dp_reduce().line();
   layout.dtype = cfg.precision.compute;  // what ran: diagnose's numerics rules read it
   layout.loss_scaling = cfg.precision.loss_scale_mode() != LossScaleMode::off;
   run_->write_layout(layout);

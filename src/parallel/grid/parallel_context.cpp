@@ -40,7 +40,8 @@ NodeMap discover_nodes(int* ranks_on_node) {
   return NodeMap::from_keys(keys, host_of_rank);
 }
 
-std::unique_ptr<ParallelContext> ParallelContext::create_mpi(const ParallelGrid& grid, const MpiOptions& opts) {
+std::unique_ptr<ParallelContext> ParallelContext::create_mpi(const ParallelGrid& grid, const MpiOptions& opts,
+                                                             const DpReduceOptions& dp_reduce) {
   int rank = 0, world = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &world);
@@ -53,6 +54,20 @@ std::unique_ptr<ParallelContext> ParallelContext::create_mpi(const ParallelGrid&
     // the same kind contains: a valid, unique split color.
     int color = *std::min_element(members.begin(), members.end());
     ctx->comms_[size_t(kind)] = MpiComm::split(group_kind_name(kind), color, members, opts);
+  }
+  NodeMap nodes = ctx->nodes_;
+  if (int n = dp_reduce.pretend_ranks_per_node; n > 0) {
+    std::vector<int> keys;
+    for (int r = 0; r < world; r++) keys.push_back(r / n);
+    nodes = NodeMap::from_keys(keys, std::vector<std::string>(size_t(world), "pretend"));
+  }
+  // Every rank knows the node map, so every rank takes the same branch.
+  if (dp_reduce.mode != "flat" && hierarchy_applies(grid, nodes)) {
+    Communicator& flat = *ctx->comms_[size_t(GroupKind::data)];
+    ctx->dp_hierarchical_ = make_hierarchical_dp(grid, nodes, rank, flat, opts);
+    ctx->dp_reduce_ = choose_dp_reduce(dp_reduce, flat, *ctx->dp_hierarchical_, ctx->world());
+  } else {
+    ctx->dp_reduce_.applies = hierarchy_applies(grid, nodes);
   }
   return ctx;
 }

@@ -6,7 +6,9 @@
 #include <memory>
 
 #include "comm/communicator.h"
+#include "comm/hierarchical_comm.h"
 #include "comm/mpi_comm.h"
+#include "parallel/grid/dp_hierarchy.h"
 #include "parallel/grid/node_map.h"
 #include "parallel/grid/parallel_grid.h"
 
@@ -19,8 +21,11 @@ NodeMap discover_nodes(int* ranks_on_node = nullptr);
 
 class ParallelContext {
  public:
-  // Collective over every world rank: splits one MPI communicator per group.
-  static std::unique_ptr<ParallelContext> create_mpi(const ParallelGrid& grid, const MpiOptions& opts);
+  // Collective over every world rank: splits one MPI communicator per group;
+  // the data group's sums hierarchical across nodes by `dp_reduce`
+  // (parallel/grid/dp_hierarchy.h).
+  static std::unique_ptr<ParallelContext> create_mpi(const ParallelGrid& grid, const MpiOptions& opts,
+                                                     const DpReduceOptions& dp_reduce = {});
   // One process, no MPI: every group is this rank alone (SelfComm).
   static std::unique_ptr<ParallelContext> create_single();
 
@@ -33,7 +38,13 @@ class ParallelContext {
   // Which node every rank runs on (learnt at start-up).
   const NodeMap& nodes() const { return nodes_; }
 
-  Communicator& group(GroupKind kind) const { return *comms_[size_t(kind)]; }
+  // The data group is the hierarchical one when that was chosen.
+  Communicator& group(GroupKind kind) const {
+    if (kind == GroupKind::data && dp_reduce_.hierarchical) return *dp_hierarchical_;
+    return *comms_[size_t(kind)];
+  }
+  // How the data group reduces across nodes, and why.
+  const DpReduceChoice& dp_reduce() const { return dp_reduce_; }
   Communicator& tp() const { return group(GroupKind::tp); }
   Communicator& dp() const { return group(GroupKind::data); }
   Communicator& pp() const { return group(GroupKind::pp); }
@@ -48,6 +59,8 @@ class ParallelContext {
   int ranks_on_node_ = 1;
   NodeMap nodes_;
   std::array<std::unique_ptr<Communicator>, kAllGroupKinds.size()> comms_;
+  std::unique_ptr<HierarchicalComm> dp_hierarchical_;  // over comms_[data]; declared after it, destroyed first
+  DpReduceChoice dp_reduce_;
 };
 
 }  // namespace loom
