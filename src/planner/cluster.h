@@ -42,6 +42,12 @@ struct ClusterSpec {
   // Share of the nominal link bandwidth a large collective reaches (NCCL's
   // bus bandwidth over the link's): inside a node and across nodes.
   double intra_efficiency = 1, inter_efficiency = 1;
+  // loom's runs: the share of backward during which a gradient reduction
+  // across nodes moves (MPI over TCP moves a non-blocking operation mainly
+  // inside MPI calls, which backward makes only between blocks; the socket
+  // buffers carry some on their own). 0: none hides. `loom bench cluster`
+  // measures it; inside a node the whole of backward counts.
+  double inter_overlap = 0;
 
   int devices() const { return nodes * devices_per_node; }
   double peak_flops(ComputePrecision p) const;

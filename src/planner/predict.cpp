@@ -418,10 +418,11 @@ RunPrediction predict_loom_run(const RunConfig& cfg, int world_size, const Clust
       const PassCost& k = pass[size_t(r.plan.map().virtual_stage(s, c))];
       window += k.b_compute + k.b_tp;
     }
-    // Across nodes (MPI over TCP) a non-blocking reduction moves only while
-    // its rank is inside an MPI call, and backward makes one between blocks
-    // only: loom bench cluster measured little of it hidden, so none is.
-    const double hidden = links.dp.crosses_nodes ? 0 : window;
+    // Across nodes (MPI over TCP) a non-blocking reduction moves mainly
+    // while its rank is inside an MPI call, and backward makes one between
+    // blocks only: the share of backward that hides it is the cluster's
+    // measured inter_overlap (loom bench cluster; 0 unless measured).
+    const double hidden = links.dp.crosses_nodes ? cluster.inter_overlap * window : window;
     // Bucket i of b is ready at hidden i / b into that window and the link
     // ends the last one at the latest of ready_i + (b - i + 1) reduce: i = 1
     // or i = b, whichever is later.

@@ -222,6 +222,51 @@ TEST(PlannerPredict, AReductionAcrossNodesIsNotHiddenBehindBackward) {
   EXPECT_GT(across.comm_seconds - in_node.comm_seconds, 0.5 * 4 * n / two.intra_bandwidth);
 }
 
+// A measured inter_overlap (loom bench cluster) hides that share of
+// backward's window, no more: the exposed reduction falls with it, the
+// reduction's own time does not, and it round-trips through the file.
+TEST(PlannerPredict, TheMeasuredOverlapAcrossNodesHidesItsShare) {
+  RunConfig cfg = small_run();
+  cfg.parallel.bucket_mb = 0.25f;
+  ClusterSpec two = two_nodes(50e6);
+  cfg.parallel.dp_reduce = "flat";
+  const RunPrediction none = predict_loom_run(cfg, 4, two);
+  two.inter_overlap = 0.5;
+  const RunPrediction half = predict_loom_run(cfg, 4, two);
+  two.inter_overlap = 1;
+  const RunPrediction all = predict_loom_run(cfg, 4, two);
+  EXPECT_DOUBLE_EQ(none.reduce_seconds, all.reduce_seconds);
+  EXPECT_DOUBLE_EQ(none.reduce_hidden(), 0);
+  EXPECT_LT(half.reduce_exposed_seconds, none.reduce_exposed_seconds);
+  EXPECT_LT(all.reduce_exposed_seconds, half.reduce_exposed_seconds);
+  EXPECT_GT(all.reduce_hidden(), half.reduce_hidden());
+  two.inter_overlap = 0.37;
+  EXPECT_DOUBLE_EQ(parse_cluster_toml(two.to_toml(), "test").inter_overlap, 0.37);
+  two.inter_overlap = 1.5;
+  EXPECT_THROW(two.validate("test"), UserError);
+}
+
+// dp 4 over 2 nodes of 2: the hierarchical sum crosses the link with 2 (N-1)/N
+// = 1 of the buffer where the flat ring of 4 sends 1.5; "auto" predicts the
+// faster (the run times both), "flat" the flat one.
+TEST(PlannerPredict, TheHierarchicalReductionSendsLessOverTheLink) {
+  const ClusterSpec two = two_nodes(10e6);
+  const GroupLinks l = group_links(two, 4, 1, 1);
+  ASSERT_TRUE(l.dp.crosses_nodes);
+  EXPECT_EQ(l.dp.on_node, 2);
+  const double bytes = 64e6;
+  EXPECT_LT(hierarchical_all_reduce_seconds(bytes, 4, l.dp), 0.75 * all_reduce_seconds(bytes, 4, l.dp));
+  // One rank per node: nothing to gather inside, the flat ring.
+  const GroupLinks tp2 = group_links(two, 2, 2, 1);
+  EXPECT_DOUBLE_EQ(hierarchical_all_reduce_seconds(bytes, 2, tp2.dp), all_reduce_seconds(bytes, 2, tp2.dp));
+  RunConfig cfg = small_run();
+  cfg.parallel.dp_reduce = "flat";
+  const RunPrediction flat = predict_loom_run(cfg, 4, two);
+  cfg.parallel.dp_reduce = "auto";
+  const RunPrediction chosen = predict_loom_run(cfg, 4, two);
+  EXPECT_LT(chosen.reduce_seconds, flat.reduce_seconds);
+}
+
 TEST(PlannerPredict, ARunsClusterIsItsFileOrThisMachineAsManyNodesAsFound) {
   const ClusterSpec local = local_cluster_or_default();
   ASSERT_EQ(local.nodes, 1);  // this machine, calibrated or not
