@@ -254,14 +254,18 @@ void TransformerStage::forward_stage(int slot, const int32_t* tokens, int B, int
 //
 // The head runs on chunks of rows so that a large vocabulary's logits never
 // exist for the whole micro-batch at once (GPT-2's 50k for 1024 tokens are
-// 196 MiB in fp32): at most kHeadChunkElems of them, loss and gradient taken
+// 196 MiB in fp32): at most kHeadChunkBytes of them, loss and gradient taken
 // per chunk. One chunk with sequence parallelism (its reduce-scatter splits
-// all rows) and whenever the whole fits.
+// all rows) and whenever the whole fits. 16-bit logits take twice the rows
+// in the same bytes: the head's weight gradient (dW += dlogitsᵀ x, its sum
+// over the chunk's rows) then reads and writes the fp32 table half as often
+// (bf16 GPT-2 124M: 4 chunks of 256 rows, not 7 of 147).
 int TransformerStage::head_chunk_rows(int N) const {
-  if (tp_.sequence_parallel() || int64_t(N) * vocab_.rows <= kHeadChunkElems) return N;
+  const int64_t elems = kHeadChunkBytes / (compute_ == ComputePrecision::fp32 ? 4 : 2);
+  if (tp_.sequence_parallel() || int64_t(N) * vocab_.rows <= elems) return N;
   // Chunks of equal size: a short last chunk (28 of GPT-2's 1024 rows at
   // 166 a chunk) runs its products at half the rate of the others.
-  const int most = std::max(1, int(kHeadChunkElems / vocab_.rows)), chunks = (N + most - 1) / most;
+  const int most = std::max(1, int(elems / vocab_.rows)), chunks = (N + most - 1) / most;
   return (N + chunks - 1) / chunks;
 }
 

@@ -215,7 +215,7 @@ class TransformerStage : public StageModule {
   double backward_pass(int slot, const int32_t* tokens, const int32_t* targets, int B, int T, float target_weight,
                       bool split);
   void embedding_backward(int slot, const int32_t* tokens, int B, int T);
-  static constexpr int64_t kHeadChunkElems = int64_t(1) << 23;  // 32 MiB of fp32 logits
+  static constexpr int64_t kHeadChunkBytes = int64_t(32) << 20;  // of logits in the compute type
   int head_chunk_rows(int N) const;
   template <class A>
   const A* head_input_rows(int slot, int N);  // [N, C]: gathered with sequence parallelism
