@@ -40,14 +40,21 @@ constexpr size_t kBlock = 4096;
 }
 
 
-// 16-bit blocks go through fp32 stack buffers (2 x 16 KiB per thread).
+// 16-bit blocks go through fp32 stack buffers of kSub elements (4 KiB
+// each, so a sub-block's widened input, result and gradient stay in L1).
+// kSub divides kBlock: only a block's last sub-block can be short, and its
+// tail is the block's own, so every element takes the path (vector or
+// scalar tanhf) it takes in the fp32 kernel.
+constexpr size_t kSub = 1024;
+static_assert(kBlock % kSub == 0 && kSub % 64 == 0);
+
 template <class A>
 void gelu_forward_lowp(A* out, const A* inp, size_t N) {
-  const size_t nblocks = (N + kBlock - 1) / kBlock;
+  const size_t nsub = (N + kSub - 1) / kSub;
 #pragma omp parallel for schedule(static)
-  for (size_t blk = 0; blk < nblocks; blk++) {
-    alignas(64) float x[kBlock], y[kBlock];
-    const size_t i0 = blk * kBlock, n = std::min(N, i0 + kBlock) - i0;
+  for (size_t sub = 0; sub < nsub; sub++) {
+    alignas(64) float x[kSub], y[kSub];
+    const size_t i0 = sub * kSub, n = std::min(N, i0 + kSub) - i0;
     widen(x, inp + i0, n);
     gelu_forward_block(y, x, n);
     narrow(out + i0, y, n);
@@ -56,11 +63,11 @@ void gelu_forward_lowp(A* out, const A* inp, size_t N) {
 
 template <class A>
 void gelu_backward_lowp(A* dinp, const A* inp, const float* dout, size_t N) {
-  const size_t nblocks = (N + kBlock - 1) / kBlock;
+  const size_t nsub = (N + kSub - 1) / kSub;
 #pragma omp parallel for schedule(static)
-  for (size_t blk = 0; blk < nblocks; blk++) {
-    alignas(64) float x[kBlock], d[kBlock];
-    const size_t i0 = blk * kBlock, n = std::min(N, i0 + kBlock) - i0;
+  for (size_t sub = 0; sub < nsub; sub++) {
+    alignas(64) float x[kSub], d[kSub];
+    const size_t i0 = sub * kSub, n = std::min(N, i0 + kSub) - i0;
     widen(x, inp + i0, n);
     gelu_backward_block(d, x, dout + i0, n);
     narrow(dinp + i0, d, n);

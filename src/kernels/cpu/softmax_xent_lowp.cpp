@@ -1,8 +1,10 @@
 // Cross-entropy on 16-bit logits (see softmax_xent.h): the fp32 kernels'
 // arithmetic, widening each logit as it is read and rounding the gradient
-// once as it is written. Unlike the fp32 fused kernel, exp() is not stored
-// between the sweeps (a 16-bit store would round it twice): the last sweep
-// recomputes it.
+// once as it is written. exp() cannot be stored in the 16-bit row between
+// the sweeps (it would be rounded twice): the fused kernel keeps a row's
+// exp() in fp32 on the thread's stack (up to kStoredRow columns: GPT-2's
+// 50k, 196 KiB, which stays in L2), and recomputes it where the row is
+// longer and in xent_finish (its sums come from another call).
 #include <immintrin.h>
 
 #include <algorithm>
@@ -71,28 +73,58 @@ void forward_impl(float* losses, const L* logits, const int32_t* targets, int N,
   }
 }
 
+// Columns of a row whose exp() the fused kernel keeps (256 KiB of stack).
+constexpr int kStoredRow = 1 << 16;
+
+// One row of the fused kernel: sum of exp(x - mx) in double, and, with
+// `stored`, each exp kept there for the last sweep.
+template <class L>
+double exp_sum_stored(const L* x, float* stored, float mx, int V) {
+  double sum = 0;
+#pragma omp simd reduction(+ : sum)
+  for (int v = 0; v < V; v++) {
+    const float e = expf(widen(x[v]) - mx);
+    stored[v] = e;
+    sum += e;
+  }
+  return sum;
+}
+
+template <class L>
+void scale_stored(L* x, const float* stored, float scale, int V) {
+#pragma omp simd
+  for (int v = 0; v < V; v++) narrow(&x[v], stored[v] * scale);
+}
+
+template <class L>
+void fused_row(float* loss, L* x, float* stored, int t, float dloss, int V) {
+  if (t < 0) {
+    *loss = 0.0f;
+    write_grad(x, 0.f, 0.f, 0, V);
+    return;
+  }
+  const float mx = row_max(x, V);
+  const float xt = widen(x[t]) - mx;
+  const double sum = stored ? exp_sum_stored(x, stored, mx, V) : exp_sum(x, mx, V);
+  *loss = float(std::log(sum) - double(xt));
+  // The target's entry is written from its fp32 value, as in the fp32
+  // kernel (softmax - dloss, rounded once).
+  const float scale = float(double(dloss) / sum);
+  const float target_grad = expf(xt) * scale - dloss;
+  if (stored) scale_stored(x, stored, scale, V);
+  else write_grad(x, mx, scale, V, V);
+  narrow(&x[t], target_grad);
+}
+
 template <class L>
 void fused_impl(float* losses, L* logits, const int32_t* targets, float dloss, int N, int V) {
   check_targets(targets, N, V);
-#pragma omp parallel for schedule(static)
-  for (int n = 0; n < N; n++) {
-    L* x = logits + size_t(n) * V;  // [V], logits in, gradient out
-    const int t = targets[n];
-    if (t < 0) {
-      losses[n] = 0.0f;
-      write_grad(x, 0.f, 0.f, 0, V);
-      continue;
-    }
-    const float mx = row_max(x, V);
-    const float xt = widen(x[t]) - mx;
-    const double sum = exp_sum(x, mx, V);
-    losses[n] = float(std::log(sum) - double(xt));
-    // The target's entry is written from its fp32 value, as in the fp32
-    // kernel (softmax - dloss, rounded once).
-    const float scale = float(double(dloss) / sum);
-    const float target_grad = expf(xt) * scale - dloss;
-    write_grad(x, mx, scale, V, V);
-    narrow(&x[t], target_grad);
+#pragma omp parallel
+  {
+    alignas(64) float stored[kStoredRow];
+    float* const keep = V <= kStoredRow ? stored : nullptr;
+#pragma omp for schedule(static)
+    for (int n = 0; n < N; n++) fused_row(losses + n, logits + size_t(n) * V, keep, targets[n], dloss, V);
   }
 }
 
