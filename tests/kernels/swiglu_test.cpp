@@ -23,8 +23,9 @@ using test::random_vec;
 struct Shape {
   int N, F;
 };
-// F = 1, a ragged 37 (vector loop plus a scalar remainder), LLaMA-like sizes.
-const Shape kShapes[] = {{1, 1}, {3, 37}, {8, 256}, {5, 1003}, {2, 2816}};
+// F = 1, a ragged 37 (vector loop plus a scalar remainder), LLaMA-like sizes,
+// and 2100 (16-bit rows go in column blocks of 1024: a ragged last block).
+const Shape kShapes[] = {{1, 1}, {3, 37}, {8, 256}, {5, 1003}, {2, 2816}, {3, 2100}};
 
 TEST(SwigluTest, FastMatchesReference) {
   for (const Shape& s : kShapes) {
