@@ -412,6 +412,14 @@ RunPrediction predict_loom_run(const RunConfig& cfg, int world_size, const Clust
       return how == "hierarchical" ? hierarchical : std::min(flat, hierarchical);
     };
     const double reduce = r.zero == 0 ? over_groups(data_sum, bucket) : over_groups(reduce_scatter_seconds, bucket);
+    // Whether that sum is the hierarchical one (it applies across nodes only).
+    const double dense_bucket = bucket * (1 - experts);
+    const bool hierarchical =
+        r.zero == 0 && how != "flat" && links.dp.crosses_nodes &&
+        hierarchical_all_reduce_seconds(dense_bucket, r.data(), links.dp) !=
+            all_reduce_seconds(dense_bucket, r.data(), links.dp) &&
+        (how == "hierarchical" || hierarchical_all_reduce_seconds(dense_bucket, r.data(), links.dp) <
+                                      all_reduce_seconds(dense_bucket, r.data(), links.dp));
     const double gather = r.zero == 1 || r.zero == 2 ? over_groups(all_gather_seconds, 4 * n) : 0;
     double window = 0;
     for (int c = 0; c < r.plan.v; c++) {
@@ -421,8 +429,11 @@ RunPrediction predict_loom_run(const RunConfig& cfg, int world_size, const Clust
     // Across nodes (MPI over TCP) a non-blocking reduction moves mainly
     // while its rank is inside an MPI call, and backward makes one between
     // blocks only: the share of backward that hides it is the cluster's
-    // measured inter_overlap (loom bench cluster; 0 unless measured).
-    const double hidden = links.dp.crosses_nodes ? cluster.inter_overlap * window : window;
+    // measured inter_overlap (loom bench cluster; 0 unless measured). The
+    // hierarchical sum hides none of it: each of its three stages starts only
+    // when a poll finds the one before done (bench cluster measured 0% hidden
+    // on a first-generation Zen and on Zen 4, where the flat sum hid 25-37%).
+    const double hidden = !links.dp.crosses_nodes ? window : hierarchical ? 0.0 : cluster.inter_overlap * window;
     // Bucket i of b is ready at hidden i / b into that window and the link
     // ends the last one at the latest of ready_i + (b - i + 1) reduce: i = 1
     // or i = b, whichever is later.

@@ -267,6 +267,23 @@ TEST(PlannerPredict, TheHierarchicalReductionSendsLessOverTheLink) {
   EXPECT_LT(chosen.reduce_seconds, flat.reduce_seconds);
 }
 
+// The measured overlap across nodes is the flat sum's: the hierarchical one
+// hides none of its time (its stages start at polls; bench cluster measured
+// 0%), so with inter_overlap = 1 the flat sum hides some and it none.
+TEST(PlannerPredict, TheHierarchicalReductionAcrossNodesIsNotHidden) {
+  ClusterSpec two = two_nodes(10e6);
+  two.inter_overlap = 1;
+  RunConfig cfg = small_run();
+  cfg.parallel.bucket_mb = 0.25f;
+  cfg.parallel.dp_reduce = "flat";
+  const RunPrediction flat = predict_loom_run(cfg, 4, two);
+  cfg.parallel.dp_reduce = "hierarchical";
+  const RunPrediction hierarchical = predict_loom_run(cfg, 4, two);
+  EXPECT_GT(flat.reduce_hidden(), 0.05);
+  EXPECT_DOUBLE_EQ(hierarchical.reduce_hidden(), 0);
+  EXPECT_DOUBLE_EQ(hierarchical.reduce_exposed_seconds, hierarchical.reduce_seconds);
+}
+
 TEST(PlannerPredict, ARunsClusterIsItsFileOrThisMachineAsManyNodesAsFound) {
   const ClusterSpec local = local_cluster_or_default();
   ASSERT_EQ(local.nodes, 1);  // this machine, calibrated or not
