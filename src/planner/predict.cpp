@@ -405,21 +405,19 @@ RunPrediction predict_loom_run(const RunConfig& cfg, int world_size, const Clust
     // parallel.dp_reduce: the run times both at start-up under "auto" and
     // keeps the faster (parallel/grid/dp_hierarchy.h), so the faster is predicted.
     const std::string& how = cfg.parallel.dp_reduce;
-    auto data_sum = [&](double bytes, int members, const Link& link) {
+    // (The hierarchical sum exists across nodes only: elsewhere it is the flat one.)
+    auto takes_hierarchical = [&](double bytes, int members, const Link& link) {
+      if (how == "flat" || &link != &links.dp) return false;
       const double flat = all_reduce_seconds(bytes, members, link);
-      if (how == "flat" || &link != &links.dp) return flat;
       const double hierarchical = hierarchical_all_reduce_seconds(bytes, members, link);
-      return how == "hierarchical" ? hierarchical : std::min(flat, hierarchical);
+      return hierarchical != flat && (how == "hierarchical" || hierarchical < flat);
+    };
+    auto data_sum = [&](double bytes, int members, const Link& link) {
+      return takes_hierarchical(bytes, members, link) ? hierarchical_all_reduce_seconds(bytes, members, link)
+                                                      : all_reduce_seconds(bytes, members, link);
     };
     const double reduce = r.zero == 0 ? over_groups(data_sum, bucket) : over_groups(reduce_scatter_seconds, bucket);
-    // Whether that sum is the hierarchical one (it applies across nodes only).
-    const double dense_bucket = bucket * (1 - experts);
-    const bool hierarchical =
-        r.zero == 0 && how != "flat" && links.dp.crosses_nodes &&
-        hierarchical_all_reduce_seconds(dense_bucket, r.data(), links.dp) !=
-            all_reduce_seconds(dense_bucket, r.data(), links.dp) &&
-        (how == "hierarchical" || hierarchical_all_reduce_seconds(dense_bucket, r.data(), links.dp) <
-                                      all_reduce_seconds(dense_bucket, r.data(), links.dp));
+    const bool hierarchical = r.zero == 0 && takes_hierarchical(bucket * (1 - experts), r.data(), links.dp);
     const double gather = r.zero == 1 || r.zero == 2 ? over_groups(all_gather_seconds, 4 * n) : 0;
     double window = 0;
     for (int c = 0; c < r.plan.v; c++) {
@@ -432,7 +430,7 @@ RunPrediction predict_loom_run(const RunConfig& cfg, int world_size, const Clust
     // measured inter_overlap (loom bench cluster; 0 unless measured). The
     // hierarchical sum hides none of it: each of its three stages starts only
     // when a poll finds the one before done (bench cluster measured 0% hidden
-    // on a first-generation Zen and on Zen 4, where the flat sum hid 25-37%).
+    // on a first-generation Zen and on Zen 4, where the flat sum hid 19-37%).
     const double hidden = !links.dp.crosses_nodes ? window : hierarchical ? 0.0 : cluster.inter_overlap * window;
     // Bucket i of b is ready at hidden i / b into that window and the link
     // ends the last one at the latest of ready_i + (b - i + 1) reduce: i = 1
