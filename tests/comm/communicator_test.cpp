@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <random>
 #include <vector>
 
@@ -204,3 +205,27 @@ TEST(Communicator, SixteenBitWireSums) {
 }
 
 }  // namespace
+
+// OpenMPI's non-blocking all-reduce (coll/libnbc) is asked for Rabenseifner's
+// algorithm by the runtime (MpiRuntime, before MPI starts), not the binomial
+// tree it takes for in-place calls: read back through MPI's tool interface.
+TEST(Communicator, NonBlockingAllReduceAlgorithmIsSetBeforeMpiStarts) {
+  // The tool interface asks for the level MPI runs at (OpenMPI lowers what
+  // MPI_Query_thread reports to the level asked here).
+  int level = MPI_THREAD_SINGLE, provided = 0, index = -1;
+  MPI_Query_thread(&level);
+  ASSERT_EQ(MPI_T_init_thread(level, &provided), MPI_SUCCESS);
+  if (MPI_T_cvar_get_index("coll_libnbc_iallreduce_algorithm", &index) != MPI_SUCCESS) {
+    MPI_T_finalize();
+    GTEST_SKIP() << "not OpenMPI's libnbc";
+  }
+  MPI_T_cvar_handle handle;
+  int count = 0, algorithm = -1;
+  ASSERT_EQ(MPI_T_cvar_handle_alloc(index, nullptr, &handle, &count), MPI_SUCCESS);
+  ASSERT_EQ(MPI_T_cvar_read(handle, &algorithm), MPI_SUCCESS);
+  MPI_T_cvar_handle_free(&handle);
+  MPI_T_finalize();
+  const char* env = std::getenv("OMPI_MCA_coll_libnbc_iallreduce_algorithm");
+  ASSERT_NE(env, nullptr);
+  EXPECT_EQ(algorithm, std::atoi(env));  // 3 (Rabenseifner) unless the user chose another
+}
