@@ -44,9 +44,13 @@ MpiRuntime::MpiRuntime(int* argc, char*** argv) {
   // reduce-scatter + all-gather moves 2(P-1)/P of it per rank, as the
   // planner models, and spreads the sums over the ranks (measured by `loom
   // bench cluster`, dp 4 over 2 nodes at 1 Gb/s: the reduction alone 0.35 s
-  // binomial, 0.23 s ring, 0.14 s Rabenseifner). A value the user set wins;
-  // other MPIs ignore the variable.
+  // binomial, 0.23 s ring, 0.14 s Rabenseifner). Rooted reduces (ZeRO's
+  // reduce-scatter, one per rank, and the hierarchical sum's first stage)
+  // take the binomial tree: one message per child, where libnbc's default
+  // for small groups, a chain of segments, moves a segment per poll. A value
+  // the user set wins; other MPIs ignore the variables.
   setenv("OMPI_MCA_coll_libnbc_iallreduce_algorithm", "3", 0);
+  setenv("OMPI_MCA_coll_libnbc_ireduce_algorithm", "2", 0);
   int provided = 0;
   // The training thread calls MPI, and (runtime.progress_thread) the
   // progress engine's thread polls beside it: MPI_THREAD_MULTIPLE. OpenMP
@@ -93,23 +97,33 @@ struct FlightEntry {
   bool send = false;
 };
 
+// One loom operation: one MPI request, or several that all must complete
+// (a reduce-scatter made of one rooted reduce per rank).
 class MpiWork final : public Work {
  public:
-  // engine: completes the request from now on (test() then reads its flag).
+  // engine: completes the requests from now on (test() then reads their flags).
+  MpiWork(std::vector<MPI_Request> reqs, std::string what, double timeout_s, std::function<void()> finish,
+          FlightEntry flight = {}, ProgressEngine* engine = nullptr)
+      : reqs_(std::move(reqs)), what_(std::move(what)), timeout_s_(timeout_s), finish_(std::move(finish)),
+        flight_(flight) {
+    if (engine)
+      for (MPI_Request r : reqs_) engine_done_.push_back(engine->adopt(r));
+  }
   MpiWork(MPI_Request req, std::string what, double timeout_s, std::function<void()> finish, FlightEntry flight = {},
           ProgressEngine* engine = nullptr)
-      : req_(req), what_(std::move(what)), timeout_s_(timeout_s), finish_(std::move(finish)), flight_(flight) {
-    if (engine) engine_done_ = engine->adopt(req_);
-  }
+      : MpiWork(std::vector<MPI_Request>{req}, std::move(what), timeout_s, std::move(finish), flight, engine) {}
   ~MpiWork() override {
     if (!done_) wait();  // a dropped handle must not leave MPI writing into freed buffers
   }
 
   bool test() override {
     if (done_) return true;
-    int flag = 0;
-    if (engine_done_) flag = engine_done_->load(std::memory_order_acquire);
-    else MPI_Test(&req_, &flag, MPI_STATUS_IGNORE);
+    int flag = 1;
+    if (!engine_done_.empty()) {
+      for (const ProgressEngine::Done& d : engine_done_) flag = flag && d->load(std::memory_order_acquire);
+    } else {
+      MPI_Testall(int(reqs_.size()), reqs_.data(), &flag, MPI_STATUSES_IGNORE);
+    }
     if (flag) complete();
     return done_;
   }
@@ -123,7 +137,7 @@ class MpiWork final : public Work {
       // to oversubscribed peers that have work (returns at once if none do).
       // With the engine, the flag is read: spin briefly, then leave the core
       // to the engine's thread.
-      if (engine_done_ && polls > 200) std::this_thread::sleep_for(std::chrono::microseconds(10));
+      if (!engine_done_.empty() && polls > 200) std::this_thread::sleep_for(std::chrono::microseconds(10));
       else if (polls > 1000) sched_yield();
       if (timeout_s_ > 0 && (polls & 63) == 0 &&
           std::chrono::duration<double>(Clock::now() - start).count() > timeout_s_)
@@ -155,8 +169,8 @@ class MpiWork final : public Work {
     MpiRuntime::abort_job(3);
   }
 
-  MPI_Request req_;
-  ProgressEngine::Done engine_done_;  // set: the engine owns req_
+  std::vector<MPI_Request> reqs_;
+  std::vector<ProgressEngine::Done> engine_done_;  // not empty: the engine owns reqs_
   std::string what_;
   double timeout_s_;
   std::function<void()> finish_;
@@ -328,11 +342,10 @@ std::unique_ptr<Work> MpiComm::all_reduce_sum_16bit_async(void* buf, size_t coun
 std::unique_ptr<Work> MpiComm::reduce_scatter_sum_16bit_async(const void* send, void* recv, size_t count,
                                                               DType dtype) {
   MPI_Op op = sum_16bit_op(dtype);
-  MPI_Request req;
   const uint64_t seq = enter_collective("reduce_scatter(sum, 16-bit)", count, dtype);
-  check(MPI_Ireduce_scatter_block(send, recv, as_int(count), MPI_UINT16_T, op, comm_, &req), "reduce_scatter");
-  return std::make_unique<MpiWork>(req, describe("reduce_scatter(sum, 16-bit wire)", count, dtype),
-                                   opts_.timeout_s, nullptr, FlightEntry{flight_, flight_slot_, seq}, opts_.engine);
+  return std::make_unique<MpiWork>(rooted_reduces(send, recv, count, MPI_UINT16_T, op),
+                                   describe("reduce_scatter(sum, 16-bit wire)", count, dtype), opts_.timeout_s,
+                                   nullptr, FlightEntry{flight_, flight_slot_, seq}, opts_.engine);
 }
 
 std::unique_ptr<Work> MpiComm::reduce_async(void* buf, size_t count, DType dtype, ReduceOp op, int root) {
@@ -387,13 +400,29 @@ void MpiComm::all_reduce(void* buf, size_t count, DType dtype, ReduceOp op) {
 std::unique_ptr<Work> MpiComm::reduce_scatter_async(const void* send, void* recv, size_t count, DType dtype,
                                                     ReduceOp op) {
   ReduceBuffers rb = prepare_reduce(send, recv, count * size_t(size_), count, dtype, op, size_);
-  MPI_Request req;
   const std::string name = strprintf("reduce_scatter(%s)", reduce_op_name(op));
   const uint64_t seq = enter_collective(name.c_str(), count, dtype);
-  check(MPI_Ireduce_scatter_block(rb.send, rb.recv, as_int(count), MPI_FLOAT, mpi_op(op), comm_, &req),
-        "reduce_scatter");
-  return std::make_unique<MpiWork>(req, describe(name.c_str(), count, dtype), opts_.timeout_s, rb.finish,
+  return std::make_unique<MpiWork>(rooted_reduces(rb.send, rb.recv, count, MPI_FLOAT, mpi_op(op)),
+                                   describe(name.c_str(), count, dtype), opts_.timeout_s, rb.finish,
                                    FlightEntry{flight_, flight_slot_, seq}, opts_.engine);
+}
+
+// A non-blocking reduce-scatter as one rooted reduce per rank, block r onto
+// rank r, issued in rank order on every rank. OpenMPI's own (coll/libnbc)
+// reduces the whole buffer onto rank 0 and scatters it from there: rank 0
+// sums everything and the whole buffer crosses its links. Here each rank sums
+// its own block and sends (P-1)/P of the buffer, as the planner models.
+std::vector<MPI_Request> MpiComm::rooted_reduces(const void* send, void* recv, size_t count, MPI_Datatype type,
+                                                 MPI_Op op) {
+  int bytes = 0;
+  MPI_Type_size(type, &bytes);
+  std::vector<MPI_Request> reqs(size_t(size_), MPI_REQUEST_NULL);
+  for (int r = 0; r < size_; r++) {
+    const void* block = static_cast<const char*>(send) + size_t(r) * count * size_t(bytes);
+    check(MPI_Ireduce(block, r == rank_ ? recv : nullptr, as_int(count), type, op, r, comm_, &reqs[size_t(r)]),
+          "reduce_scatter");
+  }
+  return reqs;
 }
 
 void MpiComm::reduce_scatter(const void* send, void* recv, size_t count, DType dtype, ReduceOp op) {

@@ -120,6 +120,8 @@ class MpiComm final : public Communicator {
   // watchdog's explanation of collective #seq.
   uint64_t enter_collective(const char* op, size_t count, DType dtype);
   std::function<std::string(const std::string&)> explain_collective(uint64_t seq);
+  // A reduce-scatter's requests: one MPI_Ireduce per rank (block r onto rank r).
+  std::vector<MPI_Request> rooted_reduces(const void* send, void* recv, size_t count, MPI_Datatype type, MPI_Op op);
 
   MPI_Comm comm_;
   std::string name_;

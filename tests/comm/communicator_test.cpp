@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "comm/mpi_comm.h"
@@ -206,26 +207,31 @@ TEST(Communicator, SixteenBitWireSums) {
 
 }  // namespace
 
-// OpenMPI's non-blocking all-reduce (coll/libnbc) is asked for Rabenseifner's
-// algorithm by the runtime (MpiRuntime, before MPI starts), not the binomial
-// tree it takes for in-place calls: read back through MPI's tool interface.
-TEST(Communicator, NonBlockingAllReduceAlgorithmIsSetBeforeMpiStarts) {
+// OpenMPI's non-blocking collectives (coll/libnbc) are asked for
+// Rabenseifner's all-reduce and binomial rooted reduces by the runtime
+// (MpiRuntime, before MPI starts), not the binomial all-reduce and chained
+// reduces it picks itself: read back through MPI's tool interface.
+TEST(Communicator, NonBlockingAlgorithmsAreSetBeforeMpiStarts) {
   // The tool interface asks for the level MPI runs at (OpenMPI lowers what
   // MPI_Query_thread reports to the level asked here).
-  int level = MPI_THREAD_SINGLE, provided = 0, index = -1;
+  int level = MPI_THREAD_SINGLE, provided = 0;
   MPI_Query_thread(&level);
   ASSERT_EQ(MPI_T_init_thread(level, &provided), MPI_SUCCESS);
-  if (MPI_T_cvar_get_index("coll_libnbc_iallreduce_algorithm", &index) != MPI_SUCCESS) {
-    MPI_T_finalize();
-    GTEST_SKIP() << "not OpenMPI's libnbc";
+  for (const char* name : {"coll_libnbc_iallreduce_algorithm", "coll_libnbc_ireduce_algorithm"}) {
+    SCOPED_TRACE(name);
+    int index = -1;
+    if (MPI_T_cvar_get_index(name, &index) != MPI_SUCCESS) {
+      MPI_T_finalize();
+      GTEST_SKIP() << "not OpenMPI's libnbc";
+    }
+    MPI_T_cvar_handle handle;
+    int count = 0, algorithm = -1;
+    ASSERT_EQ(MPI_T_cvar_handle_alloc(index, nullptr, &handle, &count), MPI_SUCCESS);
+    ASSERT_EQ(MPI_T_cvar_read(handle, &algorithm), MPI_SUCCESS);
+    MPI_T_cvar_handle_free(&handle);
+    const char* env = std::getenv((std::string("OMPI_MCA_") + name).c_str());
+    ASSERT_NE(env, nullptr);
+    EXPECT_EQ(algorithm, std::atoi(env));  // 3 and 2 unless the user chose others
   }
-  MPI_T_cvar_handle handle;
-  int count = 0, algorithm = -1;
-  ASSERT_EQ(MPI_T_cvar_handle_alloc(index, nullptr, &handle, &count), MPI_SUCCESS);
-  ASSERT_EQ(MPI_T_cvar_read(handle, &algorithm), MPI_SUCCESS);
-  MPI_T_cvar_handle_free(&handle);
   MPI_T_finalize();
-  const char* env = std::getenv("OMPI_MCA_coll_libnbc_iallreduce_algorithm");
-  ASSERT_NE(env, nullptr);
-  EXPECT_EQ(algorithm, std::atoi(env));  // 3 (Rabenseifner) unless the user chose another
 }
