@@ -199,13 +199,13 @@ TEST(Communicator, SixteenBitWireSums) {
       }
       const double bound = (n - 1) * unit * magnitude + 1e-30;
       ASSERT_LE(std::abs(widen(all[i]) - exact), bound) << loom::dtype_name(dt) << " element " << i;
-      if (i / count == size_t(r))
+      if (i / count == size_t(r)) {
         ASSERT_LE(std::abs(widen(shard[i % count]) - exact), bound) << loom::dtype_name(dt) << " shard element " << i;
+      }
     }
   }
 }
 
-}  // namespace
 
 // OpenMPI's non-blocking collectives (coll/libnbc) are asked for
 // Rabenseifner's all-reduce and binomial rooted reduces by the runtime
@@ -235,3 +235,5 @@ TEST(Communicator, NonBlockingAlgorithmsAreSetBeforeMpiStarts) {
   }
   MPI_T_finalize();
 }
+
+}  // namespace
