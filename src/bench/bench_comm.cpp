@@ -1,6 +1,7 @@
-// `loom bench comm`: bus bandwidth of all_reduce, reduce_scatter and
-// all_gather over message sizes, reported like nccl-tests, beside this
-// machine's memcpy bandwidth measured in the same run.
+// `loom bench comm`: bus bandwidth of all_reduce, reduce_scatter,
+// all_gather and the non-blocking all-reduce (iall_reduce) over message
+// sizes, reported like nccl-tests, beside this machine's memcpy bandwidth
+// measured in the same run.
 //
 // The parent measures memcpy, then for each rank count runs
 // `mpirun -np N loom bench comm-child ...`, whose rank 0 prints the rows.
@@ -112,11 +113,14 @@ int cmd_bench_comm_child(const Args& args, MpiRuntime& mpi) {
   for (size_t bytes = o.min_bytes; bytes <= o.max_bytes; bytes *= 4) {
     size_t count = bytes / 4;  // floats in the whole buffer
     size_t block = count / size_t(n);
-    for (int op = 0; op < 3; op++) {
+    // op 3: the non-blocking in-place all-reduce the gradient sums start and
+    // wait on (MPI_Iallreduce: coll/libnbc's algorithm, not coll/tuned's).
+    for (int op = 0; op < 4; op++) {
       auto run = [&]() {
         if (op == 0) world->all_reduce(a.data(), count, DType::f32, ReduceOp::Sum);
         else if (op == 1) world->reduce_scatter(a.data(), b.data(), block, DType::f32, ReduceOp::Sum);
-        else world->all_gather(a.data(), b.data(), block, DType::f32);
+        else if (op == 2) world->all_gather(a.data(), b.data(), block, DType::f32);
+        else world->all_reduce_async(a.data(), count, DType::f32, ReduceOp::Sum)->wait();
       };
       run();  // warm-up
       int iters = int(std::max<size_t>(2, std::min<size_t>(20, (size_t(64) << 20) / bytes)));
@@ -126,10 +130,11 @@ int cmd_bench_comm_child(const Args& args, MpiRuntime& mpi) {
       double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / iters;
       float slowest = float(t);
       world->all_reduce(&slowest, 1, DType::f32, ReduceOp::Max);
-      double moved = op == 0 ? double(count) * 4 : double(block) * n * 4;
+      const bool reduce_all = op == 0 || op == 3;
+      double moved = reduce_all ? double(count) * 4 : double(block) * n * 4;
       double algbw = moved / slowest * 1e-9;
-      double busbw = algbw * (op == 0 ? 2.0 * (n - 1) / n : double(n - 1) / n);
-      const char* name = op == 0 ? "all_reduce" : op == 1 ? "reduce_scatter" : "all_gather";
+      double busbw = algbw * (reduce_all ? 2.0 * (n - 1) / n : double(n - 1) / n);
+      const char* name = op == 0 ? "all_reduce" : op == 1 ? "reduce_scatter" : op == 2 ? "all_gather" : "iall_reduce";
       if (print) std::printf("%12zu %12zu %-15s %10.1f %10.2f %10.2f\n", bytes, count, name, slowest * 1e6, algbw, busbw);
     }
     if (print) std::fflush(stdout);

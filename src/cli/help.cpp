@@ -243,7 +243,8 @@ commands:
           count of both.
             loom bench comm [--ranks 2,4,8] [--min-bytes 4K] [--max-bytes 256M]
           all_reduce, reduce_scatter and all_gather bus bandwidth (as nccl-tests define it)
-          over message sizes, each rank count under mpirun, beside memcpy bandwidth.
+          over message sizes, each rank count under mpirun, beside memcpy bandwidth;
+          iall_reduce: the non-blocking all-reduce the gradient sums start, waited on.
             loom bench tp [--steps 6] [--micro-batch 4] [--repeat 1]
           Tensor parallelism on the "small" shape with two cores: tp=1 (1 rank x 2 threads) against
           tp=2 (2 ranks x 1 thread) without and with sequence parallelism: tokens/s and ratio,

@@ -207,6 +207,13 @@ MpiComm::MpiComm(MPI_Comm comm, std::string name, std::vector<int> members, cons
   MPI_Comm_size(comm_, &size_);
   LOOM_CHECK(size_t(size_) == members_.size(), "group %s: MPI size %d but %zu members", name_.c_str(), size_,
              members_.size());
+  // If my node holds every member, every member's does: one answer for all.
+  MPI_Comm node = MPI_COMM_NULL;
+  check(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node), "split by node");
+  int on_my_node = size_;
+  MPI_Comm_size(node, &on_my_node);
+  MPI_Comm_free(&node);
+  spans_nodes_ = on_my_node < size_;
 }
 
 MpiComm::~MpiComm() {
@@ -386,6 +393,19 @@ std::unique_ptr<Work> MpiComm::all_reduce_async(void* buf, size_t count, DType d
 }
 
 void MpiComm::all_reduce(void* buf, size_t count, DType dtype, ReduceOp op) {
+  // A large sum across nodes waits on the non-blocking all-reduce
+  // (coll/libnbc, Rabenseifner, set in MpiRuntime): between 2 emulated nodes
+  // at 1 Gb/s OpenMPI's blocking MPI_Allreduce (coll/tuned, whichever of its
+  // algorithms) reached 50-60% of the link where the non-blocking one reached
+  // 88% (`loom bench comm-child`'s all_reduce and iall_reduce rows under
+  // scripts/cluster/emulate.sh). So every large sum that crosses a link runs
+  // one algorithm, the one the planner's link figure is measured with. On
+  // one node the two measure alike and tuned stays; small sums keep tuned's
+  // latency-bound algorithms.
+  if (spans_nodes_ && count * dtype_size(dtype) >= kNonBlockingAllReduceBytes) {
+    all_reduce_async(buf, count, dtype, op)->wait();
+    return;
+  }
   ReduceBuffers rb = prepare_reduce(nullptr, buf, count, count, dtype, op, size_);
   const std::string name = strprintf("all_reduce(%s)", reduce_op_name(op));
   const uint64_t seq = enter_collective(name.c_str(), count, dtype);

@@ -79,6 +79,9 @@ class MpiComm final : public Communicator {
 
   int rank() const override { return rank_; }
   int size() const override { return size_; }
+  // Whether the group's ranks sit on more than one node (MPI's shared-memory
+  // split); the same answer on every member.
+  bool spans_nodes() const { return spans_nodes_; }
   const std::string& name() const override { return name_; }
   const std::vector<int>& world_ranks() const override { return members_; }
 
@@ -95,8 +98,11 @@ class MpiComm final : public Communicator {
                                                        DType dtype) override;
   std::unique_ptr<Work> reduce_async(void* buf, size_t count, DType dtype, ReduceOp op, int root) override;
   std::unique_ptr<Work> reduce_sum_16bit_async(void* buf, size_t count, DType dtype, int root) override;
-  // Blocking forms use MPI's blocking collectives (faster than the
-  // non-blocking ones for large messages), under a Watchdog deadline.
+  // Blocking forms use MPI's blocking collectives under a Watchdog
+  // deadline, except all_reduce from this many bytes up on a group that
+  // spans nodes: it starts the non-blocking one and waits (mpi_comm.cpp
+  // says why).
+  static constexpr size_t kNonBlockingAllReduceBytes = size_t(64) << 10;
   void all_reduce(void* buf, size_t count, DType dtype, ReduceOp op) override;
   void reduce_scatter(const void* send, void* recv, size_t count, DType dtype, ReduceOp op) override;
   void all_gather(const void* send, void* recv, size_t count, DType dtype) override;
@@ -128,6 +134,7 @@ class MpiComm final : public Communicator {
   std::vector<int> members_;
   MpiOptions opts_;
   int rank_ = 0, size_ = 1;
+  bool spans_nodes_ = false;
   std::unique_ptr<Watchdog> watchdog_;
   FlightRecorder* flight_ = nullptr;
   int flight_slot_ = -1;

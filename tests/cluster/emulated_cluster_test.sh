@@ -5,9 +5,11 @@
 # nodes. Then a link cut mid-run (veth down) under loom elastic ends with the
 # timeout named by the waiting rank, not a hang. Skipped (exit 77) where
 # namespaces cannot be made (not root, no netns): the reason is printed.
-#   emulated_cluster_test.sh LOOM_BINARY SOURCE_DIR
+# Also: a communicator over both nodes knows it spans them, and its large
+# sums (the non-blocking algorithm waited on) are exact.
+#   emulated_cluster_test.sh LOOM_BINARY SOURCE_DIR [LOOM_MPI_TESTS_BINARY]
 set -euo pipefail
-loom=$1 src=$2
+loom=$1 src=$2 mpi_tests=${3:-}
 emulate="$src/scripts/cluster/emulate.sh"
 if ! reason=$("$emulate" check 2>&1); then
   echo "SKIPPED: $reason"
@@ -35,6 +37,25 @@ echo "2 emulated nodes: $(echo $emulated)"
 # Data parallelism over 2 replicas: the same losses to the printed 4 decimals.
 [[ "$single" == "$emulated" ]] || { echo "FAIL: the losses differ"; exit 1; }
 echo "ok: the emulated 2-node run reproduces the single-process losses"
+
+if [[ -n $mpi_tests ]]; then
+  out=$(OMP_NUM_THREADS=1 timeout 120 "$emulate" run 1 -x OMP_NUM_THREADS -- "$mpi_tests" \
+          --gtest_filter='Communicator.LargeSumsKnowWhetherTheyCrossNodes' --gtest_color=no 2>&1) || {
+    echo "$out" | tail -30
+    echo "FAIL: the communicator test across the 2 emulated nodes failed"
+    exit 1
+  }
+  echo "$out" | grep -q 'the world spans several nodes' || { echo "$out" | tail -20; echo "FAIL: the world did not span the nodes"; exit 1; }
+  echo "ok: the world spans the 2 emulated nodes and its large sums are exact"
+fi
+# `loom bench comm-child` across the link prints every operation, the
+# non-blocking all-reduce among them, for each size.
+out=$(OMP_NUM_THREADS=1 timeout 60 "$emulate" run 1 -x OMP_NUM_THREADS -- "$loom" bench comm-child --min-bytes 4K \
+        --max-bytes 64K 2>&1) || { echo "$out" | tail; echo "FAIL: bench comm-child across the nodes"; exit 1; }
+for op in all_reduce reduce_scatter all_gather iall_reduce; do
+  [[ $(echo "$out" | grep -cE "^ +[0-9]+ +[0-9]+ $op ") == 3 ]] || { echo "$out"; echo "FAIL: no 3 $op rows"; exit 1; }
+done
+echo "ok: bench comm-child measured every operation across the link"
 
 # A link cut: rank 0 names the collective it waits for after
 # runtime.comm_timeout_s; mpirun then waits for the daemon it cannot reach,

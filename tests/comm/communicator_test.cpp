@@ -5,7 +5,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -234,6 +236,45 @@ TEST(Communicator, NonBlockingAlgorithmsAreSetBeforeMpiStarts) {
     EXPECT_EQ(algorithm, std::atoi(env));  // 3 and 2 unless the user chose others
   }
   MPI_T_finalize();
+}
+
+// A group knows whether it spans nodes (the same answer on every member, as
+// the host names say), and a large blocking sum, which across nodes runs as
+// the non-blocking all-reduce waited on, is exact either way. Under plain
+// mpirun every rank shares one host; tests/cluster/emulated_cluster_test.sh
+// runs this test again with one rank on each of 2 emulated nodes.
+TEST(Communicator, LargeSumsKnowWhetherTheyCrossNodes) {
+  char host[MPI_MAX_PROCESSOR_NAME] = {};
+  int len = 0;
+  MPI_Get_processor_name(host, &len);
+  const int n = world_size();
+  std::vector<char> hosts(size_t(n) * MPI_MAX_PROCESSOR_NAME);
+  MPI_Allgather(host, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, hosts.data(), MPI_MAX_PROCESSOR_NAME, MPI_CHAR,
+                MPI_COMM_WORLD);
+  bool several_hosts = false;
+  for (int r = 1; r < n; r++)
+    several_hosts = several_hosts || std::string(&hosts[size_t(r) * MPI_MAX_PROCESSOR_NAME]) != std::string(hosts.data());
+  auto world = loom::MpiComm::world(loom::MpiOptions{60});
+  EXPECT_EQ(world->spans_nodes(), several_hosts);
+  if (world->rank() == 0) std::printf("the world spans %s\n", several_hosts ? "several nodes" : "one node");
+  // A group of one never spans nodes.
+  int me = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &me);
+  std::vector<std::unique_ptr<loom::MpiComm>> alone;
+  for (int r = 0; r < n; r++) alone.push_back(loom::MpiComm::split("alone", r == me ? 0 : -1, {r}, loom::MpiOptions{60}));
+  EXPECT_FALSE(alone[size_t(me)]->spans_nodes());
+
+  for (DType t : {DType::f32, DType::bf16}) {
+    SCOPED_TRACE(loom::dtype_name(t));
+    for (size_t count : {size_t(1000), loom::MpiComm::kNonBlockingAllReduceBytes, size_t(3) << 20}) {
+      Buffer b(t, count);
+      for (size_t i = 0; i < count; i++) b.set(i, value(world->rank(), i));
+      world->all_reduce(b.data(), count, t, ReduceOp::Sum);
+      size_t wrong = 0;
+      for (size_t i = 0; i < count; i++) wrong += b.get(i) != float(n * (n + 1) / 2 * (1 + int(i % 3)));
+      EXPECT_EQ(wrong, 0u) << count << " elements";
+    }
+  }
 }
 
 }  // namespace
