@@ -11,7 +11,9 @@
 // node) and written as a cluster file, and each layout runs across the two
 // nodes. Predicted (planner::predict_loom_run with that file) against
 // measured: step time, communication, and what the link costs (the step's
-// growth over the one-node run of the same layout).
+// growth over the one-node run of the same layout). Last, for each link
+// speed, the overlap where each rank has a core of its own (dp 2 across,
+// one rank per node): how much of the reduction stays exposed.
 //
 // --moe: the same with a mixture of experts (the mixtral family, 4 experts
 // of width 512, top 2, on the same sizes) in three expert layouts of dp 4:
@@ -223,6 +225,44 @@ std::string layout_name(const planner::Layout& l) {
   return s + strprintf(" mb%d", l.micro_batch);
 }
 
+// The overlap where each rank has a core of its own: dp 2 across the nodes,
+// one rank on each, flat, with the default 4 MiB buckets and with 1 MiB ones
+// (the last bucket, filled as backward ends, is never hidden: smaller buckets
+// shrink it), for each --progress setting. Each runs kOwnCoreRuns times and
+// the run with the median exposed share is printed (the share varies run to
+// run on 2 shared cores). Measured only: the cluster file describes the
+// 4-rank emulation.
+constexpr int kOwnCoreRuns = 3;
+void print_own_core_overlap(const EmulatedCluster& cluster, const Options& o, const std::string& rate) {
+  std::printf("%s, one rank per node (dp 2 across, each rank a core of its own; median of %d runs by exposed share):\n",
+              rate.c_str(), kOwnCoreRuns);
+  for (const char* bucket_mb : {"4", "1"}) {
+    for (const std::string& progress : o.progress) {
+      BenchLayout l{strprintf("dp2 across, %s MiB buckets%s", bucket_mb, progress == "on" ? ", progress thread" : ""),
+                    {"parallel.tp=1", "parallel.dp_reduce=\"flat\"", std::string("parallel.bucket_mb=") + bucket_mb,
+                     std::string("runtime.progress_thread=") + (progress == "on" ? "true" : "false")}};
+      std::vector<Measured> runs;
+      std::vector<double> shares;
+      for (int i = 0; i < kOwnCoreRuns; i++) {
+        runs.push_back(run_layout(cluster.launcher(1), l, o.steps, o.batch));
+        LOOM_USER_CHECK(runs.back().nodes == kNodes, "bench cluster: the run saw %d nodes, not %d", runs.back().nodes,
+                        kNodes);
+        shares.push_back(runs.back().reduce_alone_s > 0 ? runs.back().exposed() / runs.back().reduce_alone_s : 1.0);
+      }
+      std::string all;
+      for (double x : shares) all += strprintf("%s%.0f%%", all.empty() ? "" : " ", 100 * x);
+      std::vector<size_t> by_share(runs.size());
+      for (size_t i = 0; i < by_share.size(); i++) by_share[i] = i;
+      std::sort(by_share.begin(), by_share.end(), [&](size_t a, size_t b) { return shares[a] < shares[b]; });
+      const Measured& m = runs[by_share[by_share.size() / 2]];
+      std::printf("%-8s %-45s | step %.3f s | reduction alone %.3f s, exposed %.3f s (wait %.3f + calls %.3f): "
+                  "%.0f%% of it (runs: %s)\n",
+                  rate.c_str(), l.name.c_str(), m.step_s, m.reduce_alone_s, m.exposed(), m.dp_wait_s, m.calls_s,
+                  100 * shares[by_share[by_share.size() / 2]], all.c_str());
+    }
+  }
+}
+
 }  // namespace
 
 int cmd_bench_cluster(const Args& args) {
@@ -387,6 +427,7 @@ int cmd_bench_cluster(const Args& args) {
     row(rate, proposal.name, pm, predict(proposal, two), nullptr, nullptr);
     const bool best = pm.step_s <= *std::min_element(measured.begin(), measured.end());
     planner_best += best;
+    print_own_core_overlap(cluster, o, rate);
     cluster.stop();
     auto order_of = [&](const std::vector<double>& t) {
       std::vector<size_t> idx(t.size());
@@ -420,10 +461,13 @@ int cmd_bench_cluster(const Args& args) {
 
 int cmd_bench_cluster_child(const Args& args, MpiRuntime& mpi) {
   const Options o = parse(args);
-  LOOM_USER_CHECK(mpi.world_size() == kRanks, "bench cluster-child: run with -np %d", kRanks);
+  // bench cluster runs it on kRanks ranks; fewer (2, one per node) measure
+  // the reduction where each rank has a core of its own.
+  LOOM_USER_CHECK(mpi.world_size() >= 2 && mpi.world_size() <= kRanks, "bench cluster-child: run with -np 2 to %d",
+                  kRanks);
   const RunConfig cfg = bench_config(o.sets, o.steps, o.batch);
   const ParallelConfig& pc = cfg.parallel;
-  auto ctx = make_run_context(cfg, ParallelGrid::for_world(kRanks, pc.dp, pc.tp, pc.pp, pc.order, pc.cp, pc.ep), mpi);
+  auto ctx = make_run_context(cfg, ParallelGrid::for_world(mpi.world_size(), pc.dp, pc.tp, pc.pp, pc.order, pc.cp, pc.ep), mpi);
   const TrainResult r = train(cfg, *ctx, nullptr);
   // The gradient reduction alone: the buckets the run reduces, started
   // together and waited for, with nothing to overlap (best of 3; slowest rank).

@@ -267,8 +267,10 @@ commands:
           across the nodes at each link speed (the link measured and written as the cluster file
           .cache/cluster-emulated-2x2-RATE.toml, for loom plan --cluster): measured against
           predicted step time, communication, link cost and the share of the gradient reduction
-          hidden behind backward, and the two rankings. --progress off,on runs each layout across
-          the nodes without and with the progress thread; --batch: sequences a step. --moe: a
+          hidden behind backward, and the two rankings. Then dp2 across with one rank per node
+          (each rank a core of its own), 4 and 1 MiB buckets, 3 runs each: the reduction's
+          exposed share. --progress off,on runs each layout across the nodes without and with
+          the progress thread; --batch: sequences a step. --moe: a
           Mixtral of the same sizes (4 experts of width 512, top 2) as dp4 with ep 2 (inside each
           node), ep 4 (the all-to-all across the nodes) and ep 1.
             loom bench calibrate [--mpi] [--out FILE] [--quick] [--threads N]

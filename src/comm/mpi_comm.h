@@ -53,8 +53,13 @@ class MpiRuntime {
 
   // MPI was started with MPI_THREAD_MULTIPLE (a progress engine may run).
   bool threads_multiple() const { return multiple_; }
+  // The job's ranks sit on more than one node (MPI's shared-memory split
+  // of the world, taken at start-up; the same answer on every rank).
+  bool world_spans_nodes() const { return world_spans_nodes_; }
   // Starts the process's progress engine on first use (nullptr when MPI
-  // gives no MPI_THREAD_MULTIPLE); it stops before MPI_Finalize.
+  // gives no MPI_THREAD_MULTIPLE); it stops before MPI_Finalize. Its thread
+  // asks for a short scheduler slice only when the world spans nodes
+  // (ProgressEngine::Options::slice_us; mpi_comm.cpp says why).
   ProgressEngine* progress_engine(int poll_us = 50);
   bool progress_engine_started() const { return engine_ != nullptr; }
 
@@ -62,6 +67,7 @@ class MpiRuntime {
   int rank_ = 0, size_ = 1;
   bool launched_ = false;
   bool multiple_ = false;
+  bool world_spans_nodes_ = false;
   std::unique_ptr<ProgressEngine> engine_;
 };
 

@@ -30,6 +30,13 @@ class ProgressEngine {
  public:
   struct Options {
     int poll_us = 50;  // sleep between polls while requests are pending
+    // The scheduler slice the engine's thread asks for (Linux 6.12+ EEVDF:
+    // sched_setattr's sched_runtime on a normal thread, no privilege needed;
+    // older kernels ignore it); 0 leaves the default. A short slice lets the
+    // thread's wake-ups preempt a compute thread that holds the core instead
+    // of waiting out the compute thread's slice: each of an MPI transfer's
+    // steps needs the engine on the core of a rank that computes.
+    int slice_us = 100;
   };
   explicit ProgressEngine(Options options);
   // Stops at once, even with requests in flight (a dead peer must not hang
@@ -48,6 +55,9 @@ class ProgressEngine {
   long polls() const { return polls_.load(std::memory_order_relaxed); }
   double seconds_in_mpi() const { return 1e-9 * double(ns_in_mpi_.load(std::memory_order_relaxed)); }
   const Options& options() const { return options_; }
+  // The engine thread's kernel thread id, once it runs (0 before): for tests
+  // that read what the scheduler gave it.
+  long thread_id() const { return tid_.load(std::memory_order_acquire); }
 
  private:
   void run();
@@ -59,6 +69,7 @@ class ProgressEngine {
   bool stop_ = false;                                   // under mutex_
   std::atomic<long> polls_{0};
   std::atomic<long long> ns_in_mpi_{0};
+  std::atomic<long> tid_{0};
   std::thread thread_;  // last: started once the rest exists
 };
 

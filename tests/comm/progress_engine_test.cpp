@@ -3,7 +3,13 @@
 // that stops at once even with an operation in flight.
 #include <gtest/gtest.h>
 
+#include <sys/utsname.h>
+
 #include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -78,6 +84,29 @@ TEST(ProgressEngine, StopsAtOnceWithAnOperationInFlight) {
   MPI_Cancel(&request);
   MPI_Wait(&request, MPI_STATUS_IGNORE);
   world->barrier();
+}
+
+// The engine's thread asks for a 100 us scheduler slice, so that its
+// wake-ups preempt the compute thread (Linux 6.12+ shows the slice it got
+// as se.slice in /proc/self/task/TID/sched; older kernels: skipped).
+TEST(ProgressEngine, AsksTheSchedulerForAShortSlice) {
+  utsname u{};
+  int major = 0, minor = 0;
+  if (uname(&u) != 0 || std::sscanf(u.release, "%d.%d", &major, &minor) != 2 || major * 100 + minor < 612)
+    GTEST_SKIP() << "kernel " << u.release << " has no custom slices (6.12+)";
+  loom::ProgressEngine engine({20, 100});
+  const auto t0 = std::chrono::steady_clock::now();
+  while (engine.thread_id() == 0 && seconds_since(t0) < 5) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  ASSERT_NE(engine.thread_id(), 0);
+  std::ifstream sched("/proc/self/task/" + std::to_string(engine.thread_id()) + "/sched");
+  std::string line;
+  long slice_ns = -1;
+  while (std::getline(sched, line))
+    if (line.rfind("se.slice", 0) == 0) {
+      std::istringstream(line.substr(line.find(':') + 1)) >> slice_ns;
+    }
+  if (slice_ns < 0) GTEST_SKIP() << "this kernel's sched file shows no se.slice";
+  EXPECT_EQ(slice_ns, 100000);
 }
 
 }  // namespace
