@@ -377,35 +377,41 @@ int cmd_bench_cluster(const Args& args) {
       return m;
     };
     // The overlap across nodes, measured: the whole-group flat reduction
-    // (kOverlapLayout) runs first, and the share of backward that hides a
-    // reduction across nodes (inter_overlap) is set so that the prediction's
-    // exposed reduction is the one measured; every row below uses it.
-    const Measured calibration = run_across(with_setting(kOverlapLayout, 0));
-    {
-      const BenchLayout l = with_setting(kOverlapLayout, 0);
+    // (kOverlapLayout) runs first under each --progress setting, and the
+    // share of backward that hides a reduction across nodes (inter_overlap,
+    // or inter_overlap_progress with the thread) is set so that the
+    // prediction's exposed reduction is the one measured; every row below
+    // uses it.
+    two.inter_overlap = two.inter_overlap_progress = 0;
+    std::vector<Measured> calibration(o.progress.size());
+    for (size_t t = 0; t < o.progress.size(); t++) {
+      const BenchLayout l = with_setting(kOverlapLayout, t);
+      calibration[t] = run_across(l);
+      const bool thread = o.progress[t] == "on";
+      double& share = thread ? two.inter_overlap_progress : two.inter_overlap;
       auto exposed_at = [&](double f) {
         planner::ClusterSpec c = two;
-        c.inter_overlap = f;
+        (thread ? c.inter_overlap_progress : c.inter_overlap) = f;
         return predict(l, c).reduce_exposed_seconds;
       };
       double lo = 0, hi = 1;
-      if (calibration.exposed() >= exposed_at(0)) hi = 0;
-      else if (calibration.exposed() <= exposed_at(1)) lo = 1;
+      if (calibration[t].exposed() >= exposed_at(0)) hi = 0;
+      else if (calibration[t].exposed() <= exposed_at(1)) lo = 1;
       for (int it = 0; it < 40 && hi - lo > 1e-4; it++) {
         const double mid = 0.5 * (lo + hi);
-        (exposed_at(mid) > calibration.exposed() ? lo : hi) = mid;
+        (exposed_at(mid) > calibration[t].exposed() ? lo : hi) = mid;
       }
-      two.inter_overlap = 0.5 * (lo + hi);
+      share = 0.5 * (lo + hi);
       write_file_atomically(file, two.to_toml());
       std::printf("overlap across nodes: %s exposed %.3f s of its reduction's %.3f s alone (%.0f%% hidden): "
-                  "inter_overlap = %.2f of backward, written to the file\n",
-                  l.name.c_str(), calibration.exposed(), calibration.reduce_alone_s, 100 * calibration.hidden(),
-                  two.inter_overlap);
+                  "%s = %.2f of backward, written to the file\n",
+                  l.name.c_str(), calibration[t].exposed(), calibration[t].reduce_alone_s,
+                  100 * calibration[t].hidden(), thread ? "overlap_progress_thread" : "overlap", share);
     }
     for (size_t i = 0; i < kLayouts.size(); i++) {
       for (size_t t = 0; t < o.progress.size(); t++) {
         const BenchLayout l = with_setting(i, t);
-        const Measured m = i == kOverlapLayout && t == 0 ? calibration : run_across(l);
+        const Measured m = i == kOverlapLayout ? calibration[t] : run_across(l);
         row(rate, l.name, m, predict(l, two), &base[i], &base_pred[i]);
         if (t == 0) first_setting[i] = m;
       }

@@ -91,6 +91,8 @@ void ClusterSpec::validate(const std::string& origin) const {
   need(intra_efficiency > 0 && intra_efficiency <= 1, "intra_node.efficiency", "must be in (0, 1]");
   need(inter_efficiency > 0 && inter_efficiency <= 1, "inter_node.efficiency", "must be in (0, 1]");
   need(inter_overlap >= 0 && inter_overlap <= 1, "inter_node.overlap", "must be in [0, 1]");
+  need(inter_overlap_progress >= 0 && inter_overlap_progress <= 1, "inter_node.overlap_progress_thread",
+       "must be in [0, 1]");
   need(overhead_bytes >= 0 && overhead_bytes < memory_bytes, "device.overhead_gib",
        "must be >= 0 and below the device memory");
   need(intra_bandwidth > 0, "intra_node.bandwidth_gbps", "must be > 0 (devices in a node must be able to talk)");
@@ -152,6 +154,7 @@ ClusterSpec parse_cluster_toml(const std::string& text, const std::string& origi
   c.intra_efficiency = r.number("intra_node.efficiency", 1);
   c.inter_efficiency = r.number("inter_node.efficiency", 1);
   c.inter_overlap = r.number("inter_node.overlap", 0);
+  c.inter_overlap_progress = r.number("inter_node.overlap_progress_thread", 0);
   r.reject_unknown(root, "");
   c.validate(origin);
   return c;
@@ -185,7 +188,8 @@ std::string ClusterSpec::to_toml() const {
     << "bandwidth_gbit = " << inter_bandwidth * 8 / 1e9 << "\n"
     << "latency_us = " << inter_latency * 1e6 << "\n"
     << "efficiency = " << inter_efficiency << "\n"
-    << "overlap = " << inter_overlap << "\n";
+    << "overlap = " << inter_overlap << "\n"
+    << "overlap_progress_thread = " << inter_overlap_progress << "\n";
   return o.str();
 }
 

@@ -48,6 +48,10 @@ struct ClusterSpec {
   // buffers carry some on their own). 0: none hides. `loom bench cluster`
   // measures it; inside a node the whole of backward counts.
   double inter_overlap = 0;
+  // The same share for runs with the progress thread (runtime.progress_thread),
+  // which moves the reduction between backward's MPI calls: measured apart
+  // (`loom bench cluster --progress on`); 0 until measured.
+  double inter_overlap_progress = 0;
 
   int devices() const { return nodes * devices_per_node; }
   double peak_flops(ComputePrecision p) const;

@@ -246,6 +246,33 @@ TEST(PlannerPredict, TheMeasuredOverlapAcrossNodesHidesItsShare) {
   EXPECT_THROW(two.validate("test"), UserError);
 }
 
+// A run with the progress thread hides the share measured with the thread
+// (inter_overlap_progress), one without it the other; both round-trip
+// through the file, and a share outside [0, 1] names its field.
+TEST(PlannerPredict, TheProgressThreadHidesTheShareMeasuredWithIt) {
+  RunConfig cfg = small_run();
+  cfg.parallel.bucket_mb = 0.25f;
+  cfg.parallel.dp_reduce = "flat";
+  ClusterSpec two = two_nodes(50e6);
+  two.inter_overlap = 0;
+  two.inter_overlap_progress = 1;
+  const RunPrediction without = predict_loom_run(cfg, 4, two);
+  cfg.runtime.progress_thread = true;
+  const RunPrediction with = predict_loom_run(cfg, 4, two);
+  EXPECT_DOUBLE_EQ(without.reduce_hidden(), 0);
+  EXPECT_GT(with.reduce_hidden(), 0);
+  EXPECT_LT(with.step_seconds, without.step_seconds);
+  two.inter_overlap_progress = 0.42;
+  EXPECT_DOUBLE_EQ(parse_cluster_toml(two.to_toml(), "test").inter_overlap_progress, 0.42);
+  two.inter_overlap_progress = -0.1;
+  try {
+    two.validate("test");
+    ADD_FAILURE() << "a negative share passed";
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("overlap_progress_thread"), std::string::npos) << e.what();
+  }
+}
+
 // dp 4 over 2 nodes of 2: the hierarchical sum crosses the link with 2 (N-1)/N
 // = 1 of the buffer where the flat ring of 4 sends 1.5; "auto" predicts the
 // faster (the run times both), "flat" the flat one.
