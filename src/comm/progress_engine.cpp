@@ -1,5 +1,6 @@
 #include "comm/progress_engine.h"
 
+#include <sched.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -18,7 +19,7 @@ namespace {
 // <sched.h>). Best effort: an error leaves the default slice.
 void ask_for_slice(int slice_us) {
 #ifdef SYS_sched_setattr
-  if (slice_us <= 0) return;
+  if (slice_us <= 0 || sched_getscheduler(0) != SCHED_OTHER) return;  // a policy the user chose stays
   struct {
     uint32_t size, sched_policy;
     uint64_t sched_flags;
