@@ -22,13 +22,8 @@ class ChainWork final : public Work {
  public:
   ChainWork(HierarchicalComm& comm, std::shared_ptr<HierarchicalComm::Chain> chain)
       : comm_(comm), chain_(std::move(chain)) {}
-  ~ChainWork() override {
-    if (!chain_->done) wait();  // MPI must not write into a buffer its owner has let go
-  }
-  bool test() override {
-    if (!chain_->done) comm_.advance();
-    return chain_->done;
-  }
+  ~ChainWork() override { wait(); }  // MPI must not write into a buffer its owner has let go
+  bool test() override { return comm_.poll(*chain_); }
   void wait() override { comm_.wait_for(*chain_); }
 
  private:
@@ -40,19 +35,23 @@ class ChainWork final : public Work {
 
 HierarchicalComm::HierarchicalComm(Communicator& flat, std::unique_ptr<Communicator> node,
                                    std::unique_ptr<Communicator> nodes, std::unique_ptr<Communicator> bcast,
-                                   std::string description)
+                                   std::string description, ProgressEngine* engine)
     : flat_(flat),
       node_(std::move(node)),
       nodes_(std::move(nodes)),
       bcast_(std::move(bcast)),
-      description_(std::move(description)) {
+      description_(std::move(description)),
+      engine_(engine) {
   LOOM_CHECK(node_ && bcast_ && node_->size() == bcast_->size(),
              "hierarchical group %s needs two node groups of one size", flat_.name().c_str());
   LOOM_CHECK((node_->rank() == 0) == (nodes_ != nullptr), "group %s: rank %d leads its node but has no leaders' group",
              flat_.name().c_str(), flat_.rank());
+  if (engine_) driver_ = engine_->add_driver([this] { return drive(); });
 }
 
-HierarchicalComm::~HierarchicalComm() = default;
+HierarchicalComm::~HierarchicalComm() {
+  if (driver_ >= 0) engine_->remove_driver(driver_);  // waits out a drive() in progress
+}
 
 std::unique_ptr<Work> HierarchicalComm::all_reduce_async(void* buf, size_t count, DType dtype, ReduceOp op) {
   if (dtype != DType::f32 || op == ReduceOp::Avg || count < kMinElements)
@@ -68,9 +67,12 @@ std::unique_ptr<Work> HierarchicalComm::all_reduce_sum_16bit_async(void* buf, si
 std::unique_ptr<Work> HierarchicalComm::start(void* buf, size_t count, DType dtype, ReduceOp op, bool wire16) {
   auto chain = std::make_shared<Chain>();
   chain->buf = buf, chain->count = count, chain->dtype = dtype, chain->op = op, chain->wire16 = wire16;
-  chain->seq = started_++;
-  live_.push_back(chain);
-  advance();
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    chain->seq = started_++;
+    live_.push_back(chain);
+    advance();
+  }
   return std::make_unique<ChainWork>(*this, std::move(chain));
 }
 
@@ -108,9 +110,24 @@ void HierarchicalComm::advance() {
   while (!live_.empty() && live_.front()->done) live_.pop_front();
 }
 
+bool HierarchicalComm::poll(const Chain& chain) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!chain.done) advance();
+  return chain.done;
+}
+
+bool HierarchicalComm::drive() {
+  std::unique_lock<std::mutex> lock(mutex_, std::try_to_lock);
+  if (!lock) return true;  // the caller is polling or waiting: it moves them
+  advance();
+  return !live_.empty();
+}
+
 void HierarchicalComm::wait_for(const Chain& chain) {
   // The oldest unfinished operation is never held back by another, so its
   // stage in flight always moves things on (under that stage's deadline).
+  // The lock stays held: the engine's driver leaves the chains to us.
+  std::lock_guard<std::mutex> lock(mutex_);
   for (advance(); !chain.done; advance()) live_.front()->current->wait();
 }
 

@@ -15,12 +15,13 @@
 // Non-blocking sums (all_reduce_async and all_reduce_sum_16bit_async with
 // Sum or Max, at least kMinElements elements) return a Work that moves to the
 // next stage when it is polled (test(), wait(), or another hierarchical
-// operation's poll): the calling thread issues every stage, so a progress
-// engine only completes them. Each stage has its own communicator, and a
-// stage of one operation is issued only after the same stage of every
-// operation started before it: each communicator then sees its operations in
-// the same order on every rank, as MPI requires, however the stages' timing
-// differs between ranks. Every other operation (small sums, averages,
+// operation's poll) and, with a progress engine, whenever the engine's thread
+// polls (a driver of the engine: the chain moves while backward computes).
+// Each stage has its own communicator, and a stage of one operation is
+// issued only after the same stage of every operation started before it, by
+// whichever thread holds the group's lock: each communicator then sees its
+// operations in the same order on every rank, as MPI requires, however the
+// stages' timing differs between ranks. Every other operation (small sums, averages,
 // reduce-scatters, gathers, transfers, blocking forms) runs on the flat
 // group. Deadlines and flight records are the stage groups' own ("dp.node",
 // "dp.nodes", "dp.bcast").
@@ -28,10 +29,12 @@
 
 #include <deque>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
 #include "comm/communicator.h"
+#include "comm/progress_engine.h"
 
 namespace loom {
 
@@ -45,8 +48,11 @@ class HierarchicalComm final : public Communicator {
   // first member leads). nodes: the leaders of every node, nullptr on ranks
   // that do not lead. bcast: the same members as node, a separate
   // communicator for stage 3. description: for logs ("2 nodes of 2 ranks").
+  // engine: the stage groups' progress engine, which then also issues the
+  // stages (nullptr: only the caller's polls do).
   HierarchicalComm(Communicator& flat, std::unique_ptr<Communicator> node,
-                   std::unique_ptr<Communicator> nodes, std::unique_ptr<Communicator> bcast, std::string description);
+                   std::unique_ptr<Communicator> nodes, std::unique_ptr<Communicator> bcast, std::string description,
+                   ProgressEngine* engine = nullptr);
   ~HierarchicalComm() override;
 
   int rank() const override { return flat_.rank(); }
@@ -97,21 +103,26 @@ class HierarchicalComm final : public Communicator {
 
   // One three-stage sum (defined in the .cpp; public for its Work handle).
   struct Chain;
-  // Moves every operation in flight as far as it can go, in start order.
-  void advance();
+  // Moves every operation in flight as far as it can go; whether `chain` is done.
+  bool poll(const Chain& chain);
   // Blocks until `chain` is done (waiting on the oldest stage in flight).
   void wait_for(const Chain& chain);
 
  private:
   std::unique_ptr<Work> start(void* buf, size_t count, DType dtype, ReduceOp op, bool wire16);
   std::unique_ptr<Work> issue(Chain& c, int stage);
+  void advance();  // in start order, under mutex_
+  bool drive();    // the engine's poll: advance() unless the caller holds the lock; true while busy
 
   Communicator& flat_;
   std::unique_ptr<Communicator> node_, nodes_, bcast_;
   std::string description_;
+  std::mutex mutex_;  // over everything below, the chains and the stage groups' calls
   std::deque<std::shared_ptr<Chain>> live_;  // started, not yet done, in start order
   uint64_t started_ = 0;
   uint64_t issued_[3] = {0, 0, 0};  // per stage: how many chains (in start order) have issued it
+  ProgressEngine* engine_ = nullptr;
+  int driver_ = -1;
 };
 
 }  // namespace loom

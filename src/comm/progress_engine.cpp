@@ -62,6 +62,28 @@ ProgressEngine::Done ProgressEngine::adopt(MPI_Request request) {
   return done;
 }
 
+int ProgressEngine::add_driver(Driver driver) {
+  std::lock_guard<std::mutex> lock(drivers_mutex_);
+  drivers_.emplace_back(next_driver_, std::move(driver));
+  return next_driver_++;
+}
+
+void ProgressEngine::remove_driver(int id) {
+  std::lock_guard<std::mutex> lock(drivers_mutex_);
+  for (size_t i = 0; i < drivers_.size(); i++)
+    if (drivers_[i].first == id) {
+      drivers_.erase(drivers_.begin() + std::ptrdiff_t(i));
+      return;
+    }
+}
+
+bool ProgressEngine::drive() {
+  std::lock_guard<std::mutex> lock(drivers_mutex_);
+  bool busy = false;
+  for (auto& [id, driver] : drivers_) busy = driver() || busy;
+  return busy;
+}
+
 void ProgressEngine::run() {
   using Clock = std::chrono::steady_clock;
   ask_for_slice(options_.slice_us);
@@ -69,11 +91,12 @@ void ProgressEngine::run() {
   std::vector<MPI_Request> requests;
   std::vector<Done> flags;
   std::vector<int> completed;
+  bool busy = false;  // a driver has work in flight
   for (;;) {
     {
       std::unique_lock<std::mutex> lock(mutex_);
       // Nothing pending: sleep until a request or the stop arrives.
-      if (requests.empty()) wake_.wait(lock, [&] { return stop_ || !incoming_.empty(); });
+      if (requests.empty() && !busy) wake_.wait(lock, [&] { return stop_ || !incoming_.empty(); });
       if (stop_) return;
       for (auto& [r, f] : incoming_) requests.push_back(r), flags.push_back(std::move(f));
       incoming_.clear();
@@ -92,7 +115,8 @@ void ProgressEngine::run() {
     for (size_t i = 0; i < requests.size(); i++)
       if (requests[i] != MPI_REQUEST_NULL) requests[kept] = requests[i], flags[kept] = std::move(flags[i]), kept++;
     requests.resize(kept), flags.resize(kept);
-    if (!requests.empty()) std::this_thread::sleep_for(std::chrono::microseconds(options_.poll_us));
+    busy = drive();  // may adopt the next operations of a chain
+    if (!requests.empty() || busy) std::this_thread::sleep_for(std::chrono::microseconds(options_.poll_us));
   }
 }
 

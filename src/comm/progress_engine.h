@@ -7,17 +7,22 @@
 // it, the engine's thread polls every request it holds (MPI_Testsome) every
 // `poll_us` microseconds and sleeps in between, so the transfer moves during
 // a long product and the compute threads keep their cores. The calling
-// thread still starts each operation (so the order in which collectives are
-// issued on a communicator stays the program's order, as MPI requires); the
-// engine only completes them, and a Work handle's test()/wait() read the
-// flag it sets. MPI must be initialised with MPI_THREAD_MULTIPLE (the
-// engine's MPI_Testsome runs beside the training thread's MPI calls).
+// thread starts each operation the program asks for (so the order in which
+// collectives are issued on a communicator stays the program's order, as MPI
+// requires); the engine completes them, and a Work handle's test()/wait()
+// read the flag it sets. The one exception, drivers (add_driver): a chain of
+// operations whose next one starts when the one before completes (the
+// hierarchical sum's stages) is moved on by the engine's polls too, under
+// the chain's own lock, which keeps each of its communicators' order. MPI
+// must be initialised with MPI_THREAD_MULTIPLE (the engine's calls run
+// beside the training thread's).
 #pragma once
 
 #include <mpi.h>
 
 #include <atomic>
 #include <condition_variable>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -50,6 +55,15 @@ class ProgressEngine {
   using Done = std::shared_ptr<std::atomic<bool>>;
   Done adopt(MPI_Request request);
 
+  // Work the engine's thread also drives on each poll: a chain of operations
+  // whose next one starts when the one before completes (the hierarchical
+  // sum's stages). Called on the engine's thread, never while it holds its
+  // own lock; returns true while it has work in flight, which keeps the
+  // engine polling. remove_driver waits for a call in progress to return.
+  using Driver = std::function<bool()>;
+  int add_driver(Driver driver);
+  void remove_driver(int id);
+
   // For benchmarks: polls made and seconds the engine's thread spent inside
   // MPI_Testsome since the start.
   long polls() const { return polls_.load(std::memory_order_relaxed); }
@@ -61,11 +75,15 @@ class ProgressEngine {
 
  private:
   void run();
+  bool drive();  // runs every driver; true if any has work in flight
 
   Options options_;
   std::mutex mutex_;
   std::condition_variable wake_;
   std::vector<std::pair<MPI_Request, Done>> incoming_;  // under mutex_
+  std::mutex drivers_mutex_;  // held while the drivers run
+  std::vector<std::pair<int, Driver>> drivers_;  // under drivers_mutex_
+  int next_driver_ = 0;                          // under drivers_mutex_
   bool stop_ = false;                                   // under mutex_
   std::atomic<long> polls_{0};
   std::atomic<long long> ns_in_mpi_{0};

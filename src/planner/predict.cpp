@@ -429,10 +429,11 @@ RunPrediction predict_loom_run(const RunConfig& cfg, int world_size, const Clust
     // blocks only: the share of backward that hides it is the cluster's
     // measured inter_overlap (loom bench cluster; 0 unless measured), or with
     // the progress thread the share measured with it. The hierarchical sum
-    // hides none of it: each of its three stages starts only when a poll by
-    // the training thread finds the one before done (bench cluster measured
-    // 0% hidden on a first-generation Zen and on Zen 4, where the flat sum
-    // hid 19-37%).
+    // hides none of it: each of its three stages starts only when a poll
+    // finds the one before done (bench cluster measured 0% hidden on a
+    // first-generation Zen and on Zen 4, where the flat sum hid 19-37%; with
+    // the progress thread issuing the stages too, 0% in 4 of 5 runs on 4
+    // ranks sharing 2 cores).
     const double overlap = cfg.runtime.progress_thread ? cluster.inter_overlap_progress : cluster.inter_overlap;
     const double hidden = !links.dp.crosses_nodes ? window : hierarchical ? 0.0 : overlap * window;
     // Bucket i of b is ready at hidden i / b into that window and the link

@@ -4,8 +4,10 @@
 // each), which exercises the same stage groups and ordering as real nodes.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
 #include <memory>
+#include <thread>
 #include <vector>
 
 #include "comm/hierarchical_comm.h"
@@ -86,6 +88,28 @@ TEST(HierarchicalComm, SumsEqualTheFlatSumsWithAProgressEngine) {
   loom::ProgressEngine engine({20});
   Groups g = make_groups(&engine);
   check_many_sums_in_flight(g);
+}
+
+// With a progress engine the stages move on by themselves: a sum started
+// and then left alone (the caller "computes", making no call) is done at
+// the first test() afterwards, all three stages issued by the engine.
+TEST(HierarchicalComm, TheEngineIssuesTheStagesWhileTheCallerComputes) {
+  int provided = 0;
+  MPI_Query_thread(&provided);
+  if (provided < MPI_THREAD_MULTIPLE) GTEST_SKIP() << "MPI gives no MPI_THREAD_MULTIPLE";
+  if (world_size() < 3) GTEST_SKIP() << "pretended nodes of 2 give a hierarchy from 3 ranks";
+  loom::ProgressEngine engine({20});
+  Groups g = make_groups(&engine);
+  const int rank = g.flat->rank();
+  std::vector<float> hier = rank_data(1 << 20, rank, 5), flat = hier;
+  g.flat->barrier();
+  auto work = g.hier->all_reduce_async(hier.data(), hier.size(), loom::DType::f32, loom::ReduceOp::Sum);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  EXPECT_TRUE(work->test()) << "the stages did not move while the caller computed";
+  work->wait();
+  g.flat->all_reduce(flat.data(), flat.size(), loom::DType::f32, loom::ReduceOp::Sum);
+  EXPECT_EQ(hier, flat);
+  g.flat->barrier();
 }
 
 // The choice at start-up: forced, measured, and on one real node (flat,

@@ -68,7 +68,8 @@ std::unique_ptr<HierarchicalComm> make_hierarchical_dp(const ParallelGrid& grid,
   auto across = MpiComm::split("dp.nodes", leads ? *std::min_element(leaders.begin(), leaders.end()) : -1,
                                leads ? leaders : std::vector<int>{}, opts);
   return std::make_unique<HierarchicalComm>(flat, std::move(node), std::move(across), std::move(bcast),
-                                            strprintf("%zu nodes (%s ranks)", by_node.size(), counts.c_str()));
+                                            strprintf("%zu nodes (%s ranks)", by_node.size(), counts.c_str()),
+                                            opts.engine);
 }
 
 DpReduceChoice choose_dp_reduce(const DpReduceOptions& options, Communicator& flat, HierarchicalComm& hierarchical,
