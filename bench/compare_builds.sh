@@ -55,5 +55,5 @@ for build in base new base new; do
   exe=$base
   [[ $build == new ]] && exe=$new
   echo "== loom bench scaling --ranks 2 --zero 0,1,2 ($build)"
-  "$exe" bench scaling --ranks 2 --zero 0,1,2 2>&1 | grep -E '^ *(layout|-|dp) ' || true
+  "$exe" bench scaling --ranks 2 --zero 0,1,2 2>&1 | grep -E '^ *(layout|-|alone|dp) ' || true
 done

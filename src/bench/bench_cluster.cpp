@@ -145,6 +145,7 @@ RunConfig bench_config(const std::vector<std::string>& layout, int steps, int ba
 
 struct Measured {
   double step_s = 0, tp_s = 0, dp_wait_s = 0, a2a_s = 0;
+  double dp_tail_s = 0;   // of dp_wait_s, the least over the ranks: the rest waited for a slower rank
   double calls_s = 0;     // in the calls that start and poll the gradient reduction during backward
   double reduce_alone_s = 0;  // the same bucketed reduction with nothing else running
   double exposed() const { return dp_wait_s + calls_s; }
@@ -172,6 +173,7 @@ Measured run_layout(const std::string& launcher, const BenchLayout& l, int steps
   m.a2a_s = json_number(line, "a2a_ms") * 1e-3;
   m.reduce_alone_s = json_number(line, "reduce_alone_ms") * 1e-3;
   m.calls_s = json_number(line, "calls_ms") * 1e-3;
+  m.dp_tail_s = json_number(line, "dp_tail_ms") * 1e-3;
   m.nodes = int(json_number(line, "nodes"));
   for (int s = 0; s <= steps; s++) m.losses.push_back(json_number(line, strprintf("loss%d", s).c_str()));
   LOOM_USER_CHECK(m.step_s > 0 && m.nodes > 0 && *std::min_element(m.losses.begin(), m.losses.end()) >= 0,
@@ -255,10 +257,10 @@ void print_own_core_overlap(const EmulatedCluster& cluster, const Options& o, co
       for (size_t i = 0; i < by_share.size(); i++) by_share[i] = i;
       std::sort(by_share.begin(), by_share.end(), [&](size_t a, size_t b) { return shares[a] < shares[b]; });
       const Measured& m = runs[by_share[by_share.size() / 2]];
-      std::printf("%-8s %-45s | step %.3f s | reduction alone %.3f s, exposed %.3f s (wait %.3f + calls %.3f): "
-                  "%.0f%% of it (runs: %s)\n",
-                  rate.c_str(), l.name.c_str(), m.step_s, m.reduce_alone_s, m.exposed(), m.dp_wait_s, m.calls_s,
-                  100 * shares[by_share[by_share.size() / 2]], all.c_str());
+      std::printf("%-8s %-45s | step %.3f s | reduction alone %.3f s, exposed %.3f s (wait %.3f, of it tail %.3f, "
+                  "+ calls %.3f): %.0f%% of it (runs: %s)\n",
+                  rate.c_str(), l.name.c_str(), m.step_s, m.reduce_alone_s, m.exposed(), m.dp_wait_s, m.dp_tail_s,
+                  m.calls_s, 100 * shares[by_share[by_share.size() / 2]], all.c_str());
     }
   }
 }
@@ -462,7 +464,9 @@ int cmd_bench_cluster(const Args& args) {
               "waits), as loom measures them; the "
               "waits include\n         a peer that is not running (4 ranks share 2 cores), which the prediction "
               "does not model\n"
-              "link s = step time across the two nodes minus the same layout's on one node: what the link costs\n",
+              "link s = step time across the two nodes minus the same layout's on one node: what the link costs\n"
+              "tail   = of the wait after backward, the least over the ranks per step: the reduction's own; the "
+              "rest waited\n         for a rank whose backward ended later\n",
               size_t(rankings_agree), o.rates.size(), step_within_15, step_rows, link_within_25, link_rows,
               planner_best, o.rates.size());
   return 0;
@@ -501,8 +505,9 @@ int cmd_bench_cluster_child(const Args& args, MpiRuntime& mpi) {
   for (size_t s = 1; s < r.moe_steps.size(); s++) a2a_ms += r.moe_steps[s].a2a_ms / double(r.moe_steps.size() - 1);
   if (mpi.world_rank() == 0) {
     std::printf("{\"step_ms\": %.2f, \"tp_ms\": %.2f, \"dp_wait_ms\": %.2f, \"a2a_ms\": %.2f, \"nodes\": %d, "
-                "\"reduce_alone_ms\": %.2f, \"calls_ms\": %.2f",
-                r.step_ms, r.tp_comm_ms, r.reduce_wait_ms, a2a_ms, ctx->nodes().nodes(), alone_ms, r.reduce_calls_ms);
+                "\"reduce_alone_ms\": %.2f, \"calls_ms\": %.2f, \"dp_tail_ms\": %.2f",
+                r.step_ms, r.tp_comm_ms, r.reduce_wait_ms, a2a_ms, ctx->nodes().nodes(), alone_ms, r.reduce_calls_ms,
+                r.reduce_tail_ms);
     for (size_t s = 0; s < r.train_losses.size(); s++) std::printf(", \"loss%zu\": %.7f", s, r.train_losses[s]);
     std::printf("}\n");
   }

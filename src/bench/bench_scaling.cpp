@@ -67,8 +67,8 @@ Options parse(const Args& args) {
       o.layouts.clear();
       std::stringstream list(value());
       for (std::string l; std::getline(list, l, ',');) {
-        LOOM_USER_CHECK(l == "dp" || l == "tp" || l == "pp", "bench scaling: --layouts takes dp, tp, pp; got '%s'",
-                        l.c_str());
+        LOOM_USER_CHECK(l == "dp" || l == "tp" || l == "pp" || l == "alone",
+                        "bench scaling: --layouts takes dp, tp, pp, alone; got '%s'", l.c_str());
         o.layouts.push_back(l);
       }
     } else if (a == "--progress") {
@@ -96,7 +96,7 @@ struct Row {
   std::string layout = "dp", progress = "on";
   int ranks = 0, zero = 0;
   double tp_comm_ms = 0, bubble = 0;
-  double tokens_per_s = 0, step_ms = 0, overlap = 0, wait_ms = 0, calls_ms = 0, optimizer_ms = 0, buckets = 0;
+  double tokens_per_s = 0, step_ms = 0, overlap = 0, wait_ms = 0, tail_ms = 0, calls_ms = 0, optimizer_ms = 0, buckets = 0;
   double rss_mb = 0, state_mb = 0, grad_mb = 0, param_mb = 0;
   double model_state_mb() const { return param_mb + grad_mb + state_mb; }
 };
@@ -120,6 +120,7 @@ Row run_config(const Options& o, int ranks, int zero, const std::string& layout 
   r.calls_ms = json_number(line, "calls_ms");
   r.optimizer_ms = json_number(line, "optimizer_ms");
   r.wait_ms = json_number(line, "wait_ms");
+  r.tail_ms = json_number(line, "tail_ms");
   r.buckets = json_number(line, "buckets");
   r.rss_mb = json_number(line, "peak_rss_mb");
   r.state_mb = json_number(line, "adamw_mb");
@@ -141,8 +142,8 @@ int cmd_bench_scaling(const Args& args) {
   std::printf("loom bench scaling: small shape (V=4096 L=6 C=384 H=6 T=256), micro-batch %d per rank, 1 thread per "
               "rank,\n%d timed steps after 1 warm-up, buckets of %g MiB; median tokens/s of %d run(s) per row\n\n",
               o.micro_batch, o.steps, o.bucket_mb, o.repeat);
-  std::printf("%6s %5s %4s %6s | %7s %8s %10s | %7s %7s %8s %8s %8s %8s %7s | %12s %9s %9s %10s %11s\n", "layout",
-              "ranks", "zero", "thread", "tok/s", "step ms", "efficiency", "buckets", "overlap", "wait ms", "calls ms", "tp ms",
+  std::printf("%6s %5s %4s %6s | %7s %8s %10s %8s | %7s %7s %8s %8s %8s %8s %8s %7s | %12s %9s %9s %10s %11s\n", "layout",
+              "ranks", "zero", "thread", "tok/s", "step ms", "efficiency", "vs alone", "buckets", "overlap", "wait ms", "tail ms", "calls ms", "tp ms",
               "optim ms", "bubble", "peak RSS MiB", "AdamW MiB", "grads MiB", "params MiB", "state MiB");
   std::fflush(stdout);
   // One row per (layout, ZeRO stage): ZeRO stages apply to data parallelism.
@@ -153,39 +154,52 @@ int cmd_bench_scaling(const Args& args) {
     std::string progress;
   };
   std::vector<Config> configs;
-  for (const std::string& layout : o.layouts)
-    for (const std::string& p : o.progress)
-      if (layout == "dp") for (int z : o.zero) configs.push_back({layout, z, p});
-      else configs.push_back({layout, 0, p});
-  std::vector<Row> single;
+  for (const std::string& layout : o.layouts) {
+    if (layout == "alone") continue;  // the ceiling row below runs in any case
+    for (const std::string& p : o.progress) {
+      if (layout == "dp")
+        for (int z : o.zero) configs.push_back({layout, z, p});
+      else
+        configs.push_back({layout, 0, p});
+    }
+  }
+  std::vector<Row> single, alone;
   std::vector<std::vector<Row>> runs(configs.size());
   for (int rep = 0; rep < o.repeat; rep++) {  // interleaved, so that a noisy minute hits every row alike
     single.push_back(run_config(o, 1, 0));
+    alone.push_back(run_config(o, o.ranks, 0, "alone"));
     for (size_t c = 0; c < configs.size(); c++)
       runs[c].push_back(run_config(o, o.ranks, configs[c].zero, configs[c].layout, configs[c].progress));
   }
+  const Row base = median(single), ceiling = median(alone);
+  const double ceiling_efficiency = ceiling.tokens_per_s / (o.ranks * base.tokens_per_s);
   auto print = [&](const Row& r, double efficiency) {
-    const bool reduces = r.ranks > 1 && r.layout == "dp";
-    std::printf("%6s %5d %4d %6s | %7.0f %8.1f %10s | %7.0f %7s %8.1f %8.1f %8.1f %8.1f %6.1f%% | %12.0f %9.1f %9.1f "
+    const bool reduces = r.ranks > 1 && r.layout == "dp", together = r.ranks > 1 && r.layout != "alone";
+    std::printf("%6s %5d %4d %6s | %7.0f %8.1f %10s %8s | %7.0f %7s %8.1f %8.1f %8.1f %8.1f %8.1f %6.1f%% | %12.0f %9.1f %9.1f "
                 "%10.1f %11.1f\n",
-                r.ranks > 1 ? r.layout.c_str() : "-", r.ranks, r.zero, r.ranks > 1 ? r.progress.c_str() : "-", r.tokens_per_s, r.step_ms,
-                efficiency < 0 ? "-" : strprintf("%.3f", efficiency).c_str(), r.buckets,
-                reduces ? strprintf("%.0f%%", 100 * r.overlap).c_str() : "-", r.wait_ms, r.calls_ms, r.tp_comm_ms,
+                r.ranks > 1 ? r.layout.c_str() : "-", r.ranks, r.zero, together ? r.progress.c_str() : "-",
+                r.tokens_per_s, r.step_ms, efficiency < 0 ? "-" : strprintf("%.3f", efficiency).c_str(),
+                together ? strprintf("%.3f", efficiency / ceiling_efficiency).c_str() : "-", r.buckets,
+                reduces ? strprintf("%.0f%%", 100 * r.overlap).c_str() : "-", r.wait_ms, r.tail_ms, r.calls_ms, r.tp_comm_ms,
                 r.optimizer_ms, 100 * std::max(0.0, r.bubble), r.rss_mb, r.state_mb, r.grad_mb, r.param_mb,
                 r.model_state_mb());
   };
-  const Row base = median(single);
   print(base, -1);
+  print(ceiling, ceiling_efficiency);
   for (size_t c = 0; c < configs.size(); c++) {
     Row r = median(runs[c]);
     print(r, r.tokens_per_s / (o.ranks * base.tokens_per_s));
   }
   std::printf(
       "\nefficiency = tokens/s(%d ranks) / (%d x tokens/s(1 rank))\n"
+      "alone      = the machine's ceiling: every rank trains its own one-rank job at the same time (shared cores,\n"
+      "             caches and memory bandwidth, nothing exchanged); vs alone = efficiency / that ceiling\n"
       "overlap    = share of gradient-reduction time (some bucket between its start and its completion) during\n"
       "             which backward computed: before backward ended and outside the calls that start and poll\n"
       "             reductions (OpenMPI moves and adds the data inside them, on the rank's own core)\n"
-      "wait ms    = per step, after backward, until every bucket was reduced\n"
+      "wait ms    = per step, after backward, until every bucket was reduced (rank 0)\n"
+      "tail ms    = per step, the least wait over the ranks: the reduction's own tail after the last rank's\n"
+      "             backward; wait - tail was spent waiting for a rank whose backward ended later\n"
       "calls ms   = per step, during backward, inside those calls\n"
       "thread     = the progress thread (runtime.progress_thread): on, it completes the reductions while\n"
       "             backward computes and the calls above only start them and read a flag\n"
@@ -203,10 +217,11 @@ int cmd_bench_scaling_child(const Args& args, MpiRuntime& mpi) {
   const Options o = parse(args);
   const int zero = o.zero.at(0), world = mpi.world_size();
   const std::string layout = o.layouts.at(0);
+  const bool alone = layout == "alone";
   const int tp = layout == "tp" ? world : 1, pp = layout == "pp" ? world : 1;
   RunConfig cfg = load_run_config(
       "", {"model.vocab_size=4096", "model.n_layer=6", "model.d_model=384", "model.n_head=6", "model.seq_len=256",
-           "train.batch_size=" + std::to_string(o.micro_batch * world), "train.steps=" + std::to_string(o.steps + 1),
+           "train.batch_size=" + std::to_string(o.micro_batch * (alone ? 1 : world)), "train.steps=" + std::to_string(o.steps + 1),
            "train.warmup_steps=2", "train.eval_every=0", "train.log_every=1000", "runtime.threads=1",
            "parallel.zero=" + std::to_string(zero), strprintf("parallel.bucket_mb=%g", o.bucket_mb),
            "parallel.tp=" + std::to_string(tp), "parallel.pp=" + std::to_string(pp),
@@ -215,6 +230,26 @@ int cmd_bench_scaling_child(const Args& args, MpiRuntime& mpi) {
            "data.format=\"bytes\"", "data.path=\"" + project_root() + "/data/sample/kjv.txt\""});
   ProgressEngine* engine = o.progress.at(0) == "on" && world > 1 ? mpi.progress_engine(o.poll_us) : nullptr;
   auto ctx = ParallelContext::create_mpi(ParallelGrid::for_world(world, 0, tp, pp), MpiOptions{600, engine});
+  if (alone) {
+    // The machine's own ceiling: every rank trains its own one-rank job at the
+    // same time, so the ranks share cores, caches and memory bandwidth as the
+    // dp runs do, but exchange nothing.
+    auto single = ParallelContext::create_single();
+    ctx->world().barrier();
+    TrainResult r = train(cfg, *single, nullptr);
+    float figures[2] = {float(r.tokens_per_s),
+                        1e3f * float(cfg.train.batch_size * cfg.model.seq_len) / float(r.tokens_per_s)};
+    ctx->world().all_reduce(figures, 2, DType::f32, ReduceOp::Sum);
+    float rss = float(peak_rss_mib());
+    ctx->world().all_reduce(&rss, 1, DType::f32, ReduceOp::Max);
+    if (mpi.world_rank() == 0)
+      std::printf("{\"ranks\": %d, \"zero\": 0, \"tokens_per_s\": %.1f, \"step_ms\": %.1f, \"overlap\": 0, "
+                  "\"wait_ms\": 0, \"tail_ms\": 0, \"calls_ms\": 0, \"optimizer_ms\": %.2f, \"buckets\": 0, \"peak_rss_mb\": %.1f, "
+                  "\"adamw_mb\": %.2f, \"grad_mb\": %.2f, \"param_mb\": %.2f, \"tp_comm_ms\": 0, \"bubble\": 0}\n",
+                  world, figures[0], figures[1] / world, r.optimizer_ms, rss, double(r.optimizer_state_bytes) / (1 << 20),
+                  double(r.grad_bytes) / (1 << 20), double(r.param_bytes) / (1 << 20));
+    return 0;
+  }
   TrainResult r = train(cfg, *ctx, nullptr);
   float bubble = 0;
   for (float b : r.bubble) bubble = std::max(bubble, b);
@@ -222,11 +257,11 @@ int cmd_bench_scaling_child(const Args& args, MpiRuntime& mpi) {
   ctx->world().all_reduce(&rss, 1, DType::f32, ReduceOp::Max);
   if (mpi.world_rank() == 0)
     std::printf("{\"ranks\": %d, \"zero\": %d, \"tokens_per_s\": %.1f, \"step_ms\": %.1f, \"overlap\": %.4f, "
-                "\"wait_ms\": %.2f, \"calls_ms\": %.2f, \"optimizer_ms\": %.2f, \"buckets\": %d, "
+                "\"wait_ms\": %.2f, \"tail_ms\": %.2f, \"calls_ms\": %.2f, \"optimizer_ms\": %.2f, \"buckets\": %d, "
                 "\"peak_rss_mb\": %.1f, \"adamw_mb\": %.2f, \"grad_mb\": %.2f, \"param_mb\": %.2f, "
                 "\"tp_comm_ms\": %.2f, \"bubble\": %.4f}\n",
                 world, zero, r.tokens_per_s, 1e3 * cfg.train.batch_size * cfg.model.seq_len / r.tokens_per_s,
-                r.reduce_overlap, r.reduce_wait_ms, r.reduce_calls_ms, r.optimizer_ms, r.buckets, rss,
+                r.reduce_overlap, r.reduce_wait_ms, r.reduce_tail_ms, r.reduce_calls_ms, r.optimizer_ms, r.buckets, rss,
                 double(r.optimizer_state_bytes) / (1 << 20), double(r.grad_bytes) / (1 << 20),
                 double(r.param_bytes) / (1 << 20), r.tp_comm_ms, bubble);
   return 0;

@@ -286,8 +286,11 @@ commands:
                                [--bucket-mb 4] [--repeat 1] [--progress off|on|on,off] [--poll-us 50]
           Weak scaling of data parallelism on the "small" shape, 1 thread per rank: 1 rank
           against N ranks for each ZeRO stage; efficiency = tokens/s(N) / (N x tokens/s(1)),
-          the share of gradient-reduction time overlapped with backward, the wait after it,
-          per-rank peak RSS, AdamW state and gradient memory. --layouts dp,tp,pp also runs the
+          the share of gradient-reduction time overlapped with backward, the wait after it
+          and its tail (the least wait over the ranks; the rest waited for a slower rank),
+          per-rank peak RSS, AdamW state and gradient memory. The "alone" row runs N
+          one-rank jobs side by side (nothing exchanged): the efficiency the machine allows;
+          "vs alone" divides each row's efficiency by it. --layouts dp,tp,pp also runs the
           N ranks as tensor-parallel ranks and as pipeline stages (m = N micro-batches), with
           the time split that explains each loss of efficiency (tp wait, dp wait, bubble, AdamW).
           --progress on,off runs the N ranks with and without the progress thread

@@ -1,10 +1,12 @@
 #include "train/replica.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <numeric>
 #include <set>
+#include <thread>
 
 #include "checkpoint/layout_pieces.h"
 #include "comm/rank_sum.h"
@@ -131,7 +133,7 @@ void Replica::init_parameters(uint64_t seed) {
 }
 
 float Replica::forward_backward(const std::vector<int32_t>& tokens, const std::vector<int32_t>& targets, int T,
-                                const std::vector<int32_t>& positions) {
+                                const std::vector<int32_t>& positions, int injected_delay_ms) {
   for (auto& g : groups_) g->begin_step();
   for (auto& c : chunks_)
     if (c->router_state()) c->router_state()->begin_step();
@@ -162,6 +164,7 @@ float Replica::forward_backward(const std::vector<int32_t>& tokens, const std::v
     if (moe::RouterState* r = c->router_state()) r->set_loss_weight(scaler_.scale() / float(step_tokens_));
   stage_->set_batch(my_tokens.data(), my_targets.data(), my_positions, split_.active() ? split_.local_len(T) : T,
                     target_weight);
+  if (injected_delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(injected_delay_ms));
   executor_->run(schedule_, *stage_);
   for (auto& g : groups_)
     if (g->gather()) g->gather()->settle();

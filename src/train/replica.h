@@ -84,9 +84,12 @@ class Replica {
   // losses' sum over the global count; the same on every rank of the
   // replica): the sum of the shares over the data group is the mean.
   // positions (packed rows; empty: none): each token's position in its
-  // document, laid out as tokens.
+  // document, laid out as tokens. injected_delay_ms (fault injection only:
+  // an injected straggler) is spent after the batch's target count, where
+  // slower compute would be, so that the other ranks wait for it in the
+  // gradient reduction as they would for a slower machine.
   float forward_backward(const std::vector<int32_t>& tokens, const std::vector<int32_t>& targets, int T,
-                         const std::vector<int32_t>& positions = {});
+                         const std::vector<int32_t>& positions = {}, int injected_delay_ms = 0);
   // Valid targets in the last forward_backward's global batch: 0 means the
   // step has no loss and its gradients are zero (the train loop skips it).
   int64_t step_targets() const { return step_targets_; }

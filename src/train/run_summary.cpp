@@ -20,6 +20,21 @@ void gather_bubble(TrainResult& result, const StepLoop& loop, const ParallelCont
   result.simulated_bubble = loop.pass_times().simulated_bubble(ctx.pp());
 }
 
+// The per-step minimum of the data ranks' waits (Max of the negated waits).
+void gather_reduce_tail(TrainResult& result, const StepLoop& loop, const ParallelContext& ctx) {
+  const std::vector<float>& own = loop.times().reduce_wait_s;
+  if (ctx.dp().size() <= 1) return;
+  float steps[2] = {float(own.size()), -float(own.size())};  // every rank must hold the same steps
+  ctx.dp().all_reduce(steps, 2, DType::f32, ReduceOp::Max);
+  if (own.empty() || steps[0] != -steps[1]) return;
+  std::vector<float> least(own.size());
+  for (size_t i = 0; i < own.size(); i++) least[i] = -own[i];
+  ctx.dp().all_reduce(least.data(), least.size(), DType::f32, ReduceOp::Max);
+  double sum = 0;
+  for (float w : least) sum -= w;
+  result.reduce_tail_ms = 1e3 * sum / double(least.size());
+}
+
 void print_bubble(const RunConfig& cfg, const Replica& replica, const TrainResult& result, int pp, int m, FILE* log) {
   if (pp <= 1 || result.bubble.empty()) return;
   std::fprintf(log, "pipeline bubble per stage (measured, %s, m = %d):", cfg.parallel.schedule.c_str(), m);
@@ -83,6 +98,7 @@ void fill_result(TrainResult& result, const StepLoop& loop, const RunShape& shap
   result.optimizer_state_bytes = replica.optimizer_state_bytes();
   result.grad_bytes = replica.grad_bytes_resident();
   gather_bubble(result, loop, ctx);
+  gather_reduce_tail(result, loop, ctx);
   result.peak_rss_bytes = max_peak_rss_bytes(ctx);
 }
 
@@ -107,7 +123,8 @@ void report_run_end(const RunConfig& cfg, const ParallelContext& ctx, const Repl
                  result.tp_comm_ms, 100.0 * result.tp_comm_ms / std::max(result.step_ms, 1e-9));
   if (ctx.dp().size() > 1)
     std::fprintf(log, "gradient reduction: %d buckets, %.0f%% of its time overlapped with backward, %.1f ms per step "
-                 "waited after backward\n", result.buckets, 100.0 * result.reduce_overlap, result.reduce_wait_ms);
+                 "waited after backward (%.1f ms the reduction's own tail, the rest waiting for a slower rank)\n",
+                 result.buckets, 100.0 * result.reduce_overlap, result.reduce_wait_ms, result.reduce_tail_ms);
   const LoopTimes& t = loop.times();
   std::fprintf(log,
                "done: %d steps, %.0f tok/s, %.1f GFLOP/s (%.1f%% of the measured peak); reading batches took "

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <thread>
 
 #include "comm/rank_sum.h"
 #include "core/check.h"
@@ -116,10 +115,9 @@ void StepLoop::forward_backward(Step& s) {
   if ((run_.options.inf_rank < 0 || run_.ctx.rank() == run_.options.inf_rank) && listed(run_.options.inf_steps, s.step))
     run_.replica.inject_inf();
   const double tp_wait_before = run_.replica.tp_comm_seconds();
+  // An injected straggler: the replica sleeps where slower compute would be.
   const int slow_ms = run_.options.faults.slow_ms(s.step, run_.ctx.rank());
-  if (slow_ms > 0)  // an injected straggler: the delay stands for slower compute
-    std::this_thread::sleep_for(std::chrono::milliseconds(slow_ms));
-  s.loss = run_.replica.forward_backward(batch_.tokens, batch_.targets, run_.shape.T, batch_.positions);
+  s.loss = run_.replica.forward_backward(batch_.tokens, batch_.targets, run_.shape.T, batch_.positions, slow_ms);
   const pp::StageTimeline& tl = run_.replica.timeline();
   s.busy_s = 1e-3 * slow_ms + std::max(0.0, tl.compute - (run_.replica.tp_comm_seconds() - tp_wait_before));
   if (s.timed) {
@@ -223,6 +221,7 @@ void StepLoop::print_step(const Step& s) {
 void StepLoop::evaluate_if_due(Step& s) {
   const double tp_now = run_.replica.tp_comm_seconds(), wait_now = run_.replica.reduce_times().wait_s;
   s.comm_s = (tp_now - tp_comm_before_) + (wait_now - wait_before_);
+  if (s.timed) times_.reduce_wait_s.push_back(float(wait_now - wait_before_));
   const bool due = run_.cfg.train.eval_every > 0 && ((s.step + 1) % run_.cfg.train.eval_every == 0 || s.last);
   if (due) {
     const double tp_before = run_.replica.tp_comm_seconds();

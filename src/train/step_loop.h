@@ -34,6 +34,7 @@ struct LoopTimes {
   ReduceTimes warm_up;            // the reductions of the first step, left out of the overlap figures
   double tp_comm_warm_up = 0, tp_comm_eval = 0;  // tensor-parallel waits in the first step / in evaluations
   std::vector<double> bubble_sum;                // pipeline: per stage, over the timed steps
+  std::vector<float> reduce_wait_s;              // per timed step: this rank's wait after backward
 };
 
 class StepLoop {

@@ -40,6 +40,10 @@ struct CommRecord {
   // after backward.
   double reduce_overlap = 0;
   double reduce_wait_ms = 0;
+  // Per step, the least wait over the data ranks: the reduction's own tail
+  // after the last rank's backward. The rest of a rank's wait was spent
+  // waiting for a slower rank (one whose backward ended later).
+  double reduce_tail_ms = 0;
   double reduce_calls_ms = 0;  // per step: inside the calls that start and poll reductions during backward
   int buckets = 0;
   std::vector<float> bubble;   // pipeline: per stage, the measured share of the step it idled
