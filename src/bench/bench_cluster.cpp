@@ -258,9 +258,10 @@ void print_own_core_overlap(const EmulatedCluster& cluster, const Options& o, co
       std::sort(by_share.begin(), by_share.end(), [&](size_t a, size_t b) { return shares[a] < shares[b]; });
       const Measured& m = runs[by_share[by_share.size() / 2]];
       std::printf("%-8s %-45s | step %.3f s | reduction alone %.3f s, exposed %.3f s (wait %.3f, of it tail %.3f, "
-                  "+ calls %.3f): %.0f%% of it (runs: %s)\n",
+                  "+ calls %.3f): %.0f%% of it (runs: %s); tail + calls: %.0f%%\n",
                   rate.c_str(), l.name.c_str(), m.step_s, m.reduce_alone_s, m.exposed(), m.dp_wait_s, m.dp_tail_s,
-                  m.calls_s, 100 * shares[by_share[by_share.size() / 2]], all.c_str());
+                  m.calls_s, 100 * shares[by_share[by_share.size() / 2]], all.c_str(),
+                  m.reduce_alone_s > 0 ? 100 * (m.dp_tail_s + m.calls_s) / m.reduce_alone_s : 100.0);
     }
   }
 }
@@ -419,8 +420,9 @@ int cmd_bench_cluster(const Args& args) {
         row(rate, l.name, m, predict(l, two), &base[i], &base_pred[i]);
         if (t == 0) first_setting[i] = m;
       }
+      // The ranking compares the first --progress setting's runs, predicted with that setting.
       const Measured& m = first_setting[i];
-      const planner::RunPrediction p = predict(kLayouts[i], two);
+      const planner::RunPrediction p = predict(with_setting(i, 0), two);
       measured.push_back(m.step_s), predicted.push_back(p.step_seconds);
       const double link_m = m.step_s - base[i].step_s, link_p = p.step_seconds - base_pred[i].step_seconds;
       link_rows++, link_within_25 += link_m > 0 && std::abs(link_p / link_m - 1) <= 0.25;
@@ -428,10 +430,12 @@ int cmd_bench_cluster(const Args& args) {
         worst_dloss = std::max(worst_dloss, std::abs(m.losses[k] - base[i].losses[k]));
     }
     // What the planner itself proposes for this cluster (loom plan --layout
-    // auto --cluster FILE), run the same way.
-    const RunConfig plain = bench_config(model_sets, o.steps, o.batch);
+    // auto --cluster FILE), run the same way, under the first --progress setting.
+    std::vector<std::string> plain_sets = model_sets;
+    plain_sets.push_back(std::string("runtime.progress_thread=") + (o.progress[0] == "on" ? "true" : "false"));
+    const RunConfig plain = bench_config(plain_sets, o.steps, o.batch);
     const planner::Layout chosen = planner::choose_layout(plain, kRanks, two);
-    BenchLayout proposal{"planner: " + layout_name(chosen), model_sets};
+    BenchLayout proposal{"planner: " + layout_name(chosen), plain_sets};
     for (const std::string& set : elastic::layout_overrides(plain, chosen)) proposal.sets.push_back(set);
     const Measured pm = run_layout(cluster.launcher(kRanksPerNode), proposal, o.steps, o.batch);
     row(rate, proposal.name, pm, predict(proposal, two), nullptr, nullptr);
