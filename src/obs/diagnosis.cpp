@@ -108,17 +108,27 @@ void pipeline_bound(const RunData& run, const RunFigures& f, const DiagnoseThres
 void communication_bound(const RunData& run, const RunFigures& f, const DiagnoseThresholds& t, Diagnosis& d) {
   double share = f.exposed_comm_share;
   if (!std::isfinite(share)) return d.checked.push_back("exposed communication: not measured");
+  // Waiting for a rank whose compute ended later is not the link's time.
+  const std::string slower =
+      f.waited_for_slower_share > 0.005
+          ? "; besides, the ranks waited " + pct(f.waited_for_slower_share) +
+                " of the step for a slower rank's backward (a straggler or noisy cores, not communication)"
+          : "";
   if (share < t.exposed_comm_share)
     return d.checked.push_back("exposed communication " + pct(share) + " of the step (below " +
-                               pct(t.exposed_comm_share) + ")");
+                               pct(t.exposed_comm_share) + ")" + slower);
   Finding x = finding("communication-bound", "performance");
   x.severity = share >= t.exposed_comm_share * 1.8 ? Severity::high : Severity::warning;
   x.score = share / t.exposed_comm_share;
   std::string worst;
   double worst_s = -1, per_group_total = 0;
   std::string groups;
-  for (const auto& [g, v] : f.exposed_comm_s) {
+  for (const auto& [g, all] : f.exposed_comm_s) {
+    const auto w = f.waited_for_slower_s.find(g);
+    const double waited = w != f.waited_for_slower_s.end() && std::isfinite(w->second) ? std::min(w->second, all) : 0;
+    const double v = all - waited;
     groups += strprintf("%s%s %.1f ms", groups.empty() ? "" : ", ", g.c_str(), v * 1e3);
+    if (waited > 0) groups += strprintf(" (and %.1f ms waiting for a slower rank)", waited * 1e3);
     per_group_total += v;
     if (v > worst_s) worst_s = v, worst = g;
   }

@@ -63,13 +63,18 @@ RunFigures compute_figures(const RunData& run) {
   }
   if (s && !s->exposed_comm_s.empty()) {
     f.exposed_comm_s = s->exposed_comm_s, f.comm_source = "summary.json";
+    f.waited_for_slower_s = s->waited_for_slower_s;
   } else if (f.has_trace && !f.trace.exposed_comm_s.empty()) {
     f.exposed_comm_s = f.trace.exposed_comm_s, f.comm_source = "trace.json";
   }
   if (!f.exposed_comm_s.empty() && f.step_s > 0) {
     double total = 0;
     for (const auto& [g, v] : f.exposed_comm_s) total += std::isfinite(v) ? v : 0;
-    f.exposed_comm_share = total / f.step_s;
+    double slower = 0;
+    for (const auto& [g, v] : f.waited_for_slower_s) slower += std::isfinite(v) ? v : 0;
+    slower = std::min(slower, total);
+    f.exposed_comm_share = (total - slower) / f.step_s;
+    f.waited_for_slower_share = slower / f.step_s;
   } else if (f.steps_measured > 0 && f.step_s > 0) {
     f.exposed_comm_share = f.split.comm_exposed / f.step_s;
     if (f.comm_source.empty()) f.comm_source = "metrics.jsonl (rank 0)";

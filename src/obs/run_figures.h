@@ -23,7 +23,11 @@ struct RunFigures {
   std::vector<double> compute_s_per_stage;
   std::string compute_source;
   std::map<std::string, double> exposed_comm_s;  // group -> seconds per step
-  double exposed_comm_share = kUnknown;          // of the step, all groups
+  double exposed_comm_share = kUnknown;          // of the step, all groups, less waited_for_slower_s
+  // group -> seconds per step of exposed_comm_s spent waiting for a slower
+  // rank (summary.json); waited_for_slower_share: their sum, of the step.
+  std::map<std::string, double> waited_for_slower_s;
+  double waited_for_slower_share = 0;
   std::string comm_source;
   std::map<std::string, double> overlap;
 

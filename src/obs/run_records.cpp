@@ -184,6 +184,7 @@ void to_json(json& j, const RunSummary& s) {
            {"bubble_fraction_per_stage", numbers(s.bubble_fraction_per_stage)},
            {"compute_s_per_stage", numbers(s.compute_s_per_stage)},
            {"exposed_comm_s", number_map(s.exposed_comm_s)},
+           {"waited_for_slower_s", number_map(s.waited_for_slower_s)},
            {"overlap", number_map(s.overlap)}};
   if (!s.cpu.empty()) j["cpu"] = s.cpu;
 }
@@ -206,6 +207,7 @@ void from_json(const json& j, RunSummary& s) {
   s.bubble_fraction_per_stage = get_numbers(j, "bubble_fraction_per_stage");
   s.compute_s_per_stage = get_numbers(j, "compute_s_per_stage");
   s.exposed_comm_s = get_number_map(j, "exposed_comm_s");
+  s.waited_for_slower_s = get_number_map(j, "waited_for_slower_s");
   s.overlap = get_number_map(j, "overlap");
   if (auto it = j.find("cpu"); it != j.end() && it->is_object())
     for (const auto& [k, v] : it->items())

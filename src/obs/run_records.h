@@ -115,6 +115,10 @@ struct RunSummary {
   std::vector<double> bubble_fraction_per_stage;  // index = pipeline stage, share of step time
   std::vector<double> compute_s_per_stage;        // forward+backward seconds per step, per stage
   std::map<std::string, double> exposed_comm_s;   // group ("tp", "dp", "pp") -> seconds per step
+  // group -> seconds per step of exposed_comm_s spent waiting for a rank
+  // whose compute ended later (a straggler or a noisy core, not the link):
+  // "dp" is the wait after backward less its least over the data ranks.
+  std::map<std::string, double> waited_for_slower_s;
   std::map<std::string, double> overlap;          // group -> share of its communication hidden, [0, 1]
   // The CPU and the kernels chosen for it (kernels/cpu/isa.h): "model",
   // "flags", "isa", "fp32_gemm", "bf16_gemm", "fp16_gemm", "line".

@@ -67,6 +67,7 @@ void write_summary(const RunConfig& cfg, const ParallelContext& ctx, const Train
   if (ctx.grid().tp() > 1) summary.exposed_comm_s["tp"] = result.tp_comm_ms * 1e-3;
   if (ctx.dp().size() > 1) {  // replicas and cp ranks
     summary.exposed_comm_s["dp"] = result.reduce_wait_ms * 1e-3;
+    summary.waited_for_slower_s["dp"] = std::max(0.0, result.reduce_wait_ms - result.reduce_tail_ms) * 1e-3;
     summary.overlap["dp"] = result.reduce_overlap;
   }
   recorder.finish(summary);

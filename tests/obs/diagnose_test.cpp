@@ -93,6 +93,29 @@ TEST(Diagnose, SmallBatchWithoutOverlapIsCommunicationBound) {
   EXPECT_NE(f.recommendation.find("per-rank batch"), std::string::npos) << all;  // small batch
 }
 
+// The same exposed wait, but most of it the ranks spent waiting for a rank
+// whose backward ended later (summary.json's waited_for_slower_s): that is no
+// communication to tune, and the run is not called communication-bound.
+TEST(Diagnose, WaitingForASlowerRankIsNotCommunication) {
+  std::string dir = fresh_dir("comm_slower");
+  RunLayout l = dp_layout(8);
+  l.batch_size = 16, l.seq_len = 128;
+  std::vector<StepMetrics> steps = healthy_steps(30);
+  for (auto& m : steps) m.time = {0.050, 0.040, 0.0, 0.009, 0.001}, m.step_time_s = 0.100;
+  RunSummary s;
+  s.finished = true;
+  s.exposed_comm_s = {{"dp", 0.040}, {"tp", 0.0}};
+  s.waited_for_slower_s = {{"dp", 0.036}};
+  s.overlap = {{"dp", 0.05}};
+  write_run(dir, l, steps, s);
+  Diagnosis d = diagnose_dir(dir);
+  for (const auto& c : causes(d)) EXPECT_NE(c, "communication-bound") << dump(d);
+  std::string all = dump(d);
+  for (const std::string& c : d.checked) all += c + "\n";
+  EXPECT_NE(all.find("exposed communication 4% of the step"), std::string::npos) << all;
+  EXPECT_NE(all.find("36% of the step for a slower rank"), std::string::npos) << all;
+}
+
 TEST(Diagnose, TensorParallelAcrossNodesIsNamed) {
   std::string dir = fresh_dir("tp_slow_link");
   RunLayout l;
