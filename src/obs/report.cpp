@@ -222,12 +222,19 @@ std::string markdown(const RunData& run, const RunFigures& f, const std::vector<
   md += "\n## Communication\n\n";
   if (f.exposed_comm_s.empty() && !std::isfinite(f.exposed_comm_share)) md += "Exposed communication: not measured.\n";
   else {
-    md += "Exposed communication: " + pct(f.exposed_comm_share) + " of the step (" + f.comm_source + ").\n\n";
+    md += "Exposed communication: " + pct(f.exposed_comm_share) + " of the step (" + f.comm_source + ")";
+    if (f.waited_for_slower_share > 0)
+      md += "; besides, the ranks waited " + pct(f.waited_for_slower_share) +
+            " of the step for a slower rank's compute (a straggler or noisy cores, not communication)";
+    md += ".\n\n";
     if (!f.exposed_comm_s.empty()) {
-      md += "| group | exposed per step | overlap achieved |\n|---|---|---|\n";
+      md += "| group | waited per step | of it for a slower rank | overlap achieved |\n|---|---|---|---|\n";
       for (const auto& [g, v] : f.exposed_comm_s) {
         auto o = f.overlap.find(g);
-        md += "| " + g + " | " + num(v * 1e3, "%.2f ms") + " | " + (o == f.overlap.end() ? "n/a" : pct(o->second)) + " |\n";
+        auto w = f.waited_for_slower_s.find(g);
+        md += "| " + g + " | " + num(v * 1e3, "%.2f ms") + " | " +
+              (w == f.waited_for_slower_s.end() ? "n/a" : num(w->second * 1e3, "%.2f ms")) + " | " +
+              (o == f.overlap.end() ? "n/a" : pct(o->second)) + " |\n";
       }
     }
     for (const auto& [g, o] : f.overlap)

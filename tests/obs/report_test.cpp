@@ -93,6 +93,24 @@ TEST(Report, FullRunWritesChartsAndSummary) {
   }
 }
 
+// The data group's wait after backward, split: the report counts only what
+// was not spent waiting for a slower rank as exposed communication.
+TEST(Report, CommunicationSetsApartTheWaitForASlowerRank) {
+  std::string dir = fresh_dir("slower");
+  std::vector<StepMetrics> steps = healthy_steps(10);
+  for (auto& m : steps) m.time = {0.050, 0.040, 0.0, 0.009, 0.001}, m.step_time_s = 0.100;
+  RunSummary s;
+  s.finished = true, s.steps = 10;
+  s.exposed_comm_s = {{"dp", 0.040}};
+  s.waited_for_slower_s = {{"dp", 0.030}};
+  s.overlap = {{"dp", 0.5}};
+  write_run(dir, dp_layout(2), steps, s);
+  const std::string md = read_text(write_report(read_run_dir(dir)).dir + "/report.md");
+  for (const char* what : {"Exposed communication: 10.0% of the step", "waited 30.0% of the step for a slower rank",
+                           "| dp | 40.00 ms | 30.00 ms | 50.0% |"})
+    EXPECT_TRUE(has(md, what)) << what << "\n" << md;
+}
+
 // A mixture of experts' run: the Experts section with its loads, losses
 // and bias at the first, middle and last step; a dense run has none.
 TEST(Report, ExpertsSectionShowsTheRouting) {
