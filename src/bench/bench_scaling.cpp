@@ -95,7 +95,7 @@ Options parse(const Args& args) {
 struct Row {
   std::string layout = "dp", progress = "on";
   int ranks = 0, zero = 0;
-  double tp_comm_ms = 0, bubble = 0;
+  double tp_comm_ms = 0, gather_ms = 0, bubble = 0;
   double tokens_per_s = 0, step_ms = 0, overlap = 0, wait_ms = 0, tail_ms = 0, calls_ms = 0, optimizer_ms = 0, buckets = 0;
   double rss_mb = 0, state_mb = 0, grad_mb = 0, param_mb = 0;
   double model_state_mb() const { return param_mb + grad_mb + state_mb; }
@@ -113,6 +113,7 @@ Row run_config(const Options& o, int ranks, int zero, const std::string& layout 
   Row r;
   r.layout = layout, r.ranks = ranks, r.zero = zero, r.progress = progress;
   r.tp_comm_ms = json_number(line, "tp_comm_ms");
+  r.gather_ms = json_number(line, "gather_ms");
   r.bubble = json_number(line, "bubble");
   r.tokens_per_s = json_number(line, "tokens_per_s");
   r.step_ms = json_number(line, "step_ms");
@@ -142,8 +143,8 @@ int cmd_bench_scaling(const Args& args) {
   std::printf("loom bench scaling: small shape (V=4096 L=6 C=384 H=6 T=256), micro-batch %d per rank, 1 thread per "
               "rank,\n%d timed steps after 1 warm-up, buckets of %g MiB; median tokens/s of %d run(s) per row\n\n",
               o.micro_batch, o.steps, o.bucket_mb, o.repeat);
-  std::printf("%6s %5s %4s %6s | %7s %8s %10s %8s | %7s %7s %8s %8s %8s %8s %8s %7s | %12s %9s %9s %10s %11s\n", "layout",
-              "ranks", "zero", "thread", "tok/s", "step ms", "efficiency", "vs alone", "buckets", "overlap", "wait ms", "tail ms", "calls ms", "tp ms",
+  std::printf("%6s %5s %4s %6s | %7s %8s %10s %8s | %7s %7s %8s %8s %8s %8s %9s %8s %7s | %12s %9s %9s %10s %11s\n", "layout",
+              "ranks", "zero", "thread", "tok/s", "step ms", "efficiency", "vs alone", "buckets", "overlap", "wait ms", "tail ms", "calls ms", "tp ms", "gather ms",
               "optim ms", "bubble", "peak RSS MiB", "AdamW MiB", "grads MiB", "params MiB", "state MiB");
   std::fflush(stdout);
   // One row per (layout, ZeRO stage): ZeRO stages apply to data parallelism.
@@ -175,12 +176,12 @@ int cmd_bench_scaling(const Args& args) {
   const double ceiling_efficiency = ceiling.tokens_per_s / (o.ranks * base.tokens_per_s);
   auto print = [&](const Row& r, double efficiency) {
     const bool reduces = r.ranks > 1 && r.layout == "dp", together = r.ranks > 1 && r.layout != "alone";
-    std::printf("%6s %5d %4d %6s | %7.0f %8.1f %10s %8s | %7.0f %7s %8.1f %8.1f %8.1f %8.1f %8.1f %6.1f%% | %12.0f %9.1f %9.1f "
+    std::printf("%6s %5d %4d %6s | %7.0f %8.1f %10s %8s | %7.0f %7s %8.1f %8.1f %8.1f %8.1f %9.1f %8.1f %6.1f%% | %12.0f %9.1f %9.1f "
                 "%10.1f %11.1f\n",
                 r.ranks > 1 ? r.layout.c_str() : "-", r.ranks, r.zero, together ? r.progress.c_str() : "-",
                 r.tokens_per_s, r.step_ms, efficiency < 0 ? "-" : strprintf("%.3f", efficiency).c_str(),
                 together ? strprintf("%.3f", efficiency / ceiling_efficiency).c_str() : "-", r.buckets,
-                reduces ? strprintf("%.0f%%", 100 * r.overlap).c_str() : "-", r.wait_ms, r.tail_ms, r.calls_ms, r.tp_comm_ms,
+                reduces ? strprintf("%.0f%%", 100 * r.overlap).c_str() : "-", r.wait_ms, r.tail_ms, r.calls_ms, r.tp_comm_ms, r.gather_ms,
                 r.optimizer_ms, 100 * std::max(0.0, r.bubble), r.rss_mb, r.state_mb, r.grad_mb, r.param_mb,
                 r.model_state_mb());
   };
@@ -205,6 +206,8 @@ int cmd_bench_scaling(const Args& args) {
       "             backward computes and the calls above only start them and read a flag\n"
       "optim ms   = per step, AdamW (and under ZeRO the all-gather of the updated parameters)\n"
       "tp ms      = per step, waiting on tensor-parallel collectives (tp layout: ranks split each layer)\n"
+      "gather ms  = per step, ZeRO-3: waiting for parameter gathers (each segment's starts while the one before\n"
+      "             computes)\n"
       "bubble     = pipeline idle share of the worst stage (pp layout: ranks are stages, m = ranks micro-batches)\n"
       "peak RSS   = the largest over ranks; AdamW, grads = per rank, grads after a step (ZeRO-2, 3: the shard)\n"
       "params     = per rank: the fp32 parameters (ZeRO-3: the master shard plus the most gathered at once)\n"
@@ -245,7 +248,7 @@ int cmd_bench_scaling_child(const Args& args, MpiRuntime& mpi) {
     if (mpi.world_rank() == 0)
       std::printf("{\"ranks\": %d, \"zero\": 0, \"tokens_per_s\": %.1f, \"step_ms\": %.1f, \"overlap\": 0, "
                   "\"wait_ms\": 0, \"tail_ms\": 0, \"calls_ms\": 0, \"optimizer_ms\": %.2f, \"buckets\": 0, \"peak_rss_mb\": %.1f, "
-                  "\"adamw_mb\": %.2f, \"grad_mb\": %.2f, \"param_mb\": %.2f, \"tp_comm_ms\": 0, \"bubble\": 0}\n",
+                  "\"adamw_mb\": %.2f, \"grad_mb\": %.2f, \"param_mb\": %.2f, \"tp_comm_ms\": 0, \"gather_ms\": 0, \"bubble\": 0}\n",
                   world, figures[0], figures[1] / world, r.optimizer_ms, rss, double(r.optimizer_state_bytes) / (1 << 20),
                   double(r.grad_bytes) / (1 << 20), double(r.param_bytes) / (1 << 20));
     return 0;
@@ -259,11 +262,11 @@ int cmd_bench_scaling_child(const Args& args, MpiRuntime& mpi) {
     std::printf("{\"ranks\": %d, \"zero\": %d, \"tokens_per_s\": %.1f, \"step_ms\": %.1f, \"overlap\": %.4f, "
                 "\"wait_ms\": %.2f, \"tail_ms\": %.2f, \"calls_ms\": %.2f, \"optimizer_ms\": %.2f, \"buckets\": %d, "
                 "\"peak_rss_mb\": %.1f, \"adamw_mb\": %.2f, \"grad_mb\": %.2f, \"param_mb\": %.2f, "
-                "\"tp_comm_ms\": %.2f, \"bubble\": %.4f}\n",
+                "\"tp_comm_ms\": %.2f, \"gather_ms\": %.2f, \"bubble\": %.4f}\n",
                 world, zero, r.tokens_per_s, 1e3 * cfg.train.batch_size * cfg.model.seq_len / r.tokens_per_s,
                 r.reduce_overlap, r.reduce_wait_ms, r.reduce_tail_ms, r.reduce_calls_ms, r.optimizer_ms, r.buckets, rss,
                 double(r.optimizer_state_bytes) / (1 << 20), double(r.grad_bytes) / (1 << 20),
-                double(r.param_bytes) / (1 << 20), r.tp_comm_ms, bubble);
+                double(r.param_bytes) / (1 << 20), r.tp_comm_ms, r.gather_wait_ms, bubble);
   return 0;
 }
 

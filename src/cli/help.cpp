@@ -288,11 +288,12 @@ commands:
           against N ranks for each ZeRO stage; efficiency = tokens/s(N) / (N x tokens/s(1)),
           the share of gradient-reduction time overlapped with backward, the wait after it
           and its tail (the least wait over the ranks; the rest waited for a slower rank),
-          per-rank peak RSS, AdamW state and gradient memory. The "alone" row runs N
-          one-rank jobs side by side (nothing exchanged): the efficiency the machine allows;
-          "vs alone" divides each row's efficiency by it. --layouts dp,tp,pp also runs the
-          N ranks as tensor-parallel ranks and as pipeline stages (m = N micro-batches), with
-          the time split that explains each loss of efficiency (tp wait, dp wait, bubble, AdamW).
+          ZeRO-3's wait for parameter gathers, per-rank peak RSS, AdamW state and gradient
+          memory. The "alone" row runs N one-rank jobs side by side (nothing exchanged): the
+          efficiency the machine allows; "vs alone" divides each row's efficiency by it.
+          --layouts dp,tp,pp also runs the N ranks as tensor-parallel ranks and as pipeline
+          stages (m = N micro-batches), with the time split that explains each loss of
+          efficiency (tp wait, dp wait, bubble, AdamW).
           --progress on,off runs the N ranks with and without the progress thread
           (runtime.progress_thread, polling every --poll-us) in one sitting.
             loom bench planner [--quick] [--steps 5] [--out FILE.json]

@@ -521,6 +521,13 @@ void Replica::load_parameters(const GlobalTensors& tensors, bool absent_ok) {
   for (auto& g : groups_) g->load_params(tensors, absent_ok);
 }
 
+double Replica::gather_wait_seconds() const {
+  double sum = 0;
+  for (const auto& g : groups_)
+    if (g->gather()) sum += g->gather()->wait_seconds();
+  return sum;
+}
+
 double Replica::tp_comm_seconds() const {
   double sum = 0;
   for (const auto& c : chunks_) sum += c->tp_comm_seconds();

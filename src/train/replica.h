@@ -168,6 +168,8 @@ class Replica {
   // The trained group's over the data group (zeros when this stage trains nothing).
   const ReduceTimes& reduce_times() const;
   double tp_comm_seconds() const;
+  // ZeRO-3: seconds spent waiting for parameter gathers, so far.
+  double gather_wait_seconds() const;
   // Checkpoints (src/checkpoint/): this rank's pieces of the global
   // tensors — its stage's parameters (written by dp rank 0) and the AdamW
   // moments it holds ("adam.m." / "adam.v."; its ZeRO shard) — and the

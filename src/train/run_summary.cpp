@@ -66,7 +66,7 @@ void write_summary(const RunConfig& cfg, const ParallelContext& ctx, const Train
   for (float b : result.bubble) summary.bubble_fraction_per_stage.push_back(b);
   if (ctx.grid().tp() > 1) summary.exposed_comm_s["tp"] = result.tp_comm_ms * 1e-3;
   if (ctx.dp().size() > 1) {  // replicas and cp ranks
-    summary.exposed_comm_s["dp"] = result.reduce_wait_ms * 1e-3;
+    summary.exposed_comm_s["dp"] = (result.reduce_wait_ms + result.gather_wait_ms) * 1e-3;
     summary.waited_for_slower_s["dp"] = std::max(0.0, result.reduce_wait_ms - result.reduce_tail_ms) * 1e-3;
     summary.overlap["dp"] = result.reduce_overlap;
   }
@@ -84,6 +84,8 @@ void fill_result(TrainResult& result, const StepLoop& loop, const RunShape& shap
     result.optimizer_ms = 1e3 * t.optimizer_s / t.timed_steps;
     result.step_ms = 1e3 * t.timed_s / t.timed_steps;
     result.tp_comm_ms = 1e3 * (replica.tp_comm_seconds() - t.tp_comm_warm_up - t.tp_comm_eval) / t.timed_steps;
+    result.gather_wait_ms =
+        1e3 * (replica.gather_wait_seconds() - t.gather_warm_up - t.gather_eval) / t.timed_steps;
   }
   const ReduceTimes& all = replica.reduce_times();
   if (const int reduced_steps = all.steps - t.warm_up.steps; reduced_steps > 0) {
@@ -126,6 +128,9 @@ void report_run_end(const RunConfig& cfg, const ParallelContext& ctx, const Repl
     std::fprintf(log, "gradient reduction: %d buckets, %.0f%% of its time overlapped with backward, %.1f ms per step "
                  "waited after backward (%.1f ms the reduction's own tail, the rest waiting for a slower rank)\n",
                  result.buckets, 100.0 * result.reduce_overlap, result.reduce_wait_ms, result.reduce_tail_ms);
+  if (cfg.parallel.zero == 3 && ctx.dp().size() > 1)
+    std::fprintf(log, "ZeRO-3 parameter gathers: %.1f ms per step waited (each segment's gather starts while the one "
+                 "before computes)\n", result.gather_wait_ms);
   const LoopTimes& t = loop.times();
   std::fprintf(log,
                "done: %d steps, %.0f tok/s, %.1f GFLOP/s (%.1f%% of the measured peak); reading batches took "

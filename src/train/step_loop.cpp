@@ -180,7 +180,8 @@ void StepLoop::apply(Step& s) {
 void StepLoop::account(Step& s) {
   s.dt = seconds_since(s.t0);
   if (s.step == first_step_)
-    times_.warm_up = run_.replica.reduce_times(), times_.tp_comm_warm_up = run_.replica.tp_comm_seconds();
+    times_.warm_up = run_.replica.reduce_times(), times_.tp_comm_warm_up = run_.replica.tp_comm_seconds(),
+    times_.gather_warm_up = run_.replica.gather_wait_seconds();
   result_.train_losses.push_back(s.loss);
   result_.grad_norms.push_back(float(s.norm));
   if (s.moe.experts > 0) result_.moe_steps.push_back(s.moe);
@@ -224,9 +225,12 @@ void StepLoop::evaluate_if_due(Step& s) {
   if (s.timed) times_.reduce_wait_s.push_back(float(wait_now - wait_before_));
   const bool due = run_.cfg.train.eval_every > 0 && ((s.step + 1) % run_.cfg.train.eval_every == 0 || s.last);
   if (due) {
-    const double tp_before = run_.replica.tp_comm_seconds();
+    const double tp_before = run_.replica.tp_comm_seconds(), gather_before = run_.replica.gather_wait_seconds();
     s.val = evaluate(run_.replica, run_.data, run_.cfg.train.eval_batches, run_.shape, run_.ctx);
-    if (s.timed) times_.tp_comm_eval += run_.replica.tp_comm_seconds() - tp_before;
+    if (s.timed) {
+      times_.tp_comm_eval += run_.replica.tp_comm_seconds() - tp_before;
+      times_.gather_eval += run_.replica.gather_wait_seconds() - gather_before;
+    }
     result_.val_losses.push_back(s.val);
     if (log_)
       std::fprintf(log_, "step %5d/%d | val loss %.4f\n", s.step + 1, run_.cfg.train.steps, s.val), std::fflush(log_);

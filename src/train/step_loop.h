@@ -33,6 +33,7 @@ struct LoopTimes {
   double data_s = 0, step_s = 0;  // reading batches, within whole steps (every step)
   ReduceTimes warm_up;            // the reductions of the first step, left out of the overlap figures
   double tp_comm_warm_up = 0, tp_comm_eval = 0;  // tensor-parallel waits in the first step / in evaluations
+  double gather_warm_up = 0, gather_eval = 0;    // ZeRO-3 gather waits, the same
   std::vector<double> bubble_sum;                // pipeline: per stage, over the timed steps
   std::vector<float> reduce_wait_s;              // per timed step: this rank's wait after backward
 };

@@ -52,6 +52,7 @@ struct CommRecord {
   std::vector<float> simulated_bubble;
   int peak_in_flight = 0;      // this stage: most micro-batch activation sets held at once
   double tp_comm_ms = 0;       // per step: waiting on tensor-parallel communication (not hidden)
+  double gather_wait_ms = 0;   // ZeRO-3, per step: waiting for parameter gathers (each started a segment ahead)
 };
 
 // Memory.

@@ -142,6 +142,14 @@ TEST_P(ZeroDataParallel, ShardedStateIsOneOverDpPerRank) {
   else EXPECT_GE(double(result.grad_bytes), full_grads);
 }
 
+// ZeRO-3 waits for its parameter gathers and says how long (each wait()
+// takes some time, even on a gather already done); no other stage gathers.
+TEST_P(ZeroDataParallel, OnlyZero3WaitsForParameterGathers) {
+  const auto& result = first_run();
+  if (GetParam().zero == 3) EXPECT_GT(result.gather_wait_ms, 0.0);
+  else EXPECT_EQ(result.gather_wait_ms, 0.0);
+}
+
 INSTANTIATE_TEST_SUITE_P(Matrix, ZeroDataParallel,
                          testing::Values(Layout{0, 1}, Layout{0, 2}, Layout{1, 1}, Layout{1, 2}, Layout{2, 1},
                                          Layout{2, 2}, Layout{3, 1}, Layout{3, 2}),

@@ -1,6 +1,7 @@
 #include "parallel/zero/param_gather.h"
 
 #include <algorithm>
+#include <chrono>
 
 #include "core/check.h"
 #include "kernels/backend.h"
@@ -95,7 +96,9 @@ void ParamGather::start(Segment& s) {
 }
 
 void ParamGather::finish(Segment& s) {
+  const auto t0 = std::chrono::steady_clock::now();
   for (auto& g : s.gathers) g->wait();
+  wait_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   s.gathers.clear();
   const float* values = windows_->data() + s.window;
   const size_t n = size_t(s.hi - s.lo);

@@ -51,6 +51,8 @@ class ParamGather {
   // Bytes of segments present or in flight now (what peak_bytes() maximises).
   size_t gathered_bytes() const { return gathered_; }
   int64_t segments() const { return int64_t(segs_.size()); }
+  // Seconds spent waiting for gathers to complete (started ahead or not), so far.
+  double wait_seconds() const { return wait_s_; }
 
  private:
   enum class State { absent, in_flight, present };
@@ -79,6 +81,7 @@ class ParamGather {
   std::vector<float*> params_at_;
   std::vector<void*> weights_at_;
   size_t gathered_ = 0, peak_bytes_ = 0;  // bytes of present or in-flight segments
+  double wait_s_ = 0;
 };
 
 }  // namespace loom
