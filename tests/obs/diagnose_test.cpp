@@ -73,17 +73,29 @@ TEST(Diagnose, PipelineBoundFromTheLayoutAloneWhenNothingWasTimed) {
   EXPECT_NE(dump(d).find("predicted from layout.json"), std::string::npos);
 }
 
+// dp 8, 256 tokens per rank per step, 40 of every 100 ms waiting on the
+// data group with 5% of its reduction overlapped.
+struct CommBoundRun {
+  RunLayout layout;
+  std::vector<StepMetrics> steps;
+  RunSummary summary;
+};
+CommBoundRun comm_bound_run() {
+  CommBoundRun r;
+  r.layout = dp_layout(8);
+  r.layout.batch_size = 16, r.layout.seq_len = 128;
+  r.steps = healthy_steps(30);
+  for (auto& m : r.steps) m.time = {0.050, 0.040, 0.0, 0.009, 0.001}, m.step_time_s = 0.100;
+  r.summary.finished = true;
+  r.summary.exposed_comm_s = {{"dp", 0.040}, {"tp", 0.0}};
+  r.summary.overlap = {{"dp", 0.05}};
+  return r;
+}
+
 TEST(Diagnose, SmallBatchWithoutOverlapIsCommunicationBound) {
   std::string dir = fresh_dir("comm_bound");
-  RunLayout l = dp_layout(8);
-  l.batch_size = 16, l.seq_len = 128;  // 256 tokens per rank per step
-  std::vector<StepMetrics> steps = healthy_steps(30);
-  for (auto& m : steps) m.time = {0.050, 0.040, 0.0, 0.009, 0.001}, m.step_time_s = 0.100;
-  RunSummary s;
-  s.finished = true;
-  s.exposed_comm_s = {{"dp", 0.040}, {"tp", 0.0}};
-  s.overlap = {{"dp", 0.05}};
-  write_run(dir, l, steps, s);
+  const CommBoundRun run = comm_bound_run();
+  write_run(dir, run.layout, run.steps, run.summary);
   Diagnosis d = diagnose_dir(dir);
   ASSERT_EQ(causes(d), std::vector<std::string>{"communication-bound"}) << dump(d);
   const Finding& f = d.findings[0];
@@ -98,16 +110,9 @@ TEST(Diagnose, SmallBatchWithoutOverlapIsCommunicationBound) {
 // communication to tune, and the run is not called communication-bound.
 TEST(Diagnose, WaitingForASlowerRankIsNotCommunication) {
   std::string dir = fresh_dir("comm_slower");
-  RunLayout l = dp_layout(8);
-  l.batch_size = 16, l.seq_len = 128;
-  std::vector<StepMetrics> steps = healthy_steps(30);
-  for (auto& m : steps) m.time = {0.050, 0.040, 0.0, 0.009, 0.001}, m.step_time_s = 0.100;
-  RunSummary s;
-  s.finished = true;
-  s.exposed_comm_s = {{"dp", 0.040}, {"tp", 0.0}};
-  s.waited_for_slower_s = {{"dp", 0.036}};
-  s.overlap = {{"dp", 0.05}};
-  write_run(dir, l, steps, s);
+  CommBoundRun run = comm_bound_run();
+  run.summary.waited_for_slower_s = {{"dp", 0.036}};
+  write_run(dir, run.layout, run.steps, run.summary);
   Diagnosis d = diagnose_dir(dir);
   for (const auto& c : causes(d)) EXPECT_NE(c, "communication-bound") << dump(d);
   std::string all = dump(d);
@@ -314,14 +319,10 @@ TEST(DiagnoseAdvice, NumericsAdviceFollowsThePrecisionThatRan) {
 }
 
 TEST(DiagnoseAdvice, SmallBucketsAlreadyMeanTheNextLever) {
-  RunLayout l = dp_layout(8);
-  l.batch_size = 16, l.seq_len = 128;
-  std::vector<StepMetrics> steps = healthy_steps(30);
-  for (auto& m : steps) m.time = {0.050, 0.040, 0.0, 0.009, 0.001}, m.step_time_s = 0.100;
-  RunSummary s;
-  s.finished = true;
-  s.exposed_comm_s = {{"dp", 0.040}};
-  s.overlap = {{"dp", 0.05}};
+  const CommBoundRun run = comm_bound_run();
+  const RunLayout& l = run.layout;
+  const std::vector<StepMetrics>& steps = run.steps;
+  const RunSummary& s = run.summary;
   const std::string big = advice_for("advice_buckets_big", "[parallel]\nbucket_mb = 16.0\n", l, steps,
                                      "communication-bound", s);
   EXPECT_NE(big.find("parallel.bucket_mb = 16: try 4"), std::string::npos) << big;
