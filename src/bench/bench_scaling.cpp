@@ -96,7 +96,8 @@ struct Row {
   std::string layout = "dp", progress = "on";
   int ranks = 0, zero = 0;
   double tp_comm_ms = 0, gather_ms = 0, bubble = 0;
-  double tokens_per_s = 0, step_ms = 0, overlap = 0, wait_ms = 0, tail_ms = 0, calls_ms = 0, optimizer_ms = 0, buckets = 0;
+  double tokens_per_s = 0, step_ms = 0, overlap = 0, wait_ms = 0, tail_ms = 0, calls_ms = 0, optimizer_ms = 0;
+  double buckets = 0;
   double rss_mb = 0, state_mb = 0, grad_mb = 0, param_mb = 0;
   double model_state_mb() const { return param_mb + grad_mb + state_mb; }
 };
@@ -143,8 +144,9 @@ int cmd_bench_scaling(const Args& args) {
   std::printf("loom bench scaling: small shape (V=4096 L=6 C=384 H=6 T=256), micro-batch %d per rank, 1 thread per "
               "rank,\n%d timed steps after 1 warm-up, buckets of %g MiB; median tokens/s of %d run(s) per row\n\n",
               o.micro_batch, o.steps, o.bucket_mb, o.repeat);
-  std::printf("%6s %5s %4s %6s | %7s %8s %10s %8s | %7s %7s %8s %8s %8s %8s %9s %8s %7s | %12s %9s %9s %10s %11s\n", "layout",
-              "ranks", "zero", "thread", "tok/s", "step ms", "efficiency", "vs alone", "buckets", "overlap", "wait ms", "tail ms", "calls ms", "tp ms", "gather ms",
+  std::printf("%6s %5s %4s %6s | %7s %8s %10s %8s | %7s %7s %8s %8s %8s %8s %9s %8s %7s | %12s %9s %9s %10s %11s\n",
+              "layout", "ranks", "zero", "thread", "tok/s", "step ms", "efficiency", "vs alone", "buckets", "overlap",
+              "wait ms", "tail ms", "calls ms", "tp ms", "gather ms",
               "optim ms", "bubble", "peak RSS MiB", "AdamW MiB", "grads MiB", "params MiB", "state MiB");
   std::fflush(stdout);
   // One row per (layout, ZeRO stage): ZeRO stages apply to data parallelism.
@@ -224,7 +226,8 @@ int cmd_bench_scaling_child(const Args& args, MpiRuntime& mpi) {
   const int tp = layout == "tp" ? world : 1, pp = layout == "pp" ? world : 1;
   RunConfig cfg = load_run_config(
       "", {"model.vocab_size=4096", "model.n_layer=6", "model.d_model=384", "model.n_head=6", "model.seq_len=256",
-           "train.batch_size=" + std::to_string(o.micro_batch * (alone ? 1 : world)), "train.steps=" + std::to_string(o.steps + 1),
+           "train.batch_size=" + std::to_string(o.micro_batch * (alone ? 1 : world)),
+           "train.steps=" + std::to_string(o.steps + 1),
            "train.warmup_steps=2", "train.eval_every=0", "train.log_every=1000", "runtime.threads=1",
            "parallel.zero=" + std::to_string(zero), strprintf("parallel.bucket_mb=%g", o.bucket_mb),
            "parallel.tp=" + std::to_string(tp), "parallel.pp=" + std::to_string(pp),
@@ -233,27 +236,22 @@ int cmd_bench_scaling_child(const Args& args, MpiRuntime& mpi) {
            "data.format=\"bytes\"", "data.path=\"" + project_root() + "/data/sample/kjv.txt\""});
   ProgressEngine* engine = o.progress.at(0) == "on" && world > 1 ? mpi.progress_engine(o.poll_us) : nullptr;
   auto ctx = ParallelContext::create_mpi(ParallelGrid::for_world(world, 0, tp, pp), MpiOptions{600, engine});
+  TrainResult r;
+  double step_ms = 0;
   if (alone) {
     // The machine's own ceiling: every rank trains its own one-rank job at the
     // same time, so the ranks share cores, caches and memory bandwidth as the
-    // dp runs do, but exchange nothing.
+    // dp runs do, but exchange nothing. Tokens/s summed, step time the mean.
     auto single = ParallelContext::create_single();
     ctx->world().barrier();
-    TrainResult r = train(cfg, *single, nullptr);
-    float figures[2] = {float(r.tokens_per_s),
-                        1e3f * float(cfg.train.batch_size * cfg.model.seq_len) / float(r.tokens_per_s)};
+    r = train(cfg, *single, nullptr);
+    float figures[2] = {float(r.tokens_per_s), float(r.step_ms)};
     ctx->world().all_reduce(figures, 2, DType::f32, ReduceOp::Sum);
-    float rss = float(peak_rss_mib());
-    ctx->world().all_reduce(&rss, 1, DType::f32, ReduceOp::Max);
-    if (mpi.world_rank() == 0)
-      std::printf("{\"ranks\": %d, \"zero\": 0, \"tokens_per_s\": %.1f, \"step_ms\": %.1f, \"overlap\": 0, "
-                  "\"wait_ms\": 0, \"tail_ms\": 0, \"calls_ms\": 0, \"optimizer_ms\": %.2f, \"buckets\": 0, \"peak_rss_mb\": %.1f, "
-                  "\"adamw_mb\": %.2f, \"grad_mb\": %.2f, \"param_mb\": %.2f, \"tp_comm_ms\": 0, \"gather_ms\": 0, \"bubble\": 0}\n",
-                  world, figures[0], figures[1] / world, r.optimizer_ms, rss, double(r.optimizer_state_bytes) / (1 << 20),
-                  double(r.grad_bytes) / (1 << 20), double(r.param_bytes) / (1 << 20));
-    return 0;
+    r.tokens_per_s = figures[0], step_ms = figures[1] / world;
+  } else {
+    r = train(cfg, *ctx, nullptr);
+    step_ms = 1e3 * cfg.train.batch_size * cfg.model.seq_len / r.tokens_per_s;
   }
-  TrainResult r = train(cfg, *ctx, nullptr);
   float bubble = 0;
   for (float b : r.bubble) bubble = std::max(bubble, b);
   float rss = float(peak_rss_mib());
@@ -263,10 +261,10 @@ int cmd_bench_scaling_child(const Args& args, MpiRuntime& mpi) {
                 "\"wait_ms\": %.2f, \"tail_ms\": %.2f, \"calls_ms\": %.2f, \"optimizer_ms\": %.2f, \"buckets\": %d, "
                 "\"peak_rss_mb\": %.1f, \"adamw_mb\": %.2f, \"grad_mb\": %.2f, \"param_mb\": %.2f, "
                 "\"tp_comm_ms\": %.2f, \"gather_ms\": %.2f, \"bubble\": %.4f}\n",
-                world, zero, r.tokens_per_s, 1e3 * cfg.train.batch_size * cfg.model.seq_len / r.tokens_per_s,
-                r.reduce_overlap, r.reduce_wait_ms, r.reduce_tail_ms, r.reduce_calls_ms, r.optimizer_ms, r.buckets, rss,
-                double(r.optimizer_state_bytes) / (1 << 20), double(r.grad_bytes) / (1 << 20),
-                double(r.param_bytes) / (1 << 20), r.tp_comm_ms, r.gather_wait_ms, bubble);
+                world, zero, r.tokens_per_s, step_ms, r.reduce_overlap, r.reduce_wait_ms, r.reduce_tail_ms,
+                r.reduce_calls_ms, r.optimizer_ms, r.buckets, rss, double(r.optimizer_state_bytes) / (1 << 20),
+                double(r.grad_bytes) / (1 << 20), double(r.param_bytes) / (1 << 20), r.tp_comm_ms, r.gather_wait_ms,
+                bubble);
   return 0;
 }
 
